@@ -1,0 +1,335 @@
+//! The one error type of the runtime, classified by what the caller can do about it.
+//!
+//! # Invariants
+//!
+//! 1. Every [`Error`] carries an [`Outcome`]: the class the contract (CONTRACT.md §2) defines,
+//!    which tells the caller whether the operation may have run and whether trying again is safe.
+//! 2. The original `tonic::Status`, transport or HTTP error is kept as the [`std::error::Error::source`],
+//!    never flattened into a string.
+//! 3. No error message ever contains the API token: errors are built from method names, codes and
+//!    server messages, never from request metadata.
+//! 4. An error about a run that was already triggered carries its run id, so the caller never has to
+//!    trigger again to find it.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use crate::config::ConfigError;
+
+/// What happened to an operation that did not succeed, from the caller's point of view.
+///
+/// The first seven are the classes of CONTRACT.md §2; [`Outcome::Exhausted`] and
+/// [`Outcome::Invalid`] name the two remaining cases (every attempt failed transiently; the caller's
+/// input was refused before anything was sent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The request provably never reached the server (connect refused, stream refused).
+    /// Nothing ran; trying again is safe.
+    NotSent,
+    /// A write reached, or may have reached, the server and no definite answer came back.
+    /// It may have run: check before you repeat it (or make it idempotent).
+    MaybeExecuted,
+    /// The server answered no (invalid argument, not found, unauthenticated, ...).
+    /// Repeating the same request will get the same answer.
+    Rejected,
+    /// The caller cancelled the operation.
+    Cancelled,
+    /// The caller's deadline (or the runtime's backstop) passed before the operation finished.
+    DeadlineExceeded,
+    /// The endpoint's retry budget is spent: the engine is failing many calls, so the runtime
+    /// stopped adding retries to the load. Try again later.
+    BudgetExhausted,
+    /// The runtime was shut down.
+    Closed,
+    /// Every attempt the policy allows failed with a transient error (reads and idempotent writes).
+    Exhausted,
+    /// The caller's input was refused locally (bad configuration, unserializable input); nothing
+    /// was sent.
+    Invalid,
+}
+
+impl Outcome {
+    /// A short name for logs and metrics (`not_sent`, `maybe_executed`, ...).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::NotSent => "not_sent",
+            Outcome::MaybeExecuted => "maybe_executed",
+            Outcome::Rejected => "rejected",
+            Outcome::Cancelled => "cancelled",
+            Outcome::DeadlineExceeded => "deadline_exceeded",
+            Outcome::BudgetExhausted => "budget_exhausted",
+            Outcome::Closed => "closed",
+            Outcome::Exhausted => "exhausted",
+            Outcome::Invalid => "invalid",
+        }
+    }
+
+    /// What the caller can do next, in one sentence.
+    pub const fn hint(self) -> &'static str {
+        match self {
+            Outcome::NotSent => "the request never reached the engine; it is safe to try again",
+            Outcome::MaybeExecuted => {
+                "the request may have run on the engine; check its effect before repeating it"
+            }
+            Outcome::Rejected => "the engine refused the request; fix the request before retrying",
+            Outcome::Cancelled => "the operation was cancelled by its caller",
+            Outcome::DeadlineExceeded => "the deadline passed; retry with a longer deadline",
+            Outcome::BudgetExhausted => {
+                "the engine is failing many calls and the retry budget is spent; try again later"
+            }
+            Outcome::Closed => "the runtime was shut down; spawn a new one",
+            Outcome::Exhausted => {
+                "the engine stayed unavailable through every allowed attempt; try again later"
+            }
+            Outcome::Invalid => "the input was refused before sending; fix it and call again",
+        }
+    }
+
+    /// Whether the operation may have had an effect on the engine.
+    pub const fn may_have_executed(self) -> bool {
+        matches!(self, Outcome::MaybeExecuted)
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The underlying failure an [`Error`] wraps.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Cause {
+    /// A gRPC status returned by the engine or synthesized by tonic.
+    Status(tonic::Status),
+    /// A gRPC transport failure (connection refused, reset, TLS).
+    Transport(tonic::transport::Error),
+    /// An HTTP client failure from the REST path.
+    Http(reqwest::Error),
+    /// A non-success HTTP response; the body is kept (bounded) for diagnosis.
+    HttpStatus {
+        /// The status code.
+        status: u16,
+        /// Up to 4 KiB of the response body.
+        body: String,
+    },
+    /// The configuration could not be built.
+    Config(ConfigError),
+    /// A JSON payload could not be encoded or decoded.
+    Json(serde_json::Error),
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Cause::Status(s) => write!(f, "status {:?}: {}", s.code(), s.message()),
+            Cause::Transport(e) => write!(f, "transport: {e}"),
+            Cause::Http(e) => write!(f, "http: {e}"),
+            Cause::HttpStatus { status, body } => write!(f, "http status {status}: {body}"),
+            Cause::Config(e) => write!(f, "{e}"),
+            Cause::Json(e) => write!(f, "json: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Cause::Status(s) => Some(s),
+            Cause::Transport(e) => Some(e),
+            Cause::Http(e) => Some(e),
+            Cause::Config(e) => Some(e),
+            Cause::Json(e) => Some(e),
+            Cause::HttpStatus { .. } => None,
+        }
+    }
+}
+
+/// The error of every runtime operation. Boxed so that `Result<T, Error>` stays one word wide.
+pub struct Error(Box<Inner>);
+
+struct Inner {
+    outcome: Outcome,
+    operation: Cow<'static, str>,
+    attempts: u32,
+    run_id: Option<String>,
+    detail: Option<String>,
+    cause: Option<Cause>,
+}
+
+/// The result type of the runtime.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A new error for `operation` (a method path such as `/Dispatcher/Register` or a REST route).
+    pub fn new(outcome: Outcome, operation: impl Into<Cow<'static, str>>) -> Self {
+        Error(Box::new(Inner {
+            outcome,
+            operation: operation.into(),
+            attempts: 0,
+            run_id: None,
+            detail: None,
+            cause: None,
+        }))
+    }
+
+    /// Sets how many network attempts were made.
+    pub fn with_attempts(mut self, attempts: u32) -> Self {
+        self.0.attempts = attempts;
+        self
+    }
+
+    /// Attaches the run id of an already triggered run.
+    pub fn with_run_id(mut self, run_id: impl Into<String>) -> Self {
+        self.0.run_id = Some(run_id.into());
+        self
+    }
+
+    /// Adds a human sentence about what went wrong.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.0.detail = Some(detail.into());
+        self
+    }
+
+    /// Keeps the underlying failure as the source.
+    pub fn with_cause(mut self, cause: Cause) -> Self {
+        self.0.cause = Some(cause);
+        self
+    }
+
+    /// The outcome class.
+    pub fn outcome(&self) -> Outcome {
+        self.0.outcome
+    }
+
+    /// The operation (method path or route) that failed.
+    pub fn operation(&self) -> &str {
+        &self.0.operation
+    }
+
+    /// Network attempts made (0 when nothing was attempted).
+    pub fn attempts(&self) -> u32 {
+        self.0.attempts
+    }
+
+    /// The run id, when the run was triggered before the failure.
+    pub fn run_id(&self) -> Option<&str> {
+        self.0.run_id.as_deref()
+    }
+
+    /// The underlying failure.
+    pub fn cause(&self) -> Option<&Cause> {
+        self.0.cause.as_ref()
+    }
+
+    /// The gRPC status, when the failure was one.
+    pub fn status(&self) -> Option<&tonic::Status> {
+        match &self.0.cause {
+            Some(Cause::Status(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The runtime was shut down.
+    pub fn closed(operation: impl Into<Cow<'static, str>>) -> Self {
+        Error::new(Outcome::Closed, operation)
+    }
+
+    /// Bad input refused before sending.
+    pub fn invalid(operation: impl Into<Cow<'static, str>>, detail: impl Into<String>) -> Self {
+        Error::new(Outcome::Invalid, operation).with_detail(detail)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = &self.0;
+        write!(f, "{}: {}", i.operation, i.outcome)?;
+        if i.attempts > 0 {
+            write!(f, " after {} attempt(s)", i.attempts)?;
+        }
+        if let Some(d) = &i.detail {
+            write!(f, ": {d}")?;
+        }
+        if let Some(c) = &i.cause {
+            write!(f, " ({c})")?;
+        }
+        if let Some(r) = &i.run_id {
+            write!(f, " [run {r}]")?;
+        }
+        write!(f, "; {}", i.outcome.hint())
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = &self.0;
+        f.debug_struct("Error")
+            .field("outcome", &i.outcome)
+            .field("operation", &i.operation)
+            .field("attempts", &i.attempts)
+            .field("run_id", &i.run_id)
+            .field("detail", &i.detail)
+            .field("cause", &i.cause)
+            .finish()
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.0.cause {
+            Some(Cause::Status(s)) => Some(s),
+            Some(Cause::Transport(e)) => Some(e),
+            Some(Cause::Http(e)) => Some(e),
+            Some(Cause::Config(e)) => Some(e),
+            Some(Cause::Json(e)) => Some(e),
+            Some(c @ Cause::HttpStatus { .. }) => Some(c),
+            None => None,
+        }
+    }
+}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Self {
+        Error::new(Outcome::Invalid, "config").with_cause(Cause::Config(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn error_is_one_pointer_wide() {
+        assert_eq!(std::mem::size_of::<Error>(), std::mem::size_of::<usize>());
+    }
+
+    #[test]
+    fn keeps_status_as_source_and_says_what_to_do() {
+        let e = Error::new(Outcome::MaybeExecuted, "/WorkflowService/TriggerWorkflow")
+            .with_attempts(1)
+            .with_cause(Cause::Status(tonic::Status::unavailable(
+                "engine going away",
+            )));
+        let src = e.source().expect("source kept");
+        let status = src
+            .downcast_ref::<tonic::Status>()
+            .expect("a tonic::Status");
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        let text = e.to_string();
+        assert!(text.contains("/WorkflowService/TriggerWorkflow"), "{text}");
+        assert!(text.contains("maybe_executed after 1 attempt(s)"), "{text}");
+        assert!(text.contains("check its effect before repeating"), "{text}");
+        assert!(e.outcome().may_have_executed());
+    }
+
+    #[test]
+    fn carries_run_id() {
+        let e = Error::new(Outcome::Closed, "wait").with_run_id("r-1");
+        assert_eq!(e.run_id(), Some("r-1"));
+        assert!(e.to_string().contains("[run r-1]"));
+    }
+}

@@ -1,0 +1,23 @@
+//! # hatchet-runtime
+//!
+//! An actor-based runtime for workers and clients of the [Hatchet](https://hatchet.run) workflow
+//! engine, with an embedded, wire-compatible development engine.
+//!
+//! Modules:
+//!
+//! - [`proto`]: the generated wire types, clients and servers.
+//! - [`config`]: [`ClientConfig`] from the `HATCHET_CLIENT_*` environment or a builder.
+//! - [`error`]: [`Error`] and its [`Outcome`] classes.
+//! - [`retry`]: backoff, budget, deadlines, the pure retry decision and its executor.
+//! - [`transport`]: the gRPC channel (TLS, keepalive) and the auth interceptor.
+
+#![warn(missing_docs, rust_2018_idioms)]
+
+pub mod config;
+pub mod error;
+pub mod proto;
+pub mod retry;
+pub mod transport;
+
+pub use config::{ClientConfig, ConfigError, TlsStrategy};
+pub use error::{Error, Outcome, Result};

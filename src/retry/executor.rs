@@ -1,0 +1,254 @@
+//! The retry mechanism: runs attempts, sleeps, and carries out [`decide`]'s answers.
+//!
+//! # Invariants
+//!
+//! 1. One `tracing` span per logical operation (`op`, `method`, `class`, `attempts`, `outcome`),
+//!    one event per failed attempt (`attempt`, `code`, `delay_ms`, `reason`).
+//! 2. Every attempt runs under a timeout ([`Deadline::attempt_timeout`]); every sleep is raced
+//!    against the caller's cancellation, so a cancelled operation starts no further attempt.
+//! 3. The first attempt deposits into the budget; each retry that [`Decision::Retry::spends_budget`]
+//!    withdraws from it, and a refused withdrawal ends the operation with *budget exhausted*.
+//! 4. The RNG lock is taken only on the retry path, never on a first attempt.
+//!
+//! # Cancel safety
+//!
+//! Dropping the future of [`RetryCore::run`] drops the attempt in flight (tonic cancels the HTTP/2
+//! stream); no further attempt is started.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+
+use super::budget::{BudgetConfig, RetryBudget};
+use super::class::RequestClass;
+use super::deadline::Deadline;
+use super::decision::{Decision, Failure, Policy, decide};
+use super::ledger::Ledger;
+use crate::error::{Cause, Error, Outcome};
+
+/// One failed attempt: the decision's input and the error to hand back if we stop.
+#[derive(Debug)]
+pub struct AttemptError {
+    /// How it failed.
+    pub failure: Failure,
+    /// The underlying error.
+    pub cause: Cause,
+}
+
+impl AttemptError {
+    /// The code name the ledger counts the failure under.
+    pub fn code_name(&self) -> String {
+        match self.failure {
+            Failure::NotSent => "not_sent".into(),
+            Failure::Lost => "lost".into(),
+            Failure::Status { code, .. } => format!("{code:?}"),
+            Failure::Http { status, .. } => format!("http_{status}"),
+        }
+    }
+}
+
+/// A logical operation to run.
+#[derive(Debug, Clone)]
+pub struct Operation<'a> {
+    /// Method path or REST route, for spans, counters and errors.
+    pub method: &'a str,
+    /// The request's class.
+    pub class: RequestClass,
+    /// The caller's timeout for the whole operation, if any.
+    pub timeout: Option<Duration>,
+    /// The caller's cancellation, if any.
+    pub cancel: Option<CancellationToken>,
+}
+
+impl<'a> Operation<'a> {
+    /// An operation with no caller deadline and no cancellation.
+    pub fn new(method: &'a str, class: RequestClass) -> Self {
+        Operation {
+            method,
+            class,
+            timeout: None,
+            cancel: None,
+        }
+    }
+
+    /// Sets the caller's deadline.
+    pub fn timeout(mut self, t: Option<Duration>) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// Sets the caller's cancellation.
+    pub fn cancel(mut self, c: Option<CancellationToken>) -> Self {
+        self.cancel = c;
+        self
+    }
+}
+
+/// Policy, budget, ledger and RNG of one endpoint. Shared behind an `Arc`.
+#[derive(Debug)]
+pub struct RetryCore {
+    policy: Policy,
+    budget: RetryBudget,
+    ledger: Arc<Ledger>,
+    rng: Mutex<StdRng>,
+}
+
+impl RetryCore {
+    /// A core with `policy`, a fresh budget and an RNG seeded from `seed`.
+    pub fn new(policy: Policy, budget: BudgetConfig, ledger: Arc<Ledger>, seed: u64) -> Self {
+        RetryCore {
+            policy,
+            budget: RetryBudget::new(budget),
+            ledger,
+            rng: Mutex::new(StdRng::seed_from_u64(seed)),
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The ledger.
+    pub fn ledger(&self) -> &Arc<Ledger> {
+        &self.ledger
+    }
+
+    /// Runs `attempt` under the policy. `attempt` receives the attempt's timeout (to send as
+    /// `grpc-timeout`) and returns the value or an [`AttemptError`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future abandons the attempt in flight and starts no other.
+    pub async fn run<T, F, Fut>(&self, op: Operation<'_>, mut attempt: F) -> Result<T, Error>
+    where
+        F: FnMut(Duration) -> Fut,
+        Fut: Future<Output = Result<T, AttemptError>>,
+    {
+        let span = tracing::debug_span!(
+            "hatchet.op",
+            method = op.method,
+            class = op.class.as_str(),
+            attempts = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let method = op.method;
+        let result = self
+            .run_inner(&op, &mut attempt)
+            .instrument(span.clone())
+            .await;
+        let (attempts, outcome) = match &result {
+            Ok((_, n)) => (*n, "ok"),
+            Err(e) => (e.attempts(), e.outcome().as_str()),
+        };
+        span.record("attempts", attempts);
+        span.record("outcome", outcome);
+        self.ledger.finished(method, outcome);
+        result.map(|(v, _)| v)
+    }
+
+    async fn run_inner<T, F, Fut>(
+        &self,
+        op: &Operation<'_>,
+        attempt_fn: &mut F,
+    ) -> Result<(T, u32), Error>
+    where
+        F: FnMut(Duration) -> Fut,
+        Fut: Future<Output = Result<T, AttemptError>>,
+    {
+        let start = Instant::now();
+        let deadline = Deadline::new(start, op.timeout);
+        let never = CancellationToken::new();
+        let cancel = op.cancel.as_ref().unwrap_or(&never);
+        self.ledger.operation(op.method);
+        self.budget.deposit();
+        let mut n: u32 = 0;
+        loop {
+            n += 1;
+            let now = Instant::now();
+            let timeout = deadline.attempt_timeout(now);
+            self.ledger.attempt(op.method, n > 1);
+            let res = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {
+                    return Err(Error::new(Outcome::Cancelled, op.method.to_string()).with_attempts(n));
+                }
+                r = tokio::time::timeout(timeout, attempt_fn(timeout)) => r,
+            };
+            let err = match res {
+                Ok(Ok(v)) => return Ok((v, n)),
+                Ok(Err(e)) => e,
+                Err(_) => AttemptError {
+                    failure: Failure::Status {
+                        code: tonic::Code::DeadlineExceeded,
+                        pushback: None,
+                        attempt_timed_out: true,
+                    },
+                    cause: Cause::Status(tonic::Status::deadline_exceeded(format!(
+                        "attempt {n} timed out after {} ms",
+                        timeout.as_millis()
+                    ))),
+                },
+            };
+            let code = err.code_name();
+            self.ledger.failure(op.method, &code);
+            let now = Instant::now();
+            let decision = {
+                let mut rng = self.rng.lock();
+                decide(
+                    &self.policy,
+                    op.class,
+                    &err.failure,
+                    n,
+                    now,
+                    &deadline,
+                    &mut *rng,
+                )
+            };
+            match decision {
+                Decision::Stop { outcome, reason } => {
+                    tracing::debug!(attempt = n, code = %code, reason, "attempt failed; stopping");
+                    return Err(Error::new(outcome, op.method.to_string())
+                        .with_attempts(n)
+                        .with_cause(err.cause));
+                }
+                Decision::Retry {
+                    delay,
+                    spends_budget,
+                    reason,
+                } => {
+                    if spends_budget && !self.budget.try_withdraw() {
+                        self.ledger.budget_refusal(op.method);
+                        tracing::debug!(attempt = n, code = %code, "retry budget spent; stopping");
+                        return Err(Error::new(Outcome::BudgetExhausted, op.method.to_string())
+                            .with_attempts(n)
+                            .with_cause(err.cause));
+                    }
+                    tracing::debug!(
+                        attempt = n,
+                        code = %code,
+                        delay_ms = delay.as_millis() as u64,
+                        reason,
+                        "attempt failed; retrying"
+                    );
+                    tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => {
+                            return Err(Error::new(Outcome::Cancelled, op.method.to_string())
+                                .with_attempts(n)
+                                .with_cause(err.cause));
+                        }
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+    }
+}

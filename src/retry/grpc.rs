@@ -1,0 +1,98 @@
+//! The gRPC side of the retry core: turning a `tonic::Status` into a [`Failure`], and running a
+//! unary call under a [`RetryCore`].
+//!
+//! # Invariants
+//!
+//! 1. A status is [`Failure::NotSent`] only when its source chain proves the request never left:
+//!    a `tonic::ConnectError` (no connection), or an HTTP/2 `REFUSED_STREAM` (the server refused
+//!    the stream before processing it, RFC 9113 §8.7).
+//! 2. Streams never come here: [`super::class::class_of`] has no entry for them, and
+//!    [`call_unary`] refuses paths it cannot classify.
+
+use std::error::Error as _;
+use std::time::Duration;
+
+use super::class::{ClassOverride, request_class};
+use super::decision::Failure;
+use super::executor::{AttemptError, Operation, RetryCore};
+use super::pushback::grpc_pushback;
+use crate::error::{Cause, Error};
+
+/// Whether the status's source chain proves the request never reached the server.
+pub fn status_not_sent(status: &tonic::Status) -> bool {
+    let mut src = status.source();
+    while let Some(e) = src {
+        if e.is::<tonic::ConnectError>() {
+            return true;
+        }
+        if let Some(h2) = e.downcast_ref::<h2::Error>()
+            && h2.reason() == Some(h2::Reason::REFUSED_STREAM)
+        {
+            return true;
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        src = e.source();
+    }
+    false
+}
+
+/// The [`Failure`] a status represents.
+pub fn failure_of_status(status: &tonic::Status) -> Failure {
+    if status_not_sent(status) {
+        return Failure::NotSent;
+    }
+    Failure::Status {
+        code: status.code(),
+        pushback: grpc_pushback(status),
+        attempt_timed_out: false,
+    }
+}
+
+/// Wraps a status as an [`AttemptError`].
+pub fn attempt_error(status: tonic::Status) -> AttemptError {
+    AttemptError {
+        failure: failure_of_status(&status),
+        cause: Cause::Status(status),
+    }
+}
+
+/// Runs one unary gRPC call under `core`. `call` builds and sends the request; it receives the
+/// attempt timeout, which it should set on the `tonic::Request` (so the server sees
+/// `grpc-timeout`).
+///
+/// # Cancel safety
+///
+/// Cancel safe: see [`RetryCore::run`].
+pub async fn call_unary<T, F, Fut>(
+    core: &RetryCore,
+    path: &'static str,
+    over: Option<ClassOverride>,
+    timeout: Option<Duration>,
+    cancel: Option<tokio_util::sync::CancellationToken>,
+    mut call: F,
+) -> Result<T, Error>
+where
+    F: FnMut(Duration) -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let class = request_class(path, over).ok_or_else(|| {
+        Error::invalid(path, "not a unary method of the classification table; streams are owned by the stream supervisor")
+    })?;
+    let op = Operation::new(path, class).timeout(timeout).cancel(cancel);
+    core.run(op, |t| {
+        let fut = call(t);
+        async move { fut.await.map_err(attempt_error) }
+    })
+    .await
+}
+
+/// Builds a `tonic::Request` with the attempt's timeout set (sent as `grpc-timeout`).
+pub fn request_with_timeout<M>(msg: M, timeout: Duration) -> tonic::Request<M> {
+    let mut req = tonic::Request::new(msg);
+    req.set_timeout(timeout);
+    req
+}
