@@ -14,6 +14,8 @@
 #![warn(missing_docs, rust_2018_idioms)]
 
 pub mod config;
+#[cfg(feature = "dev-engine")]
+pub mod engine;
 pub mod error;
 pub mod proto;
 pub mod retry;

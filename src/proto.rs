@@ -17,3 +17,33 @@ pub mod v1 {
 /// The encoded `FileDescriptorSet` of every compiled file, for reflection in tests and tools.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/hatchet_descriptor.bin"));
+
+/// `google.rpc.Status`: the container the engine puts in `grpc-status-details-bin`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RpcStatus {
+    /// The code.
+    #[prost(int32, tag = "1")]
+    pub code: i32,
+    /// The message.
+    #[prost(string, tag = "2")]
+    pub message: String,
+    /// The details, as `Any`.
+    #[prost(message, repeated, tag = "3")]
+    pub details: Vec<prost_types::Any>,
+}
+
+/// The type URL of the idempotency collision detail.
+pub const IDEMPOTENCY_COLLISION_TYPE_URL: &str = "type.googleapis.com/v1.IdempotencyCollisionError";
+
+/// The `v1.IdempotencyCollisionError` detail of an `ALREADY_EXISTS` status, if it carries one.
+pub fn idempotency_collision(status: &tonic::Status) -> Option<v1::IdempotencyCollisionError> {
+    use prost::Message as _;
+    if status.code() != tonic::Code::AlreadyExists || status.details().is_empty() {
+        return None;
+    }
+    let rpc = RpcStatus::decode(status.details()).ok()?;
+    rpc.details
+        .iter()
+        .find(|a| a.type_url == IDEMPOTENCY_COLLISION_TYPE_URL)
+        .and_then(|a| v1::IdempotencyCollisionError::decode(a.value.as_slice()).ok())
+}

@@ -40,10 +40,30 @@ pub fn status_not_sent(status: &tonic::Status) -> bool {
     false
 }
 
+/// Whether the status is tonic's own client-side timeout (`grpc-timeout` expired locally), which
+/// tonic reports as CANCELLED with a `TimeoutExpired` source.
+pub fn status_is_local_timeout(status: &tonic::Status) -> bool {
+    let mut src = status.source();
+    while let Some(e) = src {
+        if e.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        src = e.source();
+    }
+    false
+}
+
 /// The [`Failure`] a status represents.
 pub fn failure_of_status(status: &tonic::Status) -> Failure {
     if status_not_sent(status) {
         return Failure::NotSent;
+    }
+    if status_is_local_timeout(status) {
+        return Failure::Status {
+            code: tonic::Code::DeadlineExceeded,
+            pushback: None,
+            attempt_timed_out: true,
+        };
     }
     Failure::Status {
         code: status.code(),

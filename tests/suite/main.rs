@@ -1,5 +1,9 @@
 //! The integration test suite: one binary, one module per area (one binary links faster than many).
 
 mod config_env;
+mod engine_core;
+mod engine_durable;
+mod engine_faults;
 mod retry_decisions;
+mod support;
 mod wire;

@@ -1,0 +1,759 @@
+//! Durable execution in the development engine: the `DurableTask` stream (event log of nodes per
+//! task, acks, completions, eviction) and the legacy `RegisterDurableEvent` path.
+//!
+//! # Invariants
+//!
+//! 1. Nodes are numbered 1..n per invocation on branch 1. Replaying operation k of a later
+//!    invocation finds node k: the same operation reuses it (and its result), a different one is
+//!    `NONDETERMINISM`.
+//! 2. A request with an invocation count other than the task's current one gets `server_evict`.
+//! 3. Completions go to the stream that last sent an operation for the task; a lost completion
+//!    is re-sent when the worker lists the entry in `worker_status`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::SystemTime;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tonic::Status as GrpcStatus;
+
+use super::core::{State, TriggerOpts, parse_duration};
+use super::model::{Status, StoredEvent};
+use crate::proto::v1::{self, durable_task_response::Message as Resp};
+
+type Tx = mpsc::UnboundedSender<Result<v1::DurableTaskResponse, GrpcStatus>>;
+type LegacyTx = mpsc::UnboundedSender<Result<v1::DurableEvent, GrpcStatus>>;
+
+/// One condition of a wait.
+#[derive(Debug, Clone)]
+enum Cond {
+    Sleep {
+        until: Instant,
+        readable: String,
+        sleep_for: String,
+    },
+    Event {
+        key: String,
+        readable: String,
+        after_seq: u64,
+        since: Option<SystemTime>,
+    },
+}
+
+/// Conditions grouped by `or_group_id`: OR inside a group, AND across groups.
+#[derive(Debug, Clone, Default)]
+pub struct Conditions {
+    groups: BTreeMap<String, Vec<Cond>>,
+    /// Satisfied items per group: (readable key, item).
+    hits: BTreeMap<String, (String, Value)>,
+}
+
+impl Conditions {
+    fn from_proto(
+        c: &v1::DurableEventListenerConditions,
+        now: Instant,
+        seq: u64,
+    ) -> Result<Self, GrpcStatus> {
+        let mut out = Conditions::default();
+        for s in &c.sleep_conditions {
+            let base = s.base.clone().unwrap_or_default();
+            let d = parse_duration(&s.sleep_for).ok_or_else(|| {
+                GrpcStatus::invalid_argument(format!(
+                    "sleep_for {:?} is not a duration",
+                    s.sleep_for
+                ))
+            })?;
+            let group = if base.or_group_id.is_empty() {
+                super::core::new_id()
+            } else {
+                base.or_group_id
+            };
+            out.groups.entry(group).or_default().push(Cond::Sleep {
+                until: now + d,
+                readable: base.readable_data_key,
+                sleep_for: s.sleep_for.clone(),
+            });
+        }
+        for e in &c.user_event_conditions {
+            let base = e.base.clone().unwrap_or_default();
+            let group = if base.or_group_id.is_empty() {
+                super::core::new_id()
+            } else {
+                base.or_group_id
+            };
+            let since = e.consider_events_since.as_ref().map(|t| {
+                SystemTime::UNIX_EPOCH
+                    + std::time::Duration::new(t.seconds.max(0) as u64, t.nanos.max(0) as u32)
+            });
+            out.groups.entry(group).or_default().push(Cond::Event {
+                key: e.user_event_key.clone(),
+                readable: base.readable_data_key,
+                after_seq: seq,
+                since,
+            });
+        }
+        Ok(out)
+    }
+
+    fn satisfied(&self) -> bool {
+        !self.groups.is_empty() && self.groups.keys().all(|g| self.hits.contains_key(g))
+    }
+
+    /// Marks sleeps that are due; returns whether anything changed.
+    fn tick(&mut self, now: Instant) -> bool {
+        let mut changed = false;
+        for (g, conds) in &self.groups {
+            if self.hits.contains_key(g) {
+                continue;
+            }
+            for c in conds {
+                if let Cond::Sleep {
+                    until,
+                    readable,
+                    sleep_for,
+                } = c
+                    && *until <= now
+                {
+                    self.hits.insert(
+                        g.clone(),
+                        (
+                            readable.clone(),
+                            serde_json::json!({"sleep_duration": sleep_for}),
+                        ),
+                    );
+                    changed = true;
+                    break;
+                }
+            }
+        }
+        changed
+    }
+
+    fn event(&mut self, ev: &StoredEvent) -> bool {
+        let mut changed = false;
+        for (g, conds) in &self.groups {
+            if self.hits.contains_key(g) {
+                continue;
+            }
+            for c in conds {
+                if let Cond::Event {
+                    key,
+                    readable,
+                    after_seq,
+                    since,
+                } = c
+                {
+                    let in_window = match since {
+                        Some(t) => ev.at >= *t,
+                        None => ev.seq > *after_seq,
+                    };
+                    if in_window && super::core::key_matches(key, &ev.key) {
+                        self.hits
+                            .insert(g.clone(), (readable.clone(), ev.payload.clone()));
+                        changed = true;
+                        break;
+                    }
+                }
+            }
+        }
+        changed
+    }
+
+    fn payload(&self) -> Vec<u8> {
+        let mut create = serde_json::Map::new();
+        for (readable, item) in self.hits.values() {
+            let list = create
+                .entry(readable.clone())
+                .or_insert_with(|| Value::Array(vec![]));
+            if let Value::Array(a) = list {
+                a.push(item.clone());
+            }
+        }
+        serde_json::json!({ "CREATE": create })
+            .to_string()
+            .into_bytes()
+    }
+}
+
+#[derive(Debug, Clone)]
+enum NodeKind {
+    Wait(Conditions),
+    Memo,
+    Run(String),
+}
+
+#[derive(Debug, Clone)]
+struct Node {
+    kind: NodeKind,
+    key: String,
+    result: Option<(Vec<u8>, bool, Option<String>)>,
+}
+
+#[derive(Debug, Default)]
+struct TaskLog {
+    invocation: i32,
+    next_node: i64,
+    nodes: BTreeMap<i64, Node>,
+}
+
+/// The durable part of the engine state.
+#[derive(Debug, Default)]
+pub struct DurableState {
+    /// Open DurableTask streams.
+    pub streams: HashMap<u64, Tx>,
+    routes: HashMap<String, u64>,
+    logs: HashMap<String, TaskLog>,
+    legacy: HashMap<(String, String), Conditions>,
+    legacy_listeners: HashMap<u64, (LegacyTx, HashSet<(String, String)>)>,
+}
+
+const BRANCH: i64 = 1;
+
+fn eref(task: &str, invocation: i32, node: i64) -> v1::DurableEventLogEntryRef {
+    v1::DurableEventLogEntryRef {
+        durable_task_external_id: task.to_string(),
+        invocation_count: invocation,
+        branch_id: BRANCH,
+        node_id: node,
+    }
+}
+
+fn resp(m: Resp) -> Result<v1::DurableTaskResponse, GrpcStatus> {
+    Ok(v1::DurableTaskResponse { message: Some(m) })
+}
+
+impl State {
+    /// Registers a DurableTask stream.
+    pub fn durable_open(&mut self, tx: Tx) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.durable.streams.insert(id, tx);
+        id
+    }
+
+    /// Forgets a DurableTask stream.
+    pub fn durable_close(&mut self, stream: u64) {
+        self.durable.streams.remove(&stream);
+        self.durable.routes.retain(|_, s| *s != stream);
+    }
+
+    fn dsend(&self, stream: u64, m: Resp) {
+        if let Some(tx) = self.durable.streams.get(&stream) {
+            let _ = tx.send(resp(m));
+        }
+    }
+
+    fn send_completion(&self, task: &str, node: i64) {
+        let Some(log) = self.durable.logs.get(task) else {
+            return;
+        };
+        let Some(n) = log.nodes.get(&node) else {
+            return;
+        };
+        let Some((payload, failure, err)) = &n.result else {
+            return;
+        };
+        if let Some(stream) = self.durable.routes.get(task) {
+            self.dsend(
+                *stream,
+                Resp::EntryCompleted(v1::DurableTaskEventLogEntryCompletedResponse {
+                    r#ref: Some(eref(task, log.invocation, node)),
+                    payload: payload.clone(),
+                    is_failure: *failure,
+                    error_message: err.clone(),
+                }),
+            );
+        }
+    }
+
+    /// Checks the invocation; on mismatch sends `server_evict` and returns false.
+    fn durable_check(&mut self, stream: u64, task: &str, invocation: i32) -> bool {
+        let Some(t) = self.tasks.get(task) else {
+            return false;
+        };
+        let current = t.invocation_count;
+        if invocation != current {
+            self.dsend(
+                stream,
+                Resp::ServerEvict(v1::DurableTaskServerEvictNotice {
+                    durable_task_external_id: task.to_string(),
+                    invocation_count: invocation,
+                    reason: format!("stale invocation {invocation}; current is {current}"),
+                }),
+            );
+            return false;
+        }
+        self.durable.routes.insert(task.to_string(), stream);
+        let log = self.durable.logs.entry(task.to_string()).or_default();
+        if log.invocation != invocation {
+            log.invocation = invocation;
+            log.next_node = 0;
+        }
+        true
+    }
+
+    /// Gets or creates the next node; `Err(node)` on a nondeterministic replay.
+    fn next_node(
+        &mut self,
+        task: &str,
+        key: &str,
+        make: impl FnOnce() -> NodeKind,
+    ) -> Result<(i64, bool), i64> {
+        let log = self.durable.logs.entry(task.to_string()).or_default();
+        log.next_node += 1;
+        let id = log.next_node;
+        match log.nodes.get(&id) {
+            Some(n) if n.key == key => Ok((id, true)),
+            Some(_) => Err(id),
+            None => {
+                log.nodes.insert(
+                    id,
+                    Node {
+                        kind: make(),
+                        key: key.to_string(),
+                        result: None,
+                    },
+                );
+                Ok((id, false))
+            }
+        }
+    }
+
+    fn nondeterminism(&self, stream: u64, task: &str, invocation: i32, node: i64) {
+        self.dsend(
+            stream,
+            Resp::Error(v1::DurableTaskErrorResponse {
+                r#ref: Some(eref(task, invocation, node)),
+                error_type: v1::DurableTaskErrorType::Nondeterminism as i32,
+                error_message: format!("operation {node} differs from the one recorded"),
+            }),
+        );
+    }
+
+    /// Handles one request of a DurableTask stream.
+    pub fn durable_request(&mut self, stream: u64, tenant: &str, req: v1::DurableTaskRequest) {
+        use v1::durable_task_request::Message as Req;
+        let Some(msg) = req.message else { return };
+        match msg {
+            Req::RegisterWorker(r) => {
+                if self.workers.contains_key(&r.worker_id) {
+                    self.dsend(
+                        stream,
+                        Resp::RegisterWorker(v1::DurableTaskResponseRegisterWorker {
+                            worker_id: r.worker_id,
+                        }),
+                    );
+                }
+            }
+            Req::WaitFor(w) => {
+                let task = w.durable_task_external_id.clone();
+                if !self.durable_check(stream, &task, w.invocation_count) {
+                    return;
+                }
+                let conds = w.wait_for_conditions.clone().unwrap_or_default();
+                let key = format!("wait:{conds:?}");
+                let now = Instant::now();
+                let seq = self.event_seq;
+                let parsed = match Conditions::from_proto(&conds, now, seq) {
+                    Ok(c) => c,
+                    Err(_) => return, // bad input: logged by the engine, no response (as the engine does)
+                };
+                match self.next_node(&task, &key, || NodeKind::Wait(parsed)) {
+                    Err(node) => self.nondeterminism(stream, &task, w.invocation_count, node),
+                    Ok((node, _)) => {
+                        self.dsend(
+                            stream,
+                            Resp::WaitForAck(v1::DurableTaskEventWaitForAckResponse {
+                                r#ref: Some(eref(&task, w.invocation_count, node)),
+                            }),
+                        );
+                        // A look-back wait may already be satisfied by stored events.
+                        let events: Vec<StoredEvent> = self.events.iter().cloned().collect();
+                        if let Some(n) = self
+                            .durable
+                            .logs
+                            .get_mut(&task)
+                            .and_then(|l| l.nodes.get_mut(&node))
+                            && let NodeKind::Wait(c) = &mut n.kind
+                            && n.result.is_none()
+                        {
+                            for ev in &events {
+                                c.event(ev);
+                            }
+                            c.tick(now);
+                            if c.satisfied() {
+                                n.result = Some((c.payload(), false, None));
+                            }
+                        }
+                        self.send_completion(&task, node);
+                    }
+                }
+            }
+            Req::Memo(m) => {
+                let task = m.durable_task_external_id.clone();
+                if !self.durable_check(stream, &task, m.invocation_count) {
+                    return;
+                }
+                let key = format!("memo:{}", String::from_utf8_lossy(&m.key));
+                match self.next_node(&task, &key, || NodeKind::Memo) {
+                    Err(node) => self.nondeterminism(stream, &task, m.invocation_count, node),
+                    Ok((node, existed)) => {
+                        let log = self.durable.logs.get_mut(&task).expect("log exists");
+                        let n = log.nodes.get_mut(&node).expect("node exists");
+                        if n.result.is_none()
+                            && let Some(p) = &m.payload
+                        {
+                            n.result = Some((p.clone(), false, None));
+                        }
+                        let stored = n.result.as_ref().map(|r| r.0.clone());
+                        self.dsend(
+                            stream,
+                            Resp::MemoAck(v1::DurableTaskEventMemoAckResponse {
+                                r#ref: Some(eref(&task, m.invocation_count, node)),
+                                memo_already_existed: existed && stored.is_some(),
+                                memo_result_payload: stored,
+                            }),
+                        );
+                        self.send_completion(&task, node);
+                    }
+                }
+            }
+            Req::CompleteMemo(c) => {
+                let Some(r) = c.r#ref else { return };
+                if let Some(n) = self
+                    .durable
+                    .logs
+                    .get_mut(&r.durable_task_external_id)
+                    .and_then(|l| l.nodes.get_mut(&r.node_id))
+                    && n.result.is_none()
+                {
+                    n.result = Some((c.payload, false, None));
+                }
+            }
+            Req::TriggerRuns(t) => {
+                let task = t.durable_task_external_id.clone();
+                if !self.durable_check(stream, &task, t.invocation_count) {
+                    return;
+                }
+                let mut entries = Vec::new();
+                let mut nodes = Vec::new();
+                for opt in &t.trigger_opts {
+                    let key = format!("run:{}:{}", opt.name, opt.input);
+                    let node = match self.next_node(&task, &key, || NodeKind::Run(String::new())) {
+                        Err(node) => {
+                            return self.nondeterminism(stream, &task, t.invocation_count, node);
+                        }
+                        Ok((node, _)) => node,
+                    };
+                    let existing = match &self.durable.logs[&task].nodes[&node].kind {
+                        NodeKind::Run(id) if !id.is_empty() => Some(id.clone()),
+                        _ => None,
+                    };
+                    let run_id = match existing {
+                        Some(id) => id,
+                        None => {
+                            let input = serde_json::from_str(&opt.input)
+                                .unwrap_or(Value::Object(Default::default()));
+                            let meta = opt
+                                .additional_metadata
+                                .as_deref()
+                                .and_then(|m| {
+                                    serde_json::from_str::<serde_json::Map<String, Value>>(m).ok()
+                                })
+                                .unwrap_or_default();
+                            let opts = TriggerOpts {
+                                parent_task: Some(task.clone()),
+                                child_index: opt.child_index,
+                                child_key: opt
+                                    .child_key
+                                    .clone()
+                                    .or_else(|| Some(format!("durable:{BRANCH}:{node}"))),
+                                priority: opt.priority.unwrap_or(1),
+                                event: None,
+                            };
+                            match self.create_run(tenant, &opt.name, input, meta, opts) {
+                                Ok(id) => id,
+                                Err(_) => return,
+                            }
+                        }
+                    };
+                    if let Some(n) = self
+                        .durable
+                        .logs
+                        .get_mut(&task)
+                        .and_then(|l| l.nodes.get_mut(&node))
+                    {
+                        n.kind = NodeKind::Run(run_id.clone());
+                    }
+                    self.durable_child_finished(&run_id);
+                    entries.push(v1::DurableTaskRunAckEntry {
+                        node_id: node,
+                        branch_id: BRANCH,
+                        workflow_run_external_id: run_id,
+                    });
+                    nodes.push(node);
+                }
+                self.dsend(
+                    stream,
+                    Resp::TriggerRunsAck(v1::DurableTaskEventTriggerRunsAckResponse {
+                        durable_task_external_id: task.clone(),
+                        invocation_count: t.invocation_count,
+                        run_entries: entries,
+                    }),
+                );
+                for node in nodes {
+                    self.send_completion(&task, node);
+                }
+            }
+            Req::EvictInvocation(e) => {
+                let task = e.durable_task_external_id.clone();
+                if self.tasks.get(&task).is_some_and(|t| {
+                    t.invocation_count == e.invocation_count && t.status == Status::Running
+                }) {
+                    self.free_slot(&task);
+                    if let Some(t) = self.tasks.get_mut(&task) {
+                        t.evicted = true;
+                    }
+                }
+                self.dsend(
+                    stream,
+                    Resp::EvictionAck(v1::DurableTaskEvictionAckResponse {
+                        invocation_count: e.invocation_count,
+                        durable_task_external_id: task,
+                    }),
+                );
+            }
+            Req::WorkerStatus(s) => {
+                for w in s.waiting_entries {
+                    let task = w.durable_task_external_id.clone();
+                    let current = self
+                        .tasks
+                        .get(&task)
+                        .map(|t| t.invocation_count)
+                        .unwrap_or(0);
+                    if w.invocation_count < current {
+                        self.dsend(
+                            stream,
+                            Resp::ServerEvict(v1::DurableTaskServerEvictNotice {
+                                durable_task_external_id: task,
+                                invocation_count: w.invocation_count,
+                                reason: "stale invocation".into(),
+                            }),
+                        );
+                        continue;
+                    }
+                    self.durable.routes.insert(task.clone(), stream);
+                    self.send_completion(&task, w.node_id);
+                }
+            }
+        }
+    }
+
+    /// Satisfies waits on a pushed event (both durable paths).
+    pub fn durable_event_pushed(&mut self, ev: &StoredEvent) {
+        let mut done = Vec::new();
+        for (task, log) in self.durable.logs.iter_mut() {
+            for (id, n) in log.nodes.iter_mut() {
+                if let NodeKind::Wait(c) = &mut n.kind
+                    && n.result.is_none()
+                    && c.event(ev)
+                    && c.satisfied()
+                {
+                    n.result = Some((c.payload(), false, None));
+                    done.push((task.clone(), *id));
+                }
+            }
+        }
+        for (task, node) in done {
+            self.node_done(&task, node);
+        }
+        let mut legacy_done = Vec::new();
+        for (k, c) in self.durable.legacy.iter_mut() {
+            if c.event(ev) && c.satisfied() {
+                legacy_done.push(k.clone());
+            }
+        }
+        for k in legacy_done {
+            self.legacy_deliver(&k);
+        }
+    }
+
+    /// Satisfies due sleeps.
+    pub fn durable_tick(&mut self, now: Instant) {
+        let mut done = Vec::new();
+        for (task, log) in self.durable.logs.iter_mut() {
+            for (id, n) in log.nodes.iter_mut() {
+                if let NodeKind::Wait(c) = &mut n.kind
+                    && n.result.is_none()
+                    && c.tick(now)
+                    && c.satisfied()
+                {
+                    n.result = Some((c.payload(), false, None));
+                    done.push((task.clone(), *id));
+                }
+            }
+        }
+        for (task, node) in done {
+            self.node_done(&task, node);
+        }
+        let mut legacy_done = Vec::new();
+        for (k, c) in self.durable.legacy.iter_mut() {
+            if c.tick(now) && c.satisfied() {
+                legacy_done.push(k.clone());
+            }
+        }
+        for k in legacy_done {
+            self.legacy_deliver(&k);
+        }
+    }
+
+    fn node_done(&mut self, task: &str, node: i64) {
+        self.send_completion(task, node);
+        // An evicted task waiting on this node is queued again (new invocation).
+        if let Some(t) = self.tasks.get_mut(task)
+            && t.evicted
+            && t.status == Status::Running
+        {
+            t.status = Status::Queued;
+            t.worker_id = None;
+            t.deadline = None;
+            self.queue.push_back(task.to_string());
+        }
+    }
+
+    /// A child run finished: satisfies the RUN nodes waiting on it.
+    pub fn durable_child_finished(&mut self, run_id: &str) {
+        let Some(run) = self.runs.get(run_id) else {
+            return;
+        };
+        if !run.status.is_terminal() {
+            return;
+        }
+        let ev = self.run_event(run);
+        let failed = run.status != Status::Completed;
+        let payload = if failed {
+            Vec::new()
+        } else if ev.results.len() == 1 {
+            ev.results[0]
+                .output
+                .clone()
+                .unwrap_or_else(|| "{}".into())
+                .into_bytes()
+        } else {
+            let mut m = serde_json::Map::new();
+            for r in &ev.results {
+                let v = r
+                    .output
+                    .as_deref()
+                    .and_then(|o| serde_json::from_str(o).ok())
+                    .unwrap_or(Value::Null);
+                m.insert(r.task_name.clone(), v);
+            }
+            Value::Object(m).to_string().into_bytes()
+        };
+        let error = failed.then(|| {
+            ev.results
+                .iter()
+                .find_map(|r| r.error.clone())
+                .unwrap_or_else(|| "task was cancelled".into())
+        });
+        let mut done = Vec::new();
+        for (task, log) in self.durable.logs.iter_mut() {
+            for (id, n) in log.nodes.iter_mut() {
+                if matches!(&n.kind, NodeKind::Run(r) if r == run_id) && n.result.is_none() {
+                    n.result = Some((payload.clone(), failed, error.clone()));
+                    done.push((task.clone(), *id));
+                }
+            }
+        }
+        for (task, node) in done {
+            self.node_done(&task, node);
+        }
+    }
+
+    /// The durable task itself finished: stop routing to it.
+    pub fn durable_task_finished(&mut self, task: &str) {
+        self.durable.routes.remove(task);
+    }
+
+    // ===== legacy path =====
+
+    /// `RegisterDurableEvent`.
+    pub fn legacy_register(
+        &mut self,
+        req: &v1::RegisterDurableEventRequest,
+    ) -> Result<(), GrpcStatus> {
+        if !self.tasks.contains_key(&req.task_id) {
+            return Err(GrpcStatus::not_found("task not found"));
+        }
+        let conds = req.conditions.clone().unwrap_or_default();
+        for g in conds
+            .sleep_conditions
+            .iter()
+            .filter_map(|c| c.base.as_ref())
+            .chain(
+                conds
+                    .user_event_conditions
+                    .iter()
+                    .filter_map(|c| c.base.as_ref()),
+            )
+        {
+            if uuid::Uuid::parse_str(&g.or_group_id).is_err() {
+                return Err(GrpcStatus::invalid_argument("or_group_id must be a UUID"));
+            }
+        }
+        let c = Conditions::from_proto(&conds, Instant::now(), self.event_seq)?;
+        self.durable
+            .legacy
+            .insert((req.task_id.clone(), req.signal_key.clone()), c);
+        Ok(())
+    }
+
+    /// Opens a `ListenForDurableEvent` stream.
+    pub fn legacy_listen_open(&mut self, tx: LegacyTx) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.durable
+            .legacy_listeners
+            .insert(id, (tx, HashSet::new()));
+        id
+    }
+
+    /// Closes a `ListenForDurableEvent` stream.
+    pub fn legacy_listen_close(&mut self, id: u64) {
+        self.durable.legacy_listeners.remove(&id);
+    }
+
+    /// A listener asks for `(task, signal)`; delivered at once if already satisfied.
+    pub fn legacy_listen(&mut self, id: u64, task: String, signal: String) {
+        let k = (task, signal);
+        if let Some((_, keys)) = self.durable.legacy_listeners.get_mut(&id) {
+            keys.insert(k.clone());
+        }
+        if self
+            .durable
+            .legacy
+            .get(&k)
+            .is_some_and(Conditions::satisfied)
+        {
+            self.legacy_deliver(&k);
+        }
+    }
+
+    fn legacy_deliver(&mut self, k: &(String, String)) {
+        let Some(c) = self.durable.legacy.get(k) else {
+            return;
+        };
+        let data = c.payload();
+        for (tx, keys) in self.durable.legacy_listeners.values_mut() {
+            if keys.remove(k) {
+                let _ = tx.send(Ok(v1::DurableEvent {
+                    task_id: k.0.clone(),
+                    signal_key: k.1.clone(),
+                    data: data.clone(),
+                }));
+            }
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! Fault injection and attempt counters, programmable from tests and from the control endpoint.
+//!
+//! Rules target a gRPC path (`/Dispatcher/ListenV2`) or a REST path prefix (`/api/v1/...`), and
+//! apply to the next `times` calls. Counters record every request seen at the network boundary
+//! (before auth), so tests count real attempts.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+/// What to do to a matching call.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Fault {
+    /// Answer with a gRPC status (and optional `grpc-retry-pushback-ms`), without running it.
+    Fail {
+        /// The gRPC code number.
+        code: i32,
+        /// The message.
+        #[serde(default)]
+        message: String,
+        /// Pushback value, sent verbatim (may be negative or malformed on purpose).
+        #[serde(default)]
+        pushback_ms: Option<String>,
+    },
+    /// Answer a REST call with this HTTP status (and optional `Retry-After`, sent verbatim).
+    HttpFail {
+        /// The status.
+        status: u16,
+        /// `Retry-After` value (delta-seconds or HTTP-date).
+        #[serde(default)]
+        retry_after: Option<String>,
+    },
+    /// Delay the call, then run it.
+    Delay {
+        /// Milliseconds.
+        ms: u64,
+    },
+    /// Never answer (until the client cancels or the connection drops).
+    Hang,
+    /// Let a stream send `after` messages, then end it with `code` (or OK when absent).
+    EndStream {
+        /// Messages before the end.
+        after: usize,
+        /// gRPC code number; `None` ends with OK (EOF).
+        #[serde(default)]
+        code: Option<i32>,
+    },
+}
+
+/// A fault for the next `times` calls to `target`.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+pub struct FaultRule {
+    /// gRPC path, or REST path prefix.
+    pub target: String,
+    /// How many calls it applies to.
+    pub times: u32,
+    /// The fault.
+    pub fault: Fault,
+}
+
+/// The engine's fault switchboard. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    rules: Mutex<Vec<FaultRule>>,
+    counters: Mutex<BTreeMap<String, u64>>,
+    kill: Mutex<CancellationToken>,
+    frozen: AtomicBool,
+}
+
+fn matches(target: &str, path: &str) -> bool {
+    target == path || (target.starts_with("/api/") && path.starts_with(target))
+}
+
+impl Faults {
+    /// Adds a rule.
+    pub fn inject(&self, target: impl Into<String>, times: u32, fault: Fault) {
+        self.inner.rules.lock().push(FaultRule {
+            target: target.into(),
+            times,
+            fault,
+        });
+    }
+
+    /// Removes every rule and unfreezes.
+    pub fn clear(&self) {
+        self.inner.rules.lock().clear();
+        if self.inner.frozen.swap(false, Ordering::SeqCst) {
+            self.drop_connections();
+        }
+    }
+
+    fn take_where(&self, path: &str, stream_rule: bool) -> Option<Fault> {
+        let mut rules = self.inner.rules.lock();
+        let i = rules.iter().position(|r| {
+            matches(&r.target, path)
+                && r.times > 0
+                && matches!(r.fault, Fault::EndStream { .. }) == stream_rule
+        })?;
+        let r = &mut rules[i];
+        r.times -= 1;
+        let f = r.fault.clone();
+        if r.times == 0 {
+            rules.remove(i);
+        }
+        Some(f)
+    }
+
+    /// The request-level fault for this call of `path`, if any (consumes one use).
+    pub fn take(&self, path: &str) -> Option<Fault> {
+        self.take_where(path, false)
+    }
+
+    /// The stream-level plan for a stream of `path` opened now: `(messages, end code)`.
+    pub fn stream_plan(&self, path: &str) -> Option<(usize, Option<i32>)> {
+        match self.take_where(path, true)? {
+            Fault::EndStream { after, code } => Some((after, code)),
+            _ => None,
+        }
+    }
+
+    /// Counts a call of `path`.
+    pub fn count(&self, path: &str) {
+        *self
+            .inner
+            .counters
+            .lock()
+            .entry(path.to_string())
+            .or_default() += 1;
+    }
+
+    /// Calls seen for `path` (exact).
+    pub fn attempts(&self, path: &str) -> u64 {
+        self.inner.counters.lock().get(path).copied().unwrap_or(0)
+    }
+
+    /// Every counter.
+    pub fn counters(&self) -> BTreeMap<String, u64> {
+        self.inner.counters.lock().clone()
+    }
+
+    /// Resets every counter.
+    pub fn reset_counters(&self) {
+        self.inner.counters.lock().clear();
+    }
+
+    /// Drops every open connection (clients see a reset).
+    pub fn drop_connections(&self) {
+        let mut k = self.inner.kill.lock();
+        k.cancel();
+        *k = CancellationToken::new();
+    }
+
+    /// Stops answering entirely: open and new connections swallow bytes and never reply
+    /// (half-open). `clear()` ends it and drops the frozen connections.
+    pub fn freeze(&self) {
+        self.inner.frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the engine is frozen.
+    pub fn is_frozen(&self) -> bool {
+        self.inner.frozen.load(Ordering::SeqCst)
+    }
+
+    /// The token that dies when connections are dropped.
+    pub(crate) fn kill_token(&self) -> CancellationToken {
+        self.inner.kill.lock().clone()
+    }
+
+    pub(crate) fn frozen_flag(&self) -> bool {
+        self.is_frozen()
+    }
+}

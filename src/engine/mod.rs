@@ -1,0 +1,355 @@
+//! The embedded development engine: in-memory, on loopback, speaking the Hatchet protocol
+//! (gRPC and REST), with fault injection. The quickstart, the tests and the benchmarks run on it,
+//! and so can the official SDKs (see the `hatchet-dev-engine` binary).
+//!
+//! # Invariants
+//!
+//! 1. Both servers bind 127.0.0.1 (port 0 unless given) and set TCP_NODELAY on every connection.
+//! 2. [`DevEngine::restart`] keeps the state and the ports: every stream is hung up (clients see
+//!    EOF or a reset), then the same ports serve again, so clients reconnect.
+//! 3. Every gRPC call and REST request needs the engine's token; the gate counts each attempt
+//!    before anything else, so tests count real attempts.
+//! 4. Messages over 4 MiB are refused (like the real engine).
+
+mod core;
+mod durable;
+mod faults;
+mod gate;
+mod grpc;
+mod io;
+mod model;
+mod rest;
+mod streams;
+
+pub use self::core::{ENGINE_VERSION, parse_duration};
+pub use faults::{Fault, FaultRule, Faults};
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::Mutex;
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic::codec::CompressionEncoding;
+
+use crate::config::{ClientConfig, SecretToken, TlsStrategy, encode_dev_token};
+use crate::proto::{self, v1};
+use crate::transport::MAX_MESSAGE_BYTES;
+
+/// How often the scheduler looks at timers when nothing wakes it.
+const TICK: Duration = Duration::from_millis(100);
+/// How long a stop waits for connections to close by themselves before dropping them.
+const STOP_GRACE: Duration = Duration::from_millis(500);
+/// Token lifetime (the real engine's default).
+const TOKEN_LIFETIME: Duration = Duration::from_secs(90 * 24 * 3600);
+
+/// Options of [`DevEngine::start`].
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct DevEngineOptions {
+    /// gRPC port on 127.0.0.1; 0 picks a free one.
+    pub grpc_port: u16,
+    /// REST port on 127.0.0.1; 0 picks a free one.
+    pub api_port: u16,
+    /// Tenant id; a fresh UUID when absent.
+    pub tenant_id: Option<String>,
+}
+
+impl DevEngineOptions {
+    /// Sets the gRPC port.
+    pub fn grpc_port(mut self, p: u16) -> Self {
+        self.grpc_port = p;
+        self
+    }
+    /// Sets the REST port.
+    pub fn api_port(mut self, p: u16) -> Self {
+        self.api_port = p;
+        self
+    }
+}
+
+struct Serving {
+    stop: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// A running development engine. Dropping it stops the servers.
+pub struct DevEngine {
+    engine: Arc<self::core::Engine>,
+    faults: Faults,
+    grpc_addr: SocketAddr,
+    api_addr: SocketAddr,
+    token: SecretToken,
+    config: ClientConfig,
+    serving: Mutex<Option<Serving>>,
+}
+
+impl std::fmt::Debug for DevEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevEngine")
+            .field("grpc_addr", &self.grpc_addr)
+            .field("api_addr", &self.api_addr)
+            .field("tenant_id", &self.engine.tenant_id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn bind(port: u16) -> std::io::Result<TcpListener> {
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let s = TcpSocket::new_v4()?;
+    s.set_reuseaddr(true)?;
+    s.bind(addr)?;
+    s.listen(1024)
+}
+
+impl DevEngine {
+    /// Binds gRPC and REST on 127.0.0.1, issues a token and starts serving.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping the future mid-way may leave a bound port until the runtime ends.
+    pub async fn start(opts: DevEngineOptions) -> std::io::Result<DevEngine> {
+        let grpc = bind(opts.grpc_port)?;
+        let api = bind(opts.api_port)?;
+        let grpc_addr = grpc.local_addr()?;
+        let api_addr = api.local_addr()?;
+        let tenant_id = opts.tenant_id.unwrap_or_else(self::core::new_id);
+        let exp = (SystemTime::now() + TOKEN_LIFETIME)
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(u64::MAX / 2);
+        let token = encode_dev_token(
+            &tenant_id,
+            &format!("http://{api_addr}"),
+            &grpc_addr.to_string(),
+            exp,
+            &self::core::new_id(),
+        );
+        let config = ClientConfig::builder()
+            .secret_token(token.clone())
+            .tls_strategy(TlsStrategy::None)
+            .build()
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let engine = DevEngine {
+            engine: Arc::new(self::core::Engine::new(tenant_id)),
+            faults: Faults::default(),
+            grpc_addr,
+            api_addr,
+            token,
+            config,
+            serving: Mutex::new(None),
+        };
+        engine.serve(grpc, api);
+        Ok(engine)
+    }
+
+    fn serve(&self, grpc: TcpListener, api: TcpListener) {
+        let stop = CancellationToken::new();
+        let token: Arc<str> = Arc::from(self.token.expose());
+        let svc = grpc::Svc {
+            engine: self.engine.clone(),
+            faults: self.faults.clone(),
+        };
+        let gate = gate::Gate {
+            faults: self.faults.clone(),
+            token: token.clone(),
+        };
+        let listener = io::FaultyListener {
+            inner: grpc,
+            faults: self.faults.clone(),
+        };
+        let incoming = futures::stream::unfold(listener, |l| async move {
+            let (io, _) = l.accept_io().await;
+            Some((Ok::<_, std::io::Error>(io), l))
+        });
+        macro_rules! svc {
+            ($server:ty) => {
+                <$server>::new(svc.clone())
+                    .accept_compressed(CompressionEncoding::Gzip)
+                    .send_compressed(CompressionEncoding::Gzip)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES)
+            };
+        }
+        let router = tonic::transport::Server::builder()
+            .layer(gate)
+            .add_service(svc!(proto::dispatcher_server::DispatcherServer<grpc::Svc>))
+            .add_service(svc!(
+                proto::events_service_server::EventsServiceServer<grpc::Svc>
+            ))
+            .add_service(svc!(
+                proto::workflow_service_server::WorkflowServiceServer<grpc::Svc>
+            ))
+            .add_service(svc!(
+                v1::admin_service_server::AdminServiceServer<grpc::Svc>
+            ))
+            .add_service(svc!(
+                v1::v1_dispatcher_server::V1DispatcherServer<grpc::Svc>
+            ));
+        let s = stop.clone();
+        let grpc_task = tokio::spawn(async move {
+            if let Err(e) = router
+                .serve_with_incoming_shutdown(incoming, s.cancelled_owned())
+                .await
+            {
+                tracing::warn!(error = %e, "dev engine gRPC server ended");
+            }
+        });
+        let rest_state = rest::Rest {
+            engine: self.engine.clone(),
+            faults: self.faults.clone(),
+            token,
+        };
+        let api_listener = io::FaultyListener {
+            inner: api,
+            faults: self.faults.clone(),
+        };
+        let s = stop.clone();
+        let rest_task = tokio::spawn(async move {
+            let server = axum::serve(api_listener, rest::router(rest_state))
+                .with_graceful_shutdown(s.cancelled_owned());
+            if let Err(e) = server.await {
+                tracing::warn!(error = %e, "dev engine REST server ended");
+            }
+        });
+        let engine = self.engine.clone();
+        let s = stop.clone();
+        let scheduler = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = s.cancelled() => break,
+                    _ = engine.wake.notified() => {}
+                    _ = tokio::time::sleep(TICK) => {}
+                }
+                engine.tick();
+            }
+        });
+        *self.serving.lock() = Some(Serving {
+            stop,
+            tasks: vec![grpc_task, rest_task, scheduler],
+        });
+    }
+
+    /// Stops serving; the state is kept. Streams end (workers see EOF), then connections close.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the stop is requested at once; awaiting only waits for it to finish.
+    pub async fn shutdown(&self) {
+        let Some(serving) = self.serving.lock().take() else {
+            return;
+        };
+        serving.stop.cancel();
+        self.engine.hang_up_all();
+        let mut tasks = serving.tasks;
+        let all = futures::future::join_all(tasks.iter_mut());
+        if tokio::time::timeout(STOP_GRACE, all).await.is_err() {
+            self.faults.drop_connections();
+            for t in &tasks {
+                t.abort();
+            }
+        }
+        self.faults.drop_connections();
+    }
+
+    /// Stops and serves again on the same ports with the same state.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: dropping it between the stop and the start leaves the engine stopped.
+    pub async fn restart(&self) -> std::io::Result<()> {
+        self.shutdown().await;
+        self.start_again().await
+    }
+
+    /// Serves again after [`DevEngine::shutdown`], on the same ports.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn start_again(&self) -> std::io::Result<()> {
+        if self.serving.lock().is_some() {
+            return Ok(());
+        }
+        let mut tries = 0;
+        let (grpc, api) = loop {
+            match (bind(self.grpc_addr.port()), bind(self.api_addr.port())) {
+                (Ok(g), Ok(a)) => break (g, a),
+                (Err(e), _) | (_, Err(e)) if tries >= 50 => return Err(e),
+                _ => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        self.serve(grpc, api);
+        Ok(())
+    }
+
+    /// The gRPC address.
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc_addr
+    }
+
+    /// The REST address.
+    pub fn api_addr(&self) -> SocketAddr {
+        self.api_addr
+    }
+
+    /// The REST base URL.
+    pub fn api_url(&self) -> String {
+        format!("http://{}", self.api_addr)
+    }
+
+    /// The tenant id.
+    pub fn tenant_id(&self) -> &str {
+        &self.engine.tenant_id
+    }
+
+    /// The token clients must present.
+    pub fn token(&self) -> &SecretToken {
+        &self.token
+    }
+
+    /// A ready client configuration (plaintext, the engine's token and addresses).
+    pub fn client_config(&self) -> ClientConfig {
+        self.config.clone()
+    }
+
+    /// The fault switchboard and attempt counters.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    /// How many workflow runs the engine holds.
+    pub fn run_count(&self) -> usize {
+        self.engine.state.lock().runs.len()
+    }
+
+    /// How many times a run's tasks were started (attempts assigned), by run id — engine-side
+    /// evidence that a write ran once.
+    pub fn runs_by_workflow(&self, name: &str) -> usize {
+        self.engine
+            .state
+            .lock()
+            .runs
+            .values()
+            .filter(|r| r.workflow_name == name)
+            .count()
+    }
+}
+
+impl Drop for DevEngine {
+    fn drop(&mut self) {
+        if let Some(s) = self.serving.lock().take() {
+            s.stop.cancel();
+            self.engine.hang_up_all();
+            for t in s.tasks {
+                t.abort();
+            }
+            self.faults.drop_connections();
+        }
+    }
+}

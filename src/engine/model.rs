@@ -1,0 +1,214 @@
+//! The development engine's in-memory records. Plain data: the rules live in [`super::core`].
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::proto;
+
+/// Status of a task or a run, as the REST API spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Status {
+    /// Waiting for its parents (tasks only; shown as QUEUED).
+    #[serde(rename = "QUEUED")]
+    Pending,
+    /// Waiting for a worker.
+    Queued,
+    /// Assigned to a worker.
+    Running,
+    /// Finished with an output.
+    Completed,
+    /// Finished with an error.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl Status {
+    /// Whether nothing can change it any more.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Status::Completed | Status::Failed | Status::Cancelled)
+    }
+
+    /// The `v1.RunStatus` number.
+    pub fn v1(self) -> i32 {
+        use crate::proto::v1::RunStatus as R;
+        (match self {
+            Status::Pending | Status::Queued => R::Queued,
+            Status::Running => R::Running,
+            Status::Completed => R::Completed,
+            Status::Failed => R::Failed,
+            Status::Cancelled => R::Cancelled,
+        }) as i32
+    }
+
+    /// The REST spelling.
+    pub fn rest(self) -> &'static str {
+        match self {
+            Status::Pending | Status::Queued => "QUEUED",
+            Status::Running => "RUNNING",
+            Status::Completed => "COMPLETED",
+            Status::Failed => "FAILED",
+            Status::Cancelled => "CANCELLED",
+        }
+    }
+}
+
+/// A task of a workflow definition.
+#[derive(Debug, Clone)]
+pub struct TaskDef {
+    pub readable_id: String,
+    pub action: String,
+    pub parents: Vec<String>,
+    pub timeout: Duration,
+    pub retries: i32,
+    pub backoff_factor: Option<f32>,
+    pub backoff_max_seconds: Option<i32>,
+    pub is_durable: bool,
+    pub slot_requests: HashMap<String, i32>,
+}
+
+/// A workflow: the latest version registered under its name.
+#[derive(Debug, Clone)]
+pub struct Workflow {
+    pub id: String,
+    pub version_id: String,
+    pub name: String,
+    pub tasks: Vec<TaskDef>,
+    pub event_triggers: Vec<String>,
+    pub idempotency: Option<proto::v1::IdempotencyConfig>,
+    pub created_at: SystemTime,
+}
+
+/// One task of one run.
+#[derive(Debug, Clone)]
+pub struct Task {
+    pub id: String,
+    pub run_id: String,
+    pub readable_id: String,
+    pub action: String,
+    pub status: Status,
+    /// The current attempt's retry count (the attempt key is `(id, retry_count)`).
+    pub retry_count: i32,
+    /// User-error retries used (internal requeues do not count).
+    pub user_retries_used: i32,
+    pub retries: i32,
+    pub timeout: Duration,
+    pub parents: Vec<String>,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub worker_id: Option<String>,
+    pub slot_type: String,
+    pub slot_held: bool,
+    pub deadline: Option<Instant>,
+    pub not_before: Option<Instant>,
+    pub is_durable: bool,
+    pub invocation_count: i32,
+    pub evicted: bool,
+    pub created_at: SystemTime,
+    pub started_at: Option<SystemTime>,
+    pub finished_at: Option<SystemTime>,
+    pub backoff_factor: Option<f32>,
+    pub backoff_max_seconds: Option<i32>,
+    /// Children spawned with a child index or key: key → child run id.
+    pub children: HashMap<String, String>,
+    pub logs: Vec<(SystemTime, String, String)>,
+}
+
+/// A workflow run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub id: String,
+    pub workflow_name: String,
+    pub workflow_id: String,
+    pub workflow_version_id: String,
+    pub input: serde_json::Value,
+    pub additional_metadata: serde_json::Map<String, serde_json::Value>,
+    pub status: Status,
+    pub tasks: Vec<String>,
+    pub parent_task_id: Option<String>,
+    pub child_index: Option<i32>,
+    pub child_key: Option<String>,
+    pub priority: i32,
+    pub created_at: SystemTime,
+    pub started_at: Option<SystemTime>,
+    pub finished_at: Option<SystemTime>,
+    pub triggering_event: Option<(String, String)>,
+}
+
+/// A listener session of a worker (one ListenV2 or Listen stream).
+#[derive(Debug)]
+pub struct Session {
+    pub id: u64,
+    pub tx: mpsc::Sender<Result<proto::AssignedAction, tonic::Status>>,
+    /// Legacy `Listen`: the stream itself keeps the worker alive, no Heartbeat needed.
+    pub legacy: bool,
+}
+
+/// A registered worker.
+#[derive(Debug)]
+pub struct Worker {
+    pub id: String,
+    pub name: String,
+    pub actions: HashSet<String>,
+    pub slot_limits: BTreeMap<String, i32>,
+    pub slots_used: BTreeMap<String, i32>,
+    pub sessions: Vec<Session>,
+    pub last_heartbeat: Instant,
+    pub last_heartbeat_at: SystemTime,
+    pub ever_listened: bool,
+    pub labels: BTreeMap<String, String>,
+    pub runtime_info: Option<proto::RuntimeInfo>,
+    pub paused: bool,
+    pub created_at: SystemTime,
+    pub last_listener_established: Option<SystemTime>,
+}
+
+/// A pushed event.
+#[derive(Debug, Clone)]
+pub struct StoredEvent {
+    pub id: String,
+    pub key: String,
+    pub payload: serde_json::Value,
+    pub at: SystemTime,
+    pub seq: u64,
+}
+
+/// A subscriber of `SubscribeToWorkflowRuns`.
+#[derive(Debug)]
+pub struct RunSubscriber {
+    pub tx: mpsc::UnboundedSender<Result<proto::WorkflowRunEvent, tonic::Status>>,
+    pub pending: HashSet<String>,
+}
+
+/// What a `SubscribeToWorkflowEvents` stream follows.
+#[derive(Debug, Clone)]
+pub enum EventFilter {
+    /// One run.
+    Run(String),
+    /// Every run whose additional metadata has this key and value.
+    Metadata {
+        key: String,
+        value: String,
+        tracked: HashSet<String>,
+    },
+}
+
+/// A subscriber of `SubscribeToWorkflowEvents`.
+#[derive(Debug)]
+pub struct EventSubscriber {
+    pub tx: mpsc::UnboundedSender<Result<proto::WorkflowEvent, tonic::Status>>,
+    pub filter: EventFilter,
+}
+
+/// A rate limit set with PutRateLimit.
+#[derive(Debug, Clone)]
+pub struct RateLimit {
+    pub key: String,
+    pub limit: i32,
+    pub duration: String,
+    pub set_at: SystemTime,
+}

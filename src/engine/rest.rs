@@ -1,0 +1,655 @@
+//! The REST side of the development engine: the read endpoints SDKs use (runs, tasks, workflows,
+//! crons, schedules, workers, rate limits) and the fault-injection control endpoint.
+//!
+//! Every route needs `Authorization: Bearer <token>`; the fault middleware counts each request
+//! (by path) and applies HTTP faults before auth, like the gRPC gate.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::Json;
+use axum::extract::{Path, Query, Request, State as AxState};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use serde_json::{Value, json};
+
+use super::core::{Engine, new_id};
+use super::faults::{Fault, FaultRule, Faults};
+use super::gate::bearer_ok;
+use super::model::{Run, Task};
+
+/// Shared by the handlers.
+#[derive(Clone, Debug)]
+pub struct Rest {
+    pub engine: Arc<Engine>,
+    pub faults: Faults,
+    pub token: Arc<str>,
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    httpdate_rfc3339(t)
+}
+
+/// RFC 3339 in UTC, second precision, without a date crate.
+fn httpdate_rfc3339(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0) as i64;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil-from-days (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+fn err(status: StatusCode, description: &str) -> Response {
+    (
+        status,
+        Json(json!({"errors": [{"description": description}]})),
+    )
+        .into_response()
+}
+
+fn meta(id: &str, created: SystemTime) -> Value {
+    json!({"id": id, "createdAt": rfc3339(created), "updatedAt": rfc3339(created)})
+}
+
+fn pagination(total: usize, offset: usize, limit: usize) -> Value {
+    let limit = limit.max(1);
+    let pages = total.div_ceil(limit).max(1);
+    let current = offset / limit + 1;
+    json!({"current_page": current, "next_page": if current < pages { current + 1 } else { current }, "num_pages": pages})
+}
+
+fn parse_output(t: &Task) -> Value {
+    t.output
+        .as_deref()
+        .and_then(|o| serde_json::from_str(o).ok())
+        .unwrap_or(Value::Null)
+}
+
+fn run_json(run: &Run, tasks: &[&Task]) -> Value {
+    let output = if tasks.len() == 1 {
+        tasks
+            .first()
+            .map(|t| parse_output(t))
+            .unwrap_or(Value::Null)
+    } else {
+        Value::Object(
+            tasks
+                .iter()
+                .map(|t| (t.readable_id.clone(), parse_output(t)))
+                .collect(),
+        )
+    };
+    let error = tasks.iter().find_map(|t| t.error.clone());
+    let duration = match (run.started_at, run.finished_at) {
+        (Some(a), Some(b)) => b.duration_since(a).map(|d| d.as_millis() as u64).ok(),
+        _ => None,
+    };
+    json!({
+        "metadata": meta(&run.id, run.created_at),
+        "status": run.status.rest(),
+        "output": output,
+        "errorMessage": error,
+        "input": run.input,
+        "additionalMetadata": run.additional_metadata,
+        "displayName": run.workflow_name,
+        "workflowId": run.workflow_id,
+        "workflowVersionId": run.workflow_version_id,
+        "startedAt": run.started_at.map(rfc3339),
+        "finishedAt": run.finished_at.map(rfc3339),
+        "duration": duration,
+        "createdAt": rfc3339(run.created_at),
+        "parentTaskExternalId": run.parent_task_id,
+    })
+}
+
+fn task_json(t: &Task, run: &Run, tenant: &str) -> Value {
+    json!({
+        "metadata": meta(&t.id, t.created_at),
+        "taskExternalId": t.id,
+        "workflowRunExternalId": t.run_id,
+        "status": t.status.rest(),
+        "output": parse_output(t),
+        "input": run.input,
+        "errorMessage": t.error,
+        "displayName": t.readable_id,
+        "actionId": t.action,
+        "retryCount": t.retry_count,
+        "attempt": t.retry_count + 1,
+        "isDurable": t.is_durable,
+        "isEvicted": t.evicted,
+        "startedAt": t.started_at.map(rfc3339),
+        "finishedAt": t.finished_at.map(rfc3339),
+        "additionalMetadata": run.additional_metadata,
+        "workflowId": run.workflow_id,
+        "workflowName": run.workflow_name,
+        "type": if run.tasks.len() > 1 { "DAG" } else { "TASK" },
+        "children": [],
+        "numSpawnedChildren": t.children.len(),
+        "parentTaskExternalId": run.parent_task_id,
+        "stepId": t.readable_id,
+        "taskId": 0,
+        "taskInsertedAt": rfc3339(t.created_at),
+        "tenantId": tenant,
+    })
+}
+
+async fn run_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
+    let st = s.engine.state.lock();
+    let Some(run) = st.runs.get(&id) else {
+        return err(StatusCode::NOT_FOUND, "workflow run not found");
+    };
+    let tasks: Vec<&Task> = run.tasks.iter().filter_map(|t| st.tasks.get(t)).collect();
+    let task_list: Vec<Value> = tasks
+        .iter()
+        .map(|t| task_json(t, run, &s.engine.tenant_id))
+        .collect();
+    let shape: Vec<Value> = tasks
+        .iter()
+        .map(|t| json!({"stepId": t.readable_id, "taskExternalId": t.id, "taskName": t.readable_id, "childrenStepIds": []}))
+        .collect();
+    Json(
+        json!({"run": run_json(run, &tasks), "taskEvents": [], "shape": shape, "tasks": task_list}),
+    )
+    .into_response()
+}
+
+async fn run_status(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
+    let st = s.engine.state.lock();
+    match st.runs.get(&id) {
+        Some(r) => Json(Value::String(r.status.rest().into())).into_response(),
+        None => err(StatusCode::NOT_FOUND, "workflow run not found"),
+    }
+}
+
+async fn task_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
+    let st = s.engine.state.lock();
+    let Some(t) = st.tasks.get(&id) else {
+        return err(StatusCode::NOT_FOUND, "task not found");
+    };
+    let Some(run) = st.runs.get(&t.run_id) else {
+        return err(StatusCode::NOT_FOUND, "task not found");
+    };
+    Json(task_json(t, run, &s.engine.tenant_id)).into_response()
+}
+
+fn page(q: &Value) -> (usize, usize) {
+    let n = |k: &str, d: usize| {
+        q.get(k)
+            .and_then(|v| v.as_str())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    (n("offset", 0), n("limit", 50).min(1000))
+}
+
+fn tenant_ok(s: &Rest, tenant: &str) -> Option<Response> {
+    (tenant != s.engine.tenant_id).then(|| {
+        err(
+            StatusCode::FORBIDDEN,
+            "the token's tenant differs from the path's",
+        )
+    })
+}
+
+async fn list_runs(
+    AxState(s): AxState<Rest>,
+    Path(tenant): Path<String>,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let get = |k: &str| q.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone());
+    let all = |k: &str| {
+        q.iter()
+            .filter(|(a, _)| a == k || a == &format!("{k}[]"))
+            .map(|(_, v)| v.clone())
+            .collect::<Vec<_>>()
+    };
+    if get("since").is_none() || get("only_tasks").is_none() {
+        return err(StatusCode::BAD_REQUEST, "since and only_tasks are required");
+    }
+    let statuses = all("statuses");
+    let metas = all("additional_metadata");
+    let wf_ids = all("workflow_ids");
+    let offset_limit = page(&Value::Object(
+        q.iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect(),
+    ));
+    let st = s.engine.state.lock();
+    let rows: Vec<Value> = st
+        .run_order
+        .iter()
+        .rev()
+        .filter_map(|id| st.runs.get(id))
+        .filter(|r| statuses.is_empty() || statuses.iter().any(|x| x == r.status.rest()))
+        .filter(|r| wf_ids.is_empty() || wf_ids.contains(&r.workflow_id))
+        .filter(|r| {
+            metas.iter().all(|kv| {
+                let (k, v) = kv.split_once(':').unwrap_or((kv, ""));
+                r.additional_metadata
+                    .get(k)
+                    .is_some_and(|x| x.as_str() == Some(v) || *x == v)
+            })
+        })
+        .filter_map(|r| {
+            r.tasks
+                .first()
+                .and_then(|t| st.tasks.get(t))
+                .map(|t| task_json(t, r, &s.engine.tenant_id))
+        })
+        .collect();
+    let total = rows.len();
+    let (offset, limit) = offset_limit;
+    let rows: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
+    Json(json!({"pagination": pagination(total, offset, limit), "rows": rows})).into_response()
+}
+
+async fn list_workflows(
+    AxState(s): AxState<Rest>,
+    Path(tenant): Path<String>,
+    Query(q): Query<Value>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let (offset, limit) = page(&q);
+    let name = q
+        .get("name")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_string();
+    let st = s.engine.state.lock();
+    let mut rows: Vec<Value> = st
+        .workflows
+        .values()
+        .filter(|w| name.is_empty() || w.name.contains(&name))
+        .map(|w| {
+            json!({"metadata": meta(&w.id, w.created_at), "name": w.name, "description": "", "isPaused": false,
+                   "versions": [{"metadata": meta(&w.version_id, w.created_at), "version": ""}], "tags": [], "jobs": [],
+                   "tenantId": s.engine.tenant_id})
+        })
+        .collect();
+    rows.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    let total = rows.len();
+    let rows: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
+    Json(json!({"rows": rows, "pagination": pagination(total, offset, limit)})).into_response()
+}
+
+fn workflow_id(s: &Rest, name: &str) -> Option<(String, String)> {
+    let st = s.engine.state.lock();
+    st.workflows
+        .get(name)
+        .map(|w| (w.id.clone(), w.version_id.clone()))
+}
+
+async fn list_crons(
+    AxState(s): AxState<Rest>,
+    Path(tenant): Path<String>,
+    Query(q): Query<Value>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let (offset, limit) = page(&q);
+    let st = s.engine.state.lock();
+    let rows: Vec<Value> = st.crons.iter().skip(offset).take(limit).cloned().collect();
+    Json(json!({"rows": rows, "pagination": pagination(st.crons.len(), offset, limit)}))
+        .into_response()
+}
+
+async fn create_cron(
+    AxState(s): AxState<Rest>,
+    Path((tenant, wf)): Path<(String, String)>,
+    body: Option<Json<Value>>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let Some(Json(b)) = body else {
+        return err(StatusCode::BAD_REQUEST, "body must be a JSON object");
+    };
+    let (Some(name), Some(expr)) = (
+        b.get("cronName").and_then(Value::as_str),
+        b.get("cronExpression").and_then(Value::as_str),
+    ) else {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "cronName and cronExpression are required",
+        );
+    };
+    let Some((wid, vid)) = workflow_id(&s, &wf) else {
+        return err(StatusCode::NOT_FOUND, "workflow not found");
+    };
+    let id = new_id();
+    let row = json!({"metadata": meta(&id, SystemTime::now()), "tenantId": s.engine.tenant_id, "workflowId": wid,
+        "workflowVersionId": vid, "workflowName": wf, "cron": expr, "name": name, "input": b.get("input").cloned().unwrap_or(json!({})),
+        "additionalMetadata": b.get("additionalMetadata").cloned().unwrap_or(json!({})), "enabled": true, "method": "API",
+        "priority": b.get("priority").cloned().unwrap_or(json!(1))});
+    s.engine.state.lock().crons.push(row.clone());
+    Json(row).into_response()
+}
+
+async fn delete_cron(
+    AxState(s): AxState<Rest>,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let mut st = s.engine.state.lock();
+    let before = st.crons.len();
+    st.crons.retain(|c| c["metadata"]["id"] != id.as_str());
+    if st.crons.len() == before {
+        err(StatusCode::NOT_FOUND, "cron not found")
+    } else {
+        StatusCode::NO_CONTENT.into_response()
+    }
+}
+
+async fn list_scheduled(
+    AxState(s): AxState<Rest>,
+    Path(tenant): Path<String>,
+    Query(q): Query<Value>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let (offset, limit) = page(&q);
+    let st = s.engine.state.lock();
+    let rows: Vec<Value> = st
+        .scheduled
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .cloned()
+        .collect();
+    Json(json!({"rows": rows, "pagination": pagination(st.scheduled.len(), offset, limit)}))
+        .into_response()
+}
+
+async fn create_scheduled(
+    AxState(s): AxState<Rest>,
+    Path((tenant, wf)): Path<(String, String)>,
+    body: Option<Json<Value>>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let Some(Json(b)) = body else {
+        return err(StatusCode::BAD_REQUEST, "body must be a JSON object");
+    };
+    let Some(at) = b.get("triggerAt").and_then(Value::as_str) else {
+        return err(StatusCode::BAD_REQUEST, "triggerAt is required");
+    };
+    let Some((wid, vid)) = workflow_id(&s, &wf) else {
+        return err(StatusCode::NOT_FOUND, "workflow not found");
+    };
+    let id = new_id();
+    let row = json!({"metadata": meta(&id, SystemTime::now()), "tenantId": s.engine.tenant_id, "workflowId": wid,
+        "workflowVersionId": vid, "workflowName": wf, "triggerAt": at, "input": b.get("input").cloned().unwrap_or(json!({})),
+        "additionalMetadata": b.get("additionalMetadata").cloned().unwrap_or(json!({})), "method": "API",
+        "priority": b.get("priority").cloned().unwrap_or(json!(1))});
+    s.engine.state.lock().scheduled.push(row.clone());
+    Json(row).into_response()
+}
+
+async fn get_scheduled(
+    AxState(s): AxState<Rest>,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let st = s.engine.state.lock();
+    match st
+        .scheduled
+        .iter()
+        .find(|c| c["metadata"]["id"] == id.as_str())
+    {
+        Some(row) => Json(row.clone()).into_response(),
+        None => err(StatusCode::NOT_FOUND, "scheduled run not found"),
+    }
+}
+
+async fn delete_scheduled(
+    AxState(s): AxState<Rest>,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let mut st = s.engine.state.lock();
+    let before = st.scheduled.len();
+    st.scheduled.retain(|c| c["metadata"]["id"] != id.as_str());
+    if st.scheduled.len() == before {
+        err(StatusCode::NOT_FOUND, "scheduled run not found")
+    } else {
+        StatusCode::NO_CONTENT.into_response()
+    }
+}
+
+fn worker_json(w: &super::model::Worker, tenant: &str) -> Value {
+    let status = if w.paused {
+        "PAUSED"
+    } else if w.sessions.is_empty() {
+        "INACTIVE"
+    } else {
+        "ACTIVE"
+    };
+    let slot_config: serde_json::Map<String, Value> = w
+        .slot_limits
+        .iter()
+        .map(|(k, lim)| {
+            (
+                k.clone(),
+                json!({"limit": lim, "available": lim - w.slots_used.get(k).copied().unwrap_or(0)}),
+            )
+        })
+        .collect();
+    json!({"metadata": meta(&w.id, w.created_at), "name": w.name, "type": "SELFHOSTED", "status": status,
+        "lastHeartbeatAt": rfc3339(w.last_heartbeat_at), "lastListenerEstablished": w.last_listener_established.map(rfc3339),
+        "actions": w.actions.iter().collect::<Vec<_>>(), "registeredWorkflows": [], "slots": [], "slotConfig": slot_config,
+        "dispatcherId": "dev-engine", "labels": w.labels.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>(),
+        "runtimeInfo": w.runtime_info.as_ref().map(|r| json!({"sdkVersion": r.sdk_version, "languageVersion": r.language_version, "os": r.os})),
+        "tenantId": tenant})
+}
+
+async fn list_workers(
+    AxState(s): AxState<Rest>,
+    Path(tenant): Path<String>,
+    Query(q): Query<Value>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let (offset, limit) = page(&q);
+    let st = s.engine.state.lock();
+    let rows: Vec<Value> = st
+        .workers
+        .values()
+        .map(|w| worker_json(w, &s.engine.tenant_id))
+        .collect();
+    let total = rows.len();
+    let rows: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
+    Json(json!({"rows": rows, "pagination": pagination(total, offset, limit)})).into_response()
+}
+
+async fn get_worker(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
+    let st = s.engine.state.lock();
+    match st.workers.get(&id) {
+        Some(w) => Json(worker_json(w, &s.engine.tenant_id)).into_response(),
+        None => err(StatusCode::NOT_FOUND, "worker not found"),
+    }
+}
+
+async fn patch_worker(
+    AxState(s): AxState<Rest>,
+    Path(id): Path<String>,
+    body: Option<Json<Value>>,
+) -> Response {
+    let Some(Json(b)) = body else {
+        return err(StatusCode::BAD_REQUEST, "body must be a JSON object");
+    };
+    let mut st = s.engine.state.lock();
+    let Some(w) = st.workers.get_mut(&id) else {
+        return err(StatusCode::NOT_FOUND, "worker not found");
+    };
+    if let Some(p) = b.get("isPaused").and_then(Value::as_bool) {
+        w.paused = p;
+    }
+    Json(worker_json(w, &s.engine.tenant_id)).into_response()
+}
+
+async fn list_rate_limits(
+    AxState(s): AxState<Rest>,
+    Path(tenant): Path<String>,
+    Query(q): Query<Value>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let (offset, limit) = page(&q);
+    let search = q
+        .get("search")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_string();
+    let st = s.engine.state.lock();
+    let rows: Vec<Value> = st
+        .rate_limits
+        .values()
+        .filter(|r| search.is_empty() || r.key.contains(&search))
+        .map(|r| json!({"key": r.key, "tenantId": s.engine.tenant_id, "limitValue": r.limit, "value": r.limit, "window": r.duration, "lastRefill": rfc3339(r.set_at)}))
+        .collect();
+    let total = rows.len();
+    let rows: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
+    Json(json!({"rows": rows, "pagination": pagination(total, offset, limit)})).into_response()
+}
+
+// ===== control endpoint (faults) =====
+
+async fn add_fault(AxState(s): AxState<Rest>, body: Option<Json<FaultRule>>) -> Response {
+    let Some(Json(rule)) = body else {
+        return err(StatusCode::BAD_REQUEST, "body must be a FaultRule");
+    };
+    s.faults.inject(rule.target, rule.times, rule.fault);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn clear_faults(AxState(s): AxState<Rest>) -> Response {
+    s.faults.clear();
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn counters(AxState(s): AxState<Rest>) -> Response {
+    Json(json!(s.faults.counters())).into_response()
+}
+
+async fn drop_connections(AxState(s): AxState<Rest>) -> Response {
+    s.faults.drop_connections();
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn gate(AxState(s): AxState<Rest>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    s.faults.count(&path);
+    let auth = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok());
+    if !bearer_ok(auth, &s.token) {
+        return err(StatusCode::UNAUTHORIZED, "missing or invalid bearer token");
+    }
+    match s.faults.take(&path) {
+        Some(Fault::HttpFail {
+            status,
+            retry_after,
+        }) => {
+            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+            let mut r = err(code, "injected fault");
+            if let Some(v) = retry_after.and_then(|v| HeaderValue::from_str(&v).ok()) {
+                r.headers_mut().insert("retry-after", v);
+            }
+            r
+        }
+        Some(Fault::Delay { ms }) => {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            next.run(req).await
+        }
+        Some(Fault::Hang) => std::future::pending().await,
+        _ => next.run(req).await,
+    }
+}
+
+/// The REST router.
+pub fn router(state: Rest) -> axum::Router {
+    axum::Router::new()
+        .route("/api/v1/stable/workflow-runs/{run}", get(run_details))
+        .route("/api/v1/stable/workflow-runs/{run}/status", get(run_status))
+        .route("/api/v1/stable/tasks/{task}", get(task_details))
+        .route(
+            "/api/v1/stable/tenants/{tenant}/workflow-runs",
+            get(list_runs),
+        )
+        .route("/api/v1/tenants/{tenant}/workflows", get(list_workflows))
+        .route("/api/v1/tenants/{tenant}/workflows/crons", get(list_crons))
+        .route(
+            "/api/v1/tenants/{tenant}/workflows/{wf}/crons",
+            post(create_cron),
+        )
+        .route(
+            "/api/v1/tenants/{tenant}/workflows/crons/{id}",
+            delete(delete_cron),
+        )
+        .route(
+            "/api/v1/tenants/{tenant}/workflows/scheduled",
+            get(list_scheduled),
+        )
+        .route(
+            "/api/v1/tenants/{tenant}/workflows/{wf}/scheduled",
+            post(create_scheduled),
+        )
+        .route(
+            "/api/v1/tenants/{tenant}/workflows/scheduled/{id}",
+            get(get_scheduled).delete(delete_scheduled),
+        )
+        .route("/api/v1/tenants/{tenant}/worker", get(list_workers))
+        .route(
+            "/api/v1/workers/{worker}",
+            get(get_worker).patch(patch_worker),
+        )
+        .route(
+            "/api/v1/tenants/{tenant}/rate-limits",
+            get(list_rate_limits),
+        )
+        .route("/_dev/faults", post(add_fault).delete(clear_faults))
+        .route("/_dev/counters", get(counters))
+        .route("/_dev/drop-connections", post(drop_connections))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            crate::transport::MAX_MESSAGE_BYTES,
+        ))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), gate))
+        .with_state(state)
+}

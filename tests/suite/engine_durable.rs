@@ -1,0 +1,312 @@
+//! The DurableTask stream and the legacy durable-event path of the development engine.
+
+use std::time::Duration;
+
+use hatchet_runtime::proto::{self, StepActionEventType as E, v1};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use crate::support::{H, next};
+use v1::durable_task_request::Message as Req;
+use v1::durable_task_response::Message as Resp;
+
+async fn durable_worker(h: &H, wf: &str) -> (String, tonic::Streaming<proto::AssignedAction>) {
+    h.admin()
+        .put_workflow(v1::CreateWorkflowVersionRequest {
+            name: wf.into(),
+            tasks: vec![v1::CreateTaskOpts {
+                readable_id: "d".into(),
+                action: format!("{wf}:d"),
+                is_durable: true,
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .await
+        .expect("put");
+    let wid = h
+        .dispatcher()
+        .register(proto::WorkerRegisterRequest {
+            worker_name: "durable-worker".into(),
+            actions: vec![format!("{wf}:d")],
+            slot_config: [("default".to_string(), 5), ("durable".to_string(), 5)].into(),
+            ..Default::default()
+        })
+        .await
+        .expect("register")
+        .into_inner()
+        .worker_id;
+    let actions = h.listen(&wid).await;
+    (wid, actions)
+}
+
+fn sleep_wait(task: &str, invocation: i32, key: &str, dur: &str) -> v1::DurableTaskRequest {
+    v1::DurableTaskRequest {
+        message: Some(Req::WaitFor(v1::DurableTaskWaitForRequest {
+            invocation_count: invocation,
+            durable_task_external_id: task.into(),
+            wait_for_conditions: Some(v1::DurableEventListenerConditions {
+                sleep_conditions: vec![v1::SleepMatchCondition {
+                    base: Some(v1::BaseMatchCondition {
+                        readable_data_key: key.into(),
+                        or_group_id: uuid::Uuid::new_v4().to_string(),
+                        ..Default::default()
+                    }),
+                    sleep_for: dur.into(),
+                }],
+                user_event_conditions: vec![],
+            }),
+            label: None,
+        })),
+    }
+}
+
+fn event_wait(task: &str, invocation: i32, key: &str) -> v1::DurableTaskRequest {
+    v1::DurableTaskRequest {
+        message: Some(Req::WaitFor(v1::DurableTaskWaitForRequest {
+            invocation_count: invocation,
+            durable_task_external_id: task.into(),
+            wait_for_conditions: Some(v1::DurableEventListenerConditions {
+                sleep_conditions: vec![],
+                user_event_conditions: vec![v1::UserEventMatchCondition {
+                    base: Some(v1::BaseMatchCondition {
+                        readable_data_key: key.into(),
+                        or_group_id: uuid::Uuid::new_v4().to_string(),
+                        ..Default::default()
+                    }),
+                    user_event_key: key.into(),
+                    ..Default::default()
+                }],
+            }),
+            label: None,
+        })),
+    }
+}
+
+async fn recv(s: &mut tonic::Streaming<v1::DurableTaskResponse>) -> Resp {
+    next(s).await.message.expect("a message")
+}
+
+#[tokio::test]
+async fn sleep_and_event_waits_complete_and_replays_reuse_nodes() {
+    let h = H::new().await;
+    let (wid, mut actions) = durable_worker(&h, "dur").await;
+    let run = h.trigger("dur", "{}").await;
+    let a = next(&mut actions).await;
+    assert_eq!(a.durable_task_invocation_count, Some(1));
+    let task = a.task_run_external_id.clone();
+
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut resp = h
+        .durable()
+        .durable_task(UnboundedReceiverStream::new(rx))
+        .await
+        .expect("open")
+        .into_inner();
+    tx.send(v1::DurableTaskRequest {
+        message: Some(Req::RegisterWorker(v1::DurableTaskRequestRegisterWorker {
+            worker_id: wid.clone(),
+        })),
+    })
+    .expect("send");
+    assert!(matches!(recv(&mut resp).await, Resp::RegisterWorker(r) if r.worker_id == wid));
+
+    // Node 1: a 1 s sleep.
+    tx.send(sleep_wait(&task, 1, "sleep:1s", "1s"))
+        .expect("send");
+    let Resp::WaitForAck(ack) = recv(&mut resp).await else {
+        panic!("wait ack expected")
+    };
+    let r = ack.r#ref.expect("ref");
+    assert_eq!((r.node_id, r.branch_id, r.invocation_count), (1, 1, 1));
+    let Resp::EntryCompleted(done) = recv(&mut resp).await else {
+        panic!("completion expected")
+    };
+    assert_eq!(done.r#ref.as_ref().map(|r| r.node_id), Some(1));
+    let payload: serde_json::Value = serde_json::from_slice(&done.payload).expect("json");
+    assert_eq!(payload["CREATE"]["sleep:1s"][0]["sleep_duration"], "1s");
+
+    // Node 2: a user event.
+    tx.send(event_wait(&task, 1, "user:ping")).expect("send");
+    let Resp::WaitForAck(ack) = recv(&mut resp).await else {
+        panic!("wait ack expected")
+    };
+    assert_eq!(ack.r#ref.map(|r| r.node_id), Some(2));
+    h.events()
+        .push(proto::PushEventRequest {
+            key: "user:ping".into(),
+            payload: r#"{"v": 1}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("push");
+    let Resp::EntryCompleted(done) = recv(&mut resp).await else {
+        panic!("completion expected")
+    };
+    let payload: serde_json::Value = serde_json::from_slice(&done.payload).expect("json");
+    assert_eq!(payload["CREATE"]["user:ping"][0]["v"], 1);
+
+    // worker_status re-sends a satisfied entry (the recovery path for lost completions).
+    tx.send(v1::DurableTaskRequest {
+        message: Some(Req::WorkerStatus(v1::DurableTaskWorkerStatusRequest {
+            worker_id: wid.clone(),
+            waiting_entries: vec![v1::DurableTaskAwaitedCompletedEntry {
+                durable_task_external_id: task.clone(),
+                branch_id: 1,
+                node_id: 2,
+                invocation_count: 1,
+            }],
+        })),
+    })
+    .expect("send");
+    assert!(
+        matches!(recv(&mut resp).await, Resp::EntryCompleted(c) if c.r#ref.as_ref().map(|r| r.node_id) == Some(2))
+    );
+
+    // A stale invocation is evicted, not acked.
+    tx.send(sleep_wait(&task, 0, "sleep:1s", "1s"))
+        .expect("send");
+    assert!(matches!(recv(&mut resp).await, Resp::ServerEvict(e) if e.invocation_count == 0));
+
+    // Memo: the first call stores, the replay of the same key returns the value.
+    let memo = |payload: Option<Vec<u8>>| v1::DurableTaskRequest {
+        message: Some(Req::Memo(v1::DurableTaskMemoRequest {
+            invocation_count: 1,
+            durable_task_external_id: task.clone(),
+            key: b"now".to_vec(),
+            payload,
+        })),
+    };
+    tx.send(memo(Some(b"\"t0\"".to_vec()))).expect("send");
+    let Resp::MemoAck(m) = recv(&mut resp).await else {
+        panic!("memo ack expected")
+    };
+    assert_eq!(m.memo_result_payload.as_deref(), Some(b"\"t0\"".as_slice()));
+
+    h.event(&wid, &a, E::StepEventTypeCompleted, "{}")
+        .await
+        .expect("complete");
+    let (mut results, _k) = h.subscribe(std::slice::from_ref(&run)).await;
+    assert_eq!(next(&mut results).await.workflow_run_id, run);
+}
+
+#[tokio::test]
+async fn a_nondeterministic_replay_is_reported() {
+    let h = H::new().await;
+    let (wid, mut actions) = durable_worker(&h, "nd").await;
+    h.trigger("nd", "{}").await;
+    let a = next(&mut actions).await;
+    let task = a.task_run_external_id.clone();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut resp = h
+        .durable()
+        .durable_task(UnboundedReceiverStream::new(rx))
+        .await
+        .expect("open")
+        .into_inner();
+    tx.send(sleep_wait(&task, 1, "sleep:60s", "60s"))
+        .expect("send");
+    assert!(matches!(recv(&mut resp).await, Resp::WaitForAck(_)));
+    // Evict, get re-assigned (invocation 2), then replay a different operation at node 1.
+    tx.send(v1::DurableTaskRequest {
+        message: Some(Req::EvictInvocation(
+            v1::DurableTaskEvictInvocationRequest {
+                invocation_count: 1,
+                durable_task_external_id: task.clone(),
+                reason: Some("test".into()),
+            },
+        )),
+    })
+    .expect("send");
+    assert!(matches!(recv(&mut resp).await, Resp::EvictionAck(e) if e.invocation_count == 1));
+    let restored = h
+        .dispatcher()
+        .restore_evicted_task(proto::RestoreEvictedTaskRequest {
+            task_run_external_id: task.clone(),
+        })
+        .await
+        .expect("restore")
+        .into_inner();
+    assert!(restored.requeued);
+    let again = next(&mut actions).await;
+    assert_eq!(again.durable_task_invocation_count, Some(2));
+    let _ = wid;
+    tx.send(event_wait(&task, 2, "user:other")).expect("send");
+    let Resp::Error(e) = recv(&mut resp).await else {
+        panic!("error expected")
+    };
+    assert_eq!(
+        e.error_type,
+        v1::DurableTaskErrorType::Nondeterminism as i32
+    );
+}
+
+#[tokio::test]
+async fn legacy_durable_events_are_delivered() {
+    let h = H::new().await;
+    let (_wid, mut actions) = durable_worker(&h, "leg").await;
+    h.trigger("leg", "{}").await;
+    let a = next(&mut actions).await;
+    let task = a.task_run_external_id.clone();
+    h.durable()
+        .register_durable_event(v1::RegisterDurableEventRequest {
+            task_id: task.clone(),
+            signal_key: "s1".into(),
+            conditions: Some(v1::DurableEventListenerConditions {
+                sleep_conditions: vec![v1::SleepMatchCondition {
+                    base: Some(v1::BaseMatchCondition {
+                        readable_data_key: "nap".into(),
+                        or_group_id: uuid::Uuid::new_v4().to_string(),
+                        ..Default::default()
+                    }),
+                    sleep_for: "250ms".into(),
+                }],
+                user_event_conditions: vec![],
+            }),
+        })
+        .await
+        .expect("register");
+    let (tx, rx) = mpsc::unbounded_channel();
+    tx.send(v1::ListenForDurableEventRequest {
+        task_id: task.clone(),
+        signal_key: "s1".into(),
+    })
+    .expect("send");
+    let mut s = h
+        .durable()
+        .listen_for_durable_event(UnboundedReceiverStream::new(rx))
+        .await
+        .expect("listen")
+        .into_inner();
+    let ev = tokio::time::timeout(Duration::from_secs(5), futures::StreamExt::next(&mut s))
+        .await
+        .expect("in time")
+        .expect("open")
+        .expect("ok");
+    assert_eq!(
+        (ev.task_id.as_str(), ev.signal_key.as_str()),
+        (task.as_str(), "s1")
+    );
+    let data: serde_json::Value = serde_json::from_slice(&ev.data).expect("json");
+    assert_eq!(data["CREATE"]["nap"][0]["sleep_duration"], "250ms");
+    // A bad or_group_id is INVALID_ARGUMENT.
+    let err = h
+        .durable()
+        .register_durable_event(v1::RegisterDurableEventRequest {
+            task_id: task,
+            signal_key: "s2".into(),
+            conditions: Some(v1::DurableEventListenerConditions {
+                sleep_conditions: vec![v1::SleepMatchCondition {
+                    base: Some(v1::BaseMatchCondition {
+                        or_group_id: "nope".into(),
+                        ..Default::default()
+                    }),
+                    sleep_for: "1s".into(),
+                }],
+                user_event_conditions: vec![],
+            }),
+        })
+        .await
+        .expect_err("bad group");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+}

@@ -1,0 +1,245 @@
+//! Fault injection of the development engine: each fault kind, the counters, the control endpoint.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use hatchet_runtime::engine::Fault;
+use hatchet_runtime::proto;
+use tonic::Code;
+
+use crate::support::{H, next};
+
+#[tokio::test]
+async fn fail_the_next_n_calls_with_a_code_and_pushback() {
+    let h = H::new().await;
+    let f = h.engine.faults();
+    f.inject(
+        "/Dispatcher/GetVersion",
+        2,
+        Fault::Fail {
+            code: Code::Unavailable as i32,
+            message: "down".into(),
+            pushback_ms: Some("1500".into()),
+        },
+    );
+    let mut d = h.dispatcher();
+    for _ in 0..2 {
+        let e = d
+            .get_version(proto::GetVersionRequest {})
+            .await
+            .expect_err("injected");
+        assert_eq!(e.code(), Code::Unavailable);
+        assert_eq!(
+            e.metadata()
+                .get("grpc-retry-pushback-ms")
+                .and_then(|v| v.to_str().ok()),
+            Some("1500")
+        );
+        assert_eq!(
+            hatchet_runtime::retry::grpc::failure_of_status(&e),
+            hatchet_runtime::retry::Failure::Status {
+                code: Code::Unavailable,
+                pushback: Some(hatchet_runtime::retry::pushback::Pushback::After(
+                    Duration::from_millis(1500)
+                )),
+                attempt_timed_out: false,
+            }
+        );
+    }
+    d.get_version(proto::GetVersionRequest {})
+        .await
+        .expect("third call passes");
+    assert_eq!(f.attempts("/Dispatcher/GetVersion"), 3);
+}
+
+#[tokio::test]
+async fn delay_and_hang() {
+    let h = H::new().await;
+    let f = h.engine.faults();
+    f.inject("/Dispatcher/GetVersion", 1, Fault::Delay { ms: 300 });
+    let t = Instant::now();
+    h.dispatcher()
+        .get_version(proto::GetVersionRequest {})
+        .await
+        .expect("delayed");
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    f.inject("/Dispatcher/GetVersion", 1, Fault::Hang);
+    let mut req = tonic::Request::new(proto::GetVersionRequest {});
+    req.set_timeout(Duration::from_millis(200));
+    let t = Instant::now();
+    let e = h
+        .dispatcher()
+        .get_version(req)
+        .await
+        .expect_err("hangs until the deadline");
+    assert!(t.elapsed() >= Duration::from_millis(200));
+    // tonic reports its own client-side timeout as CANCELLED with a TimeoutExpired source; the
+    // retry core must read it as the attempt timing out.
+    assert!(
+        matches!(
+            hatchet_runtime::retry::grpc::failure_of_status(&e),
+            hatchet_runtime::retry::Failure::Status {
+                code: Code::DeadlineExceeded,
+                attempt_timed_out: true,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    h.dispatcher()
+        .get_version(proto::GetVersionRequest {})
+        .await
+        .expect("then serves");
+}
+
+#[tokio::test]
+async fn end_a_stream_after_k_messages_with_a_code_or_eof() {
+    let h = H::new().await;
+    h.put("s", &[("t", &[], 0, "")], &[]).await;
+    let wid = h.register(&["s:t".into()], 10).await;
+    h.engine.faults().inject(
+        "/Dispatcher/ListenV2",
+        1,
+        Fault::EndStream {
+            after: 1,
+            code: Some(Code::Internal as i32),
+        },
+    );
+    let mut actions = h.listen(&wid).await;
+    h.trigger("s", "{}").await;
+    h.trigger("s", "{}").await;
+    next(&mut actions).await;
+    let end = tokio::time::timeout(Duration::from_secs(5), actions.next())
+        .await
+        .expect("in time");
+    assert_eq!(
+        end.expect("an item").expect_err("an error").code(),
+        Code::Internal
+    );
+    // With no code: a clean EOF after K.
+    h.engine.faults().inject(
+        "/Dispatcher/ListenV2",
+        1,
+        Fault::EndStream {
+            after: 0,
+            code: None,
+        },
+    );
+    let mut actions = h
+        .dispatcher()
+        .listen_v2(proto::WorkerListenRequest {
+            worker_id: wid.clone(),
+        })
+        .await
+        .expect("listen")
+        .into_inner();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), actions.next())
+            .await
+            .expect("in time")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn drop_every_connection_and_freeze() {
+    let h = H::new().await;
+    let wid = h.register(&["x:y".into()], 1).await;
+    let mut actions = h.listen(&wid).await;
+    h.engine.faults().drop_connections();
+    let end = tokio::time::timeout(Duration::from_secs(5), actions.next())
+        .await
+        .expect("in time");
+    assert!(
+        matches!(end, None | Some(Err(_))),
+        "the stream dies with its connection"
+    );
+    // The channel redials.
+    h.dispatcher()
+        .get_version(proto::GetVersionRequest {})
+        .await
+        .expect("redialled");
+
+    // Frozen: nothing answers, calls hit their deadline.
+    h.engine.faults().freeze();
+    let mut req = tonic::Request::new(proto::GetVersionRequest {});
+    req.set_timeout(Duration::from_millis(300));
+    let e = h.dispatcher().get_version(req).await.expect_err("frozen");
+    assert!(
+        matches!(e.code(), Code::DeadlineExceeded | Code::Cancelled),
+        "{e:?}"
+    );
+    h.engine.faults().clear();
+    let mut ok = false;
+    for _ in 0..50 {
+        if h.dispatcher()
+            .get_version(proto::GetVersionRequest {})
+            .await
+            .is_ok()
+        {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ok, "answers again after the freeze ends");
+}
+
+#[tokio::test]
+async fn rest_faults_with_retry_after_and_the_control_endpoint() {
+    let h = H::new().await;
+    let http = reqwest_client();
+    let base = h.engine.api_url();
+    let auth = format!("Bearer {}", h.engine.client_config().env_lines()[0].1);
+    // Program a fault through the control endpoint.
+    let rule = serde_json::json!({"target": "/api/v1/stable/workflow-runs/", "times": 1, "fault": {"kind": "http_fail", "status": 503, "retry_after": "7"}});
+    let r = http
+        .post(format!("{base}/_dev/faults"))
+        .header("authorization", &auth)
+        .json(&rule)
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status().as_u16(), 204);
+    let id = uuid::Uuid::new_v4();
+    let r = http
+        .get(format!("{base}/api/v1/stable/workflow-runs/{id}"))
+        .header("authorization", &auth)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(
+        r.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+        Some("7")
+    );
+    let r = http
+        .get(format!("{base}/api/v1/stable/workflow-runs/{id}"))
+        .header("authorization", &auth)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status().as_u16(), 404, "the fault was used up");
+    let counters: serde_json::Value = http
+        .get(format!("{base}/_dev/counters"))
+        .header("authorization", &auth)
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(counters[format!("/api/v1/stable/workflow-runs/{id}")], 2);
+    // No token: 401.
+    let r = http
+        .get(format!("{base}/api/v1/stable/workflow-runs/{id}"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status().as_u16(), 401);
+}
+
+pub fn reqwest_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder().build().expect("client")
+}
