@@ -13,13 +13,20 @@
 
 #![warn(missing_docs, rust_2018_idioms)]
 
+pub mod client;
 pub mod config;
 #[cfg(feature = "dev-engine")]
 pub mod engine;
 pub mod error;
+pub mod listener;
 pub mod proto;
 pub mod retry;
+pub mod runtime;
 pub mod transport;
+pub mod worker;
 
+pub use client::{RunHandle, TriggerOptions};
 pub use config::{ClientConfig, ConfigError, TlsStrategy};
 pub use error::{Error, Outcome, Result};
+pub use runtime::{Runtime, RuntimeHandle, RuntimeOptions};
+pub use worker::{Context, TaskError, TaskOptions, WorkerOptions, Workflow};

@@ -47,3 +47,19 @@ pub fn idempotency_collision(status: &tonic::Status) -> Option<v1::IdempotencyCo
         .find(|a| a.type_url == IDEMPOTENCY_COLLISION_TYPE_URL)
         .and_then(|a| v1::IdempotencyCollisionError::decode(a.value.as_slice()).ok())
 }
+
+/// A protobuf timestamp of `t`.
+pub fn timestamp(t: std::time::SystemTime) -> prost_types::Timestamp {
+    let d = t
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    prost_types::Timestamp {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}
+
+/// A protobuf timestamp of now.
+pub fn timestamp_now() -> prost_types::Timestamp {
+    timestamp(std::time::SystemTime::now())
+}

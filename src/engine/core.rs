@@ -42,13 +42,7 @@ pub(crate) fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
-pub(crate) fn timestamp(t: SystemTime) -> prost_types::Timestamp {
-    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    prost_types::Timestamp {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
-    }
-}
+pub(crate) use crate::proto::timestamp;
 
 /// Parses a Hatchet duration (`10s`, `1m30s`, `250ms`, `2h`); `None` if malformed.
 pub fn parse_duration(s: &str) -> Option<Duration> {

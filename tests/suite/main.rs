@@ -5,5 +5,6 @@ mod engine_core;
 mod engine_durable;
 mod engine_faults;
 mod retry_decisions;
+mod runtime_e2e;
 mod support;
 mod wire;

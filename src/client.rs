@@ -1,0 +1,163 @@
+//! Triggering runs and awaiting their results: `run`, `run_no_wait`, [`RunHandle`], events.
+//!
+//! # Invariants
+//!
+//! 1. Once a trigger has succeeded, the run id is always handed back: a later failure (the result
+//!    stream, a reconnect, shutdown) is an error that carries the run id, never one that invites
+//!    a second trigger.
+//! 2. [`RunHandle::result`] is cancel safe: dropping the future removes its waiter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::error::{Cause, Error, Outcome};
+use crate::listener::runs::{RunRegistry, outputs_of};
+use crate::runtime::Shared;
+
+/// Options of one trigger.
+#[derive(Debug, Clone, Default)]
+pub struct TriggerOptions {
+    /// Additional metadata (a JSON object).
+    pub metadata: Option<serde_json::Map<String, Value>>,
+    /// Priority 1–3.
+    pub priority: Option<i32>,
+    /// The caller declares this trigger idempotent: the workflow has an idempotency key, so a
+    /// repeat is answered with the existing run. The trigger is then retried like a read, and an
+    /// `ALREADY_EXISTS` collision resolves to the existing run id.
+    pub idempotent: bool,
+    /// Child run: `(parent run id, parent task run id, child index)`.
+    pub parent: Option<(String, String, i32)>,
+    /// Child key (instead of, or with, the index).
+    pub child_key: Option<String>,
+    /// Deadline of the trigger call.
+    pub timeout: Option<Duration>,
+}
+
+/// A triggered run: its id, and a way to await its result.
+#[derive(Clone)]
+pub struct RunHandle {
+    run_id: String,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RunHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunHandle")
+            .field("run_id", &self.run_id)
+            .finish()
+    }
+}
+
+struct WaiterGuard<'a> {
+    registry: &'a RunRegistry,
+    run_id: &'a str,
+    waiter: u64,
+    done: bool,
+}
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.registry.remove(self.run_id, self.waiter);
+        }
+    }
+}
+
+impl RunHandle {
+    pub(crate) fn new(run_id: String, shared: Arc<Shared>) -> Self {
+        RunHandle { run_id, shared }
+    }
+
+    /// The run id.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Waits for the run to finish and returns every task's output, by task name.
+    ///
+    /// Waits through outages (the stream reconnects, and after 30 s the run is also polled) until
+    /// the runtime shuts down; use [`RunHandle::result_within`] for a deadline.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future removes this waiter (other waiters of the run keep
+    /// theirs), and the run keeps running on the engine.
+    pub async fn outputs(&self) -> Result<serde_json::Map<String, Value>, Error> {
+        let reg = &self.shared.runs;
+        let (waiter, rx, arm) = reg.add(&self.run_id)?;
+        let mut guard = WaiterGuard {
+            registry: reg,
+            run_id: &self.run_id,
+            waiter,
+            done: false,
+        };
+        if arm {
+            self.shared.ensure_runs_stream();
+        }
+        let outcome = rx.await;
+        guard.done = true;
+        let ev = match outcome {
+            Ok(r) => r?,
+            Err(_) => return Err(Error::closed("wait for run").with_run_id(&self.run_id)),
+        };
+        outputs_of(&self.run_id, &ev)
+    }
+
+    /// Waits for the result and decodes it: a single-task run's output, or for a DAG the object
+    /// of outputs by task name.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (see [`RunHandle::outputs`]).
+    pub async fn result<O: DeserializeOwned>(&self) -> Result<O, Error> {
+        let outputs = self.outputs().await?;
+        decode_outputs(&self.run_id, outputs)
+    }
+
+    /// [`RunHandle::result`] with a deadline; on timeout the error carries the run id.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn result_within<O: DeserializeOwned>(&self, timeout: Duration) -> Result<O, Error> {
+        match tokio::time::timeout(timeout, self.result()).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(Outcome::DeadlineExceeded, "wait for run")
+                .with_detail(format!("no result within {timeout:?}; the run goes on"))
+                .with_run_id(&self.run_id)),
+        }
+    }
+}
+
+/// A single-task run decodes from its one output; a DAG from the map of outputs.
+pub fn decode_outputs<O: DeserializeOwned>(
+    run_id: &str,
+    outputs: serde_json::Map<String, Value>,
+) -> Result<O, Error> {
+    let value = if outputs.len() == 1 {
+        outputs
+            .into_iter()
+            .next()
+            .map(|(_, v)| v)
+            .unwrap_or(Value::Null)
+    } else {
+        Value::Object(outputs)
+    };
+    serde_json::from_value(value).map_err(|e| {
+        Error::new(Outcome::Invalid, "decode run result")
+            .with_detail("the run's output does not match the requested type")
+            .with_cause(Cause::Json(e))
+            .with_run_id(run_id)
+    })
+}
+
+/// Serializes an input, refusing locally what cannot be sent.
+pub(crate) fn encode_input<I: Serialize>(op: &'static str, input: &I) -> Result<String, Error> {
+    serde_json::to_string(input).map_err(|e| {
+        Error::invalid(op, "the input cannot be serialized to JSON").with_cause(Cause::Json(e))
+    })
+}

@@ -1,0 +1,644 @@
+//! The durable-task listener: the `DurableTask` bidi stream, acks keyed per request, completions
+//! routed by entry ref, early completions kept 10 s, and replay on reconnect (CONTRACT.md §3).
+//!
+//! # Invariants
+//!
+//! 1. Every request that expects an ack has its own slot (a FIFO per task invocation, in send
+//!    order, as the engine acks in order): two requests of one invocation never share a waiter.
+//! 2. A request awaiting its ack when the stream drops is re-sent on the next stream, after
+//!    `register_worker` and before `worker_status`; it is never reported as an ambiguous failure.
+//! 3. Completions that arrive before their waiter are kept [`EARLY_COMPLETION_TTL`].
+//! 4. An eviction ack not received in [`EVICTION_ACK_TIMEOUT`] fails that eviction, not the stream.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use rand::SeedableRng as _;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::actions::WorkerIdentity;
+use super::health::HealthReporter;
+use super::reconnect::{self, Next, ReconnectState, StreamEnd};
+use super::{ListenerCtx, end_of};
+use crate::error::{Error, Outcome};
+use crate::proto::v1::{
+    self, durable_task_request::Message as Req, durable_task_response::Message as Resp,
+};
+use crate::retry::backoff::STREAM_BACKOFF;
+
+/// How long a completion that arrived before its waiter is kept.
+pub const EARLY_COMPLETION_TTL: Duration = Duration::from_secs(10);
+/// How long an eviction waits for its ack.
+pub const EVICTION_ACK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// An entry ref: `(task, invocation, branch, node)`.
+pub type EntryKey = (String, i32, i64, i64);
+
+fn key_of(r: &v1::DurableEventLogEntryRef) -> EntryKey {
+    (
+        r.durable_task_external_id.clone(),
+        r.invocation_count,
+        r.branch_id,
+        r.node_id,
+    )
+}
+
+/// An ack.
+#[derive(Debug)]
+pub enum Ack {
+    /// `wait_for_ack`.
+    Wait(v1::DurableEventLogEntryRef),
+    /// `memo_ack`.
+    Memo(v1::DurableTaskEventMemoAckResponse),
+    /// `trigger_runs_ack`.
+    Runs(v1::DurableTaskEventTriggerRunsAckResponse),
+    /// `eviction_ack`.
+    Evicted,
+}
+
+/// A completed entry.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    /// The payload (JSON bytes).
+    pub payload: Vec<u8>,
+    /// Whether it is a failure.
+    pub is_failure: bool,
+    /// The failure message.
+    pub error: Option<String>,
+}
+
+type AckTx = oneshot::Sender<Result<Ack, Error>>;
+type Sink = mpsc::UnboundedSender<v1::DurableTaskRequest>;
+
+#[derive(Default)]
+struct Inner {
+    sink: Option<(u64, Sink)>,
+    /// Requests awaiting an ack, by request id (re-sent on reconnect, in order).
+    unacked: BTreeMap<u64, v1::DurableTaskRequest>,
+    /// Ack slots per (task, invocation), in send order.
+    acks: HashMap<(String, i32), VecDeque<(u64, AckTx)>>,
+    waits: HashMap<EntryKey, oneshot::Sender<Completion>>,
+    early: HashMap<EntryKey, (Completion, Instant)>,
+    closed: bool,
+}
+
+/// The durable registry. Outlives listener restarts.
+#[derive(Default)]
+pub struct DurableRegistry {
+    inner: Mutex<Inner>,
+    next: AtomicU64,
+}
+
+impl std::fmt::Debug for DurableRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DurableRegistry(..)")
+    }
+}
+
+fn target(req: &v1::DurableTaskRequest) -> Option<(String, i32)> {
+    match req.message.as_ref()? {
+        Req::WaitFor(w) => Some((w.durable_task_external_id.clone(), w.invocation_count)),
+        Req::Memo(m) => Some((m.durable_task_external_id.clone(), m.invocation_count)),
+        Req::TriggerRuns(t) => Some((t.durable_task_external_id.clone(), t.invocation_count)),
+        Req::EvictInvocation(e) => Some((e.durable_task_external_id.clone(), e.invocation_count)),
+        _ => None,
+    }
+}
+
+impl DurableRegistry {
+    /// Sends a request that expects an ack; returns the ack receiver and whether a stream must
+    /// be armed.
+    fn send(
+        &self,
+        req: v1::DurableTaskRequest,
+    ) -> Result<(oneshot::Receiver<Result<Ack, Error>>, bool), Error> {
+        let key =
+            target(&req).ok_or_else(|| Error::invalid("DurableTask", "request has no target"))?;
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let mut g = self.inner.lock();
+        if g.closed {
+            return Err(Error::closed("DurableTask"));
+        }
+        g.acks.entry(key).or_default().push_back((id, tx));
+        g.unacked.insert(id, req.clone());
+        let sent = g.sink.as_ref().is_some_and(|(_, s)| s.send(req).is_ok());
+        Ok((rx, !sent))
+    }
+
+    /// Sends a request that expects no ack (`complete_memo`); dropped if no stream (the memo is
+    /// then recomputed on replay).
+    fn send_no_ack(&self, req: v1::DurableTaskRequest) {
+        if let Some((_, s)) = &self.inner.lock().sink {
+            let _ = s.send(req);
+        }
+    }
+
+    fn wait(&self, key: EntryKey) -> oneshot::Receiver<Completion> {
+        let (tx, rx) = oneshot::channel();
+        let mut g = self.inner.lock();
+        if let Some((c, at)) = g.early.remove(&key)
+            && at.elapsed() < EARLY_COMPLETION_TTL
+        {
+            let _ = tx.send(c);
+            return rx;
+        }
+        g.waits.insert(key, tx);
+        rx
+    }
+
+    fn forget_wait(&self, key: &EntryKey) {
+        self.inner.lock().waits.remove(key);
+    }
+
+    fn pop_ack(&self, key: &(String, i32)) -> Option<AckTx> {
+        let mut g = self.inner.lock();
+        let q = g.acks.get_mut(key)?;
+        let (id, tx) = q.pop_front()?;
+        if q.is_empty() {
+            g.acks.remove(key);
+        }
+        g.unacked.remove(&id);
+        Some(tx)
+    }
+
+    /// Handles one response from the engine.
+    fn on_response(&self, resp: v1::DurableTaskResponse) {
+        let Some(msg) = resp.message else { return };
+        match msg {
+            Resp::RegisterWorker(_) => {}
+            Resp::WaitForAck(a) => {
+                if let Some(r) = a.r#ref
+                    && let Some(tx) =
+                        self.pop_ack(&(r.durable_task_external_id.clone(), r.invocation_count))
+                {
+                    let _ = tx.send(Ok(Ack::Wait(r)));
+                }
+            }
+            Resp::MemoAck(m) => {
+                if let Some(r) = &m.r#ref
+                    && let Some(tx) =
+                        self.pop_ack(&(r.durable_task_external_id.clone(), r.invocation_count))
+                {
+                    let _ = tx.send(Ok(Ack::Memo(m)));
+                }
+            }
+            Resp::TriggerRunsAck(t) => {
+                if let Some(tx) =
+                    self.pop_ack(&(t.durable_task_external_id.clone(), t.invocation_count))
+                {
+                    let _ = tx.send(Ok(Ack::Runs(t)));
+                }
+            }
+            Resp::EvictionAck(e) => {
+                if let Some(tx) =
+                    self.pop_ack(&(e.durable_task_external_id.clone(), e.invocation_count))
+                {
+                    let _ = tx.send(Ok(Ack::Evicted));
+                }
+            }
+            Resp::EntryCompleted(c) => {
+                let Some(r) = c.r#ref else { return };
+                let key = key_of(&r);
+                let completion = Completion {
+                    payload: c.payload,
+                    is_failure: c.is_failure,
+                    error: c.error_message,
+                };
+                let mut g = self.inner.lock();
+                match g.waits.remove(&key) {
+                    Some(tx) => {
+                        let _ = tx.send(completion);
+                    }
+                    None => {
+                        let now = Instant::now();
+                        g.early.retain(|_, (_, at)| {
+                            now.saturating_duration_since(*at) < EARLY_COMPLETION_TTL
+                        });
+                        g.early.insert(key, (completion, now));
+                    }
+                }
+            }
+            Resp::Error(e) => {
+                if let Some(r) = e.r#ref
+                    && let Some(tx) =
+                        self.pop_ack(&(r.durable_task_external_id.clone(), r.invocation_count))
+                {
+                    let _ = tx.send(Err(Error::new(
+                        Outcome::Rejected,
+                        "/v1.V1Dispatcher/DurableTask",
+                    )
+                    .with_detail(format!(
+                        "engine error at node {}: {}",
+                        r.node_id, e.error_message
+                    ))));
+                }
+            }
+            Resp::ServerEvict(e) => {
+                let mut g = self.inner.lock();
+                let task = e.durable_task_external_id.clone();
+                let keys: Vec<(String, i32)> = g
+                    .acks
+                    .keys()
+                    .filter(|(t, i)| *t == task && *i <= e.invocation_count)
+                    .cloned()
+                    .collect();
+                for k in keys {
+                    for (id, tx) in g.acks.remove(&k).unwrap_or_default() {
+                        g.unacked.remove(&id);
+                        let _ = tx.send(Err(Error::new(
+                            Outcome::Rejected,
+                            "/v1.V1Dispatcher/DurableTask",
+                        )
+                        .with_detail(format!("invocation evicted by the engine: {}", e.reason))));
+                    }
+                }
+                g.waits
+                    .retain(|(t, i, _, _), _| !(*t == task && *i <= e.invocation_count));
+            }
+        }
+    }
+
+    /// Publishes a new stream: register_worker, re-sent requests, worker_status (replay first).
+    fn publish(&self, generation: u64, sink: Sink, worker_id: &str) {
+        let mut g = self.inner.lock();
+        let _ = sink.send(v1::DurableTaskRequest {
+            message: Some(Req::RegisterWorker(v1::DurableTaskRequestRegisterWorker {
+                worker_id: worker_id.to_string(),
+            })),
+        });
+        for req in g.unacked.values() {
+            let _ = sink.send(req.clone());
+        }
+        let waiting: Vec<v1::DurableTaskAwaitedCompletedEntry> = g
+            .waits
+            .keys()
+            .map(|(t, i, b, n)| v1::DurableTaskAwaitedCompletedEntry {
+                durable_task_external_id: t.clone(),
+                branch_id: *b,
+                node_id: *n,
+                invocation_count: *i,
+            })
+            .collect();
+        if !waiting.is_empty() {
+            let _ = sink.send(v1::DurableTaskRequest {
+                message: Some(Req::WorkerStatus(v1::DurableTaskWorkerStatusRequest {
+                    worker_id: worker_id.to_string(),
+                    waiting_entries: waiting,
+                })),
+            });
+        }
+        g.sink = Some((generation, sink));
+    }
+
+    fn unpublish(&self, generation: u64) {
+        let mut g = self.inner.lock();
+        if g.sink.as_ref().is_some_and(|(s, _)| *s == generation) {
+            g.sink = None;
+        }
+    }
+
+    /// Fails everything pending and refuses new work (runtime shutdown).
+    pub fn close(&self) {
+        let mut g = self.inner.lock();
+        g.closed = true;
+        g.sink = None;
+        for (_, q) in g.acks.drain() {
+            for (_, tx) in q {
+                let _ = tx.send(Err(Error::closed("DurableTask")));
+            }
+        }
+        g.unacked.clear();
+        g.waits.clear();
+    }
+
+    fn busy(&self) -> bool {
+        let g = self.inner.lock();
+        !g.acks.is_empty() || !g.waits.is_empty()
+    }
+}
+
+/// Messages of the durable-task listener.
+#[derive(Debug)]
+pub enum DurableMsg {
+    /// Someone needs the stream.
+    Ensure,
+    /// The stream of `generation` ended.
+    Ended {
+        /// Generation.
+        generation: u64,
+        /// How.
+        end: StreamEnd,
+        /// Progress.
+        progressed: bool,
+        /// Error text.
+        error: String,
+    },
+    /// Backoff elapsed.
+    Reconnect(u64),
+    /// Test hook.
+    Crash,
+}
+
+/// Arguments, kept across restarts.
+#[derive(Clone)]
+pub struct DurableArgs {
+    /// Shared context.
+    pub ctx: ListenerCtx,
+    /// Registry.
+    pub registry: Arc<DurableRegistry>,
+    /// Health.
+    pub health: Arc<HealthReporter>,
+    /// The worker's id.
+    pub identity: Arc<WorkerIdentity>,
+}
+
+/// The actor's state.
+pub struct DurableState {
+    args: DurableArgs,
+    generation: u64,
+    active: bool,
+    reconnect: ReconnectState,
+    rng: rand::rngs::StdRng,
+}
+
+/// The durable-task listener actor.
+#[derive(Debug, Clone, Copy)]
+pub struct DurableListener;
+
+impl DurableListener {
+    fn open(myself: &ActorRef<DurableMsg>, st: &mut DurableState) {
+        let Some(worker_id) = st.args.identity.get() else {
+            // Not registered yet: try again shortly.
+            let generation = st.generation;
+            drop(myself.send_after(Duration::from_millis(200), move || {
+                DurableMsg::Reconnect(generation)
+            }));
+            return;
+        };
+        st.generation += 1;
+        st.active = true;
+        let generation = st.generation;
+        let args = st.args.clone();
+        let me = myself.clone();
+        args.health.connecting();
+        tokio::spawn(async move {
+            let (tx, rx) = mpsc::unbounded_channel();
+            args.registry.publish(generation, tx, &worker_id);
+            let started = Instant::now();
+            let mut client = args.ctx.v1_dispatcher();
+            let opened = tokio::select! {
+                r = client.durable_task(tokio_stream::wrappers::UnboundedReceiverStream::new(rx)) => r,
+                _ = args.ctx.lifecycle.cancelled() => return,
+            };
+            let mut progressed = false;
+            let result = match opened {
+                Err(s) => Err(s),
+                Ok(resp) => {
+                    args.health.connected();
+                    let mut stream = resp.into_inner();
+                    loop {
+                        let m = tokio::select! {
+                            m = stream.message() => m,
+                            _ = args.ctx.lifecycle.cancelled() => return,
+                        };
+                        match m {
+                            Ok(Some(r)) => {
+                                progressed = true;
+                                args.registry.on_response(r);
+                            }
+                            Ok(None) => break Ok(()),
+                            Err(s) => break Err(s),
+                        }
+                    }
+                }
+            };
+            args.registry.unpublish(generation);
+            let progressed = progressed || started.elapsed() >= reconnect::HEALTHY_STREAM;
+            let error = match &result {
+                Ok(()) => "stream ended (EOF)".to_string(),
+                Err(s) => format!("{:?}: {}", s.code(), s.message()),
+            };
+            let _ = me.cast(DurableMsg::Ended {
+                generation,
+                end: end_of(&result),
+                progressed,
+                error,
+            });
+        });
+    }
+}
+
+impl Actor for DurableListener {
+    type Msg = DurableMsg;
+    type State = DurableState;
+    type Arguments = DurableArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<DurableMsg>,
+        args: DurableArgs,
+    ) -> Result<DurableState, ActorProcessingErr> {
+        let mut st = DurableState {
+            args,
+            generation: 0,
+            active: false,
+            reconnect: ReconnectState::default(),
+            rng: rand::rngs::StdRng::from_rng(&mut rand::rng()),
+        };
+        if st.args.registry.busy() {
+            Self::open(&myself, &mut st);
+        }
+        Ok(st)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<DurableMsg>,
+        msg: DurableMsg,
+        st: &mut DurableState,
+    ) -> Result<(), ActorProcessingErr> {
+        if st.args.ctx.lifecycle.is_cancelled() {
+            return Ok(());
+        }
+        match msg {
+            DurableMsg::Ensure => {
+                if !st.active {
+                    Self::open(&myself, st);
+                }
+            }
+            DurableMsg::Ended {
+                generation,
+                end,
+                progressed,
+                error,
+            } => {
+                if generation != st.generation {
+                    return Ok(());
+                }
+                st.active = false;
+                // The durable stream is wanted while the worker runs (CONTRACT.md §3).
+                match reconnect::decide(
+                    &mut st.reconnect,
+                    end,
+                    progressed,
+                    true,
+                    true,
+                    &STREAM_BACKOFF,
+                    &mut st.rng,
+                ) {
+                    Next::Reconnect { delay, attempt } => {
+                        st.args.health.reconnecting(attempt, &error);
+                        drop(myself.send_after(delay, move || DurableMsg::Reconnect(generation)));
+                    }
+                    Next::Idle => st.args.health.idle(),
+                    Next::Stop { reason } => {
+                        st.args.health.stopped(Some(format!("{reason}: {error}")))
+                    }
+                }
+            }
+            DurableMsg::Reconnect(generation) => {
+                if generation == st.generation && !st.active {
+                    Self::open(&myself, st);
+                }
+            }
+            DurableMsg::Crash => panic!("durable listener crash requested by a test"),
+        }
+        Ok(())
+    }
+}
+
+/// What a task context uses to run durable operations.
+#[derive(Clone)]
+pub struct DurableClient {
+    /// Registry.
+    pub registry: Arc<DurableRegistry>,
+    /// Arms the stream.
+    pub ensure: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for DurableClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DurableClient(..)")
+    }
+}
+
+impl DurableClient {
+    async fn request(&self, req: v1::DurableTaskRequest) -> Result<Ack, Error> {
+        let (rx, arm) = self.registry.send(req)?;
+        if arm {
+            (self.ensure)();
+        }
+        rx.await.map_err(|_| Error::closed("DurableTask"))?
+    }
+
+    /// Registers a wait and returns its completion payload.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping it forgets the wait locally; the engine keeps the node, and a replay
+    /// of the same wait finds it.
+    pub async fn wait_for(
+        &self,
+        task: &str,
+        invocation: i32,
+        conds: v1::DurableEventListenerConditions,
+    ) -> Result<Completion, Error> {
+        let ack = self
+            .request(v1::DurableTaskRequest {
+                message: Some(Req::WaitFor(v1::DurableTaskWaitForRequest {
+                    invocation_count: invocation,
+                    durable_task_external_id: task.to_string(),
+                    wait_for_conditions: Some(conds),
+                    label: None,
+                })),
+            })
+            .await?;
+        let Ack::Wait(r) = ack else {
+            return Err(Error::new(Outcome::Rejected, "DurableTask")
+                .with_detail("unexpected ack for wait_for"));
+        };
+        let key = key_of(&r);
+        let rx = self.registry.wait(key.clone());
+        struct Forget<'a>(&'a DurableRegistry, EntryKey);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                self.0.forget_wait(&self.1);
+            }
+        }
+        let _guard = Forget(&self.registry, key);
+        rx.await.map_err(|_| Error::closed("DurableTask"))
+    }
+
+    /// Memoizes `compute` under `key` for this task: a replay returns the stored value.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an interrupted memo is recomputed on replay.
+    pub async fn memo<F, Fut>(
+        &self,
+        task: &str,
+        invocation: i32,
+        key: &[u8],
+        compute: F,
+    ) -> Result<Vec<u8>, Error>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Vec<u8>>,
+    {
+        let ack = self
+            .request(v1::DurableTaskRequest {
+                message: Some(Req::Memo(v1::DurableTaskMemoRequest {
+                    invocation_count: invocation,
+                    durable_task_external_id: task.to_string(),
+                    key: key.to_vec(),
+                    payload: None,
+                })),
+            })
+            .await?;
+        let Ack::Memo(m) = ack else {
+            return Err(
+                Error::new(Outcome::Rejected, "DurableTask").with_detail("unexpected ack for memo")
+            );
+        };
+        if let Some(v) = m.memo_result_payload.filter(|_| m.memo_already_existed) {
+            return Ok(v);
+        }
+        let value = compute().await;
+        self.registry.send_no_ack(v1::DurableTaskRequest {
+            message: Some(Req::CompleteMemo(v1::DurableTaskCompleteMemoRequest {
+                r#ref: m.r#ref,
+                payload: value.clone(),
+                memo_key: key.to_vec(),
+            })),
+        });
+        Ok(value)
+    }
+
+    /// Tells the engine to evict this invocation; fails if no ack comes in 30 s.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn evict(&self, task: &str, invocation: i32, reason: &str) -> Result<(), Error> {
+        let req = v1::DurableTaskRequest {
+            message: Some(Req::EvictInvocation(
+                v1::DurableTaskEvictInvocationRequest {
+                    invocation_count: invocation,
+                    durable_task_external_id: task.to_string(),
+                    reason: Some(reason.to_string()),
+                },
+            )),
+        };
+        match tokio::time::timeout(EVICTION_ACK_TIMEOUT, self.request(req)).await {
+            Ok(r) => r.map(|_| ()),
+            Err(_) => Err(Error::new(Outcome::DeadlineExceeded, "DurableTask")
+                .with_detail("no eviction ack within 30 s")),
+        }
+    }
+}

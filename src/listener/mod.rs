@@ -1,0 +1,89 @@
+//! Long-lived streams: the reconnect decision, health, and the four listeners.
+//!
+//! # Shape
+//!
+//! Each listener is a ractor actor supervised by the stream supervisor
+//! ([`crate::runtime::supervisor`]). The actor owns its stream *generation* and lifecycle; its
+//! handler registry (waiters, pending acks) lives in an `Arc` the supervisor keeps, so a listener
+//! that panics is restarted with every waiter intact. Messages are read by a per-generation task
+//! that delivers straight into the registry (a one-shot send: never blocks, never waits on the
+//! actor), and reports the stream's end to the actor, which applies [`reconnect::decide`].
+//!
+//! # Invariants
+//!
+//! 1. A generation number stamps every stream; an end or an open from an older generation is
+//!    ignored, so it cannot overwrite a newer stream.
+//! 2. Before a new stream is published, every current subscription is queued on it (replay
+//!    before publish), under the registry lock, so no subscription falls in between.
+//! 3. Only the lifecycle token (runtime shutdown) ends a listener; callers' cancellations only
+//!    remove their own waiter.
+
+pub mod actions;
+pub mod durable_task;
+pub mod health;
+pub mod reconnect;
+pub mod runs;
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+use crate::config::ClientConfig;
+use crate::retry::RetryCore;
+use crate::transport::AuthInterceptor;
+
+/// The authenticated channel type every client uses.
+pub type AuthChannel = InterceptedService<Channel, AuthInterceptor>;
+
+/// What every listener needs.
+#[derive(Clone, Debug)]
+pub struct ListenerCtx {
+    /// The shared connection.
+    pub channel: Channel,
+    /// Adds the token.
+    pub auth: AuthInterceptor,
+    /// Configuration.
+    pub config: Arc<ClientConfig>,
+    /// Cancelled only by runtime shutdown.
+    pub lifecycle: CancellationToken,
+    /// The unary retry core (for heartbeats, registration, polling).
+    pub core: Arc<RetryCore>,
+}
+
+impl ListenerCtx {
+    /// A Dispatcher client.
+    pub fn dispatcher(&self) -> crate::proto::dispatcher_client::DispatcherClient<AuthChannel> {
+        crate::proto::dispatcher_client::DispatcherClient::with_interceptor(
+            self.channel.clone(),
+            self.auth.clone(),
+        )
+    }
+
+    /// An AdminService client.
+    pub fn admin(&self) -> crate::proto::v1::admin_service_client::AdminServiceClient<AuthChannel> {
+        crate::proto::v1::admin_service_client::AdminServiceClient::with_interceptor(
+            self.channel.clone(),
+            self.auth.clone(),
+        )
+    }
+
+    /// A V1Dispatcher client.
+    pub fn v1_dispatcher(
+        &self,
+    ) -> crate::proto::v1::v1_dispatcher_client::V1DispatcherClient<AuthChannel> {
+        crate::proto::v1::v1_dispatcher_client::V1DispatcherClient::with_interceptor(
+            self.channel.clone(),
+            self.auth.clone(),
+        )
+    }
+}
+
+/// A stream end as the reconnect decision sees it.
+pub fn end_of(r: &Result<(), tonic::Status>) -> reconnect::StreamEnd {
+    match r {
+        Ok(()) => reconnect::StreamEnd::Eof,
+        Err(s) => reconnect::StreamEnd::Code(s.code()),
+    }
+}

@@ -1,0 +1,222 @@
+//! The reconnect decision shared by every listener (CONTRACT.md §3), as a pure function.
+//!
+//! # Rules
+//!
+//! 1. Only the lifecycle token ends a listener: CANCELLED on a stream whose token is alive is a
+//!    transport event (a proxy's RST_STREAM), so it reconnects.
+//! 2. Transient ends ([`TRANSIENT_STREAM_CODES`], connection loss, EOF) reconnect without limit,
+//!    with full-jitter backoff growing over consecutive ends without progress.
+//! 3. Permanent codes ([`PERMANENT_STREAM_CODES`]) stop at once; any other code stops after
+//!    [`MAX_NO_PROGRESS`] consecutive ends without progress.
+//! 4. *Progress* is a message received or a stream that stayed open [`HEALTHY_STREAM`]; a connect
+//!    that fails right after opening is not progress (so a failing server is never a hot loop).
+//! 5. A listener that nobody needs (no waiter) goes idle instead of reconnecting.
+
+use std::time::Duration;
+
+use tonic::Code;
+
+use crate::retry::backoff::Backoff;
+
+/// Codes that reconnect without limit.
+pub const TRANSIENT_STREAM_CODES: [Code; 6] = [
+    Code::Unavailable,
+    Code::Internal,
+    Code::DeadlineExceeded,
+    Code::ResourceExhausted,
+    Code::Cancelled,
+    Code::Unknown, // connection loss surfaces as UNKNOWN from hyper/h2 in some paths
+];
+
+/// Codes that stop a listener at once.
+pub const PERMANENT_STREAM_CODES: [Code; 3] = [
+    Code::Unauthenticated,
+    Code::PermissionDenied,
+    Code::InvalidArgument,
+];
+
+/// Consecutive ends without progress after which a non-transient error stops the listener.
+pub const MAX_NO_PROGRESS: u32 = 10;
+
+/// How long a stream must stay open to count as progress.
+pub const HEALTHY_STREAM: Duration = Duration::from_secs(30);
+
+/// How a stream ended (or failed to open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The server closed it with OK.
+    Eof,
+    /// It ended (or failed to open) with this code.
+    Code(Code),
+}
+
+/// What the listener should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Open a new stream after `delay`.
+    Reconnect {
+        /// The backoff delay.
+        delay: Duration,
+        /// Consecutive ends without progress so far.
+        attempt: u32,
+    },
+    /// Nobody needs the stream: stay closed until someone does.
+    Idle,
+    /// Stop for good and surface the error.
+    Stop {
+        /// Why.
+        reason: &'static str,
+    },
+}
+
+/// The per-listener counters the decision reads and updates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReconnectState {
+    /// Consecutive stream ends without progress.
+    pub no_progress: u32,
+}
+
+/// Decides what follows a stream end.
+pub fn decide<R: rand::Rng + ?Sized>(
+    state: &mut ReconnectState,
+    end: StreamEnd,
+    progressed: bool,
+    wanted: bool,
+    lifecycle_alive: bool,
+    backoff: &Backoff,
+    rng: &mut R,
+) -> Next {
+    if !lifecycle_alive {
+        return Next::Stop {
+            reason: "runtime shut down",
+        };
+    }
+    if progressed {
+        state.no_progress = 0;
+    }
+    if let StreamEnd::Code(c) = end
+        && PERMANENT_STREAM_CODES.contains(&c)
+    {
+        return Next::Stop {
+            reason: "permanent error",
+        };
+    }
+    if !wanted {
+        return Next::Idle;
+    }
+    let transient = match end {
+        StreamEnd::Eof => true,
+        StreamEnd::Code(c) => TRANSIENT_STREAM_CODES.contains(&c),
+    };
+    let attempt = state.no_progress;
+    state.no_progress = state.no_progress.saturating_add(1);
+    if !transient && state.no_progress >= MAX_NO_PROGRESS {
+        return Next::Stop {
+            reason: "no progress after repeated errors",
+        };
+    }
+    Next::Reconnect {
+        delay: backoff.delay(attempt, rng),
+        attempt: state.no_progress,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::retry::backoff::STREAM_BACKOFF;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    fn run(end: StreamEnd, progressed: bool, n: usize) -> Vec<Next> {
+        let mut s = ReconnectState::default();
+        let mut rng = StdRng::seed_from_u64(1);
+        (0..n)
+            .map(|_| {
+                decide(
+                    &mut s,
+                    end,
+                    progressed,
+                    true,
+                    true,
+                    &STREAM_BACKOFF,
+                    &mut rng,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn transient_ends_reconnect_forever_with_growing_windows() {
+        let out = run(StreamEnd::Code(Code::Unavailable), false, 50);
+        for (i, n) in out.iter().enumerate() {
+            match n {
+                Next::Reconnect { delay, .. } => assert!(*delay <= STREAM_BACKOFF.window(i as u32)),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(
+            run(StreamEnd::Eof, false, 50)
+                .iter()
+                .all(|n| matches!(n, Next::Reconnect { .. }))
+        );
+        // CANCELLED with a live lifecycle is a transport event.
+        assert!(
+            run(StreamEnd::Code(Code::Cancelled), false, 50)
+                .iter()
+                .all(|n| matches!(n, Next::Reconnect { .. }))
+        );
+    }
+
+    #[test]
+    fn permanent_codes_stop_at_once() {
+        for c in PERMANENT_STREAM_CODES {
+            assert!(
+                matches!(run(StreamEnd::Code(c), false, 1)[0], Next::Stop { .. }),
+                "{c:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_codes_stop_after_ten_without_progress_but_progress_resets() {
+        let out = run(StreamEnd::Code(Code::NotFound), false, 12);
+        let stops = out.iter().position(|n| matches!(n, Next::Stop { .. }));
+        assert_eq!(stops, Some(9), "the 10th consecutive failure stops");
+        assert!(
+            run(StreamEnd::Code(Code::NotFound), true, 30)
+                .iter()
+                .all(|n| matches!(n, Next::Reconnect { .. }))
+        );
+    }
+
+    #[test]
+    fn unwanted_streams_go_idle_and_shutdown_stops() {
+        let mut s = ReconnectState::default();
+        let mut rng = StdRng::seed_from_u64(1);
+        assert_eq!(
+            decide(
+                &mut s,
+                StreamEnd::Eof,
+                false,
+                false,
+                true,
+                &STREAM_BACKOFF,
+                &mut rng
+            ),
+            Next::Idle
+        );
+        assert!(matches!(
+            decide(
+                &mut s,
+                StreamEnd::Eof,
+                false,
+                true,
+                false,
+                &STREAM_BACKOFF,
+                &mut rng
+            ),
+            Next::Stop { .. }
+        ));
+    }
+}

@@ -1,0 +1,296 @@
+//! What a running task sees: its input, its parents' outputs, its retry count, a cancellation
+//! token, logging to the engine, child runs, stream chunks and durable operations.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{RunHandle, TriggerOptions};
+use crate::error::{Error, Outcome};
+use crate::listener::durable_task::DurableClient;
+use crate::proto::{self, v1};
+use crate::runtime::Shared;
+
+/// The context of one task attempt. Cheap to clone.
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    action: proto::AssignedAction,
+    input: Value,
+    parents: serde_json::Map<String, Value>,
+    metadata: serde_json::Map<String, Value>,
+    cancel: CancellationToken,
+    shared: Arc<Shared>,
+    durable: Option<DurableClient>,
+    child_index: AtomicI32,
+    stream_index: AtomicI64,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("task_run_id", &self.inner.action.task_run_external_id)
+            .field("retry_count", &self.inner.action.retry_count)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    pub(crate) fn new(
+        action: proto::AssignedAction,
+        cancel: CancellationToken,
+        shared: Arc<Shared>,
+        durable: Option<DurableClient>,
+    ) -> Result<Self, String> {
+        let payload: Value = if action.action_payload.trim().is_empty() {
+            Value::Object(Default::default())
+        } else {
+            serde_json::from_str(&action.action_payload)
+                .map_err(|e| format!("action payload is not JSON: {e}"))?
+        };
+        let input = payload
+            .get("input")
+            .cloned()
+            .unwrap_or(Value::Object(Default::default()));
+        let parents = match payload.get("parents") {
+            Some(Value::Object(m)) => m.clone(),
+            _ => Default::default(),
+        };
+        let metadata = action
+            .additional_metadata
+            .as_deref()
+            .and_then(|m| serde_json::from_str::<serde_json::Map<String, Value>>(m).ok())
+            .unwrap_or_default();
+        Ok(Context {
+            inner: Arc::new(Inner {
+                action,
+                input,
+                parents,
+                metadata,
+                cancel,
+                shared,
+                durable,
+                child_index: AtomicI32::new(0),
+                stream_index: AtomicI64::new(0),
+            }),
+        })
+    }
+
+    /// The run's input (raw JSON).
+    pub fn input(&self) -> &Value {
+        &self.inner.input
+    }
+
+    /// A parent task's output, typed.
+    pub fn parent_output<T: DeserializeOwned>(&self, parent: &str) -> Result<T, Error> {
+        let v = self.inner.parents.get(parent).ok_or_else(|| {
+            Error::invalid("parent_output", format!("no parent task named {parent}"))
+        })?;
+        serde_json::from_value(v.clone()).map_err(|e| {
+            Error::invalid(
+                "parent_output",
+                format!("parent {parent}'s output does not match the type: {e}"),
+            )
+        })
+    }
+
+    /// The run's additional metadata.
+    pub fn metadata(&self) -> &serde_json::Map<String, Value> {
+        &self.inner.metadata
+    }
+
+    /// This attempt's retry count (0 on the first attempt).
+    pub fn retry_count(&self) -> i32 {
+        self.inner.action.retry_count
+    }
+
+    /// The task run id.
+    pub fn task_run_id(&self) -> &str {
+        &self.inner.action.task_run_external_id
+    }
+
+    /// The workflow run id.
+    pub fn workflow_run_id(&self) -> &str {
+        &self.inner.action.workflow_run_id
+    }
+
+    /// Fires on CANCEL_STEP_RUN (timeout or cancellation) and on runtime shutdown.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.inner.cancel
+    }
+
+    /// Sends a log line to the engine (PutLog), in the background.
+    pub fn log(&self, message: impl Into<String>) {
+        let req = proto::PutLogRequest {
+            task_run_external_id: self.task_run_id().to_string(),
+            created_at: Some(proto::timestamp_now()),
+            message: message.into(),
+            level: Some("INFO".into()),
+            metadata: String::new(),
+            task_retry_count: Some(self.retry_count()),
+        };
+        let shared = self.inner.shared.clone();
+        tokio::spawn(async move {
+            let _ = shared.put_log(req).await;
+        });
+    }
+
+    /// Streams a chunk to subscribers of the run's events (PutStreamEvent).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the chunk is sent or not.
+    pub async fn put_stream(&self, chunk: impl Into<Vec<u8>>) -> Result<(), Error> {
+        let index = self.inner.stream_index.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .shared
+            .put_stream(proto::PutStreamEventRequest {
+                task_run_external_id: self.task_run_id().to_string(),
+                created_at: Some(proto::timestamp_now()),
+                message: chunk.into(),
+                metadata: String::new(),
+                event_index: Some(index),
+            })
+            .await
+    }
+
+    /// Spawns a child run. The child index counts spawns in this task, so a retried task that
+    /// spawns again gets the same children back from the engine instead of duplicates.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a repeat after cancellation returns the same child.
+    pub async fn spawn_child<I: serde::Serialize>(
+        &self,
+        workflow: &str,
+        input: &I,
+    ) -> Result<RunHandle, Error> {
+        let index = self.inner.child_index.fetch_add(1, Ordering::Relaxed);
+        let opts = TriggerOptions {
+            parent: Some((
+                self.workflow_run_id().to_string(),
+                self.task_run_id().to_string(),
+                index,
+            )),
+            ..TriggerOptions::default()
+        };
+        self.inner
+            .shared
+            .run_no_wait_with(workflow, input, opts)
+            .await
+    }
+
+    fn durable(&self) -> Result<(&DurableClient, i32), Error> {
+        let d = self.inner.durable.as_ref().ok_or_else(|| {
+            Error::invalid(
+                "durable",
+                "this task is not durable: declare it with Workflow::durable_task",
+            )
+        })?;
+        Ok((
+            d,
+            self.inner.action.durable_task_invocation_count.unwrap_or(1),
+        ))
+    }
+
+    /// Sleeps durably for `duration` (`10s`, `5m`): the engine keeps the timer, so a restarted
+    /// worker does not sleep again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a replay finds the same timer.
+    pub async fn sleep_for(&self, duration: &str) -> Result<(), Error> {
+        let (d, inv) = self.durable()?;
+        let cond = v1::DurableEventListenerConditions {
+            sleep_conditions: vec![v1::SleepMatchCondition {
+                base: Some(v1::BaseMatchCondition {
+                    readable_data_key: format!("sleep:{duration}"),
+                    action: v1::Action::Create as i32,
+                    or_group_id: uuid::Uuid::new_v4().to_string(),
+                    expression: String::new(),
+                }),
+                sleep_for: duration.to_string(),
+            }],
+            user_event_conditions: vec![],
+        };
+        self.wait(d, inv, cond).await.map(|_| ())
+    }
+
+    /// Waits durably for an event with `key`; returns its payload.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a replay finds the same wait.
+    pub async fn wait_for_event(&self, key: &str) -> Result<Value, Error> {
+        let (d, inv) = self.durable()?;
+        let key = self.inner.shared.config.namespaced(key);
+        let cond = v1::DurableEventListenerConditions {
+            sleep_conditions: vec![],
+            user_event_conditions: vec![v1::UserEventMatchCondition {
+                base: Some(v1::BaseMatchCondition {
+                    readable_data_key: key.clone(),
+                    action: v1::Action::Create as i32,
+                    or_group_id: uuid::Uuid::new_v4().to_string(),
+                    expression: String::new(),
+                }),
+                user_event_key: key.clone(),
+                event_scope: None,
+                consider_events_since: None,
+            }],
+        };
+        let payload = self.wait(d, inv, cond).await?;
+        Ok(payload
+            .get("CREATE")
+            .and_then(|c| c.get(&key))
+            .and_then(|l| l.get(0))
+            .cloned()
+            .unwrap_or(Value::Null))
+    }
+
+    async fn wait(
+        &self,
+        d: &DurableClient,
+        inv: i32,
+        cond: v1::DurableEventListenerConditions,
+    ) -> Result<Value, Error> {
+        let done = tokio::select! {
+            r = d.wait_for(self.task_run_id(), inv, cond) => r?,
+            _ = self.inner.cancel.cancelled() => return Err(Error::new(Outcome::Cancelled, "durable wait")),
+        };
+        if done.is_failure {
+            return Err(Error::new(Outcome::Rejected, "durable wait")
+                .with_detail(done.error.unwrap_or_default()));
+        }
+        serde_json::from_slice(&done.payload).map_err(|e| {
+            Error::new(Outcome::Rejected, "durable wait").with_cause(crate::error::Cause::Json(e))
+        })
+    }
+
+    /// Memoizes `compute` under `key`: a replayed invocation gets the stored value back.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an interrupted memo is recomputed on replay.
+    pub async fn memo<T, F, Fut>(&self, key: &str, compute: F) -> Result<T, Error>
+    where
+        T: serde::Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let (d, inv) = self.durable()?;
+        let bytes = d
+            .memo(self.task_run_id(), inv, key.as_bytes(), || async {
+                serde_json::to_vec(&compute().await).unwrap_or_default()
+            })
+            .await?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            Error::new(Outcome::Rejected, "memo").with_cause(crate::error::Cause::Json(e))
+        })
+    }
+}

@@ -1,0 +1,289 @@
+//! Workflow and task definitions: typed handlers, DAG parents, retries, timeouts, triggers.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::context::Context;
+use crate::proto::v1;
+
+/// A task failure. `retryable: false` sets `should_not_retry` (the engine skips the retries left).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskError {
+    /// What went wrong (sent to the engine as the failure text).
+    pub message: String,
+    /// Whether the engine may retry the task.
+    pub retryable: bool,
+}
+
+impl TaskError {
+    /// A failure the engine may retry (per the task's `retries`).
+    pub fn new(message: impl Into<String>) -> Self {
+        TaskError {
+            message: message.into(),
+            retryable: true,
+        }
+    }
+
+    /// A failure the engine must not retry.
+    pub fn non_retryable(message: impl Into<String>) -> Self {
+        TaskError {
+            message: message.into(),
+            retryable: false,
+        }
+    }
+}
+
+impl std::fmt::Display for TaskError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<String> for TaskError {
+    fn from(s: String) -> Self {
+        TaskError::new(s)
+    }
+}
+
+impl From<&str> for TaskError {
+    fn from(s: &str) -> Self {
+        TaskError::new(s)
+    }
+}
+
+impl From<crate::Error> for TaskError {
+    fn from(e: crate::Error) -> Self {
+        TaskError::new(e.to_string())
+    }
+}
+
+impl From<serde_json::Error> for TaskError {
+    fn from(e: serde_json::Error) -> Self {
+        TaskError::non_retryable(format!("json: {e}"))
+    }
+}
+
+/// A type-erased task handler.
+pub type TaskFn =
+    Arc<dyn Fn(Context) -> BoxFuture<'static, Result<Value, TaskError>> + Send + Sync>;
+
+/// Wraps a typed `async fn(input, ctx) -> Result<output, error>`.
+pub fn typed<I, O, E, F, Fut>(f: F) -> TaskFn
+where
+    I: DeserializeOwned + Send + 'static,
+    O: Serialize + Send + 'static,
+    E: Into<TaskError> + Send + 'static,
+    F: Fn(I, Context) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, E>> + Send + 'static,
+{
+    let f = Arc::new(f);
+    Arc::new(move |ctx: Context| {
+        let f = f.clone();
+        Box::pin(async move {
+            let input: I = serde_json::from_value(ctx.input().clone()).map_err(|e| {
+                TaskError::non_retryable(format!(
+                    "the input does not match the task's input type: {e}"
+                ))
+            })?;
+            let out = f(input, ctx).await.map_err(Into::into)?;
+            serde_json::to_value(out).map_err(|e| {
+                TaskError::non_retryable(format!("the output cannot be serialized: {e}"))
+            })
+        })
+    })
+}
+
+/// Options of one task.
+#[derive(Debug, Clone, Default)]
+pub struct TaskOptions {
+    /// Parent tasks (by name) in the same workflow.
+    pub parents: Vec<String>,
+    /// Retries after a failure.
+    pub retries: i32,
+    /// Execution timeout (`30s`, `5m`); the engine default is 60 s.
+    pub timeout: Option<String>,
+    /// Exponential retry backoff factor.
+    pub backoff_factor: Option<f32>,
+    /// Cap of the retry backoff, in seconds.
+    pub backoff_max_seconds: Option<i32>,
+    /// Slot requests (`default: 1` when empty; `durable: 1` for durable tasks).
+    pub slot_requests: HashMap<String, i32>,
+}
+
+impl TaskOptions {
+    /// Sets the parents.
+    pub fn parents<S: Into<String>>(mut self, p: impl IntoIterator<Item = S>) -> Self {
+        self.parents = p.into_iter().map(Into::into).collect();
+        self
+    }
+    /// Sets the retries.
+    pub fn retries(mut self, n: i32) -> Self {
+        self.retries = n;
+        self
+    }
+    /// Sets the timeout.
+    pub fn timeout(mut self, t: impl Into<String>) -> Self {
+        self.timeout = Some(t.into());
+        self
+    }
+}
+
+/// One task of a workflow.
+#[derive(Clone)]
+pub struct TaskDef {
+    /// Name (readable id).
+    pub name: String,
+    /// Options.
+    pub options: TaskOptions,
+    /// Durable (sleeps and event waits survive worker restarts).
+    pub durable: bool,
+    /// The handler.
+    pub handler: TaskFn,
+}
+
+impl std::fmt::Debug for TaskDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskDef")
+            .field("name", &self.name)
+            .field("options", &self.options)
+            .field("durable", &self.durable)
+            .finish()
+    }
+}
+
+/// A workflow: one task, or a DAG of tasks with parents.
+#[derive(Debug, Clone)]
+pub struct Workflow {
+    /// Name.
+    pub name: String,
+    /// Tasks.
+    pub tasks: Vec<TaskDef>,
+    /// Event keys that trigger it (`*` wildcards).
+    pub on_events: Vec<String>,
+    /// Idempotency key expression (`input.order_id`) and TTL.
+    pub idempotency: Option<(String, std::time::Duration)>,
+}
+
+impl Workflow {
+    /// An empty workflow named `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Workflow {
+            name: name.into(),
+            tasks: Vec::new(),
+            on_events: Vec::new(),
+            idempotency: None,
+        }
+    }
+
+    /// Adds a task with default options.
+    pub fn task<I, O, E, F, Fut>(self, name: &str, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + Send + 'static,
+        E: Into<TaskError> + Send + 'static,
+        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, E>> + Send + 'static,
+    {
+        self.task_with(name, TaskOptions::default(), f)
+    }
+
+    /// Adds a task with options.
+    pub fn task_with<I, O, E, F, Fut>(mut self, name: &str, options: TaskOptions, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + Send + 'static,
+        E: Into<TaskError> + Send + 'static,
+        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, E>> + Send + 'static,
+    {
+        self.tasks.push(TaskDef {
+            name: name.to_string(),
+            options,
+            durable: false,
+            handler: typed(f),
+        });
+        self
+    }
+
+    /// Adds a durable task (its context can sleep, wait for events and memoize).
+    pub fn durable_task<I, O, E, F, Fut>(mut self, name: &str, options: TaskOptions, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + Send + 'static,
+        E: Into<TaskError> + Send + 'static,
+        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, E>> + Send + 'static,
+    {
+        self.tasks.push(TaskDef {
+            name: name.to_string(),
+            options,
+            durable: true,
+            handler: typed(f),
+        });
+        self
+    }
+
+    /// Triggers the workflow on matching event keys.
+    pub fn on_events<S: Into<String>>(mut self, keys: impl IntoIterator<Item = S>) -> Self {
+        self.on_events = keys.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Makes triggers idempotent on `expression` (e.g. `input.order_id`) for `ttl`.
+    pub fn idempotency(mut self, expression: impl Into<String>, ttl: std::time::Duration) -> Self {
+        self.idempotency = Some((expression.into(), ttl));
+        self
+    }
+
+    /// The action id of a task (`workflow:task`, lower case, as the engine stores it).
+    pub fn action_id(workflow: &str, task: &str) -> String {
+        format!("{workflow}:{task}").to_lowercase()
+    }
+
+    /// The registration request (`v1.AdminService/PutWorkflow`), with `name` namespaced.
+    pub fn to_proto(&self, name: &str) -> v1::CreateWorkflowVersionRequest {
+        v1::CreateWorkflowVersionRequest {
+            name: name.to_string(),
+            event_triggers: self.on_events.clone(),
+            tasks: self
+                .tasks
+                .iter()
+                .map(|t| v1::CreateTaskOpts {
+                    readable_id: t.name.clone(),
+                    action: Self::action_id(name, &t.name),
+                    timeout: t.options.timeout.clone().unwrap_or_default(),
+                    parents: t.options.parents.clone(),
+                    retries: t.options.retries,
+                    backoff_factor: t.options.backoff_factor,
+                    backoff_max_seconds: t.options.backoff_max_seconds,
+                    is_durable: t.durable,
+                    slot_requests: if t.options.slot_requests.is_empty() {
+                        [(
+                            (if t.durable { "durable" } else { "default" }).to_string(),
+                            1,
+                        )]
+                        .into()
+                    } else {
+                        t.options.slot_requests.clone()
+                    },
+                    ..Default::default()
+                })
+                .collect(),
+            idempotency: self
+                .idempotency
+                .as_ref()
+                .map(|(e, ttl)| v1::IdempotencyConfig {
+                    expression: e.clone(),
+                    ttl_ms: ttl.as_millis() as i64,
+                    method: None,
+                }),
+            ..Default::default()
+        }
+    }
+}

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Interop proof: the official Python SDK (PyPI hatchet-sdk, pinned below) against the
+# hatchet-dev-engine binary. Creates tests/interop/.venv if missing, installs the pinned SDK,
+# then runs scenario.py (checks a-f: worker, run, aio_run, push->on_events, durable sleep +
+# event, stdin-EOF exit) and embedded_check.py (check g: Hatchet.from_embedded()).
+#
+#   tests/interop/run.sh                      # builds target/debug/hatchet-dev-engine first
+#   HATCHET_DEV_ENGINE_BIN=/path/to/bin tests/interop/run.sh
+#
+# Every step is bounded by `timeout`; every process started here (or recorded by the Python
+# scripts in $INTEROP_PIDFILE) is killed by id on exit. Last line:
+#   interop: N passed, M failed      (exit 0 only when M is 0)
+set -euo pipefail
+
+SDK_VERSION=1.43.1
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+VENV="$HERE/.venv"
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/hatchet-interop-run.XXXXXX")"
+export INTEROP_PIDFILE="$TMP/pids"
+: >"$INTEROP_PIDFILE"
+
+passed=0
+failed=0
+STEP_PID=""
+TAIL_PID=""
+
+cleanup() {
+    local spec
+    for pid in $STEP_PID $TAIL_PID; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    # ids the Python scripts recorded ("PID" or "-PGID") and did not mark "done" themselves
+    while read -r spec; do
+        [[ -n "$spec" && "$spec" != done* ]] || continue
+        grep -qxF "done $spec" "$INTEROP_PIDFILE" && continue
+        kill -TERM -- "$spec" 2>/dev/null || continue
+        sleep 1
+        kill -KILL -- "$spec" 2>/dev/null || true
+    done <"$INTEROP_PIDFILE"
+    for pid in $STEP_PID $TAIL_PID; do
+        for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null && sleep 0.5; done
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'echo "interop: interrupted" >&2; exit 130' INT
+trap 'echo "interop: terminated" >&2; exit 143' TERM
+
+summary_and_exit() {
+    echo "interop: $passed passed, $failed failed"
+    if [[ $failed -ne 0 ]]; then exit 1; fi
+    exit 0
+}
+
+# abort NAME RC SECONDS: a setup step failed; say which, then stop.
+abort() {
+    local why="exit code $2"
+    [[ $2 -eq 124 || $2 -eq 137 ]] && why="timed out after $3s"
+    echo "interop: step '$1' FAILED ($why)"
+    failed=$((failed + 1))
+    summary_and_exit
+}
+
+# run_step NAME SECONDS CMD...: run CMD under `timeout`, in the background so that signals
+# reach our traps at once; its output is streamed live and kept in $TMP/NAME.log.
+run_step() {
+    local name=$1 secs=$2 rc=0
+    shift 2
+    echo "interop: step '$name' (limit ${secs}s)"
+    : >"$TMP/$name.log"
+    timeout -k 20 "$secs" "$@" >"$TMP/$name.log" 2>&1 &
+    STEP_PID=$!
+    tail -s 0.2 -n +1 -f --pid="$STEP_PID" "$TMP/$name.log" &
+    TAIL_PID=$!
+    wait "$STEP_PID" || rc=$?
+    wait "$TAIL_PID" || true
+    STEP_PID=""
+    TAIL_PID=""
+    return "$rc"
+}
+
+# scenario NAME SECONDS SCRIPT: run a Python scenario and count its PASS / FAIL lines.
+scenario() {
+    local name=$1 secs=$2 script=$3 rc=0 p f
+    run_step "$name" "$secs" env PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 TMPDIR="$TMP" \
+        HATCHET_DEV_ENGINE_BIN="$BIN" "$VENV/bin/python" "$HERE/$script" || rc=$?
+    p=$(grep -c '^PASS ' "$TMP/$name.log" || true)
+    f=$(grep -c '^FAIL ' "$TMP/$name.log" || true)
+    passed=$((passed + p))
+    failed=$((failed + f))
+    if [[ $rc -ne 0 && $f -eq 0 ]]; then
+        local why="exit code $rc"
+        [[ $rc -eq 124 || $rc -eq 137 ]] && why="timed out after ${secs}s"
+        echo "interop: step '$name' FAILED ($why) before reporting a failed check"
+        failed=$((failed + 1))
+    elif [[ $rc -eq 0 && $f -ne 0 ]]; then
+        echo "interop: step '$name' reported failures but exited 0"
+    fi
+}
+
+# 1. virtualenv and the pinned SDK
+if [[ ! -x "$VENV/bin/python" ]]; then
+    run_step venv 120 python3 -m venv "$VENV" || abort "create virtualenv $VENV" $? 120
+fi
+run_step pip-install 300 "$VENV/bin/python" -m pip install --quiet \
+    --disable-pip-version-check "hatchet-sdk==$SDK_VERSION" ||
+    abort "pip install hatchet-sdk==$SDK_VERSION" $? 300
+
+# 2. the engine binary
+if [[ -n "${HATCHET_DEV_ENGINE_BIN:-}" ]]; then
+    BIN="$HATCHET_DEV_ENGINE_BIN"
+else
+    cd "$ROOT"
+    run_step cargo-build 1200 cargo build --quiet --bin hatchet-dev-engine ||
+        abort "cargo build --bin hatchet-dev-engine" $? 1200
+    BIN="$ROOT/target/debug/hatchet-dev-engine"
+fi
+if [[ ! -x "$BIN" ]]; then
+    echo "interop: engine binary '$BIN' is missing or not executable"
+    abort "locate engine binary" 1 0
+fi
+echo "interop: engine $BIN, hatchet-sdk $SDK_VERSION"
+
+# 3. the scenarios
+scenario scenario "${INTEROP_SCENARIO_TIMEOUT:-120}" scenario.py
+scenario embedded "${INTEROP_EMBEDDED_TIMEOUT:-60}" embedded_check.py
+
+summary_and_exit

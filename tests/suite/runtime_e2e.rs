@@ -1,0 +1,342 @@
+//! The user-facing runtime against the development engine: register, run, await, DAGs, durable
+//! tasks, children, idempotent triggers, failures, panics, cancellation and shutdown.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use hatchet_runtime::engine::{DevEngine, DevEngineOptions};
+use hatchet_runtime::listener::health::{ListenerKind, ListenerState};
+use hatchet_runtime::{
+    Context, Outcome, Runtime, RuntimeHandle, TaskError, TaskOptions, TriggerOptions,
+    WorkerOptions, Workflow,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct Num {
+    n: i64,
+}
+
+pub async fn setup() -> (DevEngine, RuntimeHandle) {
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let rt = Runtime::spawn(engine.client_config())
+        .await
+        .expect("runtime");
+    (engine, rt)
+}
+
+fn echo() -> Workflow {
+    Workflow::new("echo").task("double", |i: Num, _ctx: Context| async move {
+        Ok::<_, TaskError>(Num { n: i.n * 2 })
+    })
+}
+
+#[tokio::test]
+async fn run_returns_the_typed_output() {
+    let (_e, rt) = setup().await;
+    rt.register(echo()).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 8))
+        .await
+        .expect("start");
+    let out: Num = rt.run("echo", &Num { n: 21 }).await.expect("run");
+    assert_eq!(out, Num { n: 42 });
+    // Many concurrently, each result to its own caller.
+    let handles = rt
+        .run_many("echo", &(0..50).map(|n| Num { n }).collect::<Vec<_>>())
+        .await;
+    for (n, h) in handles.into_iter().enumerate() {
+        let out: Num = h.expect("trigger").result().await.expect("result");
+        assert_eq!(out.n, 2 * n as i64);
+    }
+    assert!(rt.worker_id().is_some());
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_dag_child_reads_its_parents_outputs() {
+    let (_e, rt) = setup().await;
+    let wf = Workflow::new("dag")
+        .task("a", |i: Num, _c: Context| async move {
+            Ok::<_, TaskError>(Num { n: i.n + 1 })
+        })
+        .task("b", |i: Num, _c: Context| async move {
+            Ok::<_, TaskError>(Num { n: i.n + 2 })
+        })
+        .task_with(
+            "sum",
+            TaskOptions::default().parents(["a", "b"]),
+            |_i: Value, c: Context| async move {
+                let a: Num = c.parent_output("a")?;
+                let b: Num = c.parent_output("b")?;
+                Ok::<_, TaskError>(Num { n: a.n + b.n })
+            },
+        );
+    rt.register(wf).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let out: Value = rt.run("dag", &Num { n: 10 }).await.expect("run");
+    assert_eq!(out["sum"]["n"], 23);
+    assert_eq!(out["a"]["n"], 11);
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn failures_retries_non_retryable_errors_and_panics() {
+    let (_e, rt) = setup().await;
+    let tries = Arc::new(AtomicU32::new(0));
+    let t2 = tries.clone();
+    let wf = Workflow::new("flaky").task_with(
+        "t",
+        TaskOptions::default().retries(2),
+        move |_i: Value, c: Context| {
+            let tries = t2.clone();
+            async move {
+                tries.fetch_add(1, Ordering::SeqCst);
+                if c.retry_count() < 2 {
+                    Err(TaskError::new("not yet"))
+                } else {
+                    Ok(json!({"attempt": c.retry_count()}))
+                }
+            }
+        },
+    );
+    let fatal = Workflow::new("fatal").task_with(
+        "t",
+        TaskOptions::default().retries(5),
+        |_i: Value, _c: Context| async move {
+            Err::<Value, _>(TaskError::non_retryable("bad input, do not retry"))
+        },
+    );
+    let panics = Workflow::new("panics").task("t", |_i: Value, _c: Context| async move {
+        if true {
+            panic!("user bug");
+        }
+        Ok::<Value, TaskError>(Value::Null)
+    });
+    for wf in [wf, fatal, panics] {
+        rt.register(wf).await.expect("register");
+    }
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let out: Value = rt
+        .run("flaky", &json!({}))
+        .await
+        .expect("third attempt succeeds");
+    assert_eq!(out["attempt"], 2);
+    assert_eq!(tries.load(Ordering::SeqCst), 3);
+    let err = rt
+        .run::<_, Value>("fatal", &json!({}))
+        .await
+        .expect_err("fails");
+    assert_eq!(err.outcome(), Outcome::Rejected);
+    assert!(err.to_string().contains("bad input, do not retry"), "{err}");
+    assert!(err.run_id().is_some(), "the error carries the run id");
+    let err = rt
+        .run::<_, Value>("panics", &json!({}))
+        .await
+        .expect_err("panic becomes a failure");
+    assert!(err.to_string().contains("user bug"), "{err}");
+    // The worker survived: it still runs work.
+    rt.register(echo()).await.expect("register late");
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn durable_tasks_sleep_wait_for_events_and_memoize() {
+    let (_e, rt) = setup().await;
+    let wf = Workflow::new("durable").durable_task(
+        "d",
+        TaskOptions::default(),
+        |_i: Value, c: Context| async move {
+            let stamp: u64 = c.memo("stamp", || async { 7u64 }).await?;
+            c.sleep_for("1s").await?;
+            let ev = c.wait_for_event("approval:granted").await?;
+            Ok::<_, TaskError>(json!({"stamp": stamp, "event": ev}))
+        },
+    );
+    rt.register(wf).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let h = rt
+        .run_no_wait("durable", &json!({}))
+        .await
+        .expect("trigger");
+    // Push the event once the wait is registered (after the 1 s sleep).
+    let rt2 = rt.clone();
+    tokio::spawn(async move {
+        for _ in 0..40 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let _ = rt2.push("approval:granted", &json!({"by": "ops"})).await;
+        }
+    });
+    let out: Value = h
+        .result_within(Duration::from_secs(20))
+        .await
+        .expect("completes");
+    assert_eq!(out["stamp"], 7);
+    assert_eq!(out["event"]["by"], "ops");
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn child_runs_from_a_task_are_not_duplicated_by_retries() {
+    let (e, rt) = setup().await;
+    let child = Workflow::new("child").task("c", |i: Num, _c: Context| async move {
+        Ok::<_, TaskError>(Num { n: i.n * 10 })
+    });
+    let parent = Workflow::new("parent").task_with(
+        "p",
+        TaskOptions::default().retries(1),
+        |_i: Value, c: Context| async move {
+            let h = c.spawn_child("child", &Num { n: 4 }).await?;
+            let out: Num = h.result().await?;
+            if c.retry_count() == 0 {
+                return Err(TaskError::new("fail once after spawning"));
+            }
+            Ok::<_, TaskError>(out)
+        },
+    );
+    rt.register(child).await.expect("register");
+    rt.register(parent).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let out: Num = rt.run("parent", &json!({})).await.expect("run");
+    assert_eq!(out, Num { n: 40 });
+    assert_eq!(
+        e.runs_by_workflow("child"),
+        1,
+        "the retry got the same child back"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn idempotent_triggers_resolve_to_the_existing_run() {
+    let (e, rt) = setup().await;
+    let wf = Workflow::new("orders")
+        .task(
+            "o",
+            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+        )
+        .idempotency("input.order_id", Duration::from_secs(60));
+    rt.register(wf).await.expect("register");
+    let opts = TriggerOptions {
+        idempotent: true,
+        ..TriggerOptions::default()
+    };
+    let a = rt
+        .run_no_wait_with("orders", &json!({"order_id": "A"}), opts.clone())
+        .await
+        .expect("first");
+    let b = rt
+        .run_no_wait_with("orders", &json!({"order_id": "A"}), opts)
+        .await
+        .expect("repeat resolves");
+    assert_eq!(a.run_id(), b.run_id());
+    assert_eq!(e.runs_by_workflow("orders"), 1);
+    // Without the option the collision is an error that says so.
+    let err = rt
+        .run_no_wait("orders", &json!({"order_id": "A"}))
+        .await
+        .expect_err("collision");
+    assert_eq!(
+        err.status().map(|s| s.code()),
+        Some(tonic::Code::AlreadyExists)
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn cancelling_a_result_wait_removes_only_that_waiter() {
+    let (_e, rt) = setup().await;
+    let wf = Workflow::new("slow").task("s", |_i: Value, _c: Context| async move {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        Ok::<_, TaskError>(json!({"done": true}))
+    });
+    rt.register(wf).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let h = rt.run_no_wait("slow", &json!({})).await.expect("trigger");
+    let short = tokio::time::timeout(Duration::from_millis(100), h.result::<Value>()).await;
+    assert!(short.is_err(), "timed out: its future was dropped");
+    let out: Value = h.result().await.expect("another waiter still gets it");
+    assert_eq!(out["done"], true);
+    assert_eq!(rt.pending_runs(), 0);
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn shutdown_fails_pending_waiters_with_closed_at_once() {
+    let (_e, rt) = setup().await;
+    rt.register(echo()).await.expect("register");
+    // No worker: the run never finishes.
+    let h = rt
+        .run_no_wait("echo", &Num { n: 1 })
+        .await
+        .expect("trigger");
+    let waiter = tokio::spawn({
+        let h = h.clone();
+        async move { h.result::<Num>().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    rt.shutdown(Duration::from_millis(100)).await;
+    let err = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("at once")
+        .expect("task")
+        .expect_err("closed");
+    assert_eq!(err.outcome(), Outcome::Closed);
+    assert_eq!(err.run_id(), Some(h.run_id()));
+    let err = rt
+        .run_no_wait("echo", &Num { n: 1 })
+        .await
+        .expect_err("closed runtime");
+    assert_eq!(err.outcome(), Outcome::Closed);
+    for (_, rx) in rt.health() {
+        assert!(matches!(*rx.borrow(), ListenerState::Stopped { .. }));
+    }
+}
+
+#[tokio::test]
+async fn results_survive_an_engine_restart_and_a_listener_crash() {
+    let (e, rt) = setup().await;
+    let wf = Workflow::new("slowish").task("s", |i: Num, _c: Context| async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok::<_, TaskError>(Num { n: i.n + 1 })
+    });
+    rt.register(wf).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 64))
+        .await
+        .expect("start");
+    let handles: Vec<_> = rt
+        .run_many("slowish", &(0..40).map(|n| Num { n }).collect::<Vec<_>>())
+        .await
+        .into_iter()
+        .map(|h| h.expect("trigger"))
+        .collect();
+    let waits: Vec<_> = handles
+        .iter()
+        .map(|h| {
+            let h = h.clone();
+            tokio::spawn(async move { h.result_within::<Num>(Duration::from_secs(60)).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    rt.crash_listener(ListenerKind::WorkflowRuns);
+    e.restart().await.expect("restart");
+    for (n, w) in waits.into_iter().enumerate() {
+        let out = w.await.expect("task").expect("result arrives");
+        assert_eq!(out.n, n as i64 + 1);
+    }
+    assert!(rt.reconnects()[&ListenerKind::WorkflowRuns] >= 1);
+    rt.shutdown(Duration::from_secs(1)).await;
+}
