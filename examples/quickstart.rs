@@ -1,73 +1,251 @@
-//! Quickstart (temporary form until the runtime lands): builds a configuration from a development
-//! token, prints the retry ceiling of every unary method, and shows the retry core at work against
-//! a port nobody listens on: every attempt is refused at connect, so it is retried (it never left)
-//! and ends as `not_sent`.
+//! Quickstart: the embedded development engine, a runtime with a worker, a DAG workflow and a
+//! durable task, a few hundred concurrent runs, and an engine restart in the middle.
+//!
+//! Run it with `cargo run --example quickstart`. It prints a summary: runs completed, results
+//! lost (must be 0), duplicates (must be 0), network attempts by method, reconnects by listener.
 
+use std::collections::HashMap;
+use std::io::Write as _;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
-use hatchet_runtime::config::encode_dev_token;
-use hatchet_runtime::proto::{GetVersionRequest, dispatcher_client::DispatcherClient};
-use hatchet_runtime::retry::{self, BudgetConfig, Ledger, Policy, RetryCore};
-use hatchet_runtime::{ClientConfig, TlsStrategy, transport};
+use hatchet_runtime::engine::{DevEngine, DevEngineOptions};
+use hatchet_runtime::{Context, Runtime, TaskError, TaskOptions, WorkerOptions, Workflow};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+const RUNS: usize = 300;
+const DURABLE_RUNS: usize = 20;
+
+#[derive(Serialize, Deserialize)]
+struct Order {
+    id: usize,
+    amount: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Priced {
+    total: u64,
+}
+
+fn order_pipeline() -> Workflow {
+    Workflow::new("order-pipeline")
+        .task("validate", |o: Order, _c: Context| async move {
+            if o.amount == 0 {
+                return Err(TaskError::non_retryable("empty order"));
+            }
+            Ok(json!({"ok": true}))
+        })
+        .task("price", |o: Order, _c: Context| async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok::<_, TaskError>(Priced {
+                total: o.amount * 110 / 100,
+            })
+        })
+        .task_with(
+            "receipt",
+            TaskOptions::default()
+                .parents(["validate", "price"])
+                .retries(2),
+            |o: Order, c: Context| async move {
+                let priced: Priced = c.parent_output("price")?;
+                Ok::<_, TaskError>(json!({"order": o.id, "total": priced.total}))
+            },
+        )
+}
+
+fn approval() -> Workflow {
+    Workflow::new("approval").durable_task(
+        "await-approval",
+        TaskOptions::default(),
+        |o: Order, c: Context| async move {
+            c.sleep_for("1s").await?;
+            let decision = c.wait_for_event(&format!("approval:{}", o.id)).await?;
+            Ok::<_, TaskError>(json!({"order": o.id, "decision": decision}))
+        },
+    )
+}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let token = encode_dev_token(
-        "707d0855-80ab-4e1f-a156-f1c4546cbf52",
-        "http://127.0.0.1:8080",
-        &format!("127.0.0.1:{port}"),
-        4_000_000_000,
-        "quickstart",
-    );
-    let config = ClientConfig::builder()
-        .secret_token(token)
-        .tls_strategy(TlsStrategy::None)
-        .build()?;
-    println!("config: {config:?}\n");
-
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let started = Instant::now();
+    let engine = Arc::new(DevEngine::start(DevEngineOptions::default()).await?);
     println!(
-        "{:<45} {:<17} {:>8} {:>10}",
-        "method", "class", "attempts", "worst case"
+        "development engine: gRPC {}  REST {}",
+        engine.grpc_addr(),
+        engine.api_url()
     );
-    for c in retry::ceiling_table(&Policy::default()) {
-        println!(
-            "{:<45} {:<17} {:>8} {:>9}s",
-            c.method,
-            c.class.as_str(),
-            c.max_attempts,
-            c.worst_case.as_secs()
-        );
+
+    let rt = Runtime::spawn(engine.client_config()).await?;
+    rt.register(order_pipeline()).await?;
+    rt.register(approval()).await?;
+    rt.start_worker(WorkerOptions::new("quickstart-worker", 64))
+        .await?;
+
+    let received: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let done = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let total = RUNS + DURABLE_RUNS;
+
+    // Trigger everything concurrently; each run is awaited by its own task.
+    let mut waits = Vec::new();
+    for id in 0..RUNS {
+        let rt = rt.clone();
+        let (received, done, failed) = (received.clone(), done.clone(), failed.clone());
+        waits.push(tokio::spawn(async move {
+            let h = match rt
+                .run_no_wait(
+                    "order-pipeline",
+                    &Order {
+                        id,
+                        amount: 100 + id as u64,
+                    },
+                )
+                .await
+            {
+                Ok(h) => h,
+                Err(e) => {
+                    eprintln!("\ntrigger failed: {e}");
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            };
+            match h.result_within::<Value>(Duration::from_secs(120)).await {
+                Ok(_) => {
+                    *received.lock().entry(h.run_id().to_string()).or_default() += 1;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    eprintln!("\nrun failed: {e}");
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for id in 0..DURABLE_RUNS {
+        let rt = rt.clone();
+        let (received, done, failed) = (received.clone(), done.clone(), failed.clone());
+        waits.push(tokio::spawn(async move {
+            let Ok(h) = rt.run_no_wait("approval", &Order { id, amount: 1 }).await else {
+                failed.fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            // Approve until the run finishes (the wait may register after a first push).
+            let pusher = {
+                let rt = rt.clone();
+                tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        let _ = rt
+                            .push(&format!("approval:{id}"), &json!({"approved": true}))
+                            .await;
+                    }
+                })
+            };
+            let r = h.result_within::<Value>(Duration::from_secs(120)).await;
+            pusher.abort();
+            match r {
+                Ok(_) => {
+                    *received.lock().entry(h.run_id().to_string()).or_default() += 1;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    eprintln!("\ndurable run failed: {e}");
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
     }
 
-    let channel = transport::channel(&config)?;
-    let auth = transport::AuthInterceptor::new(&config)?;
-    let client = DispatcherClient::with_interceptor(channel, auth);
-    let ledger = Arc::new(Ledger::default());
-    let core = RetryCore::new(
-        Policy::default(),
-        BudgetConfig::default(),
-        ledger.clone(),
-        1,
-    );
-    let path = "/Dispatcher/GetVersion";
-    let result =
-        retry::grpc::call_unary(&core, path, None, Some(Duration::from_secs(5)), None, |t| {
-            let mut c = client.clone();
-            async move {
-                c.get_version(retry::grpc::request_with_timeout(GetVersionRequest {}, t))
-                    .await
-                    .map(|r| r.into_inner().version)
+    // Restart the engine in the middle of it all.
+    let restarter = {
+        let engine = engine.clone();
+        let done = done.clone();
+        tokio::spawn(async move {
+            while done.load(Ordering::Relaxed) < total / 3 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            eprint!(
+                "\r{:60}\rrestarting the engine at {} results...\n",
+                "",
+                done.load(Ordering::Relaxed)
+            );
+            let _ = engine.restart().await;
+        })
+    };
+
+    // Progress bar.
+    let progress = {
+        let (done, failed) = (done.clone(), failed.clone());
+        tokio::spawn(async move {
+            let mut shown = usize::MAX;
+            loop {
+                let d = done.load(Ordering::Relaxed);
+                let f = failed.load(Ordering::Relaxed);
+                if d + f == shown {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                shown = d + f;
+                let width = 40;
+                let filled = (d + f) * width / total;
+                eprint!(
+                    "\r[{}{}] {}/{} results",
+                    "#".repeat(filled),
+                    ".".repeat(width - filled),
+                    d + f,
+                    total
+                );
+                let _ = std::io::stderr().flush();
+                if d + f >= total {
+                    eprintln!();
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
-        .await;
-    match result {
-        Ok(v) => println!("\nengine version {v}"),
-        Err(e) => println!("\n{e}"),
+    };
+
+    for w in waits {
+        let _ = w.await;
     }
-    println!("counters: {:?}", ledger.snapshot()[path]);
+    let _ = restarter.await;
+    let _ = progress.await;
+
+    let received = received.lock().clone();
+    let completed = done.load(Ordering::Relaxed);
+    let lost = total - received.len();
+    let duplicates = received.values().filter(|n| **n > 1).count();
+
+    println!("\nsummary");
+    println!("  runs completed      {completed} / {total}");
+    println!("  results lost        {lost}");
+    println!("  duplicates          {duplicates}");
+    println!("  failed              {}", failed.load(Ordering::Relaxed));
+    println!("  elapsed             {:.2?}", started.elapsed());
+    println!("  network attempts by method (attempts / operations):");
+    for (method, c) in rt.counters() {
+        println!(
+            "    {method:<42} {:>6} / {:<6} retries {}",
+            c.attempts, c.operations, c.retries
+        );
+    }
+    println!("  reconnects by listener:");
+    for (kind, n) in rt.reconnects() {
+        println!("    {:<16} {n}", kind.as_str());
+    }
+    rt.shutdown(Duration::from_secs(5)).await;
+    engine.shutdown().await;
+    if lost > 0 || duplicates > 0 {
+        return Err(format!("{lost} results lost, {duplicates} duplicated").into());
+    }
     Ok(())
 }

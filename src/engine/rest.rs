@@ -78,6 +78,15 @@ fn pagination(total: usize, offset: usize, limit: usize) -> Value {
     json!({"current_page": current, "next_page": if current < pages { current + 1 } else { current }, "num_pages": pages})
 }
 
+/// A stable UUID for a workflow step (the REST models require UUIDs for step ids).
+fn step_id(run: &Run, readable: &str) -> String {
+    uuid::Uuid::new_v5(
+        &uuid::Uuid::NAMESPACE_OID,
+        format!("{}/{readable}", run.workflow_id).as_bytes(),
+    )
+    .to_string()
+}
+
 fn parse_output(t: &Task) -> Value {
     t.output
         .as_deref()
@@ -85,7 +94,7 @@ fn parse_output(t: &Task) -> Value {
         .unwrap_or(Value::Null)
 }
 
-fn run_json(run: &Run, tasks: &[&Task]) -> Value {
+fn run_json(run: &Run, tasks: &[&Task], tenant: &str) -> Value {
     let output = if tasks.len() == 1 {
         tasks
             .first()
@@ -119,6 +128,7 @@ fn run_json(run: &Run, tasks: &[&Task]) -> Value {
         "duration": duration,
         "createdAt": rfc3339(run.created_at),
         "parentTaskExternalId": run.parent_task_id,
+        "tenantId": tenant,
     })
 }
 
@@ -146,7 +156,8 @@ fn task_json(t: &Task, run: &Run, tenant: &str) -> Value {
         "children": [],
         "numSpawnedChildren": t.children.len(),
         "parentTaskExternalId": run.parent_task_id,
-        "stepId": t.readable_id,
+        "stepId": step_id(run, &t.readable_id),
+        "createdAt": rfc3339(t.created_at),
         "taskId": 0,
         "taskInsertedAt": rfc3339(t.created_at),
         "tenantId": tenant,
@@ -168,7 +179,7 @@ async fn run_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Respo
         .map(|t| json!({"stepId": t.readable_id, "taskExternalId": t.id, "taskName": t.readable_id, "childrenStepIds": []}))
         .collect();
     Json(
-        json!({"run": run_json(run, &tasks), "taskEvents": [], "shape": shape, "tasks": task_list}),
+        json!({"run": run_json(run, &tasks, &s.engine.tenant_id), "taskEvents": [], "shape": shape, "tasks": task_list}),
     )
     .into_response()
 }
@@ -450,6 +461,17 @@ async fn delete_scheduled(
     }
 }
 
+/// The development engine's one dispatcher (the REST models require a UUID).
+const DISPATCHER_ID: &str = "6b0f3a8e-1d4c-4c8a-9a63-2d7e5f0c1b11";
+
+fn label_id(worker: &str, key: &str) -> String {
+    uuid::Uuid::new_v5(
+        &uuid::Uuid::NAMESPACE_OID,
+        format!("{worker}/{key}").as_bytes(),
+    )
+    .to_string()
+}
+
 fn worker_json(w: &super::model::Worker, tenant: &str) -> Value {
     let status = if w.paused {
         "PAUSED"
@@ -471,7 +493,8 @@ fn worker_json(w: &super::model::Worker, tenant: &str) -> Value {
     json!({"metadata": meta(&w.id, w.created_at), "name": w.name, "type": "SELFHOSTED", "status": status,
         "lastHeartbeatAt": rfc3339(w.last_heartbeat_at), "lastListenerEstablished": w.last_listener_established.map(rfc3339),
         "actions": w.actions.iter().collect::<Vec<_>>(), "registeredWorkflows": [], "slots": [], "slotConfig": slot_config,
-        "dispatcherId": "dev-engine", "labels": w.labels.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>(),
+        "dispatcherId": DISPATCHER_ID,
+        "labels": w.labels.iter().map(|(k, v)| json!({"metadata": meta(&label_id(&w.id, k), w.created_at), "key": k, "value": v})).collect::<Vec<_>>(),
         "runtimeInfo": w.runtime_info.as_ref().map(|r| json!({"sdkVersion": r.sdk_version, "languageVersion": r.language_version, "os": r.os})),
         "tenantId": tenant})
 }

@@ -6,7 +6,12 @@
 //! 1. A status is [`Failure::NotSent`] only when its source chain proves the request never left:
 //!    a `tonic::ConnectError` (no connection), or an HTTP/2 `REFUSED_STREAM` (the server refused
 //!    the stream before processing it, RFC 9113 §8.7).
-//! 2. Streams never come here: [`super::class::class_of`] has no entry for them, and
+//! 2. A status whose source chain shows the connection broke under the request (hyper's
+//!    "operation was canceled", a closed or incomplete connection, an h2 CANCEL or GOAWAY, an I/O
+//!    reset) is [`Failure::Lost`]: the request may have been sent, so writes are *maybe executed*
+//!    and idempotent calls retry. Only a CANCELLED the server itself sent (no transport source)
+//!    is the never-retried CANCELLED of the contract.
+//! 3. Streams never come here: [`super::class::class_of`] has no entry for them, and
 //!    [`call_unary`] refuses paths it cannot classify.
 
 use std::error::Error as _;
@@ -53,10 +58,42 @@ pub fn status_is_local_timeout(status: &tonic::Status) -> bool {
     false
 }
 
+/// Whether the status's source chain shows the connection broke while the request was out.
+pub fn status_connection_lost(status: &tonic::Status) -> bool {
+    let mut src = status.source();
+    while let Some(e) = src {
+        if let Some(h) = e.downcast_ref::<hyper::Error>()
+            && (h.is_canceled() || h.is_closed() || h.is_incomplete_message())
+        {
+            return true;
+        }
+        if let Some(h2) = e.downcast_ref::<h2::Error>()
+            && (h2.is_io() || h2.is_go_away() || h2.reason() == Some(h2::Reason::CANCEL))
+        {
+            return true;
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            )
+        {
+            return true;
+        }
+        src = e.source();
+    }
+    false
+}
+
 /// The [`Failure`] a status represents.
 pub fn failure_of_status(status: &tonic::Status) -> Failure {
     if status_not_sent(status) {
         return Failure::NotSent;
+    }
+    if status_connection_lost(status) {
+        return Failure::Lost;
     }
     if status_is_local_timeout(status) {
         return Failure::Status {

@@ -18,8 +18,8 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from interop_util import (bounded, check, dump_logs, expect, failures, forget_pid, log, remember_pid,
-                          stop, wait_until)
+from interop_util import (bounded, check, dump_logs, expect, failures, forget_pid, log,
+                          remember_pid, stop, wait_until)
 
 HERE = Path(__file__).resolve().parent
 
@@ -87,7 +87,7 @@ def main() -> int:
             forget_pid(str(s.process.pid))
         if failures:
             dump_logs(work / "worker.log")
-        else:
+        elif os.environ.get("INTEROP_KEEP") != "1":
             shutil.rmtree(work, ignore_errors=True)
     return 1 if failures else 0
 

@@ -2,8 +2,8 @@
 
 Written against the public API of hatchet-sdk 1.43.1. The client is built from the
 HATCHET_CLIENT_* environment (import this module only after it points at the dev engine),
-or with `Hatchet.from_embedded()` when INTEROP_EMBEDDED=1. Markers are files in $INTEROP_MARKER_DIR, written by the worker process,
-so the client can see what really ran on the worker.
+or with `Hatchet.from_embedded()` when INTEROP_EMBEDDED=1. Markers are files in
+$INTEROP_MARKER_DIR, written by the worker process, so the client sees what really ran there.
 """
 
 import os

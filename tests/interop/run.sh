@@ -121,6 +121,7 @@ if [[ ! -x "$BIN" ]]; then
     echo "interop: engine binary '$BIN' is missing or not executable"
     abort "locate engine binary" 1 0
 fi
+BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")" # the scenarios chdir elsewhere
 echo "interop: engine $BIN, hatchet-sdk $SDK_VERSION"
 
 # 3. the scenarios

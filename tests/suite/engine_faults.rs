@@ -243,3 +243,27 @@ pub fn reqwest_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder().build().expect("client")
 }
+
+#[tokio::test]
+async fn a_connection_dropped_under_a_request_is_lost_not_cancelled() {
+    // tonic reports "operation was canceled" (CANCELLED) when the connection dies under a call;
+    // the retry core must read that as Lost (maybe sent), not as a server CANCELLED.
+    let h = H::new().await;
+    h.engine
+        .faults()
+        .inject("/Dispatcher/GetVersion", 1, Fault::Hang);
+    let mut d = h.dispatcher();
+    let call = tokio::spawn(async move { d.get_version(proto::GetVersionRequest {}).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    h.engine.faults().drop_connections();
+    let e = tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .expect("in time")
+        .expect("task")
+        .expect_err("dropped");
+    assert_eq!(
+        hatchet_runtime::retry::grpc::failure_of_status(&e),
+        hatchet_runtime::retry::Failure::Lost,
+        "{e:?}"
+    );
+}
