@@ -123,3 +123,30 @@ impl Interceptor for AuthInterceptor {
         Ok(req)
     }
 }
+
+/// The HTTP client of the REST path: no built-in retries (the retry core owns them), the
+/// configured CA, and HTTP/2 when the server offers it.
+pub fn http_client(cfg: &ClientConfig) -> Result<reqwest::Client, ConfigError> {
+    // reqwest is built without a default crypto provider: install ring once (an existing
+    // provider is kept).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut b = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .pool_idle_timeout(std::time::Duration::from_secs(90));
+    if let Some(ca) = &cfg.tls.root_ca_file {
+        let pem = read_file(vars::TLS_ROOT_CA_FILE, ca)?;
+        let cert =
+            reqwest::Certificate::from_pem(&pem).map_err(|e| ConfigError::UnreadableFile {
+                var: vars::TLS_ROOT_CA_FILE,
+                path: ca.display().to_string(),
+                reason: e.to_string(),
+            })?;
+        b = b.add_root_certificate(cert);
+    }
+    b.build().map_err(|e| ConfigError::InvalidUrl {
+        var: vars::SERVER_URL,
+        value: cfg.server_url.clone(),
+        reason: e.to_string(),
+    })
+}

@@ -19,6 +19,7 @@ use super::core::{Engine, new_id};
 use super::faults::{Fault, FaultRule, Faults};
 use super::gate::bearer_ok;
 use super::model::{Run, Task};
+use crate::proto::rfc3339;
 
 /// Shared by the handlers.
 #[derive(Clone, Debug)]
@@ -26,37 +27,6 @@ pub struct Rest {
     pub engine: Arc<Engine>,
     pub faults: Faults,
     pub token: Arc<str>,
-}
-
-fn rfc3339(t: SystemTime) -> String {
-    httpdate_rfc3339(t)
-}
-
-/// RFC 3339 in UTC, second precision, without a date crate.
-fn httpdate_rfc3339(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0) as i64;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil-from-days (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
 }
 
 fn err(status: StatusCode, description: &str) -> Response {

@@ -25,6 +25,7 @@ pub mod executor;
 pub mod grpc;
 pub mod ledger;
 pub mod pushback;
+pub mod rest;
 
 pub use backoff::Backoff;
 pub use budget::{BudgetConfig, RetryBudget};

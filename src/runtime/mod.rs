@@ -52,6 +52,7 @@ pub struct Shared {
     /// Configuration.
     pub config: Arc<ClientConfig>,
     pub(crate) ctx: ListenerCtx,
+    pub(crate) http: reqwest::Client,
     pub(crate) runs: Arc<RunRegistry>,
     pub(crate) durable: Arc<DurableRegistry>,
     pub(crate) health: BTreeMap<ListenerKind, Arc<HealthReporter>>,
@@ -286,9 +287,11 @@ impl Runtime {
         .into_iter()
         .map(|k| (k, Arc::new(HealthReporter::new(k))))
         .collect();
+        let http = crate::transport::http_client(&config)?;
         let shared = Arc::new(Shared {
             config: Arc::new(config),
             ctx,
+            http,
             runs: Arc::new(RunRegistry::default()),
             durable: Arc::new(DurableRegistry::default()),
             health,
@@ -491,6 +494,11 @@ impl RuntimeHandle {
             },
         )
         .await
+    }
+
+    /// REST operations (run details, run lists, crons, schedules, workers, rate limits).
+    pub fn api(&self) -> crate::client::api::Api {
+        crate::client::api::Api::new(self.shared.clone())
     }
 
     /// Each listener's state, as watch channels.

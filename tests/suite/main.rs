@@ -4,6 +4,7 @@ mod config_env;
 mod engine_core;
 mod engine_durable;
 mod engine_faults;
+mod rest_api;
 mod retry_decisions;
 mod runtime_e2e;
 mod support;

@@ -7,6 +7,8 @@
 //!    a second trigger.
 //! 2. [`RunHandle::result`] is cancel safe: dropping the future removes its waiter.
 
+pub mod api;
+
 use std::sync::Arc;
 use std::time::Duration;
 
