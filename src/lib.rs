@@ -1,16 +1,4 @@
-//! # hatchet-runtime
-//!
-//! An actor-based runtime for workers and clients of the [Hatchet](https://hatchet.run) workflow
-//! engine, with an embedded, wire-compatible development engine.
-//!
-//! Modules:
-//!
-//! - [`proto`]: the generated wire types, clients and servers.
-//! - [`config`]: [`ClientConfig`] from the `HATCHET_CLIENT_*` environment or a builder.
-//! - [`error`]: [`Error`] and its [`Outcome`] classes.
-//! - [`retry`]: backoff, budget, deadlines, the pure retry decision and its executor.
-//! - [`transport`]: the gRPC channel (TLS, keepalive) and the auth interceptor.
-
+#![doc = include_str!("../README.md")]
 #![warn(missing_docs, rust_2018_idioms)]
 
 pub mod client;
