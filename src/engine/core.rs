@@ -1062,6 +1062,32 @@ impl State {
         Ok(run_id)
     }
 
+    /// Completes every queued task of `workflow`'s runs with `{}` (a bench and test control:
+    /// finishes runs without a worker). Returns how many tasks it completed.
+    pub fn complete_all_queued(&mut self, workflow: &str) -> usize {
+        let ids: Vec<String> = self
+            .tasks
+            .values()
+            .filter(|t| {
+                t.status == Status::Queued
+                    && self
+                        .runs
+                        .get(&t.run_id)
+                        .is_some_and(|r| r.workflow_name == workflow)
+            })
+            .map(|t| t.id.clone())
+            .collect();
+        for id in &ids {
+            self.complete_task(id, "{}".to_string());
+        }
+        self.queue.retain(|id| {
+            self.tasks
+                .get(id)
+                .is_some_and(|t| t.status == Status::Queued)
+        });
+        ids.len()
+    }
+
     fn worker_is_live(w: &Worker, now: Instant) -> bool {
         !w.paused
             && !w.sessions.is_empty()

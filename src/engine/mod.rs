@@ -323,6 +323,23 @@ impl DevEngine {
         &self.faults
     }
 
+    /// Run ids waiting in open `SubscribeToWorkflowRuns` subscriptions (engine side).
+    pub fn pending_run_subscriptions(&self) -> usize {
+        self.engine
+            .state
+            .lock()
+            .run_subs
+            .values()
+            .map(|s| s.pending.len())
+            .sum()
+    }
+
+    /// Completes every queued task of `workflow` with `{}`, without a worker (a bench and test
+    /// control). Returns how many tasks it completed.
+    pub fn complete_queued(&self, workflow: &str) -> usize {
+        self.engine.state.lock().complete_all_queued(workflow)
+    }
+
     /// How many workflow runs the engine holds.
     pub fn run_count(&self) -> usize {
         self.engine.state.lock().runs.len()

@@ -300,7 +300,9 @@ impl Actor for ActionsListener {
         myself: ActorRef<ActionsMsg>,
         args: ActionsArgs,
     ) -> Result<ActionsState, ActorProcessingErr> {
-        drop(myself.send_interval(HEARTBEAT_EVERY, || ActionsMsg::Heartbeat));
+        super::every(&args.ctx.lifecycle, HEARTBEAT_EVERY, &myself, || {
+            ActionsMsg::Heartbeat
+        });
         let _ = myself.cast(ActionsMsg::Start);
         Ok(ActionsState {
             args,
@@ -357,7 +359,12 @@ impl Actor for ActionsListener {
                 let delay = STREAM_BACKOFF.delay(attempt, &mut st.rng);
                 st.args.health.reconnecting(st.reconnect.no_progress, &e);
                 let generation = st.generation;
-                drop(myself.send_after(delay, move || ActionsMsg::Reconnect(generation)));
+                super::later(
+                    &st.args.ctx.lifecycle,
+                    delay,
+                    &myself,
+                    ActionsMsg::Reconnect(generation),
+                );
             }
             ActionsMsg::Ended {
                 generation,
@@ -395,7 +402,12 @@ impl Actor for ActionsListener {
                 ) {
                     Next::Reconnect { delay, attempt } => {
                         st.args.health.reconnecting(attempt, &error);
-                        drop(myself.send_after(delay, move || ActionsMsg::Reconnect(generation)));
+                        super::later(
+                            &st.args.ctx.lifecycle,
+                            delay,
+                            &myself,
+                            ActionsMsg::Reconnect(generation),
+                        );
                     }
                     Next::Idle => {}
                     Next::Stop { reason } => {

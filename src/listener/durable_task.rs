@@ -376,9 +376,12 @@ impl DurableListener {
         let Some(worker_id) = st.args.identity.get() else {
             // Not registered yet: try again shortly.
             let generation = st.generation;
-            drop(myself.send_after(Duration::from_millis(200), move || {
-                DurableMsg::Reconnect(generation)
-            }));
+            super::later(
+                &st.args.ctx.lifecycle,
+                Duration::from_millis(200),
+                &myself,
+                DurableMsg::Reconnect(generation),
+            );
             return;
         };
         st.generation += 1;
@@ -494,7 +497,12 @@ impl Actor for DurableListener {
                 ) {
                     Next::Reconnect { delay, attempt } => {
                         st.args.health.reconnecting(attempt, &error);
-                        drop(myself.send_after(delay, move || DurableMsg::Reconnect(generation)));
+                        super::later(
+                            &st.args.ctx.lifecycle,
+                            delay,
+                            &myself,
+                            DurableMsg::Reconnect(generation),
+                        );
                     }
                     Next::Idle => st.args.health.idle(),
                     Next::Stop { reason } => {

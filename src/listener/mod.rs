@@ -80,6 +80,49 @@ impl ListenerCtx {
     }
 }
 
+/// Sends `msg` to `to` after `delay`, unless the runtime shuts down first (so no timer task
+/// outlives the runtime).
+pub(crate) fn later<M: ractor::Message>(
+    life: &CancellationToken,
+    delay: std::time::Duration,
+    to: &ractor::ActorRef<M>,
+    msg: M,
+) {
+    let (life, to) = (life.clone(), to.clone());
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = life.cancelled() => {}
+            _ = tokio::time::sleep(delay) => {
+                let _ = to.cast(msg);
+            }
+        }
+    });
+}
+
+/// Sends `msg()` to `to` every `every`, until the runtime shuts down or the actor is gone.
+pub(crate) fn every<M: ractor::Message>(
+    life: &CancellationToken,
+    every: std::time::Duration,
+    to: &ractor::ActorRef<M>,
+    msg: fn() -> M,
+) {
+    let (life, to) = (life.clone(), to.clone());
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = life.cancelled() => break,
+                _ = tick.tick() => {
+                    if to.cast(msg()).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
+
 /// A stream end as the reconnect decision sees it.
 pub fn end_of(r: &Result<(), tonic::Status>) -> reconnect::StreamEnd {
     match r {

@@ -344,11 +344,16 @@ impl Actor for RunsListener {
                     Next::Reconnect { delay, attempt } => {
                         st.args.health.reconnecting(attempt, &error);
                         let since = *st.down_since.get_or_insert_with(Instant::now);
-                        drop(myself.send_after(delay, move || RunsMsg::Reconnect(generation)));
+                        super::later(
+                            &st.args.ctx.lifecycle,
+                            delay,
+                            &myself,
+                            RunsMsg::Reconnect(generation),
+                        );
                         if !st.polling {
                             st.polling = true;
                             let wait = POLL_AFTER.saturating_sub(since.elapsed());
-                            drop(myself.send_after(wait, || RunsMsg::Poll));
+                            super::later(&st.args.ctx.lifecycle, wait, &myself, RunsMsg::Poll);
                         }
                     }
                     Next::Idle => {
@@ -388,7 +393,7 @@ impl Actor for RunsListener {
                 }
                 let args = st.args.clone();
                 tokio::spawn(async move { poll_once(&args).await });
-                drop(myself.send_after(POLL_EVERY, || RunsMsg::Poll));
+                super::later(&st.args.ctx.lifecycle, POLL_EVERY, &myself, RunsMsg::Poll);
             }
             RunsMsg::Crash => panic!("runs listener crash requested by a test"),
         }

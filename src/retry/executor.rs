@@ -33,6 +33,14 @@ use super::decision::{Decision, Failure, Policy, decide};
 use super::ledger::Ledger;
 use crate::error::{Cause, Error, Outcome};
 
+/// Resolves when `token` is cancelled; never without a token.
+async fn cancelled(token: Option<&CancellationToken>) {
+    match token {
+        Some(t) => t.cancelled().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// One failed attempt: the decision's input and the error to hand back if we stop.
 #[derive(Debug)]
 pub struct AttemptError {
@@ -165,8 +173,7 @@ impl RetryCore {
     {
         let start = Instant::now();
         let deadline = Deadline::new(start, op.timeout);
-        let never = CancellationToken::new();
-        let cancel = op.cancel.as_ref().unwrap_or(&never);
+        let cancel = op.cancel.as_ref();
         self.ledger.operation(op.method);
         self.budget.deposit();
         let mut n: u32 = 0;
@@ -177,7 +184,7 @@ impl RetryCore {
             self.ledger.attempt(op.method, n > 1);
             let res = tokio::select! {
                 biased;
-                _ = cancel.cancelled() => {
+                _ = cancelled(cancel) => {
                     return Err(Error::new(Outcome::Cancelled, op.method.to_string()).with_attempts(n));
                 }
                 r = tokio::time::timeout(timeout, attempt_fn(timeout)) => r,
@@ -240,7 +247,7 @@ impl RetryCore {
                     );
                     tokio::select! {
                         biased;
-                        _ = cancel.cancelled() => {
+                        _ = cancelled(cancel) => {
                             return Err(Error::new(Outcome::Cancelled, op.method.to_string())
                                 .with_attempts(n)
                                 .with_cause(err.cause));

@@ -1,14 +1,17 @@
 //! The attempt ledger: counters per method, readable from the runtime handle.
 //!
 //! Tracing is done by the executor (one span per operation, one event per attempt); this file
-//! only counts. Counts are plain integers behind one short lock per attempt: uncontended on the
-//! hot path, and the snapshot is a copy, so readers never hold the lock while they format.
+//! only counts. The hot path is lock-free: each method gets its own set of atomic counters, found
+//! through a read lock that is only written the first time a method is seen. Failure codes and
+//! outcomes other than `ok` are rarer and go through a short mutex.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
-/// Counters of one method (or REST route).
+/// Counters of one method (or REST route), as a snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MethodCounters {
     /// Logical operations started.
@@ -19,61 +22,101 @@ pub struct MethodCounters {
     pub retries: u64,
     /// Retries refused because the budget was spent.
     pub budget_refusals: u64,
-    /// Failed attempts by code (`UNAVAILABLE`, `http_503`, `not_sent`, ...).
+    /// Failed attempts by code (`Unavailable`, `http_503`, `not_sent`, ...).
     pub failures_by_code: BTreeMap<String, u64>,
     /// Finished operations by outcome (`ok`, `maybe_executed`, ...).
     pub outcomes: BTreeMap<&'static str, u64>,
 }
 
+#[derive(Debug, Default)]
+struct Live {
+    operations: AtomicU64,
+    attempts: AtomicU64,
+    retries: AtomicU64,
+    budget_refusals: AtomicU64,
+    ok: AtomicU64,
+    rare: Mutex<(BTreeMap<String, u64>, BTreeMap<&'static str, u64>)>,
+}
+
 /// The ledger of one runtime.
 #[derive(Debug, Default)]
 pub struct Ledger {
-    methods: Mutex<BTreeMap<String, MethodCounters>>,
+    methods: RwLock<HashMap<String, Arc<Live>>>,
 }
 
 impl Ledger {
-    fn with<F: FnOnce(&mut MethodCounters)>(&self, method: &str, f: F) {
-        let mut m = self.methods.lock();
-        match m.get_mut(method) {
-            Some(c) => f(c),
-            None => f(m.entry(method.to_string()).or_default()),
+    fn live(&self, method: &str) -> Arc<Live> {
+        if let Some(l) = self.methods.read().get(method) {
+            return l.clone();
         }
+        self.methods
+            .write()
+            .entry(method.to_string())
+            .or_default()
+            .clone()
     }
 
     /// An operation started.
     pub fn operation(&self, method: &str) {
-        self.with(method, |c| c.operations += 1);
+        self.live(method).operations.fetch_add(1, Ordering::Relaxed);
     }
 
     /// An attempt is being made; `retry` when it is not the first.
     pub fn attempt(&self, method: &str, retry: bool) {
-        self.with(method, |c| {
-            c.attempts += 1;
-            if retry {
-                c.retries += 1;
-            }
-        });
+        let l = self.live(method);
+        l.attempts.fetch_add(1, Ordering::Relaxed);
+        if retry {
+            l.retries.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// An attempt failed with `code`.
     pub fn failure(&self, method: &str, code: &str) {
-        self.with(method, |c| {
-            *c.failures_by_code.entry(code.to_string()).or_default() += 1
-        });
+        let l = self.live(method);
+        *l.rare.lock().0.entry(code.to_string()).or_default() += 1;
     }
 
     /// A retry was refused by the budget.
     pub fn budget_refusal(&self, method: &str) {
-        self.with(method, |c| c.budget_refusals += 1);
+        self.live(method)
+            .budget_refusals
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// An operation finished with `outcome` (`ok` on success).
     pub fn finished(&self, method: &str, outcome: &'static str) {
-        self.with(method, |c| *c.outcomes.entry(outcome).or_default() += 1);
+        let l = self.live(method);
+        if outcome == "ok" {
+            l.ok.fetch_add(1, Ordering::Relaxed);
+        } else {
+            *l.rare.lock().1.entry(outcome).or_default() += 1;
+        }
     }
 
     /// A copy of every method's counters.
     pub fn snapshot(&self) -> BTreeMap<String, MethodCounters> {
-        self.methods.lock().clone()
+        self.methods
+            .read()
+            .iter()
+            .map(|(k, l)| {
+                let rare = l.rare.lock();
+                let mut outcomes = rare.1.clone();
+                let ok = l.ok.load(Ordering::Relaxed);
+                if ok > 0 {
+                    outcomes.insert("ok", ok);
+                }
+                (
+                    k.clone(),
+                    MethodCounters {
+                        operations: l.operations.load(Ordering::Relaxed),
+                        attempts: l.attempts.load(Ordering::Relaxed),
+                        retries: l.retries.load(Ordering::Relaxed),
+                        budget_refusals: l.budget_refusals.load(Ordering::Relaxed),
+                        failures_by_code: rare.0.clone(),
+                        outcomes,
+                    },
+                )
+            })
+            .collect()
     }
 }

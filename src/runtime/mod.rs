@@ -467,6 +467,31 @@ impl RuntimeHandle {
         .await
     }
 
+    /// The engine's version (GetVersion, a read).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn engine_version(&self) -> Result<String, Error> {
+        let client = self.shared.ctx.dispatcher();
+        call_unary(
+            self.shared.core(),
+            "/Dispatcher/GetVersion",
+            None,
+            None,
+            None,
+            |t| {
+                let mut c = client.clone();
+                async move {
+                    c.get_version(request_with_timeout(proto::GetVersionRequest {}, t))
+                        .await
+                        .map(|r| r.into_inner().version)
+                }
+            },
+        )
+        .await
+    }
+
     /// The run's details (GetRunDetails, a read).
     ///
     /// # Cancel safety

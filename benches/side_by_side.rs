@@ -1,0 +1,587 @@
+//! Side-by-side benchmarks: each compares our path with a baseline in the same run and prints
+//! ratios (machines are noisy; absolute numbers are context only).
+//!
+//! `cargo bench --bench side_by_side` runs them all; name some to run a subset:
+//! `cargo bench --bench side_by_side -- unary outage`. Environment knobs (for quick runs):
+//! `BENCH_SECS` (seconds per unary measurement, 2), `BENCH_FANIN` (runs, 100000),
+//! `BENCH_RECONNECT` (waiters, 10000), `BENCH_OUTAGE_SECS` (30), `BENCH_IDLE_SECS` (60).
+//! Writes `target/bench-report/report.md` and `target/bench-report/outage.svg`.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use hatchet_runtime::engine::{DevEngine, DevEngineOptions, Fault};
+use hatchet_runtime::proto::{self, v1};
+use hatchet_runtime::retry::backoff::Backoff;
+use hatchet_runtime::retry::grpc::{call_unary, request_with_timeout};
+use hatchet_runtime::retry::{BudgetConfig, Ledger, Policy, RetryCore};
+use hatchet_runtime::transport::{self, AuthInterceptor};
+use hatchet_runtime::{
+    Context, Runtime, RuntimeHandle, RuntimeOptions, TaskError, WorkerOptions, Workflow,
+};
+use serde_json::Value;
+
+fn env_num(k: &str, d: u64) -> u64 {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .map(|pages| pages * 4)
+        .unwrap_or(0)
+}
+
+fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
+    if v.is_empty() {
+        return Duration::ZERO;
+    }
+    v.sort();
+    v[((v.len() as f64 - 1.0) * p) as usize]
+}
+
+struct Report {
+    md: String,
+}
+
+impl Report {
+    fn line(&mut self, s: &str) {
+        println!("{s}");
+        let _ = writeln!(self.md, "{s}");
+    }
+}
+
+type Raw = proto::dispatcher_client::DispatcherClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, AuthInterceptor>,
+>;
+
+async fn measure<F, Fut>(callers: usize, secs: u64, call: F) -> (Vec<Duration>, f64)
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..callers {
+        let (stop, call) = (stop.clone(), call.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                if call().await {
+                    lat.push(t.elapsed());
+                }
+            }
+            lat
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap_or_default());
+    }
+    let thr = all.len() as f64 / secs as f64;
+    (all, thr)
+}
+
+async fn unary(r: &mut Report) {
+    let secs = env_num("BENCH_SECS", 2);
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let cfg = engine.client_config();
+    let raw: Raw = proto::dispatcher_client::DispatcherClient::with_interceptor(
+        transport::channel(&cfg).expect("channel"),
+        AuthInterceptor::new(&cfg).expect("auth"),
+    );
+    let rt = Runtime::spawn(cfg).await.expect("runtime");
+    r.line("\n## 1. Unary overhead: GetVersion, runtime path (retry core + ledger + span) vs raw tonic\n");
+    r.line(
+        "| callers | raw p50 | ours p50 | p50 ratio | raw req/s | ours req/s | throughput ratio |",
+    );
+    r.line("|---|---|---|---|---|---|---|");
+    for callers in [1usize, 16, 64] {
+        // Warm both paths, then alternate raw/ours twice to spread drift over both.
+        let mut raw_lat = Vec::new();
+        let mut our_lat = Vec::new();
+        let (mut raw_thr, mut our_thr) = (0.0, 0.0);
+        for round in 0..3 {
+            let c = raw.clone();
+            let (l, t) = measure(callers, secs, move || {
+                let mut c = c.clone();
+                async move { c.get_version(proto::GetVersionRequest {}).await.is_ok() }
+            })
+            .await;
+            let rt2 = rt.clone();
+            let (l2, t2) = measure(callers, secs, move || {
+                let rt = rt2.clone();
+                async move { rt.engine_version().await.is_ok() }
+            })
+            .await;
+            if round > 0 {
+                raw_lat.extend(l);
+                our_lat.extend(l2);
+                raw_thr += t / 2.0;
+                our_thr += t2 / 2.0;
+            }
+        }
+        let (rp, op) = (pct(raw_lat, 0.5), pct(our_lat, 0.5));
+        r.line(&format!(
+            "| {callers} | {:.0} µs | {:.0} µs | **{:.2}** | {:.0} | {:.0} | **{:.2}** |",
+            rp.as_secs_f64() * 1e6,
+            op.as_secs_f64() * 1e6,
+            op.as_secs_f64() / rp.as_secs_f64().max(1e-9),
+            raw_thr,
+            our_thr,
+            our_thr / raw_thr.max(1e-9)
+        ));
+    }
+    r.line("\nTargets: p50 ratio <= 1.10 at 1 caller; throughput ratio >= 0.90 at 64 callers.");
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+fn noop() -> Workflow {
+    Workflow::new("noop").task("t", |_i: Value, _c: Context| async move {
+        Ok::<_, TaskError>(Value::Null)
+    })
+}
+
+async fn bulk_trigger(engine: &DevEngine, n: usize) -> Vec<String> {
+    let cfg = engine.client_config();
+    let mut wf = proto::workflow_service_client::WorkflowServiceClient::with_interceptor(
+        transport::channel(&cfg).expect("channel"),
+        AuthInterceptor::new(&cfg).expect("auth"),
+    );
+    let mut ids = Vec::with_capacity(n);
+    while ids.len() < n {
+        let k = (n - ids.len()).min(1000);
+        let req = proto::BulkTriggerWorkflowRequest {
+            workflows: (0..k)
+                .map(|_| v1::TriggerWorkflowRequest {
+                    name: "noop".into(),
+                    input: "{}".into(),
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        ids.extend(
+            wf.bulk_trigger_workflow(req)
+                .await
+                .expect("bulk trigger")
+                .into_inner()
+                .workflow_run_ids,
+        );
+    }
+    ids
+}
+
+async fn fanin(r: &mut Report) {
+    let n = env_num("BENCH_FANIN", 100_000) as usize;
+    r.line(&format!("\n## 2. Result fan-in: {n} runs awaited through one handle vs a raw SubscribeToWorkflowRuns consumer\n"));
+    // Raw consumer.
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let rt = Runtime::spawn(engine.client_config())
+        .await
+        .expect("runtime");
+    rt.register(noop()).await.expect("register");
+    let ids = bulk_trigger(&engine, n).await;
+    let cfg = engine.client_config();
+    let mut raw: Raw = proto::dispatcher_client::DispatcherClient::with_interceptor(
+        transport::channel(&cfg).expect("channel"),
+        AuthInterceptor::new(&cfg).expect("auth"),
+    );
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    for id in &ids {
+        let _ = tx.send(proto::SubscribeToWorkflowRunsRequest {
+            workflow_run_id: id.clone(),
+        });
+    }
+    let mut stream = raw
+        .subscribe_to_workflow_runs(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+        .await
+        .expect("sub")
+        .into_inner();
+    while engine.pending_run_subscriptions() < n {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let t = Instant::now();
+    engine.complete_queued("noop");
+    let mut got = 0;
+    while got < n {
+        match stream.next().await {
+            Some(Ok(_)) => got += 1,
+            _ => break,
+        }
+    }
+    let raw_rate = got as f64 / t.elapsed().as_secs_f64();
+    drop(tx);
+    rt.shutdown(Duration::from_secs(1)).await;
+    drop(engine);
+
+    // Ours: n waiters through one handle.
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let rt = Runtime::spawn(engine.client_config())
+        .await
+        .expect("runtime");
+    rt.register(noop()).await.expect("register");
+    let ids = bulk_trigger(&engine, n).await;
+    let before = rss_kib();
+    let delivered = Arc::new(AtomicU64::new(0));
+    let mut waits = Vec::with_capacity(n);
+    for id in ids {
+        let h = rt.run_handle(id);
+        let d = delivered.clone();
+        waits.push(tokio::spawn(async move {
+            if h.outputs().await.is_ok() {
+                d.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    while engine.pending_run_subscriptions() < n {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let per_waiter = (rss_kib().saturating_sub(before)) as f64 * 1024.0 / n as f64;
+    let t = Instant::now();
+    engine.complete_queued("noop");
+    for w in waits {
+        let _ = w.await;
+    }
+    let ours = delivered.load(Ordering::Relaxed) as usize;
+    let our_rate = ours as f64 / t.elapsed().as_secs_f64();
+    r.line("| path | delivered | results/s |");
+    r.line("|---|---|---|");
+    r.line(&format!("| raw stream | {got} | {raw_rate:.0} |"));
+    r.line(&format!(
+        "| runtime (one waiter task each) | {ours} | {our_rate:.0} |"
+    ));
+    r.line(&format!("\nDelivery-rate ratio **{:.2}** (target >= 0.5). Memory per pending waiter, including its tokio task: **{per_waiter:.0} B** (target <= 1 KiB; resident-set delta / waiters).", our_rate / raw_rate.max(1e-9)));
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+async fn reconnect(r: &mut Report) {
+    let n = env_num("BENCH_RECONNECT", 10_000) as usize;
+    r.line(&format!(
+        "\n## 3. Reconnect: {n} pending waiters, engine restarted\n"
+    ));
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let rt = Runtime::spawn(engine.client_config())
+        .await
+        .expect("runtime");
+    rt.register(noop()).await.expect("register");
+    let ids = bulk_trigger(&engine, n).await;
+    let results: Arc<parking_lot::Mutex<std::collections::HashMap<String, u32>>> = Arc::default();
+    let mut waits = Vec::new();
+    for id in ids {
+        let h = rt.run_handle(id.clone());
+        let res = results.clone();
+        waits.push(tokio::spawn(async move {
+            if h.outputs().await.is_ok() {
+                *res.lock().entry(id).or_default() += 1;
+            }
+        }));
+    }
+    while engine.pending_run_subscriptions() < n {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    engine.shutdown().await;
+    // Wait until the listener has noticed the outage, then bring the engine back.
+    let mut health =
+        rt.health()[&hatchet_runtime::listener::health::ListenerKind::WorkflowRuns].clone();
+    while matches!(
+        *health.borrow_and_update(),
+        hatchet_runtime::listener::health::ListenerState::Connected { .. }
+    ) {
+        let _ = health.changed().await;
+    }
+    let back = Instant::now();
+    let published = tokio::spawn(async move {
+        loop {
+            if matches!(
+                *health.borrow_and_update(),
+                hatchet_runtime::listener::health::ListenerState::Connected { .. }
+            ) {
+                return Instant::now();
+            }
+            if health.changed().await.is_err() {
+                return Instant::now();
+            }
+        }
+    });
+    engine.start_again().await.expect("start again");
+    // Time to every subscription replayed on the new stream.
+    while engine.pending_run_subscriptions() < n {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let replayed = back.elapsed();
+    let connected_after = published
+        .await
+        .map(|t| t.saturating_duration_since(back))
+        .unwrap_or_default();
+    engine.complete_queued("noop");
+    for w in waits {
+        let _ = w.await;
+    }
+    let res = results.lock();
+    let lost = n - res.len();
+    let dup = res.values().filter(|c| **c > 1).count();
+    r.line("| engine back -> stream published (backoff) | engine back -> all subscriptions replayed | replay after publish | lost | duplicated |");
+    r.line("|---|---|---|---|---|");
+    r.line(&format!(
+        "| {:.0} ms | {:.0} ms | **{:.0} ms** | {lost} | {dup} |",
+        connected_after.as_secs_f64() * 1e3,
+        replayed.as_secs_f64() * 1e3,
+        replayed.saturating_sub(connected_after).as_secs_f64() * 1e3
+    ));
+    r.line("\nTarget: the backoff delay plus <= 1 s; lost 0, duplicated 0.");
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+async fn outage_run(
+    engine: &DevEngine,
+    policy: Policy,
+    budget: BudgetConfig,
+    secs: u64,
+) -> (u64, u64, Vec<u64>) {
+    let cfg = engine.client_config();
+    let ch = transport::channel(&cfg).expect("channel");
+    let auth = AuthInterceptor::new(&cfg).expect("auth");
+    let core = Arc::new(RetryCore::new(
+        policy,
+        budget,
+        Arc::new(Ledger::default()),
+        7,
+    ));
+    engine.faults().reset_counters();
+    engine.faults().inject(
+        "/Dispatcher/GetVersion",
+        u32::MAX,
+        Fault::Fail {
+            code: tonic::Code::Unavailable as i32,
+            message: "outage".into(),
+            pushback_ms: None,
+        },
+    );
+    let ops = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for _ in 0..1000 {
+        let (core, ops, stop) = (core.clone(), ops.clone(), stop.clone());
+        let client: Raw =
+            proto::dispatcher_client::DispatcherClient::with_interceptor(ch.clone(), auth.clone());
+        readers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                ops.fetch_add(1, Ordering::Relaxed);
+                let _ = call_unary(&core, "/Dispatcher/GetVersion", None, None, None, |t| {
+                    let mut c = client.clone();
+                    async move {
+                        c.get_version(request_with_timeout(proto::GetVersionRequest {}, t))
+                            .await
+                            .map(|_| ())
+                    }
+                })
+                .await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }));
+    }
+    let mut per_sec = Vec::new();
+    let mut last = 0;
+    for _ in 0..secs {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = engine.faults().attempts("/Dispatcher/GetVersion");
+        per_sec.push(now - last);
+        last = now;
+    }
+    stop.store(true, Ordering::Relaxed);
+    engine.faults().clear();
+    for r in readers {
+        let _ = r.await;
+    }
+    (
+        engine.faults().attempts("/Dispatcher/GetVersion"),
+        ops.load(Ordering::Relaxed),
+        per_sec,
+    )
+}
+
+fn svg(series: &[(&str, &str, &[u64])]) -> String {
+    let max = series
+        .iter()
+        .flat_map(|s| s.2.iter())
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let n = series.iter().map(|s| s.2.len()).max().unwrap_or(1).max(2) as f64;
+    let (w, h, pad) = (640.0, 320.0, 40.0);
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    );
+    out += &format!(
+        "<text x=\"{pad}\" y=\"20\">network attempts per second during the outage (max {max:.0})</text>\n"
+    );
+    out += &format!(
+        "<line x1=\"{pad}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n",
+        h - pad,
+        w - pad,
+        h - pad
+    );
+    for (i, (name, color, data)) in series.iter().enumerate() {
+        let pts: Vec<String> = data
+            .iter()
+            .enumerate()
+            .map(|(x, y)| {
+                format!(
+                    "{:.1},{:.1}",
+                    pad + x as f64 * (w - 2.0 * pad) / (n - 1.0),
+                    h - pad - *y as f64 * (h - 2.0 * pad) / max
+                )
+            })
+            .collect();
+        out += &format!(
+            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>\n",
+            pts.join(" ")
+        );
+        out += &format!(
+            "<text x=\"{}\" y=\"{}\" fill=\"{color}\">{name}</text>\n",
+            w - 220.0,
+            40.0 + 16.0 * i as f64
+        );
+    }
+    out += "</svg>\n";
+    out
+}
+
+async fn outage(r: &mut Report) {
+    let secs = env_num("BENCH_OUTAGE_SECS", 30);
+    r.line(&format!("\n## 5. Outage amplification: 1000 readers (one read per second each) during a {secs} s full outage\n"));
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let (ours_att, ours_ops, ours_ts) =
+        outage_run(&engine, Policy::default(), BudgetConfig::default(), secs).await;
+    let go_policy = Policy {
+        max_attempts: 5,
+        backoff: Backoff {
+            base: Duration::from_secs(5),
+            factor: 2,
+            cap: Duration::from_secs(60),
+        },
+        enabled: true,
+    };
+    let no_budget = BudgetConfig {
+        retry_ratio_pct: 100_000,
+        reserve_per_sec: 1_000_000,
+        ..BudgetConfig::default()
+    };
+    let (go_att, go_ops, go_ts) = outage_run(&engine, go_policy, no_budget, secs).await;
+    r.line("| policy | logical operations | attempts at the engine | attempts per operation |");
+    r.line("|---|---|---|---|");
+    r.line(&format!(
+        "| ours (budget: 10% + 10/s) | {ours_ops} | {ours_att} | **{:.2}** |",
+        ours_att as f64 / ours_ops.max(1) as f64
+    ));
+    r.line(&format!(
+        "| Go SDK policy (5 attempts, 5 s base, no budget) | {go_ops} | {go_att} | **{:.2}** |",
+        go_att as f64 / go_ops.max(1) as f64
+    ));
+    r.line("\nTarget: <= 1.2 for ours vs about 5 for the Go-style policy. Plot: `target/bench-report/outage.svg`.");
+    let _ = std::fs::write(
+        "target/bench-report/outage.svg",
+        svg(&[
+            ("ours", "#1f77b4", &ours_ts),
+            ("Go-style policy", "#d62728", &go_ts),
+        ]),
+    );
+}
+
+async fn memory(r: &mut Report) {
+    let secs = env_num("BENCH_IDLE_SECS", 60);
+    r.line(&format!(
+        "\n## 6. At rest: a runtime with a worker and its listeners idle for {secs} s\n"
+    ));
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let tasks_before = metrics.num_alive_tasks();
+    let rss_before = rss_kib();
+    let rt: RuntimeHandle = Runtime::spawn_with(engine.client_config(), RuntimeOptions::default())
+        .await
+        .expect("runtime");
+    rt.register(noop()).await.expect("register");
+    rt.start_worker(WorkerOptions::new("idle", 8))
+        .await
+        .expect("start");
+    let _: Value = rt.run("noop", &Value::Null).await.unwrap_or(Value::Null);
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    let tasks_idle = metrics.num_alive_tasks();
+    let rss_idle = rss_kib();
+    rt.shutdown(Duration::from_secs(1)).await;
+    drop(rt); // the last handle: the shared connection's task ends with it
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let tasks_after = metrics.num_alive_tasks();
+    r.line("| tokio tasks before (engine only) | while idle | after shutdown and drop | RSS growth while idle |");
+    r.line("|---|---|---|---|");
+    r.line(&format!(
+        "| {tasks_before} | {tasks_idle} (+{}) | {tasks_after} (+{}) | {} KiB |",
+        tasks_idle.saturating_sub(tasks_before),
+        tasks_after.saturating_sub(tasks_before),
+        rss_idle.saturating_sub(rss_before)
+    ));
+    r.line("\nAfter shutdown the runtime leaves no task: the count returns to the engine's own.");
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let want = |n: &str| args.is_empty() || args.iter().any(|a| a == n);
+    let _ = std::fs::create_dir_all("target/bench-report");
+    let mut r = Report { md: String::new() };
+    r.line("# hatchet-runtime benchmarks (side by side, one process, loopback)\n");
+    r.line(&format!(
+        "Machine: {} cores, {}. Reproduce: `cargo bench --bench side_by_side`.",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        std::env::consts::ARCH
+    ));
+    if want("unary") {
+        unary(&mut r).await;
+    }
+    if want("fanin") {
+        fanin(&mut r).await;
+    }
+    if want("reconnect") {
+        reconnect(&mut r).await;
+    }
+    if want("outage") {
+        outage(&mut r).await;
+    }
+    if want("memory") {
+        memory(&mut r).await;
+    }
+    let _ = std::fs::write("target/bench-report/report.md", &r.md);
+    println!("\nwrote target/bench-report/report.md");
+}
