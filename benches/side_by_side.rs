@@ -339,9 +339,10 @@ async fn reconnect(r: &mut Report) {
     for w in waits {
         let _ = w.await;
     }
-    let res = results.lock();
-    let lost = n - res.len();
-    let dup = res.values().filter(|c| **c > 1).count();
+    let (lost, dup) = {
+        let res = results.lock();
+        (n - res.len(), res.values().filter(|c| **c > 1).count())
+    };
     r.line("| engine back -> stream published (backoff) | engine back -> all subscriptions replayed | replay after publish | lost | duplicated |");
     r.line("|---|---|---|---|---|");
     r.line(&format!(

@@ -379,7 +379,7 @@ impl DurableListener {
             super::later(
                 &st.args.ctx.lifecycle,
                 Duration::from_millis(200),
-                &myself,
+                myself,
                 DurableMsg::Reconnect(generation),
             );
             return;

@@ -28,6 +28,13 @@ pub struct MethodCounters {
     pub outcomes: BTreeMap<&'static str, u64>,
 }
 
+/// Failure counts by code, and outcomes other than `ok`.
+#[derive(Debug, Default)]
+struct Rare {
+    failures: BTreeMap<String, u64>,
+    outcomes: BTreeMap<&'static str, u64>,
+}
+
 #[derive(Debug, Default)]
 struct Live {
     operations: AtomicU64,
@@ -35,7 +42,7 @@ struct Live {
     retries: AtomicU64,
     budget_refusals: AtomicU64,
     ok: AtomicU64,
-    rare: Mutex<(BTreeMap<String, u64>, BTreeMap<&'static str, u64>)>,
+    rare: Mutex<Rare>,
 }
 
 /// The ledger of one runtime.
@@ -73,7 +80,7 @@ impl Ledger {
     /// An attempt failed with `code`.
     pub fn failure(&self, method: &str, code: &str) {
         let l = self.live(method);
-        *l.rare.lock().0.entry(code.to_string()).or_default() += 1;
+        *l.rare.lock().failures.entry(code.to_string()).or_default() += 1;
     }
 
     /// A retry was refused by the budget.
@@ -89,7 +96,7 @@ impl Ledger {
         if outcome == "ok" {
             l.ok.fetch_add(1, Ordering::Relaxed);
         } else {
-            *l.rare.lock().1.entry(outcome).or_default() += 1;
+            *l.rare.lock().outcomes.entry(outcome).or_default() += 1;
         }
     }
 
@@ -100,7 +107,7 @@ impl Ledger {
             .iter()
             .map(|(k, l)| {
                 let rare = l.rare.lock();
-                let mut outcomes = rare.1.clone();
+                let mut outcomes = rare.outcomes.clone();
                 let ok = l.ok.load(Ordering::Relaxed);
                 if ok > 0 {
                     outcomes.insert("ok", ok);
@@ -112,7 +119,7 @@ impl Ledger {
                         attempts: l.attempts.load(Ordering::Relaxed),
                         retries: l.retries.load(Ordering::Relaxed),
                         budget_refusals: l.budget_refusals.load(Ordering::Relaxed),
-                        failures_by_code: rare.0.clone(),
+                        failures_by_code: rare.failures.clone(),
                         outcomes,
                     },
                 )
