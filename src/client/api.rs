@@ -184,7 +184,7 @@ impl Api {
         let http = s.http.clone();
         let m = method.clone();
         rest::send(
-            s.core(),
+            &s.rest_core,
             route,
             method,
             None,

@@ -8,6 +8,7 @@
 //! 2. [`RunHandle::result`] is cancel safe: dropping the future removes its waiter.
 
 pub mod api;
+pub mod events;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -169,15 +169,18 @@ pub struct Engine {
     pub state: Mutex<State>,
     pub wake: Notify,
     pub tenant_id: String,
+    /// Running tasks of a worker silent this long are requeued ([`REASSIGN_AFTER`] by default).
+    pub reassign_after: Duration,
 }
 
 impl Engine {
     /// A new, empty engine for `tenant_id`.
-    pub fn new(tenant_id: String) -> Self {
+    pub fn new(tenant_id: String, reassign_after: Duration) -> Self {
         Engine {
             state: Mutex::new(State::default()),
             wake: Notify::new(),
             tenant_id,
+            reassign_after,
         }
     }
 
@@ -857,7 +860,7 @@ impl Engine {
     pub fn tick(&self) {
         let now = Instant::now();
         let mut st = self.state.lock();
-        st.reap_silent_workers(now);
+        st.reap_silent_workers(now, self.reassign_after);
         st.expire_timeouts(now);
         st.durable_tick(now);
         st.assign(now);
@@ -1479,13 +1482,13 @@ impl State {
         }
     }
 
-    fn reap_silent_workers(&mut self, now: Instant) {
+    fn reap_silent_workers(&mut self, now: Instant, after: Duration) {
         let silent: HashSet<String> = self
             .workers
             .values()
             .filter(|w| {
                 !w.sessions.iter().any(|s| s.legacy)
-                    && now.saturating_duration_since(w.last_heartbeat) >= REASSIGN_AFTER
+                    && now.saturating_duration_since(w.last_heartbeat) >= after
             })
             .map(|w| w.id.clone())
             .collect();

@@ -55,6 +55,9 @@ pub struct DevEngineOptions {
     pub api_port: u16,
     /// Tenant id; a fresh UUID when absent.
     pub tenant_id: Option<String>,
+    /// Requeue running tasks of a worker silent this long (30 s, the engine's rule, by default;
+    /// tests shorten it).
+    pub reassign_after: Option<Duration>,
 }
 
 impl DevEngineOptions {
@@ -68,6 +71,33 @@ impl DevEngineOptions {
         self.api_port = p;
         self
     }
+    /// Sets the reassignment window.
+    pub fn reassign_after(mut self, d: Duration) -> Self {
+        self.reassign_after = Some(d);
+        self
+    }
+}
+
+/// What [`DevEngine::stats`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EngineStats {
+    /// Workflow runs held (kept for reads; the engine is in memory).
+    pub runs: usize,
+    /// Tasks held.
+    pub tasks: usize,
+    /// Tasks waiting in the assignment queue.
+    pub queued: usize,
+    /// Open `SubscribeToWorkflowRuns` streams.
+    pub run_subscriptions: usize,
+    /// Run ids pending in them.
+    pub pending_run_subscriptions: usize,
+    /// Open `SubscribeToWorkflowEvents` streams.
+    pub event_subscriptions: usize,
+    /// Open worker listener sessions.
+    pub listener_sessions: usize,
+    /// Worker slots in use.
+    pub slots_in_use: usize,
 }
 
 struct Serving {
@@ -133,7 +163,10 @@ impl DevEngine {
             .build()
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         let engine = DevEngine {
-            engine: Arc::new(self::core::Engine::new(tenant_id)),
+            engine: Arc::new(self::core::Engine::new(
+                tenant_id,
+                opts.reassign_after.unwrap_or(self::core::REASSIGN_AFTER),
+            )),
             faults: Faults::default(),
             grpc_addr,
             api_addr,
@@ -321,6 +354,26 @@ impl DevEngine {
     /// The fault switchboard and attempt counters.
     pub fn faults(&self) -> &Faults {
         &self.faults
+    }
+
+    /// Counts of what the engine holds, for tests and leak checks.
+    pub fn stats(&self) -> EngineStats {
+        let st = self.engine.state.lock();
+        EngineStats {
+            runs: st.runs.len(),
+            tasks: st.tasks.len(),
+            queued: st.queue.len(),
+            run_subscriptions: st.run_subs.len(),
+            pending_run_subscriptions: st.run_subs.values().map(|s| s.pending.len()).sum(),
+            event_subscriptions: st.event_subs.len(),
+            listener_sessions: st.workers.values().map(|w| w.sessions.len()).sum(),
+            slots_in_use: st
+                .workers
+                .values()
+                .flat_map(|w| w.slots_used.values())
+                .map(|n| *n as usize)
+                .sum(),
+        }
     }
 
     /// Run ids waiting in open `SubscribeToWorkflowRuns` subscriptions (engine side).

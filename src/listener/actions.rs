@@ -27,7 +27,6 @@ use super::health::HealthReporter;
 use super::reconnect::{self, Next, ReconnectState, StreamEnd};
 use super::{ListenerCtx, end_of};
 use crate::proto;
-use crate::retry::backoff::STREAM_BACKOFF;
 use crate::retry::grpc::{call_unary, request_with_timeout};
 
 /// Heartbeat interval (the engine assigns only to workers heard from in the last 5 s).
@@ -356,7 +355,7 @@ impl Actor for ActionsListener {
                 st.registering = false;
                 let attempt = st.reconnect.no_progress;
                 st.reconnect.no_progress += 1;
-                let delay = STREAM_BACKOFF.delay(attempt, &mut st.rng);
+                let delay = st.args.ctx.backoff.stream.delay(attempt, &mut st.rng);
                 st.args.health.reconnecting(st.reconnect.no_progress, &e);
                 let generation = st.generation;
                 super::later(
@@ -397,7 +396,7 @@ impl Actor for ActionsListener {
                     progressed,
                     true,
                     true,
-                    &STREAM_BACKOFF,
+                    &st.args.ctx.backoff.stream,
                     &mut st.rng,
                 ) {
                     Next::Reconnect { delay, attempt } => {

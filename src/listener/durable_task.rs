@@ -29,7 +29,6 @@ use crate::error::{Error, Outcome};
 use crate::proto::v1::{
     self, durable_task_request::Message as Req, durable_task_response::Message as Resp,
 };
-use crate::retry::backoff::STREAM_BACKOFF;
 
 /// How long a completion that arrived before its waiter is kept.
 pub const EARLY_COMPLETION_TTL: Duration = Duration::from_secs(10);
@@ -492,7 +491,7 @@ impl Actor for DurableListener {
                     progressed,
                     true,
                     true,
-                    &STREAM_BACKOFF,
+                    &st.args.ctx.backoff.stream,
                     &mut st.rng,
                 ) {
                     Next::Reconnect { delay, attempt } => {

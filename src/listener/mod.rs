@@ -50,6 +50,27 @@ pub struct ListenerCtx {
     pub lifecycle: CancellationToken,
     /// The unary retry core (for heartbeats, registration, polling).
     pub core: Arc<RetryCore>,
+    /// Reconnect backoff: [`crate::retry::backoff::STREAM_BACKOFF`], and its 5 s-capped form
+    /// while result waiters are pending. Tests scale them down to count attempts quickly.
+    pub backoff: StreamBackoff,
+}
+
+/// The two reconnect backoff profiles of the listeners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamBackoff {
+    /// Listeners in general (1 s base, 30 s cap).
+    pub stream: crate::retry::Backoff,
+    /// The workflow-runs listener while waiters are pending (1 s base, 5 s cap).
+    pub waiters: crate::retry::Backoff,
+}
+
+impl Default for StreamBackoff {
+    fn default() -> Self {
+        StreamBackoff {
+            stream: crate::retry::backoff::STREAM_BACKOFF,
+            waiters: crate::retry::backoff::WAITER_STREAM_BACKOFF,
+        }
+    }
 }
 
 impl ListenerCtx {

@@ -27,7 +27,6 @@ use super::reconnect::{self, Next, ReconnectState, StreamEnd};
 use super::{ListenerCtx, end_of};
 use crate::error::{Cause, Error, Outcome};
 use crate::proto::{self, v1};
-use crate::retry::backoff::WAITER_STREAM_BACKOFF;
 
 /// Without a stream for this long, waiters are polled (CONTRACT.md §4).
 pub const POLL_AFTER: Duration = Duration::from_secs(30);
@@ -338,7 +337,7 @@ impl Actor for RunsListener {
                     progressed,
                     wanted,
                     alive,
-                    &WAITER_STREAM_BACKOFF,
+                    &st.args.ctx.backoff.waiters,
                     &mut st.rng,
                 ) {
                     Next::Reconnect { delay, attempt } => {

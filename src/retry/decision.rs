@@ -73,6 +73,48 @@ impl Policy {
     }
 }
 
+/// The gRPC and REST policies for the two kill switches (CONTRACT.md §2 "Switches"):
+/// `HATCHET_CLIENT_NO_RETRY` turns off unary gRPC and REST retries, `HATCHET_CLIENT_NO_GRPC_RETRY`
+/// unary gRPC retries only. Streams are not affected by either.
+pub fn policies_for(no_retry: bool, no_grpc_retry: bool) -> (Policy, Policy) {
+    let grpc = if no_retry || no_grpc_retry {
+        Policy::disabled()
+    } else {
+        Policy::default()
+    };
+    let rest = if no_retry {
+        Policy::disabled()
+    } else {
+        Policy::default()
+    };
+    (grpc, rest)
+}
+
+#[cfg(test)]
+mod switch_tests {
+    use super::*;
+
+    #[test]
+    fn each_switch_turns_off_what_it_names() {
+        assert_eq!(
+            policies_for(false, false),
+            (Policy::default(), Policy::default())
+        );
+        assert_eq!(
+            policies_for(true, false),
+            (Policy::disabled(), Policy::disabled())
+        );
+        assert_eq!(
+            policies_for(false, true),
+            (Policy::disabled(), Policy::default())
+        );
+        assert_eq!(
+            policies_for(true, true),
+            (Policy::disabled(), Policy::disabled())
+        );
+    }
+}
+
 /// How one attempt failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {

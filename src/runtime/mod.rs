@@ -43,7 +43,7 @@ use crate::listener::{AuthChannel, ListenerCtx};
 use crate::proto::{self, v1};
 use crate::retry::class::ClassOverride;
 use crate::retry::grpc::{call_unary, request_with_timeout};
-use crate::retry::{BudgetConfig, Ledger, MethodCounters, Policy, RetryCore};
+use crate::retry::{BudgetConfig, Ledger, MethodCounters, RetryCore};
 use crate::transport::{self, AuthInterceptor};
 use crate::worker::{WorkerMsg, WorkerOptions, Workflow};
 
@@ -53,6 +53,7 @@ pub struct Shared {
     pub config: Arc<ClientConfig>,
     pub(crate) ctx: ListenerCtx,
     pub(crate) http: reqwest::Client,
+    pub(crate) rest_core: Arc<RetryCore>,
     pub(crate) runs: Arc<RunRegistry>,
     pub(crate) durable: Arc<DurableRegistry>,
     pub(crate) health: BTreeMap<ListenerKind, Arc<HealthReporter>>,
@@ -233,6 +234,26 @@ pub struct RuntimeOptions {
     pub budget: BudgetConfig,
     /// Seed of the retry jitter (tests fix it).
     pub seed: Option<u64>,
+    /// Listener reconnect backoff (tests scale it down).
+    pub stream_backoff: crate::listener::StreamBackoff,
+}
+
+impl RuntimeOptions {
+    /// Sets the retry budget.
+    pub fn budget(mut self, b: BudgetConfig) -> Self {
+        self.budget = b;
+        self
+    }
+    /// Fixes the jitter seed.
+    pub fn seed(mut self, s: u64) -> Self {
+        self.seed = Some(s);
+        self
+    }
+    /// Sets the listeners' reconnect backoff.
+    pub fn stream_backoff(mut self, b: crate::listener::StreamBackoff) -> Self {
+        self.stream_backoff = b;
+        self
+    }
 }
 
 impl Runtime {
@@ -258,18 +279,18 @@ impl Runtime {
     ) -> Result<RuntimeHandle, Error> {
         let channel = transport::channel(&config)?;
         let auth = AuthInterceptor::new(&config)?;
-        let policy = if config.no_retry || config.no_grpc_retry {
-            Policy::disabled()
-        } else {
-            Policy::default()
-        };
+        let (policy, rest_policy) =
+            crate::retry::decision::policies_for(config.no_retry, config.no_grpc_retry);
         crate::retry::log_ceiling_table(&policy);
         let seed = opts.seed.unwrap_or_else(rand::random);
-        let core = Arc::new(RetryCore::new(
-            policy,
+        // One budget per endpoint: the gRPC endpoint and the REST endpoint; one ledger.
+        let ledger = Arc::new(Ledger::default());
+        let core = Arc::new(RetryCore::new(policy, opts.budget, ledger.clone(), seed));
+        let rest_core = Arc::new(RetryCore::new(
+            rest_policy,
             opts.budget,
-            Arc::new(Ledger::default()),
-            seed,
+            ledger,
+            seed.wrapping_add(1),
         ));
         let ctx = ListenerCtx {
             channel,
@@ -277,6 +298,7 @@ impl Runtime {
             config: Arc::new(config.clone()),
             lifecycle: CancellationToken::new(),
             core,
+            backoff: opts.stream_backoff,
         };
         let health = [
             ListenerKind::WorkerActions,
@@ -292,6 +314,7 @@ impl Runtime {
             config: Arc::new(config),
             ctx,
             http,
+            rest_core,
             runs: Arc::new(RunRegistry::default()),
             durable: Arc::new(DurableRegistry::default()),
             health,
@@ -519,6 +542,30 @@ impl RuntimeHandle {
             },
         )
         .await
+    }
+
+    /// The events of one run, as a stream that ends after the run's final event. Reconnects on
+    /// transient errors while held, marking gaps with [`crate::client::events::RunEvent::Gap`].
+    pub fn run_events(
+        &self,
+        run_id: &str,
+    ) -> impl futures::Stream<Item = crate::client::events::RunEvent> + Send + 'static {
+        crate::client::events::subscribe(
+            self.shared.clone(),
+            crate::client::events::Follow::Run(run_id.to_string()),
+        )
+    }
+
+    /// The events of every run whose additional metadata has `key` = `value`.
+    pub fn events_by_metadata(
+        &self,
+        key: &str,
+        value: &str,
+    ) -> impl futures::Stream<Item = crate::client::events::RunEvent> + Send + 'static {
+        crate::client::events::subscribe(
+            self.shared.clone(),
+            crate::client::events::Follow::Metadata(key.to_string(), value.to_string()),
+        )
     }
 
     /// REST operations (run details, run lists, crons, schedules, workers, rate limits).

@@ -29,9 +29,15 @@ pub async fn next<T>(s: &mut tonic::Streaming<T>) -> T {
 
 impl H {
     pub async fn new() -> H {
-        let engine = DevEngine::start(DevEngineOptions::default())
-            .await
-            .expect("engine starts");
+        Self::with_engine(
+            DevEngine::start(DevEngineOptions::default())
+                .await
+                .expect("engine starts"),
+        )
+        .await
+    }
+
+    pub async fn with_engine(engine: DevEngine) -> H {
         let cfg = engine.client_config();
         let channel = transport::channel(&cfg).expect("channel");
         let auth = AuthInterceptor::new(&cfg).expect("auth");

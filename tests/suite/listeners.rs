@@ -1,0 +1,431 @@
+//! The listeners under faults, against the development engine: stream ends of every kind,
+//! permanent errors, no-progress stops, restarts with many waiters, cancellation mid-reconnect,
+//! shutdown mid-reconnect, heartbeat rejections, the Listen fallback, crashes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hatchet_runtime::engine::{DevEngine, DevEngineOptions, Fault};
+use hatchet_runtime::listener::StreamBackoff;
+use hatchet_runtime::listener::health::{ListenerKind, ListenerState};
+use hatchet_runtime::retry::Backoff;
+use hatchet_runtime::{
+    Context, Outcome, Runtime, RuntimeHandle, RuntimeOptions, TaskError, WorkerOptions, Workflow,
+};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tonic::Code;
+
+const RUNS: &str = "/Dispatcher/SubscribeToWorkflowRuns";
+
+/// Reconnect backoff scaled down 100x, so attempt-counting tests run in well under a second.
+fn fast() -> StreamBackoff {
+    let ms = Duration::from_millis;
+    StreamBackoff {
+        stream: Backoff {
+            base: ms(10),
+            factor: 2,
+            cap: ms(300),
+        },
+        waiters: Backoff {
+            base: ms(10),
+            factor: 2,
+            cap: ms(50),
+        },
+    }
+}
+
+async fn setup() -> (DevEngine, RuntimeHandle) {
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let rt = Runtime::spawn_with(
+        engine.client_config(),
+        RuntimeOptions::default().stream_backoff(fast()).seed(3),
+    )
+    .await
+    .expect("runtime");
+    rt.register(
+        Workflow::new("echo").task(
+            "t",
+            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+        ),
+    )
+    .await
+    .expect("register");
+    (engine, rt)
+}
+
+#[tokio::test]
+async fn runs_stream_ends_with_transient_codes_or_eof_reconnect_and_deliver() {
+    for end in [Some(Code::Unavailable), Some(Code::Internal), None] {
+        let (e, rt) = setup().await;
+        rt.start_worker(WorkerOptions::new("w", 4))
+            .await
+            .expect("start");
+        e.faults().inject(
+            RUNS,
+            1,
+            Fault::EndStream {
+                after: 0,
+                code: end.map(|c| c as i32),
+            },
+        );
+        let out: Value = rt
+            .run("echo", &json!({"k": 1}))
+            .await
+            .expect("result despite the stream end");
+        assert_eq!(out["k"], 1);
+        assert!(e.faults().attempts(RUNS) >= 2, "{end:?}: reconnected");
+        assert!(rt.reconnects()[&ListenerKind::WorkflowRuns] >= 1);
+        rt.shutdown(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test]
+async fn unauthenticated_stops_the_runs_listener_and_fails_waiters_with_their_run_id() {
+    let (e, rt) = setup().await;
+    e.faults().inject(
+        RUNS,
+        1,
+        Fault::EndStream {
+            after: 0,
+            code: Some(Code::Unauthenticated as i32),
+        },
+    );
+    let h = rt.run_no_wait("echo", &json!({})).await.expect("trigger");
+    let err = tokio::time::timeout(Duration::from_secs(5), h.outputs())
+        .await
+        .expect("fails fast")
+        .expect_err("stopped");
+    assert_eq!(err.outcome(), Outcome::Rejected);
+    assert_eq!(err.run_id(), Some(h.run_id()));
+    assert!(matches!(
+        *rt.health()[&ListenerKind::WorkflowRuns].borrow(),
+        ListenerState::Stopped { error: Some(_) }
+    ));
+    assert_eq!(
+        e.faults().attempts(RUNS),
+        1,
+        "a permanent error is not retried"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_stream_failing_at_once_with_other_errors_stops_after_ten_without_progress() {
+    let (e, rt) = setup().await;
+    e.faults().inject(
+        RUNS,
+        1000,
+        Fault::EndStream {
+            after: 0,
+            code: Some(Code::NotFound as i32),
+        },
+    );
+    let h = rt.run_no_wait("echo", &json!({})).await.expect("trigger");
+    let err = tokio::time::timeout(Duration::from_secs(10), h.outputs())
+        .await
+        .expect("stops")
+        .expect_err("stopped");
+    assert_eq!(err.run_id(), Some(h.run_id()));
+    assert_eq!(
+        e.faults().attempts(RUNS),
+        10,
+        "ten attempts, then stop: not a hot loop"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_thousand_waiters_across_an_engine_restart_get_every_result_once() {
+    let (e, rt) = setup().await;
+    let handles: Vec<_> = rt
+        .run_many(
+            "echo",
+            &(0..1000).map(|i| json!({"i": i})).collect::<Vec<_>>(),
+        )
+        .await;
+    let got: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let mut waits = Vec::new();
+    for h in handles {
+        let h = h.expect("trigger");
+        let got = got.clone();
+        waits.push(tokio::spawn(async move {
+            if h.outputs().await.is_ok() {
+                *got.lock().entry(h.run_id().to_string()).or_default() += 1;
+            }
+        }));
+    }
+    while e.stats().pending_run_subscriptions < 1000 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    e.restart().await.expect("restart");
+    rt.start_worker(WorkerOptions::new("w", 64))
+        .await
+        .expect("start");
+    for w in waits {
+        tokio::time::timeout(Duration::from_secs(30), w)
+            .await
+            .expect("in time")
+            .expect("task");
+    }
+    let got = got.lock();
+    assert_eq!(got.len(), 1000, "none lost");
+    assert!(got.values().all(|n| *n == 1), "none twice");
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_waiter_cancelled_mid_reconnect_is_not_replayed() {
+    let (e, rt) = setup().await;
+    let keep = rt
+        .run_no_wait("echo", &json!({"keep": true}))
+        .await
+        .expect("trigger");
+    let drop_me = rt
+        .run_no_wait("echo", &json!({"drop": true}))
+        .await
+        .expect("trigger");
+    let keep_wait = tokio::spawn({
+        let keep = keep.clone();
+        async move { keep.outputs().await }
+    });
+    let dropped = tokio::spawn({
+        let d = drop_me.clone();
+        async move { d.outputs().await }
+    });
+    while e.stats().pending_run_subscriptions < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    e.shutdown().await;
+    dropped.abort(); // the caller gives up while the stream is down
+    let _ = dropped.await;
+    e.start_again().await.expect("start");
+    while e.stats().pending_run_subscriptions < 1 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        e.stats().pending_run_subscriptions,
+        1,
+        "only the live waiter is replayed"
+    );
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    keep_wait.await.expect("task").expect("result");
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn shutdown_during_reconnect_leaves_no_task_running() {
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    engine.shutdown().await; // the engine is down for the whole test
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    let rt = Runtime::spawn_with(
+        engine.client_config(),
+        RuntimeOptions::default().stream_backoff(fast()),
+    )
+    .await
+    .expect("runtime");
+    let h = rt.run_handle(uuid::Uuid::new_v4().to_string());
+    let waiter = tokio::spawn(async move { h.outputs().await });
+    // Let the runs listener fail and schedule reconnects.
+    let mut health = rt.health()[&ListenerKind::WorkflowRuns].clone();
+    while !matches!(
+        *health.borrow_and_update(),
+        ListenerState::Reconnecting { .. }
+    ) {
+        let _ = health.changed().await;
+    }
+    rt.shutdown(Duration::from_millis(100)).await;
+    assert_eq!(
+        waiter.await.expect("task").expect_err("closed").outcome(),
+        Outcome::Closed
+    );
+    drop(rt);
+    drop(health);
+    let mut left = usize::MAX;
+    for _ in 0..100 {
+        left = metrics.num_alive_tasks();
+        if left <= before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        left <= before,
+        "{left} tasks alive after shutdown, {before} before the runtime"
+    );
+}
+
+#[tokio::test]
+async fn heartbeat_not_found_registers_the_worker_again() {
+    let (e, rt) = setup().await;
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let _: Value = rt.run("echo", &json!({})).await.expect("works");
+    let first = rt.worker_id().expect("registered");
+    e.faults().inject(
+        "/Dispatcher/Heartbeat",
+        1,
+        Fault::Fail {
+            code: Code::NotFound as i32,
+            message: "worker gone".into(),
+            pushback_ms: None,
+        },
+    );
+    let mut new_id = None;
+    for _ in 0..120 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(id) = rt.worker_id().filter(|id| *id != first) {
+            new_id = Some(id);
+            break;
+        }
+    }
+    assert!(new_id.is_some(), "a new worker id after NOT_FOUND");
+    let out: Value = rt
+        .run("echo", &json!({"after": 1}))
+        .await
+        .expect("still works");
+    assert_eq!(out["after"], 1);
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn heartbeat_failed_precondition_reconnects_the_action_stream() {
+    let (e, rt) = setup().await;
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let _: Value = rt.run("echo", &json!({})).await.expect("works");
+    let opens = e.faults().attempts("/Dispatcher/ListenV2");
+    e.faults().inject(
+        "/Dispatcher/Heartbeat",
+        1,
+        Fault::Fail {
+            code: Code::FailedPrecondition as i32,
+            message: "stream gone".into(),
+            pushback_ms: None,
+        },
+    );
+    let mut reopened = false;
+    for _ in 0..120 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if e.faults().attempts("/Dispatcher/ListenV2") > opens {
+            reopened = true;
+            break;
+        }
+    }
+    assert!(reopened, "ListenV2 reopened after FAILED_PRECONDITION");
+    assert_eq!(
+        rt.worker_id(),
+        Some(rt.worker_id().expect("id")),
+        "same worker"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn listen_v2_unimplemented_falls_back_to_listen_for_good() {
+    let (e, rt) = setup().await;
+    e.faults().inject(
+        "/Dispatcher/ListenV2",
+        1,
+        Fault::Fail {
+            code: Code::Unimplemented as i32,
+            message: "old engine".into(),
+            pushback_ms: None,
+        },
+    );
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let out: Value = rt
+        .run("echo", &json!({"via": "listen"}))
+        .await
+        .expect("works over Listen");
+    assert_eq!(out["via"], "listen");
+    assert_eq!(e.faults().attempts("/Dispatcher/ListenV2"), 1);
+    assert!(e.faults().attempts("/Dispatcher/Listen") >= 1);
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn two_empty_ok_ends_register_the_worker_again() {
+    let (e, rt) = setup().await;
+    e.faults().inject(
+        "/Dispatcher/ListenV2",
+        2,
+        Fault::EndStream {
+            after: 0,
+            code: None,
+        },
+    );
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let out: Value = rt
+        .run("echo", &json!({"n": 2}))
+        .await
+        .expect("works after re-registering");
+    assert_eq!(out["n"], 2);
+    assert_eq!(e.faults().attempts("/Dispatcher/Register"), 2);
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn crashed_listeners_restart_with_their_waiters() {
+    let (_e, rt) = setup().await;
+    let wf = Workflow::new("slow").task("t", |_i: Value, _c: Context| async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        Ok::<_, TaskError>(json!({"ok": true}))
+    });
+    rt.register(wf).await.expect("register");
+    rt.register(Workflow::new("durable").durable_task(
+        "d",
+        Default::default(),
+        |_i: Value, c: Context| async move {
+            c.sleep_for("1s").await?;
+            Ok::<_, TaskError>(json!({"slept": true}))
+        },
+    ))
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 8))
+        .await
+        .expect("start");
+    let slow = rt.run_no_wait("slow", &json!({})).await.expect("trigger");
+    let durable = rt
+        .run_no_wait("durable", &json!({}))
+        .await
+        .expect("trigger");
+    let a = tokio::spawn({
+        let slow = slow.clone();
+        async move { slow.outputs().await }
+    });
+    let b = tokio::spawn({
+        let durable = durable.clone();
+        async move { durable.outputs().await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    rt.crash_listener(ListenerKind::WorkflowRuns);
+    rt.crash_listener(ListenerKind::DurableTask);
+    rt.crash_listener(ListenerKind::WorkerActions);
+    assert_eq!(
+        a.await.expect("task").expect("slow result")["t"]["ok"],
+        true
+    );
+    assert_eq!(
+        b.await.expect("task").expect("durable result")["d"]["slept"],
+        true
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
