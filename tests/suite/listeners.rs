@@ -171,9 +171,11 @@ async fn a_thousand_waiters_across_an_engine_restart_get_every_result_once() {
             .expect("in time")
             .expect("task");
     }
-    let got = got.lock();
-    assert_eq!(got.len(), 1000, "none lost");
-    assert!(got.values().all(|n| *n == 1), "none twice");
+    {
+        let got = got.lock();
+        assert_eq!(got.len(), 1000, "none lost");
+        assert!(got.values().all(|n| *n == 1), "none twice");
+    }
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
