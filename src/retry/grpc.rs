@@ -8,7 +8,7 @@
 //!    the stream before processing it, RFC 9113 §8.7).
 //! 2. A status whose source chain shows the connection broke under the request (hyper's
 //!    "operation was canceled", a closed or incomplete connection, an h2 CANCEL or GOAWAY, an I/O
-//!    reset) is [`Failure::Lost`]: the request may have been sent, so writes are *maybe executed*
+//!    reset: any client-side transport error) is [`Failure::Lost`]: the request may have been sent, so writes are *maybe executed*
 //!    and idempotent calls retry. Only a CANCELLED the server itself sent (no transport source)
 //!    is the never-retried CANCELLED of the contract.
 //! 3. Streams never come here: [`super::class::class_of`] has no entry for them, and
@@ -58,27 +58,16 @@ pub fn status_is_local_timeout(status: &tonic::Status) -> bool {
     false
 }
 
-/// Whether the status's source chain shows the connection broke while the request was out.
+/// Whether the status's source chain shows the connection broke while the request was out: any
+/// client-side transport error (hyper, h2, I/O, tonic transport) under the status. A status the
+/// server sent has no such source.
 pub fn status_connection_lost(status: &tonic::Status) -> bool {
     let mut src = status.source();
     while let Some(e) = src {
-        if let Some(h) = e.downcast_ref::<hyper::Error>()
-            && (h.is_canceled() || h.is_closed() || h.is_incomplete_message())
-        {
-            return true;
-        }
-        if let Some(h2) = e.downcast_ref::<h2::Error>()
-            && (h2.is_io() || h2.is_go_away() || h2.reason() == Some(h2::Reason::CANCEL))
-        {
-            return true;
-        }
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::BrokenPipe
-                    | std::io::ErrorKind::UnexpectedEof
-            )
+        if e.is::<hyper::Error>()
+            || e.is::<h2::Error>()
+            || e.is::<std::io::Error>()
+            || e.is::<tonic::transport::Error>()
         {
             return true;
         }

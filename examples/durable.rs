@@ -1,0 +1,50 @@
+//! Durable waits on the embedded engine: a task sleeps durably, waits for an approval event,
+//! memoizes a timestamp, and finishes when the event arrives.
+//!
+//! `cargo run --example durable`
+
+use std::time::Duration;
+
+use hatchet_runtime::engine::{DevEngine, DevEngineOptions};
+use hatchet_runtime::{Context, Runtime, TaskError, TaskOptions, WorkerOptions, Workflow};
+use serde_json::{Value, json};
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let engine = DevEngine::start(DevEngineOptions::default()).await?;
+    let rt = Runtime::spawn(engine.client_config()).await?;
+    rt.register(Workflow::new("expense").durable_task(
+        "approve",
+        TaskOptions::default(),
+        |input: Value, ctx: Context| async move {
+            let started: u64 = ctx
+                .memo("started-at", || async {
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_secs())
+                        .unwrap_or(0)
+                })
+                .await?;
+            println!("  [task] waiting 2 s before asking for approval (a durable timer)");
+            ctx.sleep_for("2s").await?;
+            println!("  [task] waiting for the event expense:approved");
+            let decision = ctx.wait_for_event("expense:approved").await?;
+            Ok::<_, TaskError>(
+                json!({"expense": input, "decision": decision, "started_at": started}),
+            )
+        },
+    ))
+    .await?;
+    rt.start_worker(WorkerOptions::new("durable-demo", 4))
+        .await?;
+    let run = rt.run_no_wait("expense", &json!({"amount": 42})).await?;
+    println!("triggered run {}", run.run_id());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    println!("approving");
+    rt.push("expense:approved", &json!({"by": "finance"}))
+        .await?;
+    let out: Value = run.result_within(Duration::from_secs(30)).await?;
+    println!("result: {out}");
+    rt.shutdown(Duration::from_secs(2)).await;
+    Ok(())
+}
