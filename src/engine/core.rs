@@ -863,7 +863,9 @@ impl Engine {
         st.reap_silent_workers(now, self.reassign_after);
         st.expire_timeouts(now);
         st.durable_tick(now);
-        st.assign(now);
+        // A worker silent long enough to lose its tasks is never live (matters when tests make
+        // the reassignment window shorter than the liveness window).
+        st.assign(now, LIVE_HEARTBEAT.min(self.reassign_after));
     }
 
     /// Ends every stream the engine feeds (restart, shutdown): workers see EOF and become
@@ -1091,15 +1093,15 @@ impl State {
         ids.len()
     }
 
-    fn worker_is_live(w: &Worker, now: Instant) -> bool {
+    fn worker_is_live(w: &Worker, now: Instant, live: Duration) -> bool {
         !w.paused
             && !w.sessions.is_empty()
             && (w.sessions.iter().any(|s| s.legacy)
-                || now.saturating_duration_since(w.last_heartbeat) < LIVE_HEARTBEAT)
+                || now.saturating_duration_since(w.last_heartbeat) < live)
     }
 
     /// Assigns queued tasks to live workers with free slots, in queue order.
-    pub fn assign(&mut self, now: Instant) {
+    pub fn assign(&mut self, now: Instant, live: Duration) {
         let mut keep = VecDeque::with_capacity(self.queue.len());
         while let Some(tid) = self.queue.pop_front() {
             let Some(task) = self.tasks.get(&tid) else {
@@ -1115,7 +1117,7 @@ impl State {
             let action = task.action.clone();
             let wanted = task.slot_type.clone();
             let chosen = self.workers.values().find_map(|w| {
-                if !w.actions.contains(&action) || !Self::worker_is_live(w, now) {
+                if !w.actions.contains(&action) || !Self::worker_is_live(w, now, live) {
                     return None;
                 }
                 let slot = if w.slot_limits.contains_key(&wanted) {

@@ -81,15 +81,15 @@ pub fn failure_of_status(status: &tonic::Status) -> Failure {
     if status_not_sent(status) {
         return Failure::NotSent;
     }
-    if status_connection_lost(status) {
-        return Failure::Lost;
-    }
     if status_is_local_timeout(status) {
         return Failure::Status {
             code: tonic::Code::DeadlineExceeded,
             pushback: None,
             attempt_timed_out: true,
         };
+    }
+    if status_connection_lost(status) {
+        return Failure::Lost;
     }
     Failure::Status {
         code: status.code(),
