@@ -55,12 +55,39 @@ pub struct DevEngineOptions {
     pub api_port: u16,
     /// Tenant id; a fresh UUID when absent.
     pub tenant_id: Option<String>,
+    /// Serve gRPC over TLS with this identity (and require client certificates signed by
+    /// `client_ca_pem` when set: mTLS). REST stays plaintext on loopback.
+    pub tls: Option<EngineTls>,
     /// Requeue running tasks of a worker silent this long (30 s, the engine's rule, by default;
     /// tests shorten it).
     pub reassign_after: Option<Duration>,
 }
 
+/// TLS material of the development engine (PEM).
+#[derive(Clone, Default)]
+pub struct EngineTls {
+    /// Server certificate chain.
+    pub cert_pem: String,
+    /// Server private key.
+    pub key_pem: String,
+    /// When set, clients must present a certificate signed by this CA (mTLS).
+    pub client_ca_pem: Option<String>,
+}
+
+impl std::fmt::Debug for EngineTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineTls")
+            .field("mtls", &self.client_ca_pem.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 impl DevEngineOptions {
+    /// Serves gRPC over TLS.
+    pub fn tls(mut self, tls: EngineTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
     /// Sets the gRPC port.
     pub fn grpc_port(mut self, p: u16) -> Self {
         self.grpc_port = p;
@@ -108,6 +135,7 @@ struct Serving {
 /// A running development engine. Dropping it stops the servers.
 pub struct DevEngine {
     engine: Arc<self::core::Engine>,
+    tls: Option<EngineTls>,
     faults: Faults,
     grpc_addr: SocketAddr,
     api_addr: SocketAddr,
@@ -157,12 +185,23 @@ impl DevEngine {
             exp,
             &self::core::new_id(),
         );
-        let config = ClientConfig::builder()
+        let strategy = match &opts.tls {
+            None => TlsStrategy::None,
+            Some(t) if t.client_ca_pem.is_some() => TlsStrategy::Mtls,
+            Some(_) => TlsStrategy::Tls,
+        };
+        let mut builder = ClientConfig::builder()
             .secret_token(token.clone())
-            .tls_strategy(TlsStrategy::None)
+            .tls_strategy(strategy);
+        if strategy == TlsStrategy::Mtls {
+            // The caller supplies the client identity; placeholders keep the config valid.
+            builder = builder.tls_client_identity("client.pem", "client.key");
+        }
+        let config = builder
             .build()
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         let engine = DevEngine {
+            tls: opts.tls.clone(),
             engine: Arc::new(self::core::Engine::new(
                 tenant_id,
                 opts.reassign_after.unwrap_or(self::core::REASSIGN_AFTER),
@@ -174,11 +213,11 @@ impl DevEngine {
             config,
             serving: Mutex::new(None),
         };
-        engine.serve(grpc, api);
+        engine.serve(grpc, api)?;
         Ok(engine)
     }
 
-    fn serve(&self, grpc: TcpListener, api: TcpListener) {
+    fn serve(&self, grpc: TcpListener, api: TcpListener) -> std::io::Result<()> {
         let stop = CancellationToken::new();
         let token: Arc<str> = Arc::from(self.token.expose());
         let svc = grpc::Svc {
@@ -206,7 +245,19 @@ impl DevEngine {
                     .max_encoding_message_size(MAX_MESSAGE_BYTES)
             };
         }
-        let router = tonic::transport::Server::builder()
+        let mut server = tonic::transport::Server::builder();
+        if let Some(tls) = &self.tls {
+            let mut cfg = tonic::transport::ServerTlsConfig::new().identity(
+                tonic::transport::Identity::from_pem(&tls.cert_pem, &tls.key_pem),
+            );
+            if let Some(ca) = &tls.client_ca_pem {
+                cfg = cfg.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+            }
+            server = server
+                .tls_config(cfg)
+                .map_err(|e| std::io::Error::other(format!("TLS configuration: {e}")))?;
+        }
+        let router = server
             .layer(gate)
             .add_service(svc!(proto::dispatcher_server::DispatcherServer<grpc::Svc>))
             .add_service(svc!(
@@ -263,6 +314,7 @@ impl DevEngine {
             stop,
             tasks: vec![grpc_task, rest_task, scheduler],
         });
+        Ok(())
     }
 
     /// Stops serving; the state is kept. Streams end (workers see EOF), then connections close.
@@ -317,8 +369,7 @@ impl DevEngine {
                 }
             }
         };
-        self.serve(grpc, api);
-        Ok(())
+        self.serve(grpc, api)
     }
 
     /// The gRPC address.

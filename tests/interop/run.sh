@@ -2,10 +2,13 @@
 # Interop proof: the official Python SDK (PyPI hatchet-sdk, pinned below) against the
 # hatchet-dev-engine binary. Creates tests/interop/.venv if missing, installs the pinned SDK,
 # then runs scenario.py (checks a-f: worker, run, aio_run, push->on_events, durable sleep +
-# event, stdin-EOF exit) and embedded_check.py (check g: Hatchet.from_embedded()).
+# event, stdin-EOF exit), embedded_check.py (check g: Hatchet.from_embedded()) and
+# rust_interop.py (checks h-i: our Rust example worker runs SDK-triggered runs, our Rust
+# example client runs a task on the SDK worker).
 #
-#   tests/interop/run.sh                      # builds target/debug/hatchet-dev-engine first
-#   HATCHET_DEV_ENGINE_BIN=/path/to/bin tests/interop/run.sh
+#   tests/interop/run.sh      # builds the engine and the worker/client examples (debug) first
+#   HATCHET_DEV_ENGINE_BIN=/path/to/engine HATCHET_RUST_WORKER_BIN=/path/to/examples/worker \
+#   HATCHET_RUST_CLIENT_BIN=/path/to/examples/client tests/interop/run.sh
 #
 # Every step is bounded by `timeout`; every process started here (or recorded by the Python
 # scripts in $INTEROP_PIDFILE) is killed by id on exit. Last line:
@@ -85,7 +88,8 @@ run_step() {
 scenario() {
     local name=$1 secs=$2 script=$3 rc=0 p f
     run_step "$name" "$secs" env PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 TMPDIR="$TMP" \
-        HATCHET_DEV_ENGINE_BIN="$BIN" "$VENV/bin/python" "$HERE/$script" || rc=$?
+        HATCHET_DEV_ENGINE_BIN="$BIN" HATCHET_RUST_WORKER_BIN="$RUST_WORKER" \
+        HATCHET_RUST_CLIENT_BIN="$RUST_CLIENT" "$VENV/bin/python" "$HERE/$script" || rc=$?
     p=$(grep -c '^PASS ' "$TMP/$name.log" || true)
     f=$(grep -c '^FAIL ' "$TMP/$name.log" || true)
     passed=$((passed + p))
@@ -108,24 +112,33 @@ run_step pip-install 300 "$VENV/bin/python" -m pip install --quiet \
     --disable-pip-version-check "hatchet-sdk==$SDK_VERSION" ||
     abort "pip install hatchet-sdk==$SDK_VERSION" $? 300
 
-# 2. the engine binary
-if [[ -n "${HATCHET_DEV_ENGINE_BIN:-}" ]]; then
-    BIN="$HATCHET_DEV_ENGINE_BIN"
-else
+# 2. the binaries: the engine, and our Rust example worker and client
+if [[ -z "${HATCHET_DEV_ENGINE_BIN:-}" || -z "${HATCHET_RUST_WORKER_BIN:-}" ||
+    -z "${HATCHET_RUST_CLIENT_BIN:-}" ]]; then
     cd "$ROOT"
-    run_step cargo-build 1200 cargo build --quiet --bin hatchet-dev-engine ||
-        abort "cargo build --bin hatchet-dev-engine" $? 1200
-    BIN="$ROOT/target/debug/hatchet-dev-engine"
+    run_step cargo-build 1200 cargo build --quiet --bin hatchet-dev-engine \
+        --example worker --example client ||
+        abort "cargo build --bin hatchet-dev-engine --example worker --example client" $? 1200
 fi
-if [[ ! -x "$BIN" ]]; then
-    echo "interop: engine binary '$BIN' is missing or not executable"
-    abort "locate engine binary" 1 0
-fi
-BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")" # the scenarios chdir elsewhere
+BIN="${HATCHET_DEV_ENGINE_BIN:-$ROOT/target/debug/hatchet-dev-engine}"
+RUST_WORKER="${HATCHET_RUST_WORKER_BIN:-$ROOT/target/debug/examples/worker}"
+RUST_CLIENT="${HATCHET_RUST_CLIENT_BIN:-$ROOT/target/debug/examples/client}"
+for b in "$BIN" "$RUST_WORKER" "$RUST_CLIENT"; do
+    if [[ ! -x "$b" ]]; then
+        echo "interop: binary '$b' is missing or not executable"
+        abort "locate binaries" 1 0
+    fi
+done
+abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
+BIN="$(abspath "$BIN")" # the scenarios chdir elsewhere
+RUST_WORKER="$(abspath "$RUST_WORKER")"
+RUST_CLIENT="$(abspath "$RUST_CLIENT")"
 echo "interop: engine $BIN, hatchet-sdk $SDK_VERSION"
+echo "interop: rust worker $RUST_WORKER, rust client $RUST_CLIENT"
 
 # 3. the scenarios
 scenario scenario "${INTEROP_SCENARIO_TIMEOUT:-120}" scenario.py
 scenario embedded "${INTEROP_EMBEDDED_TIMEOUT:-60}" embedded_check.py
+scenario rust "${INTEROP_RUST_TIMEOUT:-90}" rust_interop.py
 
 summary_and_exit

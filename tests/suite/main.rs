@@ -11,4 +11,5 @@ mod retry_decisions;
 mod run_events;
 mod runtime_e2e;
 mod support;
+mod tls;
 mod wire;

@@ -1,0 +1,190 @@
+//! TLS and mTLS with certificates made at test time (rcgen): `tls` verifies the engine, a wrong
+//! CA or server name is a clear error, `mtls` presents the client certificate and the engine can
+//! require it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hatchet_runtime::engine::{DevEngine, DevEngineOptions, EngineTls};
+use hatchet_runtime::{ClientConfig, Runtime, TlsStrategy};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose};
+
+struct Ca {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+impl Ca {
+    fn new() -> Ca {
+        let mut p = CertificateParams::new(Vec::<String>::new()).expect("params");
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::CrlSign,
+        ];
+        Ca {
+            issuer: CertifiedIssuer::self_signed(p, KeyPair::generate().expect("key")).expect("ca"),
+        }
+    }
+
+    fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    /// A leaf certificate for `names`: (cert PEM, key PEM).
+    fn leaf(&self, names: &[&str]) -> (String, String) {
+        let key = KeyPair::generate().expect("key");
+        let p = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .expect("params");
+        let cert = p.signed_by(&key, &self.issuer).expect("sign");
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+fn file(contents: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("hatchet-tls-{}.pem", uuid::Uuid::new_v4()));
+    std::fs::write(&p, contents).expect("write");
+    p
+}
+
+async fn tls_engine(ca: &Ca, client_ca: Option<&Ca>) -> DevEngine {
+    let (cert_pem, key_pem) = ca.leaf(&["localhost"]);
+    let tls = EngineTls {
+        cert_pem,
+        key_pem,
+        client_ca_pem: client_ca.map(Ca::pem),
+    };
+    DevEngine::start(DevEngineOptions::default().tls(tls))
+        .await
+        .expect("engine")
+}
+
+fn client(
+    engine: &DevEngine,
+    strategy: TlsStrategy,
+    ca: &Ca,
+    name: &str,
+    identity: Option<(PathBuf, PathBuf)>,
+) -> ClientConfig {
+    let token = engine.client_config().env_lines()[0].1.clone();
+    let mut b = ClientConfig::builder()
+        .token(token)
+        .tls_strategy(strategy)
+        .tls_root_ca_file(file(&ca.pem()))
+        .tls_server_name(name);
+    if let Some((c, k)) = identity {
+        b = b.tls_client_identity(c, k);
+    }
+    b.build().expect("config")
+}
+
+async fn version(cfg: ClientConfig) -> Result<String, hatchet_runtime::Error> {
+    let rt = Runtime::spawn(cfg).await?;
+    let r = tokio::time::timeout(Duration::from_secs(20), rt.engine_version())
+        .await
+        .expect("bounded");
+    rt.shutdown(Duration::from_millis(100)).await;
+    r
+}
+
+#[tokio::test]
+async fn tls_verifies_the_engine_against_the_given_ca() {
+    let ca = Ca::new();
+    let engine = tls_engine(&ca, None).await;
+    let v = version(client(&engine, TlsStrategy::Tls, &ca, "localhost", None))
+        .await
+        .expect("TLS works");
+    assert_eq!(v, "v0.94.16");
+}
+
+#[tokio::test]
+async fn a_wrong_ca_or_server_name_is_a_clear_error() {
+    let ca = Ca::new();
+    let engine = tls_engine(&ca, None).await;
+    let other = Ca::new();
+    let err = version(client(&engine, TlsStrategy::Tls, &other, "localhost", None))
+        .await
+        .expect_err("untrusted");
+    let text = format!("{err} {err:?}").to_lowercase();
+    assert!(
+        text.contains("certificate") || text.contains("unknownissuer"),
+        "{text}"
+    );
+    assert_eq!(
+        err.outcome(),
+        hatchet_runtime::Outcome::NotSent,
+        "a failed handshake sent nothing"
+    );
+    let err = version(client(
+        &engine,
+        TlsStrategy::Tls,
+        &ca,
+        "engine.example",
+        None,
+    ))
+    .await
+    .expect_err("wrong name");
+    let text = format!("{err} {err:?}").to_lowercase();
+    assert!(
+        text.contains("certificate") || text.contains("name"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn mtls_presents_the_client_certificate_and_the_engine_can_require_it() {
+    let server_ca = Ca::new();
+    let client_ca = Ca::new();
+    let engine = tls_engine(&server_ca, Some(&client_ca)).await;
+    let (cert, key) = client_ca.leaf(&["worker.local"]);
+    let v = version(client(
+        &engine,
+        TlsStrategy::Mtls,
+        &server_ca,
+        "localhost",
+        Some((file(&cert), file(&key))),
+    ))
+    .await;
+    assert_eq!(v.expect("mTLS works"), "v0.94.16");
+    // Plain TLS (no client certificate) is refused by an engine that requires one.
+    let err = version(client(
+        &engine,
+        TlsStrategy::Tls,
+        &server_ca,
+        "localhost",
+        None,
+    ))
+    .await
+    .expect_err("no client cert");
+    assert!(!err.to_string().is_empty());
+    // A client certificate from another CA is refused too.
+    let stranger = Ca::new();
+    let (cert, key) = stranger.leaf(&["intruder"]);
+    version(client(
+        &engine,
+        TlsStrategy::Mtls,
+        &server_ca,
+        "localhost",
+        Some((file(&cert), file(&key))),
+    ))
+    .await
+    .expect_err("untrusted client");
+}
+
+#[tokio::test]
+async fn an_unreadable_certificate_file_names_its_variable() {
+    let ca = Ca::new();
+    let engine = tls_engine(&ca, None).await;
+    let token = engine.client_config().env_lines()[0].1.clone();
+    let cfg = ClientConfig::builder()
+        .token(token)
+        .tls_strategy(TlsStrategy::Tls)
+        .tls_root_ca_file("/nonexistent/ca.pem")
+        .build()
+        .expect("config");
+    let err = Runtime::spawn(cfg).await.expect_err("unreadable CA");
+    assert!(
+        err.to_string().contains("HATCHET_CLIENT_TLS_ROOT_CA_FILE"),
+        "{err}"
+    );
+}
