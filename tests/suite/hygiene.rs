@@ -1,0 +1,108 @@
+//! Token hygiene: every log line of a quickstart-like run, captured at TRACE level (ours and our
+//! dependencies': tonic, h2, hyper, reqwest, ractor), never contains the token.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hatchet_runtime::engine::{DevEngine, DevEngineOptions};
+use hatchet_runtime::{Context, Runtime, TaskError, TaskOptions, WorkerOptions, Workflow};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_token_never_appears_in_trace_logs() {
+    let capture = Capture::default();
+    let writer = capture.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let token = engine.client_config().env_lines()[0].1.clone();
+    let rt = Runtime::spawn(engine.client_config())
+        .await
+        .expect("runtime");
+    rt.register(
+        Workflow::new("hyg")
+            .task("a", |i: Value, c: Context| async move {
+                c.log("hello from a task");
+                Ok::<_, TaskError>(i)
+            })
+            .task_with(
+                "b",
+                TaskOptions::default().parents(["a"]),
+                |_i: Value, _c: Context| async move { Ok::<_, TaskError>(json!({})) },
+            ),
+    )
+    .await
+    .expect("register");
+    rt.register(Workflow::new("hyg-durable").durable_task(
+        "d",
+        TaskOptions::default(),
+        |_i: Value, c: Context| async move {
+            c.sleep_for("1s").await?;
+            Ok::<_, TaskError>(json!({}))
+        },
+    ))
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("hyg", 8))
+        .await
+        .expect("start");
+    for i in 0..5 {
+        let _: Value = rt.run("hyg", &json!({"i": i})).await.expect("run");
+    }
+    let d = rt
+        .run_no_wait("hyg-durable", &json!({}))
+        .await
+        .expect("trigger");
+    engine.restart().await.expect("restart");
+    let _: Value = d
+        .result_within(Duration::from_secs(30))
+        .await
+        .expect("durable run");
+    rt.push("some:event", &json!({})).await.expect("push");
+    let _ = rt.api().workers().await.expect("rest read");
+    let _ = rt.api().run(d.run_id()).await.expect("rest read");
+    // A failing call's error is logged too.
+    let _ = rt.run_no_wait("no-such-workflow", &json!({})).await;
+    rt.shutdown(Duration::from_secs(1)).await;
+
+    let logs = String::from_utf8_lossy(&capture.0.lock()).into_owned();
+    assert!(
+        logs.len() > 10_000,
+        "the capture works ({} bytes)",
+        logs.len()
+    );
+    assert!(
+        logs.contains("retry ceiling") && logs.contains("listener reconnecting"),
+        "our own lines were captured"
+    );
+    assert!(!logs.contains(&token), "the token leaked into the logs");
+    // Neither the claims nor the signature segment appear on their own.
+    for segment in token.split('.').skip(1) {
+        assert!(
+            !logs.contains(segment),
+            "a token segment leaked into the logs"
+        );
+    }
+}
