@@ -32,10 +32,13 @@ enum Mode {
     Delay(Duration),
 }
 
+/// Open proxied connections, by accept order.
+type Conns = Arc<Mutex<Vec<(u64, JoinHandle<()>)>>>;
+
 struct Proxy {
     addr: SocketAddr,
     mode: watch::Sender<(Mode, u64)>,
-    conns: Arc<Mutex<Vec<(u64, JoinHandle<()>)>>>,
+    conns: Conns,
     accept: JoinHandle<()>,
 }
 
@@ -44,7 +47,7 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (mode, _) = watch::channel((Mode::Pass, 0u64));
-        let conns: Arc<Mutex<Vec<(u64, JoinHandle<()>)>>> = Arc::default();
+        let conns: Conns = Arc::default();
         let (m, c) = (mode.clone(), conns.clone());
         let accept = tokio::spawn(async move {
             let mut id = 0u64;
