@@ -158,6 +158,23 @@ pub struct State {
     pub crons: Vec<Value>,
     /// REST schedules (`ScheduledWorkflows` objects).
     pub scheduled: Vec<Value>,
+    /// Fault injection: rewrite the next assignments (bad payloads, unknown enums).
+    pub mutate_actions: Option<ActionMutator>,
+    /// Fault injection: assign beyond the workers' slots (a flood).
+    pub over_assign: bool,
+}
+
+/// Rewrites the next `remaining` assignments.
+#[derive(Clone)]
+pub struct ActionMutator {
+    pub remaining: u32,
+    pub f: std::sync::Arc<dyn Fn(&mut proto::AssignedAction) + Send + Sync>,
+}
+
+impl std::fmt::Debug for ActionMutator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ActionMutator({} left)", self.remaining)
+    }
 }
 
 /// Events kept for durable look-back and REST reads.
@@ -1102,6 +1119,7 @@ impl State {
 
     /// Assigns queued tasks to live workers with free slots, in queue order.
     pub fn assign(&mut self, now: Instant, live: Duration) {
+        let over_assign = self.over_assign;
         let mut keep = VecDeque::with_capacity(self.queue.len());
         while let Some(tid) = self.queue.pop_front() {
             let Some(task) = self.tasks.get(&tid) else {
@@ -1127,13 +1145,20 @@ impl State {
                 };
                 let limit = w.slot_limits.get(&slot).copied().unwrap_or(0);
                 let used = w.slots_used.get(&slot).copied().unwrap_or(0);
-                (used < limit).then(|| (w.id.clone(), slot))
+                (used < limit || over_assign).then(|| (w.id.clone(), slot))
             });
             let Some((wid, slot)) = chosen else {
                 keep.push_back(tid);
                 continue;
             };
-            let action_msg = self.assigned_action(&tid, proto::ActionType::StartStepRun);
+            let mut action_msg = self.assigned_action(&tid, proto::ActionType::StartStepRun);
+            if let Some(m) = &mut self.mutate_actions {
+                (m.f)(&mut action_msg);
+                m.remaining -= 1;
+                if m.remaining == 0 {
+                    self.mutate_actions = None;
+                }
+            }
             let w = self.workers.get_mut(&wid).expect("chosen worker exists");
             let sent = w
                 .sessions

@@ -407,6 +407,25 @@ impl DevEngine {
         &self.faults
     }
 
+    /// Fault injection: rewrite the next `n` assignments with `f` before they are sent (bad
+    /// payloads, unknown enum values, missing fields).
+    pub fn mutate_next_actions(
+        &self,
+        n: u32,
+        f: impl Fn(&mut proto::AssignedAction) + Send + Sync + 'static,
+    ) {
+        self.engine.state.lock().mutate_actions = (n > 0).then(|| self::core::ActionMutator {
+            remaining: n,
+            f: Arc::new(f),
+        });
+    }
+
+    /// Fault injection: assign beyond the workers' slots (a flood of actions).
+    pub fn over_assign(&self, on: bool) {
+        self.engine.state.lock().over_assign = on;
+        self.engine.wake.notify_one();
+    }
+
     /// Counts of what the engine holds, for tests and leak checks.
     pub fn stats(&self) -> EngineStats {
         let st = self.engine.state.lock();

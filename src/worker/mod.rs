@@ -39,6 +39,9 @@ use crate::runtime::{Shared, supervisor};
 
 /// After this long without a successful heartbeat, the engine has reassigned our attempts.
 pub const STALE_AFTER: Duration = Duration::from_secs(30);
+/// Largest output a task may return: a step event must fit in one 4 MiB message, with room for
+/// its other fields.
+pub const MAX_OUTPUT_BYTES: usize = crate::transport::MAX_MESSAGE_BYTES - 64 * 1024;
 /// Pause between delivery rounds of a final step event.
 const REDELIVER_PAUSE: Duration = Duration::from_secs(1);
 
@@ -324,7 +327,10 @@ async fn execute(shared: &Arc<Shared>, action: proto::AssignedAction, token: Can
         (_, Err(e)) => Err(TaskError::non_retryable(e)),
         (Some(h), Ok(ctx)) => {
             let fut = std::panic::AssertUnwindSafe((h.handler)(ctx)).catch_unwind();
+            // Biased: the task is polled first, so it observes its own cancellation (and can
+            // clean up) before its future is dropped.
             tokio::select! {
+                biased;
                 r = fut => match r {
                     Ok(r) => r,
                     Err(p) => Err(TaskError::new(format!("the task panicked: {}", panic_text(&p)))),
@@ -338,7 +344,19 @@ async fn execute(shared: &Arc<Shared>, action: proto::AssignedAction, token: Can
         }
     };
     let (kind, payload, no_retry) = match result {
-        Ok(v) => (E::StepEventTypeCompleted, v.to_string(), false),
+        Ok(v) => {
+            let out = v.to_string();
+            if out.len() > MAX_OUTPUT_BYTES {
+                let msg = format!(
+                    "the task's output is {} bytes, over the {} byte limit of a message; return less, or store it elsewhere and return a reference",
+                    out.len(),
+                    MAX_OUTPUT_BYTES
+                );
+                (E::StepEventTypeFailed, msg, true)
+            } else {
+                (E::StepEventTypeCompleted, out, false)
+            }
+        }
         Err(e) => (E::StepEventTypeFailed, e.message, !e.retryable),
     };
     send_event(shared, &action, kind, payload, no_retry, true).await;

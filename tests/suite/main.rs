@@ -1,5 +1,6 @@
 //! The integration test suite: one binary, one module per area (one binary links faster than many).
 
+mod bad_input;
 mod chaos;
 mod config_env;
 mod engine_core;

@@ -1,0 +1,245 @@
+"""End-to-end throughput of ONE worker process: ours (the Rust example worker, `rust-echo`) vs a
+hatchet-sdk Python worker (echo_worker.py, `py-echo`), each against a fresh hatchet-dev-engine.
+
+  bench.py side rust|python OUT.json   # one side: engine + worker, trigger, measure, stop
+  bench.py report RUST.json PY.json MD  # print the Markdown table and append it to MD
+
+A side: start the engine (handshake file, free ports, stdin pipe), start the worker in its own
+process group with the handshake's HATCHET_CLIENT_* env and BENCH_SLOTS slots, wait until the
+REST worker list shows it ACTIVE, run BENCH_WARMUP runs, then trigger BENCH_TASKS runs through
+the SDK's bulk trigger (`run_many(..., wait_for_result=False)`, BENCH_CHUNK runs per
+BulkTriggerWorkflow call) and poll the engine's REST run list (statuses=COMPLETED) until all
+are done. Wall time runs from the first trigger to the poll that sees the last completion;
+CPU is utime+stime (+ reaped children) of the worker's process tree from /proc, over the same
+window. The trigger path and the poller are this same driver for both sides.
+Env: HATCHET_DEV_ENGINE_BIN, HATCHET_RUST_WORKER_BIN (required for `side`), BENCH_TASKS (2000),
+BENCH_SLOTS (50), BENCH_CHUNK (500), BENCH_WARMUP (20), BENCH_SIDE_TIMEOUT (75 s),
+INTEROP_PIDFILE (ids for the calling script's trap), BENCH_BUILD (label for the report).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "interop"))  # the interop scripts' small helpers
+
+from interop_util import (bounded, dump_logs, expect, forget_pid, log,  # noqa: E402
+                          remember_pid, stop, wait_until)
+from scenario import rest_get, start_engine  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+SIDES = {
+    # side: (workflow to trigger, worker name, action it must register)
+    "rust": ("rust-echo", "rust-worker", "rust-echo:echo"),
+    "python": ("py-echo", "py-bench-worker", "py-echo:py-echo"),
+}
+
+
+def env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name) or default)
+
+
+def tree_cpu_seconds(root: int) -> tuple[float, int]:
+    """CPU seconds (user+system, plus reaped children) of `root` and all its live
+    descendants, and how many processes that tree has now."""
+    table: dict[int, tuple[int, int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        f = stat[stat.rindex(")") + 2:].split()  # f[0] is field 3 (state)
+        table[int(d)] = (int(f[1]), sum(int(x) for x in f[11:15]))  # ppid, ut+st+cut+cst
+    kids: dict[int, list[int]] = defaultdict(list)
+    for pid, (ppid, _) in table.items():
+        kids[ppid].append(pid)
+    ticks, n, todo = 0, 0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in table:
+            ticks += table[pid][1]
+            n += 1
+            todo.extend(kids[pid])
+    return ticks / CLK_TCK, n
+
+
+def run_side(side: str, out_path: Path) -> int:
+    workflow, worker_name, action = SIDES[side]
+    tasks, slots = env_int("BENCH_TASKS", 2000), env_int("BENCH_SLOTS", 50)
+    chunk, warmup = env_int("BENCH_CHUNK", 500), env_int("BENCH_WARMUP", 20)
+    side_timeout = float(os.environ.get("BENCH_SIDE_TIMEOUT") or 75)
+    work = Path(tempfile.mkdtemp(prefix=f"hatchet-bench-{side}-"))
+    os.chdir(work)  # the SDK reads .env files from the current directory: keep it clean
+    engine = worker = None
+    ok = False
+    try:
+        engine, hs = start_engine(work)
+        os.environ.update(
+            HATCHET_CLIENT_TOKEN=hs["token"],
+            HATCHET_CLIENT_HOST_PORT=hs["grpc_address"],
+            HATCHET_CLIENT_SERVER_URL=hs["api_url"],
+            HATCHET_CLIENT_TLS_STRATEGY="none",
+        )
+        if side == "rust":
+            argv = [os.environ["HATCHET_RUST_WORKER_BIN"]]
+        else:
+            argv = [sys.executable, str(HERE / "echo_worker.py")]
+        worker = subprocess.Popen(
+            argv, start_new_session=True, stdin=subprocess.DEVNULL,
+            env={**os.environ, "WORKER_SLOTS": str(slots), "BENCH_SLOTS": str(slots)},
+            stdout=open(work / "worker.log", "wb"), stderr=subprocess.STDOUT)
+        remember_pid(f"-{worker.pid}")
+
+        tenant = hs["tenant_id"]
+        since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        def count(status: str) -> int:
+            q = urllib.parse.urlencode({"since": since, "only_tasks": "true",
+                                        "statuses": status, "limit": "1"})
+            page = rest_get(hs, f"/api/v1/stable/tenants/{tenant}/workflow-runs?{q}")
+            return page["pagination"]["num_pages"] if page["rows"] else 0  # limit 1: pages = runs
+
+        def registered() -> bool:
+            expect(worker.poll() is None, f"worker exited with {worker.returncode}")
+            rows = rest_get(hs, f"/api/v1/tenants/{tenant}/worker")["rows"]
+            return any(w["name"] == worker_name and w.get("status") == "ACTIVE"
+                       and action in (w.get("actions") or []) for w in rows)
+
+        wait_until(f"worker {worker_name} ACTIVE with {action}", registered, 60, 0.2)
+
+        from hatchet_sdk import EmptyModel, Hatchet  # after the env points at this engine
+
+        stub = Hatchet().stubs.workflow(name=workflow)
+
+        def trigger(first: int, n: int) -> None:
+            items = [stub.create_bulk_run_item(EmptyModel(i=k)) for k in range(first, first + n)]
+            for at in range(0, n, chunk):
+                refs = bounded(lambda: stub.run_many(items[at:at + chunk],
+                                                     wait_for_result=False), 60)
+                expect(len(refs) == len(items[at:at + chunk]), "a bulk trigger lost runs")
+
+        def wait_done(total: int, timeout: float, every: float) -> None:
+            def done() -> bool:
+                expect(worker.poll() is None, f"worker exited with {worker.returncode}")
+                failed = count("FAILED")
+                expect(failed == 0, f"{failed} runs FAILED")
+                return count("COMPLETED") >= total
+
+            wait_until(f"{total} completed runs", done, timeout, every)
+
+        if warmup:
+            trigger(0, warmup)
+            wait_done(warmup, 30, 0.1)
+        # The measured window: same driver, same bulk trigger, same poller for both sides.
+        cpu0, _ = tree_cpu_seconds(worker.pid)
+        eng0, _ = tree_cpu_seconds(engine.pid)
+        t0 = time.monotonic()
+        trigger(warmup, tasks)
+        t_trig = time.monotonic() - t0
+        wait_done(warmup + tasks, side_timeout, 0.05)
+        wall = time.monotonic() - t0
+        cpu1, nprocs = tree_cpu_seconds(worker.pid)
+        eng1, _ = tree_cpu_seconds(engine.pid)
+        result = {
+            "side": side, "workflow": workflow, "tasks": tasks, "slots": slots,
+            "wall_s": wall, "trigger_s": t_trig, "tasks_per_s": tasks / wall,
+            "worker_cpu_s": cpu1 - cpu0, "cpu_s_per_1k": (cpu1 - cpu0) * 1000 / tasks,
+            "engine_cpu_s_per_1k": (eng1 - eng0) * 1000 / tasks, "worker_procs": nprocs,
+        }
+        out_path.write_text(json.dumps(result))
+        log(f"{side}: {tasks} tasks in {wall:.2f}s ({tasks / wall:.0f}/s, triggers took "
+            f"{t_trig:.2f}s), worker CPU {cpu1 - cpu0:.2f}s over {nprocs} process(es)")
+        ok = True
+    except Exception as e:  # noqa: BLE001 - reported, then the side fails
+        print(f"bench {side} FAILED: {type(e).__name__}: {e}", flush=True)
+    finally:
+        if worker is not None and worker.poll() is None:
+            try:
+                os.killpg(worker.pid, signal.SIGINT)  # both workers drain and exit on Ctrl-C
+                worker.wait(10)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        stop(worker, f"{side} worker", grace=5)
+        if engine is not None:
+            engine.stdin.close()  # the engine exits when its stdin closes
+            try:
+                engine.wait(10)
+            except subprocess.TimeoutExpired:
+                engine.kill()
+                engine.wait(5)
+            forget_pid(str(engine.pid))
+        if not ok:
+            dump_logs(work / "worker.log", work / "engine.log")
+        elif os.environ.get("BENCH_KEEP") != "1":
+            for p in work.iterdir():
+                p.unlink()
+            work.rmdir()
+    return 0 if ok else 1
+
+
+def report(rust_path: Path, py_path: Path, md_path: Path) -> int:
+    r, p = json.loads(rust_path.read_text()), json.loads(py_path.read_text())
+    build = os.environ.get("BENCH_BUILD", "unknown build")
+    from importlib.metadata import version
+
+    sdk = version("hatchet-sdk")
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+    def row(name: str, x: dict) -> str:
+        return (f"| {name} | {x['tasks']} | {x['slots']} | {x['wall_s']:.2f} | "
+                f"{x['tasks_per_s']:.0f} | {x['cpu_s_per_1k']:.3f} | "
+                f"{x['engine_cpu_s_per_1k']:.3f} |")
+
+    lines = [
+        f"### One worker process, trivial echo task: ours vs hatchet-sdk {sdk} ({stamp})",
+        "",
+        f"Binaries: {build}. One fresh hatchet-dev-engine per side; the same Python driver "
+        f"triggers both sides in bulk ({os.environ.get('BENCH_CHUNK') or 500} runs per "
+        "BulkTriggerWorkflow) and polls REST for completion; wall time from the first "
+        "trigger to the last completion; CPU = worker process tree (/proc utime+stime).",
+        "",
+        "| worker | tasks | slots | wall s | tasks/s | worker CPU s / 1,000 tasks "
+        "| engine CPU s / 1,000 tasks |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        row("ours: Rust example worker (`rust-echo`)", r),
+        row(f"hatchet-sdk {sdk} Python worker (`py-echo`, async)", p),
+        f"| **ratio ours / python** | | | | **{r['tasks_per_s'] / p['tasks_per_s']:.2f}x** | "
+        f"**{r['cpu_s_per_1k'] / max(p['cpu_s_per_1k'], 1e-9):.2f}x** | |",
+        "",
+        f"Python worker tree: {p['worker_procs']} processes; ours: {r['worker_procs']}. "
+        "tasks/s ratio > 1 means ours is faster; CPU ratio < 1 means ours uses less CPU. "
+        + ("Debug builds: release builds (the default without *_BIN env) are faster, "
+           "for the engine too. " if "debug" in build else ""),
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(md_path, "a") as f:
+        f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if len(sys.argv) == 4 and sys.argv[1] == "side" and sys.argv[2] in SIDES:
+        code = run_side(sys.argv[2], Path(sys.argv[3]).resolve())
+    elif len(sys.argv) == 5 and sys.argv[1] == "report":
+        code = report(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]))
+    else:
+        print(__doc__, file=sys.stderr)
+        code = 2
+    sys.stdout.flush()
+    os._exit(code)  # threads of a timed-out SDK call must not keep the process alive

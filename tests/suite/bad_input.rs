@@ -1,0 +1,189 @@
+//! Bad input everywhere: what the engine sends the worker (invalid JSON payloads, unknown enum
+//! values, missing fields, a flood beyond the slots) and what user code does (outputs over the
+//! message limit, a handler that never returns). Each: a clear error or a FAILED event, nothing
+//! lost, no panic of the runtime.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use hatchet_runtime::{Context, Outcome, TaskError, TaskOptions, WorkerOptions, Workflow};
+use serde_json::{Value, json};
+
+use crate::runtime_e2e::setup;
+
+fn echo(timeout: &str) -> Workflow {
+    Workflow::new("echo").task_with(
+        "t",
+        TaskOptions::default().timeout(timeout),
+        |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+    )
+}
+
+#[tokio::test]
+async fn an_invalid_payload_from_the_engine_fails_the_task_with_a_clear_error() {
+    let (e, rt) = setup().await;
+    rt.register(echo("5s")).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    e.mutate_next_actions(1, |a| a.action_payload = "{not json".into());
+    let err = rt
+        .run::<_, Value>("echo", &json!({}))
+        .await
+        .expect_err("fails");
+    assert!(
+        err.to_string().contains("action payload is not JSON"),
+        "{err}"
+    );
+    // The worker lives on.
+    let out: Value = rt
+        .run("echo", &json!({"ok": 1}))
+        .await
+        .expect("next run works");
+    assert_eq!(out["ok"], 1);
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn missing_fields_and_unknown_enum_values_never_crash_the_worker() {
+    let (e, rt) = setup().await;
+    rt.register(echo("1s")).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    // No action id: no handler, a FAILED event that says so.
+    e.mutate_next_actions(1, |a| a.action_id.clear());
+    let err = rt
+        .run::<_, Value>("echo", &json!({}))
+        .await
+        .expect_err("fails");
+    assert!(err.to_string().contains("no handler for action"), "{err}");
+    // An action type from the future: ignored with a warning; the engine's timeout ends the run.
+    e.mutate_next_actions(1, |a| a.action_type = 99);
+    let err = rt
+        .run::<_, Value>("echo", &json!({}))
+        .await
+        .expect_err("times out");
+    assert!(err.to_string().contains("timed out"), "{err}");
+    let out: Value = rt
+        .run("echo", &json!({"still": "alive"}))
+        .await
+        .expect("next run works");
+    assert_eq!(out["still"], "alive");
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_flood_beyond_the_slots_is_held_back_and_nothing_is_lost() {
+    let (e, rt) = setup().await;
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (r, p) = (running.clone(), peak.clone());
+    rt.register(
+        Workflow::new("slow").task("t", move |i: Value, _c: Context| {
+            let (r, p) = (r.clone(), p.clone());
+            async move {
+                let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                p.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                r.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, TaskError>(i)
+            }
+        }),
+    )
+    .await
+    .expect("register");
+    e.over_assign(true);
+    let slots = 2;
+    rt.start_worker(WorkerOptions::new("w", slots))
+        .await
+        .expect("start");
+    let handles = rt
+        .run_many(
+            "slow",
+            &(0..100).map(|i| json!({"i": i})).collect::<Vec<_>>(),
+        )
+        .await;
+    for (i, h) in handles.into_iter().enumerate() {
+        let out: Value = h
+            .expect("trigger")
+            .result_within(Duration::from_secs(60))
+            .await
+            .expect("result");
+        assert_eq!(out["i"], i);
+    }
+    // Default and durable slots both bound the worker: 2 + 2.
+    assert!(
+        peak.load(Ordering::SeqCst) <= 2 * slots,
+        "peak {} concurrent tasks",
+        peak.load(Ordering::SeqCst)
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn an_output_over_the_message_limit_is_a_clear_failure() {
+    let (_e, rt) = setup().await;
+    rt.register(
+        Workflow::new("big").task("t", |_i: Value, _c: Context| async move {
+            Ok::<_, TaskError>(json!({"blob": "x".repeat(5 * 1024 * 1024)}))
+        }),
+    )
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 1))
+        .await
+        .expect("start");
+    let err = rt
+        .run::<_, Value>("big", &json!({}))
+        .await
+        .expect_err("too big");
+    assert_eq!(err.outcome(), Outcome::Rejected);
+    assert!(err.to_string().contains("over the"), "{err}");
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_handler_that_never_returns_is_cancelled_at_its_timeout_and_frees_its_slot() {
+    let (_e, rt) = setup().await;
+    let cancelled = Arc::new(AtomicUsize::new(0));
+    let c2 = cancelled.clone();
+    rt.register(Workflow::new("stuck").task_with(
+        "t",
+        TaskOptions::default().timeout("1s"),
+        move |i: Value, ctx: Context| {
+            let c2 = c2.clone();
+            async move {
+                if i["hang"] == true {
+                    ctx.cancellation().cancelled().await;
+                    c2.fetch_add(1, Ordering::SeqCst);
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, TaskError>(i)
+            }
+        },
+    ))
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 1))
+        .await
+        .expect("start");
+    let err = rt
+        .run::<_, Value>("stuck", &json!({"hang": true}))
+        .await
+        .expect_err("times out");
+    assert!(err.to_string().contains("timed out"), "{err}");
+    // With one slot, the next run only works if the stuck one was really cancelled.
+    let out: Value = rt
+        .run("stuck", &json!({"hang": false}))
+        .await
+        .expect("the slot is free");
+    assert_eq!(out["hang"], false);
+    assert_eq!(
+        cancelled.load(Ordering::SeqCst),
+        1,
+        "the task saw its cancellation"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
