@@ -14,6 +14,7 @@ mod rest_api;
 mod retry_decisions;
 mod run_events;
 mod runtime_e2e;
+mod soak;
 mod support;
 mod tls;
 mod wire;

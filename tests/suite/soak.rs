@@ -1,0 +1,121 @@
+//! Soak: steady load with periodic engine restarts; tokio task counts (and, when run alone,
+//! resident memory) sampled and shown flat. `SOAK_SECS` sets the length (12 s by default, the
+//! CI version); `scripts/soak.sh` runs it alone for 10 minutes, where resident memory is
+//! meaningful and is asserted too.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hatchet_runtime::engine::{DevEngine, DevEngineOptions};
+use hatchet_runtime::{Context, Runtime, TaskError, WorkerOptions, Workflow};
+use serde_json::{Value, json};
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .map(|p| p * 4)
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_with_periodic_restarts_keeps_tasks_and_memory_flat() {
+    let secs: u64 = std::env::var("SOAK_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12);
+    let alone = std::env::var("SOAK_ALONE").is_ok();
+    let engine = Arc::new(
+        DevEngine::start(DevEngineOptions::default())
+            .await
+            .expect("engine"),
+    );
+    let rt = Runtime::spawn(engine.client_config())
+        .await
+        .expect("runtime");
+    rt.register(
+        Workflow::new("soak").task(
+            "t",
+            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+        ),
+    )
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("soak", 32))
+        .await
+        .expect("start");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let mut load = Vec::new();
+    for c in 0..16 {
+        let (rt, stop, done, failed) = (rt.clone(), stop.clone(), done.clone(), failed.clone());
+        load.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                match rt.run_no_wait("soak", &json!({"c": c, "i": i})).await {
+                    Ok(h) => match h.result_within::<Value>(Duration::from_secs(60)).await {
+                        Ok(_) => done.fetch_add(1, Ordering::Relaxed),
+                        Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                    },
+                    // A trigger cut by a restart is reported, never silently retried.
+                    Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let start = Instant::now();
+    let mut samples = Vec::new(); // (elapsed s, tasks, rss KiB, results)
+    let mut next_restart = Duration::from_secs(4);
+    while start.elapsed() < Duration::from_secs(secs) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if start.elapsed() >= next_restart {
+            engine.restart().await.expect("restart");
+            next_restart += Duration::from_secs(4);
+        }
+        samples.push((
+            start.elapsed().as_secs(),
+            metrics.num_alive_tasks(),
+            rss_kib(),
+            done.load(Ordering::Relaxed),
+        ));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for l in load {
+        l.await.expect("load task");
+    }
+    println!("soak samples (s, tokio tasks, RSS KiB, results): {samples:?}");
+    let results = done.load(Ordering::Relaxed);
+    assert!(
+        results > secs * 20,
+        "the load made progress: {results} results in {secs} s"
+    );
+    // Tasks: the later half never exceeds the earlier half's peak by more than the load's
+    // in-flight work (16 callers, 32 slots) plus listener reconnect timers.
+    let half = samples.len() / 2;
+    let early = samples[..half].iter().map(|s| s.1).max().unwrap_or(0);
+    let late = samples[half..].iter().map(|s| s.1).max().unwrap_or(0);
+    assert!(
+        late <= early + 64,
+        "tokio tasks grew: early peak {early}, late peak {late}"
+    );
+    if alone {
+        let first = samples[half.min(samples.len() - 1)].2;
+        let last = samples.last().map(|s| s.2).unwrap_or(0);
+        // The engine keeps every run (it is in memory): allow ~2 KiB per run it stored.
+        let allowance = 2 * results + 32 * 1024;
+        assert!(
+            last <= first + allowance,
+            "RSS grew from {first} KiB to {last} KiB over {results} runs"
+        );
+    }
+    rt.shutdown(Duration::from_secs(2)).await;
+}
