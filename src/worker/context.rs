@@ -14,6 +14,31 @@ use crate::listener::durable_task::DurableClient;
 use crate::proto::{self, v1};
 use crate::runtime::Shared;
 
+/// Decodes an assignment's `action_payload`: the run's input and the parents' outputs. Tolerates
+/// missing, null and extra keys (hatchet-protocol.md §4.1.3); anything that is not a JSON object
+/// is an error that says so.
+pub fn decode_action_payload(
+    payload: &str,
+) -> Result<(Value, serde_json::Map<String, Value>), String> {
+    let payload: Value = if payload.trim().is_empty() {
+        Value::Object(Default::default())
+    } else {
+        serde_json::from_str(payload).map_err(|e| format!("action payload is not JSON: {e}"))?
+    };
+    if !payload.is_object() {
+        return Err("action payload is not a JSON object".into());
+    }
+    let input = match payload.get("input") {
+        None | Some(Value::Null) => Value::Object(Default::default()),
+        Some(v) => v.clone(),
+    };
+    let parents = match payload.get("parents") {
+        Some(Value::Object(m)) => m.clone(),
+        _ => Default::default(),
+    };
+    Ok((input, parents))
+}
+
 /// The context of one task attempt. Cheap to clone.
 #[derive(Clone)]
 pub struct Context {
