@@ -7,6 +7,7 @@ mod engine_core;
 mod engine_durable;
 mod engine_faults;
 mod engine_more;
+mod fuzz_regressions;
 mod hygiene;
 mod listeners;
 mod properties;

@@ -448,3 +448,42 @@ async fn the_kill_switch_makes_every_call_one_attempt() {
         assert_eq!(row.worst_case, Duration::from_secs(60), "{}", row.method);
     }
 }
+
+#[tokio::test]
+async fn a_sustained_outage_costs_at_most_1_2_attempts_per_operation_counted_at_the_engine() {
+    use hatchet_runtime::engine::{DevEngine, DevEngineOptions, Fault};
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let rt = hatchet_runtime::Runtime::spawn(engine.client_config())
+        .await
+        .expect("runtime");
+    engine.faults().inject(
+        "/Dispatcher/GetVersion",
+        u32::MAX,
+        Fault::Fail {
+            code: Code::Unavailable as i32,
+            message: "outage".into(),
+            pushback_ms: None,
+        },
+    );
+    let calls: Vec<_> = (0..1000)
+        .map(|_| {
+            let rt = rt.clone();
+            tokio::spawn(async move { rt.engine_version().await })
+        })
+        .collect();
+    let mut budget = 0;
+    for c in calls {
+        if c.await.expect("task").expect_err("outage").outcome() == Outcome::BudgetExhausted {
+            budget += 1;
+        }
+    }
+    let attempts = engine.faults().attempts("/Dispatcher/GetVersion");
+    assert!(
+        attempts <= 1200,
+        "{attempts} network attempts for 1000 operations"
+    );
+    assert!(budget >= 800, "{budget} operations ended on the budget");
+    rt.shutdown(Duration::from_secs(1)).await;
+}
