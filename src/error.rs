@@ -224,6 +224,11 @@ impl Error {
         self.0.cause.as_ref()
     }
 
+    /// Takes the underlying failure out.
+    pub fn into_cause(self) -> Option<Cause> {
+        self.0.cause
+    }
+
     /// The gRPC status, when the failure was one.
     pub fn status(&self) -> Option<&tonic::Status> {
         match &self.0.cause {

@@ -23,6 +23,7 @@ pub mod deadline;
 pub mod decision;
 pub mod executor;
 pub mod grpc;
+pub mod layer;
 pub mod ledger;
 pub mod pushback;
 pub mod rest;

@@ -13,6 +13,7 @@ mod listeners;
 mod properties;
 mod rest_api;
 mod retry_decisions;
+mod retry_layer;
 mod run_events;
 mod runtime_e2e;
 mod soak;
