@@ -8,15 +8,20 @@ A side: start the engine (handshake file, free ports, stdin pipe), start the wor
 process group with the handshake's HATCHET_CLIENT_* env and BENCH_SLOTS slots, wait until the
 REST worker list shows it ACTIVE, run BENCH_WARMUP runs, then trigger BENCH_TASKS runs through
 the SDK's bulk trigger (`run_many(..., wait_for_result=False)`, BENCH_CHUNK runs per
-BulkTriggerWorkflow call) and poll the engine's REST run list (statuses=COMPLETED) until all
-are done. Wall time runs from the first trigger to the poll that sees the last completion;
+BulkTriggerWorkflow call) and wait for all of them: by default through the SDK's run refs
+(`aio_result()` on each: one pooled SubscribeToWorkflowRuns stream), with BENCH_WAIT=rest by
+polling the engine's REST run list (statuses=COMPLETED) every BENCH_POLL_S (0.25) s; either
+way the REST list must then show every run COMPLETED and none FAILED. Wall time runs from the
+first trigger to the last completion seen;
 CPU is utime+stime (+ reaped children) of the worker's process tree from /proc, over the same
 window. The trigger path and the poller are this same driver for both sides.
 Env: HATCHET_DEV_ENGINE_BIN, HATCHET_RUST_WORKER_BIN (required for `side`), BENCH_TASKS (2000),
 BENCH_SLOTS (50), BENCH_CHUNK (500), BENCH_WARMUP (20), BENCH_SIDE_TIMEOUT (75 s),
+BENCH_WAIT (refs | rest), BENCH_POLL_S (0.25), BENCH_KEEP=1 (keep the work dir and logs),
 INTEROP_PIDFILE (ids for the calling script's trap), BENCH_BUILD (label for the report).
 """
 
+import asyncio
 import json
 import os
 import signal
@@ -80,6 +85,8 @@ def run_side(side: str, out_path: Path) -> int:
     tasks, slots = env_int("BENCH_TASKS", 2000), env_int("BENCH_SLOTS", 50)
     chunk, warmup = env_int("BENCH_CHUNK", 500), env_int("BENCH_WARMUP", 20)
     side_timeout = float(os.environ.get("BENCH_SIDE_TIMEOUT") or 75)
+    wait_mode = os.environ.get("BENCH_WAIT") or "refs"
+    poll_s = float(os.environ.get("BENCH_POLL_S") or 0.25)
     work = Path(tempfile.mkdtemp(prefix=f"hatchet-bench-{side}-"))
     os.chdir(work)  # the SDK reads .env files from the current directory: keep it clean
     engine = worker = None
@@ -123,59 +130,81 @@ def run_side(side: str, out_path: Path) -> int:
 
         stub = Hatchet().stubs.workflow(name=workflow)
 
-        def trigger(first: int, n: int) -> None:
+        async def trigger(first: int, n: int) -> list:
             items = [stub.create_bulk_run_item(EmptyModel(i=k)) for k in range(first, first + n)]
+            refs: list = []
             for at in range(0, n, chunk):
-                refs = bounded(lambda: stub.run_many(items[at:at + chunk],
-                                                     wait_for_result=False), 60)
-                expect(len(refs) == len(items[at:at + chunk]), "a bulk trigger lost runs")
+                refs += await stub.aio_run_many(items[at:at + chunk], wait_for_result=False)
+            expect(len(refs) == n, f"bulk triggers returned {len(refs)} of {n} run ids")
+            return refs
 
-        def wait_done(total: int, timeout: float, every: float) -> None:
-            def done() -> bool:
+        async def wait_done(refs: list, total: int) -> None:
+            if wait_mode == "refs":  # one pooled SubscribeToWorkflowRuns stream for all refs
+                await asyncio.gather(*[r.aio_result() for r in refs])
+                return
+            # BENCH_WAIT=rest: poll the run list. Costly in a debug engine: every poll renders
+            # each matching run under the engine's state lock, which slows the side it measures.
+            while True:
                 expect(worker.poll() is None, f"worker exited with {worker.returncode}")
-                failed = count("FAILED")
+                failed = await asyncio.to_thread(count, "FAILED")
                 expect(failed == 0, f"{failed} runs FAILED")
-                return count("COMPLETED") >= total
+                if await asyncio.to_thread(count, "COMPLETED") >= total:
+                    return
+                await asyncio.sleep(poll_s)
 
-            wait_until(f"{total} completed runs", done, timeout, every)
+        async def measure() -> tuple[float, float, float, float]:
+            # One event loop for everything: the SDK's pooled run listener binds to the loop
+            # that first uses it, so a second asyncio.run() would wait on a dead stream.
+            if warmup:
+                try:
+                    await asyncio.wait_for(wait_done(await trigger(0, warmup), warmup), 30)
+                except TimeoutError:
+                    raise TimeoutError("warm-up runs not done within 30s") from None
+            # The measured window: same driver, same bulk trigger, same completion wait.
+            cpu0, eng0 = tree_cpu_seconds(worker.pid)[0], tree_cpu_seconds(engine.pid)[0]
+            t0 = time.monotonic()
+            refs = await trigger(warmup, tasks)
+            t_trig = time.monotonic() - t0
+            try:
+                await asyncio.wait_for(wait_done(refs, warmup + tasks), side_timeout)
+            except TimeoutError:
+                raise TimeoutError(f"runs not done within {side_timeout:.0f}s") from None
+            wall = time.monotonic() - t0
+            cpu1, eng1 = tree_cpu_seconds(worker.pid)[0], tree_cpu_seconds(engine.pid)[0]
+            return wall, t_trig, cpu1 - cpu0, eng1 - eng0
 
-        if warmup:
-            trigger(0, warmup)
-            wait_done(warmup, 30, 0.1)
-        # The measured window: same driver, same bulk trigger, same poller for both sides.
-        cpu0, _ = tree_cpu_seconds(worker.pid)
-        eng0, _ = tree_cpu_seconds(engine.pid)
-        t0 = time.monotonic()
-        trigger(warmup, tasks)
-        t_trig = time.monotonic() - t0
-        wait_done(warmup + tasks, side_timeout, 0.05)
-        wall = time.monotonic() - t0
-        cpu1, nprocs = tree_cpu_seconds(worker.pid)
-        eng1, _ = tree_cpu_seconds(engine.pid)
+        wall, t_trig, cpu, eng = bounded(lambda: asyncio.run(measure()), side_timeout + 45)
+        nprocs = tree_cpu_seconds(worker.pid)[1]
         result = {
             "side": side, "workflow": workflow, "tasks": tasks, "slots": slots,
             "wall_s": wall, "trigger_s": t_trig, "tasks_per_s": tasks / wall,
-            "worker_cpu_s": cpu1 - cpu0, "cpu_s_per_1k": (cpu1 - cpu0) * 1000 / tasks,
-            "engine_cpu_s_per_1k": (eng1 - eng0) * 1000 / tasks, "worker_procs": nprocs,
+            "worker_cpu_s": cpu, "cpu_s_per_1k": cpu * 1000 / tasks,
+            "engine_cpu_s_per_1k": eng * 1000 / tasks, "worker_procs": nprocs,
+            "wait": wait_mode,
         }
+        # the engine's own view agrees: every run COMPLETED, none FAILED
+        completed, failed = count("COMPLETED"), count("FAILED")
+        expect(completed == warmup + tasks and failed == 0,
+               f"REST run list: {completed} COMPLETED, {failed} FAILED")
         out_path.write_text(json.dumps(result))
         log(f"{side}: {tasks} tasks in {wall:.2f}s ({tasks / wall:.0f}/s, triggers took "
-            f"{t_trig:.2f}s), worker CPU {cpu1 - cpu0:.2f}s over {nprocs} process(es)")
+            f"{t_trig:.2f}s), worker CPU {cpu:.2f}s over {nprocs} process(es)")
         ok = True
     except Exception as e:  # noqa: BLE001 - reported, then the side fails
         print(f"bench {side} FAILED: {type(e).__name__}: {e}", flush=True)
     finally:
-        if worker is not None and worker.poll() is None:
+        quick = terminating  # told to stop (SIGTERM): no graceful drain, the caller is waiting
+        if worker is not None and worker.poll() is None and not quick:
             try:
                 os.killpg(worker.pid, signal.SIGINT)  # both workers drain and exit on Ctrl-C
-                worker.wait(10)
+                worker.wait(5)
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass
-        stop(worker, f"{side} worker", grace=5)
+        stop(worker, f"{side} worker", grace=2 if quick else 5)
         if engine is not None:
             engine.stdin.close()  # the engine exits when its stdin closes
             try:
-                engine.wait(10)
+                engine.wait(2 if quick else 10)
             except subprocess.TimeoutExpired:
                 engine.kill()
                 engine.wait(5)
@@ -207,8 +236,11 @@ def report(rust_path: Path, py_path: Path, md_path: Path) -> int:
         "",
         f"Binaries: {build}. One fresh hatchet-dev-engine per side; the same Python driver "
         f"triggers both sides in bulk ({os.environ.get('BENCH_CHUNK') or 500} runs per "
-        "BulkTriggerWorkflow) and polls REST for completion; wall time from the first "
-        "trigger to the last completion; CPU = worker process tree (/proc utime+stime).",
+        "BulkTriggerWorkflow) and waits for completion "
+        + ("by polling the REST run list" if r.get("wait") == "rest"
+           else "through the SDK's run refs (`aio_result()`)")
+        + "; wall time from the first trigger to the last completion; CPU = worker process "
+        "tree (/proc utime+stime, over the same window).",
         "",
         "| worker | tasks | slots | wall s | tasks/s | worker CPU s / 1,000 tasks "
         "| engine CPU s / 1,000 tasks |",
@@ -219,9 +251,9 @@ def report(rust_path: Path, py_path: Path, md_path: Path) -> int:
         f"**{r['cpu_s_per_1k'] / max(p['cpu_s_per_1k'], 1e-9):.2f}x** | |",
         "",
         f"Python worker tree: {p['worker_procs']} processes; ours: {r['worker_procs']}. "
-        "tasks/s ratio > 1 means ours is faster; CPU ratio < 1 means ours uses less CPU. "
-        + ("Debug builds: release builds (the default without *_BIN env) are faster, "
-           "for the engine too. " if "debug" in build else ""),
+        "tasks/s ratio > 1 means ours is faster; CPU ratio < 1 means ours uses less CPU."
+        + (" Debug builds: release builds (the default without *_BIN env) are faster, "
+           "for the engine too." if "debug" in build else ""),
         "",
     ]
     text = "\n".join(lines)
@@ -232,14 +264,26 @@ def report(rust_path: Path, py_path: Path, md_path: Path) -> int:
     return 0
 
 
+terminating = False
+
+
+def on_sigterm(*_: object) -> None:
+    global terminating
+    terminating = True
+    sys.exit(143)  # unwinds through `finally`, which stops the worker and the engine
+
+
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if len(sys.argv) == 4 and sys.argv[1] == "side" and sys.argv[2] in SIDES:
-        code = run_side(sys.argv[2], Path(sys.argv[3]).resolve())
-    elif len(sys.argv) == 5 and sys.argv[1] == "report":
-        code = report(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]))
-    else:
-        print(__doc__, file=sys.stderr)
-        code = 2
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        if len(sys.argv) == 4 and sys.argv[1] == "side" and sys.argv[2] in SIDES:
+            code = run_side(sys.argv[2], Path(sys.argv[3]).resolve())
+        elif len(sys.argv) == 5 and sys.argv[1] == "report":
+            code = report(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]))
+        else:
+            print(__doc__, file=sys.stderr)
+            code = 2
+    except SystemExit as e:  # SIGTERM: cleanup ran in `finally`; do not wait for SDK threads
+        code = e.code if isinstance(e.code, int) else 1
     sys.stdout.flush()
     os._exit(code)  # threads of a timed-out SDK call must not keep the process alive

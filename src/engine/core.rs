@@ -162,6 +162,8 @@ pub struct State {
     pub mutate_actions: Option<ActionMutator>,
     /// Fault injection: assign beyond the workers' slots (a flood).
     pub over_assign: bool,
+    /// Deadlines of running attempts, earliest first (see `expire_timeouts`).
+    pub deadlines: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
 }
 
 /// Rewrites the next `remaining` assignments.
@@ -612,12 +614,11 @@ impl Engine {
             .filter(|t| t.status == Status::Running)
             .ok_or_else(|| GrpcStatus::not_found("task is not running"))?;
         let base = t.deadline.unwrap_or_else(Instant::now);
-        t.deadline = Some(base + inc);
-        let left = t
-            .deadline
-            .map(|d| d.saturating_duration_since(Instant::now()))
-            .unwrap_or_default();
-        Ok(SystemTime::now() + left)
+        let at = base + inc;
+        t.deadline = Some(at);
+        let id = t.id.clone();
+        st.deadlines.push(std::cmp::Reverse((at, id)));
+        Ok(SystemTime::now() + at.saturating_duration_since(Instant::now()))
     }
 
     /// `Dispatcher/ReleaseSlot`.
@@ -1120,6 +1121,17 @@ impl State {
     /// Assigns queued tasks to live workers with free slots, in queue order.
     pub fn assign(&mut self, now: Instant, live: Duration) {
         let over_assign = self.over_assign;
+        // Nothing to do unless some live worker has a free slot: skip the queue scan.
+        let capacity = self.workers.values().any(|w| {
+            Self::worker_is_live(w, now, live)
+                && (over_assign
+                    || w.slot_limits
+                        .iter()
+                        .any(|(k, lim)| w.slots_used.get(k).copied().unwrap_or(0) < *lim))
+        });
+        if self.queue.is_empty() || !capacity {
+            return;
+        }
         let mut keep = VecDeque::with_capacity(self.queue.len());
         while let Some(tid) = self.queue.pop_front() {
             let Some(task) = self.tasks.get(&tid) else {
@@ -1178,7 +1190,10 @@ impl State {
                 t.slot_held = true;
                 t.deadline = Some(now + t.timeout);
                 t.started_at = Some(SystemTime::now());
-                t.run_id.clone()
+                let run = t.run_id.clone();
+                self.deadlines
+                    .push(std::cmp::Reverse((now + t.timeout, tid.clone())));
+                run
             };
             if let Some(r) = self.runs.get_mut(&run_id)
                 && r.status == Status::Queued
@@ -1537,15 +1552,24 @@ impl State {
         }
     }
 
+    /// Expires running attempts whose deadline passed. The deadlines sit in a min-heap, checked
+    /// against the task when popped (a stale entry, for a finished or refreshed attempt, is
+    /// dropped), so a tick costs O(expired · log n), not a scan of every task.
     fn expire_timeouts(&mut self, now: Instant) {
-        let expired: Vec<String> = self
-            .tasks
-            .values()
-            .filter(|t| {
-                t.status == Status::Running && !t.evicted && t.deadline.is_some_and(|d| d <= now)
-            })
-            .map(|t| t.id.clone())
-            .collect();
+        let mut expired = Vec::new();
+        while let Some(std::cmp::Reverse((at, _))) = self.deadlines.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(std::cmp::Reverse((at, tid))) = self.deadlines.pop() else {
+                break;
+            };
+            if self.tasks.get(&tid).is_some_and(|t| {
+                t.status == Status::Running && !t.evicted && t.deadline == Some(at)
+            }) {
+                expired.push(tid);
+            }
+        }
         for tid in expired {
             let msg = self.assigned_action(&tid, proto::ActionType::CancelStepRun);
             self.send_to_worker(&tid, msg);

@@ -245,7 +245,12 @@ impl DevEngine {
                     .max_encoding_message_size(MAX_MESSAGE_BYTES)
             };
         }
-        let mut server = tonic::transport::Server::builder();
+        // Large windows (the real engine uses a 10 MiB stream window): a client that sends many
+        // small messages on one stream (20,000 run ids) must not hit h2's limit on buffered
+        // DATA frames.
+        let mut server = tonic::transport::Server::builder()
+            .initial_stream_window_size(Some(10 * 1024 * 1024))
+            .initial_connection_window_size(Some(16 * 1024 * 1024));
         if let Some(tls) = &self.tls {
             let mut cfg = tonic::transport::ServerTlsConfig::new().identity(
                 tonic::transport::Identity::from_pem(&tls.cert_pem, &tls.key_pem),

@@ -62,6 +62,10 @@ pub struct StreamBackoff {
     pub stream: crate::retry::Backoff,
     /// The workflow-runs listener while waiters are pending (1 s base, 5 s cap).
     pub waiters: crate::retry::Backoff,
+    /// Without a result stream this long, waiters are also polled (30 s).
+    pub poll_after: std::time::Duration,
+    /// The polling interval then (2 s).
+    pub poll_every: std::time::Duration,
 }
 
 impl Default for StreamBackoff {
@@ -69,6 +73,8 @@ impl Default for StreamBackoff {
         StreamBackoff {
             stream: crate::retry::backoff::STREAM_BACKOFF,
             waiters: crate::retry::backoff::WAITER_STREAM_BACKOFF,
+            poll_after: runs::POLL_AFTER,
+            poll_every: runs::POLL_EVERY,
         }
     }
 }

@@ -351,7 +351,12 @@ impl Actor for RunsListener {
                         );
                         if !st.polling {
                             st.polling = true;
-                            let wait = POLL_AFTER.saturating_sub(since.elapsed());
+                            let wait = st
+                                .args
+                                .ctx
+                                .backoff
+                                .poll_after
+                                .saturating_sub(since.elapsed());
                             super::later(&st.args.ctx.lifecycle, wait, &myself, RunsMsg::Poll);
                         }
                     }
@@ -392,7 +397,12 @@ impl Actor for RunsListener {
                 }
                 let args = st.args.clone();
                 tokio::spawn(async move { poll_once(&args).await });
-                super::later(&st.args.ctx.lifecycle, POLL_EVERY, &myself, RunsMsg::Poll);
+                super::later(
+                    &st.args.ctx.lifecycle,
+                    st.args.ctx.backoff.poll_every,
+                    &myself,
+                    RunsMsg::Poll,
+                );
             }
             RunsMsg::Crash => panic!("runs listener crash requested by a test"),
         }
@@ -407,7 +417,12 @@ async fn poll_once(args: &RunsArgs) {
         let mut req = tonic::Request::new(v1::GetRunDetailsRequest {
             external_id: run_id.clone(),
         });
-        req.set_timeout(POLL_EVERY);
+        req.set_timeout(
+            args.ctx
+                .backoff
+                .poll_every
+                .max(std::time::Duration::from_secs(1)),
+        );
         let Ok(resp) = client.get_run_details(req).await else {
             return;
         };

@@ -190,6 +190,9 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    code = main()
+    try:
+        code = main()
+    except SystemExit as e:  # SIGTERM: `finally` stopped the children; skip joining SDK threads
+        code = e.code if isinstance(e.code, int) else 1
     sys.stdout.flush()
     os._exit(code)  # threads of a timed-out SDK call must not keep the process alive

@@ -33,6 +33,8 @@ fn fast() -> StreamBackoff {
             factor: 2,
             cap: ms(50),
         },
+        poll_after: ms(300),
+        poll_every: ms(100),
     }
 }
 
@@ -428,6 +430,53 @@ async fn crashed_listeners_restart_with_their_waiters() {
     assert_eq!(
         b.await.expect("task").expect("durable result")["d"]["slept"],
         true
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn without_a_result_stream_waiters_fall_back_to_polling_and_back() {
+    let (e, rt) = setup().await;
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    // The result stream fails at once, every time (a transient code: reconnect forever).
+    e.faults().inject(
+        RUNS,
+        u32::MAX,
+        Fault::EndStream {
+            after: 0,
+            code: Some(Code::Unavailable as i32),
+        },
+    );
+    let out: Value = tokio::time::timeout(
+        Duration::from_secs(10),
+        rt.run("echo", &json!({"polled": true})),
+    )
+    .await
+    .expect("in time")
+    .expect("the result arrives by polling");
+    assert_eq!(out["polled"], true);
+    assert!(
+        e.faults().attempts("/v1.AdminService/GetRunDetails") >= 1,
+        "it was polled"
+    );
+    // The stream comes back: the next waiter re-arms it, results flow through it, polling stops.
+    e.faults().clear();
+    let out: Value = tokio::time::timeout(
+        Duration::from_secs(10),
+        rt.run("echo", &json!({"streamed": true})),
+    )
+    .await
+    .expect("in time")
+    .expect("result");
+    assert_eq!(out["streamed"], true);
+    assert!(e.faults().attempts(RUNS) > 1, "the stream was opened again");
+    let polls = e.faults().attempts("/v1.AdminService/GetRunDetails");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        e.faults().attempts("/v1.AdminService/GetRunDetails") <= polls + 1,
+        "polling stopped"
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# End-to-end throughput against the official Python SDK: trivial tasks completed per second by
+# ONE worker process, ours (the Rust example worker, task `rust-echo`) vs a hatchet-sdk Python
+# worker (benches/python/echo_worker.py, an equivalent async echo task). Each side gets a fresh
+# hatchet-dev-engine, the same slots and the same bulk trigger load from the same Python driver
+# (benches/python/bench.py). Prints a Markdown table (tasks/s, worker CPU s per 1,000 tasks,
+# ratio ours/python) and appends it to target/bench-report/python.md.
+#
+#   scripts/bench_python.sh            # builds the engine and the worker example (release)
+#   HATCHET_DEV_ENGINE_BIN=target/debug/hatchet-dev-engine \
+#   HATCHET_RUST_WORKER_BIN=target/debug/examples/worker scripts/bench_python.sh
+#
+# Knobs: BENCH_TASKS (2000), BENCH_SLOTS (50), BENCH_CHUNK (500 runs per bulk trigger),
+# BENCH_WARMUP (20), BENCH_SIDE_TIMEOUT (75 s), BENCH_WAIT (refs | rest); see bench.py.
+# The Python SDK comes from tests/interop/.venv (created with the pinned SDK if missing).
+# Every process started here is killed by id on exit; each side is bounded by `timeout`.
+set -euo pipefail
+
+SDK_VERSION=1.43.1 # keep in step with tests/interop/run.sh
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/tests/interop/.venv"
+REPORT="$ROOT/target/bench-report/python.md"
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/hatchet-bench-python.XXXXXX")"
+export INTEROP_PIDFILE="$TMP/pids" # the driver records its children here (see interop_util.py)
+: >"$INTEROP_PIDFILE"
+STEP_PID=""
+
+cleanup() {
+    local spec
+    if [[ -n "$STEP_PID" ]]; then # the driver stops its worker and engine itself on SIGTERM
+        kill -TERM "$STEP_PID" 2>/dev/null || true
+        for _ in $(seq 30); do kill -0 "$STEP_PID" 2>/dev/null && sleep 0.5; done
+        # `timeout` leads its own process group: this reaches the driver too
+        kill -KILL -- "-$STEP_PID" "$STEP_PID" 2>/dev/null || true
+    fi
+    while read -r spec; do # "PID" or "-PGID" the driver recorded and did not mark "done"
+        [[ -n "$spec" && "$spec" != done* ]] || continue
+        grep -qxF "done $spec" "$INTEROP_PIDFILE" && continue
+        kill -TERM -- "$spec" 2>/dev/null || continue
+        sleep 1
+        kill -KILL -- "$spec" 2>/dev/null || true
+    done <"$INTEROP_PIDFILE"
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'echo "bench: interrupted" >&2; exit 130' INT
+trap 'echo "bench: terminated" >&2; exit 143' TERM
+
+# step SECONDS CMD...: run CMD under `timeout` in the background, so signals reach our traps.
+step() {
+    local secs=$1 rc=0
+    shift
+    timeout -k 10 "$secs" "$@" &
+    STEP_PID=$!
+    wait "$STEP_PID" || rc=$?
+    STEP_PID=""
+    return "$rc"
+}
+
+# 1. the Python SDK
+if [[ ! -x "$VENV/bin/python" ]]; then
+    step 120 python3 -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -c "import hatchet_sdk" 2>/dev/null; then
+    step 300 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "hatchet-sdk==$SDK_VERSION"
+fi
+
+# 2. the binaries (release unless given)
+if [[ -z "${HATCHET_DEV_ENGINE_BIN:-}" || -z "${HATCHET_RUST_WORKER_BIN:-}" ]]; then
+    cd "$ROOT"
+    step 1800 cargo build --release --quiet --bin hatchet-dev-engine --example worker
+fi
+ENGINE="${HATCHET_DEV_ENGINE_BIN:-$ROOT/target/release/hatchet-dev-engine}"
+WORKER="${HATCHET_RUST_WORKER_BIN:-$ROOT/target/release/examples/worker}"
+for b in "$ENGINE" "$WORKER"; do
+    [[ -x "$b" ]] || { echo "bench: binary '$b' is missing or not executable" >&2; exit 1; }
+done
+abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
+ENGINE="$(abspath "$ENGINE")"
+WORKER="$(abspath "$WORKER")"
+profile() { case "$1" in */debug/*) echo debug ;; */release/*) echo release ;; *) echo "?" ;; esac; }
+BUILD="engine $(profile "$ENGINE") build, worker $(profile "$WORKER") build"
+[[ "$BUILD" == *debug* ]] &&
+    echo "bench: debug binaries in use; release builds (the default without *_BIN env) are faster"
+echo "bench: engine $ENGINE"
+echo "bench: worker $WORKER"
+echo "bench: ${BENCH_TASKS:-2000} tasks, ${BENCH_SLOTS:-50} slots per worker, $(nproc) CPUs"
+
+# 3. one side at a time, each with its own engine; then the table
+export HATCHET_DEV_ENGINE_BIN="$ENGINE" HATCHET_RUST_WORKER_BIN="$WORKER" BENCH_BUILD="$BUILD"
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+side_limit=$((${BENCH_SIDE_TIMEOUT:-75} + 60))
+for side in rust python; do
+    echo "bench: side '$side' (limit ${side_limit}s)"
+    rc=0
+    step "$side_limit" "$VENV/bin/python" "$ROOT/benches/python/bench.py" side "$side" \
+        "$TMP/$side.json" || rc=$?
+    if [[ $rc -ne 0 ]]; then
+        echo "bench: side '$side' failed (exit code $rc)" >&2
+        exit 1
+    fi
+done
+"$VENV/bin/python" "$ROOT/benches/python/bench.py" report "$TMP/rust.json" "$TMP/python.json" \
+    "$REPORT"
+echo "bench: appended to $REPORT"
