@@ -112,6 +112,10 @@ pub struct FaultyListener {
 
 impl FaultyListener {
     /// Accepts the next connection (errors are retried after a short pause).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped call accepts nothing.
     pub async fn accept_io(&self) -> (FaultyIo, std::net::SocketAddr) {
         loop {
             match self.inner.accept().await {

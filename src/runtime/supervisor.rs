@@ -328,6 +328,10 @@ impl Actor for Root {
 }
 
 /// Starts the tree and records the root in `shared`.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: dropping it mid-way may leave part of the tree running.
 pub async fn start(shared: Arc<Shared>) -> Result<(), Error> {
     let (root, done) = Actor::spawn(None, Root, shared.clone())
         .await
