@@ -144,6 +144,20 @@ pub fn http_client(cfg: &ClientConfig) -> Result<reqwest::Client, ConfigError> {
             })?;
         b = b.add_root_certificate(cert);
     }
+    if cfg.tls.strategy == TlsStrategy::Mtls
+        && let (Some(cert), Some(key)) = (&cfg.tls.cert_file, &cfg.tls.key_file)
+    {
+        let mut pem = read_file(vars::TLS_CERT_FILE, cert)?;
+        pem.push(b'\n');
+        pem.extend(read_file(vars::TLS_KEY_FILE, key)?);
+        let identity =
+            reqwest::Identity::from_pem(&pem).map_err(|e| ConfigError::UnreadableFile {
+                var: vars::TLS_KEY_FILE,
+                path: key.display().to_string(),
+                reason: format!("not a PEM certificate and key: {e}"),
+            })?;
+        b = b.identity(identity);
+    }
     b.build().map_err(|e| ConfigError::InvalidUrl {
         var: vars::SERVER_URL,
         value: cfg.server_url.clone(),

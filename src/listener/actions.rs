@@ -115,6 +115,8 @@ pub struct ActionsArgs {
     pub identity: Arc<WorkerIdentity>,
     /// Set once ListenV2 answered UNIMPLEMENTED: use Listen for good.
     pub legacy: Arc<AtomicBool>,
+    /// The current reader task, here so a restarted listener stops its crashed predecessor's.
+    pub reader: Arc<Mutex<Option<AbortHandle>>>,
 }
 
 /// The actor's state.
@@ -197,6 +199,9 @@ impl ActionsListener {
         if let Some(r) = st.reader.take() {
             r.abort();
         }
+        if let Some(r) = st.args.reader.lock().take() {
+            r.abort();
+        }
         st.generation += 1;
         let generation = st.generation;
         let args = st.args.clone();
@@ -251,6 +256,7 @@ impl ActionsListener {
             });
         });
         st.reader = Some(task.abort_handle());
+        *st.args.reader.lock() = Some(task.abort_handle());
     }
 
     fn heartbeat(myself: &ActorRef<ActionsMsg>, st: &ActionsState) {

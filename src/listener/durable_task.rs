@@ -72,6 +72,8 @@ pub struct Completion {
 }
 
 type AckTx = oneshot::Sender<Result<Ack, Error>>;
+/// A sent request: its id, its ack, and whether a stream must be armed to carry it.
+type Sent = (u64, oneshot::Receiver<Result<Ack, Error>>, bool);
 type Sink = mpsc::UnboundedSender<v1::DurableTaskRequest>;
 
 #[derive(Default)]
@@ -91,6 +93,8 @@ struct Inner {
 pub struct DurableRegistry {
     inner: Mutex<Inner>,
     next: AtomicU64,
+    /// Stream generations (see `RunRegistry`): never reused across listener restarts.
+    generations: AtomicU64,
 }
 
 impl std::fmt::Debug for DurableRegistry {
@@ -112,10 +116,23 @@ fn target(req: &v1::DurableTaskRequest) -> Option<(String, i32)> {
 impl DurableRegistry {
     /// Sends a request that expects an ack; returns the ack receiver and whether a stream must
     /// be armed.
-    fn send(
-        &self,
-        req: v1::DurableTaskRequest,
-    ) -> Result<(oneshot::Receiver<Result<Ack, Error>>, bool), Error> {
+    /// Drops a request whose ack will no longer be awaited (its slot and its re-send).
+    fn abandon(&self, key: &(String, i32), id: u64) {
+        let mut g = self.inner.lock();
+        g.unacked.remove(&id);
+        if let Some(q) = g.acks.get_mut(key) {
+            q.retain(|(i, _)| *i != id);
+            if q.is_empty() {
+                g.acks.remove(key);
+            }
+        }
+    }
+
+    fn next_generation(&self) -> u64 {
+        self.generations.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn send(&self, req: v1::DurableTaskRequest) -> Result<Sent, Error> {
         let key =
             target(&req).ok_or_else(|| Error::invalid("DurableTask", "request has no target"))?;
         let id = self.next.fetch_add(1, Ordering::Relaxed);
@@ -127,7 +144,7 @@ impl DurableRegistry {
         g.acks.entry(key).or_default().push_back((id, tx));
         g.unacked.insert(id, req.clone());
         let sent = g.sink.as_ref().is_some_and(|(_, s)| s.send(req).is_ok());
-        Ok((rx, !sent))
+        Ok((id, rx, !sent))
     }
 
     /// Sends a request that expects no ack (`complete_memo`); dropped if no stream (the memo is
@@ -383,7 +400,7 @@ impl DurableListener {
             );
             return;
         };
-        st.generation += 1;
+        st.generation = st.args.registry.next_generation();
         st.active = true;
         let generation = st.generation;
         let args = st.args.clone();
@@ -537,11 +554,27 @@ impl std::fmt::Debug for DurableClient {
 
 impl DurableClient {
     async fn request(&self, req: v1::DurableTaskRequest) -> Result<Ack, Error> {
-        let (rx, arm) = self.registry.send(req)?;
+        let key = target(&req);
+        let (id, rx, arm) = self.registry.send(req)?;
         if arm {
             (self.ensure)();
         }
-        rx.await.map_err(|_| Error::closed("DurableTask"))?
+        // If this future is dropped (a timeout, a cancelled task), the request is abandoned: no
+        // re-send on reconnect, and its slot cannot take a later ack meant for another request.
+        struct Abandon<'a>(&'a DurableRegistry, Option<(String, i32)>, u64, bool);
+        impl Drop for Abandon<'_> {
+            fn drop(&mut self) {
+                if !self.3
+                    && let Some(k) = &self.1
+                {
+                    self.0.abandon(k, self.2);
+                }
+            }
+        }
+        let mut guard = Abandon(&self.registry, key, id, false);
+        let r = rx.await.map_err(|_| Error::closed("DurableTask"));
+        guard.3 = true;
+        r?
     }
 
     /// Registers a wait and returns its completion payload.

@@ -51,6 +51,9 @@ pub struct RunRegistry {
     inner: Mutex<Inner>,
     next_waiter: AtomicU64,
     delivered: AtomicU64,
+    /// Stream generations, here so a restarted listener never reuses one (an old reader's
+    /// `unpublish` must not clear a newer stream).
+    generations: AtomicU64,
 }
 
 impl std::fmt::Debug for RunRegistry {
@@ -152,6 +155,11 @@ impl RunRegistry {
         }
     }
 
+    /// A fresh stream generation.
+    fn next_generation(&self) -> u64 {
+        self.generations.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
     /// Run ids with at least one waiter.
     pub fn pending_runs(&self) -> usize {
         self.inner.lock().waiters.len()
@@ -224,7 +232,7 @@ pub struct RunsListener;
 
 impl RunsListener {
     fn open(myself: &ActorRef<RunsMsg>, st: &mut RunsState) {
-        st.generation += 1;
+        st.generation = st.args.registry.next_generation();
         st.active = true;
         let generation = st.generation;
         let args = st.args.clone();

@@ -15,7 +15,7 @@ pub mod context;
 pub mod task;
 
 pub use context::Context;
-pub use task::{TaskDef, TaskError, TaskOptions, Workflow};
+pub use task::{Concurrency, TaskDef, TaskError, TaskOptions, Workflow};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -241,6 +241,7 @@ fn start(shared: &Arc<Shared>, opts: WorkerOptions) -> Result<(), Error> {
             health: shared.health[&ListenerKind::WorkerActions].clone(),
             identity: core.identity.clone(),
             legacy: Arc::new(AtomicBool::new(false)),
+            reader: Arc::default(),
         },
     );
     let shared = shared.clone();

@@ -117,6 +117,14 @@ pub struct TaskOptions {
 }
 
 impl TaskOptions {
+    /// Requests `units` slots of `slot_type` (e.g. a heavy task taking 4 default slots).
+    pub fn slots(mut self, slot_type: impl Into<String>, units: i32) -> Self {
+        self.slot_requests.insert(slot_type.into(), units);
+        self
+    }
+}
+
+impl TaskOptions {
     /// Sets the parents.
     pub fn parents<S: Into<String>>(mut self, p: impl IntoIterator<Item = S>) -> Self {
         self.parents = p.into_iter().map(Into::into).collect();
@@ -168,6 +176,19 @@ pub struct Workflow {
     pub on_events: Vec<String>,
     /// Idempotency key expression (`input.order_id`) and TTL.
     pub idempotency: Option<(String, std::time::Duration)>,
+    /// Concurrency limits: a CEL expression grouping runs, and how many may run per group.
+    pub concurrency: Vec<Concurrency>,
+}
+
+/// A concurrency limit of a workflow (enforced by the engine).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Concurrency {
+    /// CEL expression giving the group key (e.g. `input.user_id`).
+    pub expression: String,
+    /// Runs allowed at once per group.
+    pub max_runs: i32,
+    /// What happens to runs over the limit.
+    pub strategy: v1::ConcurrencyLimitStrategy,
 }
 
 impl Workflow {
@@ -178,6 +199,7 @@ impl Workflow {
             tasks: Vec::new(),
             on_events: Vec::new(),
             idempotency: None,
+            concurrency: Vec::new(),
         }
     }
 
@@ -241,6 +263,21 @@ impl Workflow {
         self
     }
 
+    /// Limits how many runs of a group (by `expression`) run at once.
+    pub fn concurrency(
+        mut self,
+        expression: impl Into<String>,
+        max_runs: i32,
+        strategy: v1::ConcurrencyLimitStrategy,
+    ) -> Self {
+        self.concurrency.push(Concurrency {
+            expression: expression.into(),
+            max_runs,
+            strategy,
+        });
+        self
+    }
+
     /// The action id of a task (`workflow:task`, lower case, as the engine stores it).
     pub fn action_id(workflow: &str, task: &str) -> String {
         format!("{workflow}:{task}").to_lowercase()
@@ -273,6 +310,15 @@ impl Workflow {
                         t.options.slot_requests.clone()
                     },
                     ..Default::default()
+                })
+                .collect(),
+            concurrency_arr: self
+                .concurrency
+                .iter()
+                .map(|c| v1::Concurrency {
+                    expression: c.expression.clone(),
+                    max_runs: Some(c.max_runs),
+                    limit_strategy: Some(c.strategy as i32),
                 })
                 .collect(),
             idempotency: self
