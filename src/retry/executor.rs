@@ -179,6 +179,12 @@ impl RetryCore {
         let mut n: u32 = 0;
         loop {
             n += 1;
+            if cancel.is_some_and(CancellationToken::is_cancelled) {
+                // Cancelled before this attempt: start nothing (invariant 2).
+                return Err(
+                    Error::new(Outcome::Cancelled, op.method.to_string()).with_attempts(n - 1)
+                );
+            }
             let now = Instant::now();
             let timeout = deadline.attempt_timeout(now);
             self.ledger.attempt(op.method, n > 1);

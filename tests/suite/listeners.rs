@@ -480,3 +480,41 @@ async fn without_a_result_stream_waiters_fall_back_to_polling_and_back() {
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn a_durable_stream_cut_after_the_ack_recovers_the_completion() {
+    let (e, rt) = setup().await;
+    rt.register(Workflow::new("nap").durable_task(
+        "d",
+        Default::default(),
+        |_i: Value, c: Context| async move {
+            c.sleep_for("1s").await?;
+            Ok::<_, TaskError>(json!({"woke": true}))
+        },
+    ))
+    .await
+    .expect("register");
+    // The first DurableTask stream dies right after the register echo and the wait ack.
+    e.faults().inject(
+        "/v1.V1Dispatcher/DurableTask",
+        1,
+        Fault::EndStream {
+            after: 2,
+            code: Some(Code::Unavailable as i32),
+        },
+    );
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let out: Value = tokio::time::timeout(Duration::from_secs(20), rt.run("nap", &json!({})))
+        .await
+        .expect("in time")
+        .expect("result");
+    assert_eq!(out["woke"], true);
+    assert!(
+        e.faults().attempts("/v1.V1Dispatcher/DurableTask") >= 2,
+        "the stream was reopened"
+    );
+    assert!(rt.reconnects()[&ListenerKind::DurableTask] >= 1);
+    rt.shutdown(Duration::from_secs(1)).await;
+}

@@ -487,3 +487,23 @@ async fn a_sustained_outage_costs_at_most_1_2_attempts_per_operation_counted_at_
     assert!(budget >= 800, "{budget} operations ended on the budget");
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_already_cancelled_operation_makes_no_attempt() {
+    let c = core(Policy::default());
+    let token = CancellationToken::new();
+    token.cancel();
+    let n = AtomicU32::new(0);
+    let err = c
+        .run(
+            Operation::new("/m", RequestClass::Read).cancel(Some(token)),
+            |_| {
+                n.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<(), AttemptError>(()) }
+            },
+        )
+        .await
+        .expect_err("cancelled");
+    assert_eq!((err.outcome(), err.attempts()), (Outcome::Cancelled, 0));
+    assert_eq!(n.load(Ordering::SeqCst), 0, "no attempt was started");
+}
