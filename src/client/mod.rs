@@ -57,7 +57,7 @@ impl std::fmt::Debug for RunHandle {
 
 struct WaiterGuard<'a> {
     registry: &'a RunRegistry,
-    run_id: &'a str,
+    run_id: &'a String,
     waiter: u64,
     done: bool,
 }
@@ -91,7 +91,9 @@ impl RunHandle {
     /// theirs), and the run keeps running on the engine.
     pub async fn outputs(&self) -> Result<serde_json::Map<String, Value>, Error> {
         let reg = &self.shared.runs;
-        let (waiter, rx, arm) = reg.add(&self.run_id)?;
+        let (waiter, rx, arm) = reg.add(&self.run_id, || {
+            Error::closed("wait for run").with_run_id(&self.run_id)
+        })?;
         let mut guard = WaiterGuard {
             registry: reg,
             run_id: &self.run_id,

@@ -21,8 +21,10 @@
 pub mod actions;
 pub mod durable_task;
 pub mod health;
+pub mod keyed;
 pub mod reconnect;
 pub mod runs;
+pub mod subscriptions;
 
 use std::sync::Arc;
 

@@ -598,7 +598,7 @@ impl RuntimeHandle {
 
     /// Result waiters pending, by run id count.
     pub fn pending_runs(&self) -> usize {
-        self.shared.runs.pending_runs()
+        self.shared.runs.pending()
     }
 
     /// The worker's current id, once registered.
@@ -644,7 +644,7 @@ impl RuntimeHandle {
             }
         }
         s.ctx.lifecycle.cancel();
-        s.runs.fail_all(true, closed_error);
+        s.runs.fail_all(true, |run| closed_error(run));
         s.durable.close();
         for h in s.health.values() {
             h.stopped(None);

@@ -119,7 +119,7 @@ impl StreamSupervisor {
     ) -> Result<(), ActorProcessingErr> {
         let (r, _) = Actor::spawn_linked(
             None,
-            RunsListener,
+            RunsListener::default(),
             Self::runs_args(&st.shared),
             myself.get_cell(),
         )

@@ -1,0 +1,187 @@
+//! A registry of waiters keyed by what a bidi stream answers (a run id; a task and signal key),
+//! shared by the workflow-runs and durable-events listeners.
+//!
+//! # Invariants
+//!
+//! 1. A waiter is delivered at most once: delivery removes it under the lock, whichever path
+//!    (stream, poll, shutdown) gets there first.
+//! 2. Delivery is a one-shot send: a slow or abandoned waiter cannot stall the stream.
+//! 3. Registering a waiter while a stream is published sends its key on that stream (under the
+//!    lock); otherwise the key is replayed when the next stream is published (replay before
+//!    publish, under the same lock, so no key falls in between).
+//! 4. Stream generations come from here, so a restarted listener never reuses one and an old
+//!    reader's `unpublish` cannot clear a newer stream.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::Error;
+
+/// What a keyed stream carries.
+pub trait Keyed: Send + Sync + 'static {
+    /// What waiters wait for.
+    type Key: Clone + Eq + Hash + Send + Sync + std::fmt::Debug + 'static;
+    /// The subscription request for a key.
+    type Req: Send + 'static;
+    /// A reply (delivered to every waiter of its key).
+    type Resp: Clone + Send + 'static;
+    /// The request that subscribes `key`.
+    fn request(key: &Self::Key) -> Self::Req;
+    /// The key a reply answers.
+    fn key_of(resp: &Self::Resp) -> Self::Key;
+}
+
+/// What a waiter receives.
+pub type Outcome<P> = Result<<P as Keyed>::Resp, Error>;
+type Waiters<P> = HashMap<<P as Keyed>::Key, Vec<(u64, oneshot::Sender<Outcome<P>>)>>;
+
+struct Inner<P: Keyed> {
+    waiters: Waiters<P>,
+    sink: Option<(u64, mpsc::UnboundedSender<P::Req>)>,
+    closed: bool,
+}
+
+/// The waiter registry. Outlives listener restarts.
+pub struct KeyedRegistry<P: Keyed> {
+    inner: Mutex<Inner<P>>,
+    next_waiter: AtomicU64,
+    delivered: AtomicU64,
+    generations: AtomicU64,
+}
+
+impl<P: Keyed> Default for KeyedRegistry<P> {
+    fn default() -> Self {
+        KeyedRegistry {
+            inner: Mutex::new(Inner {
+                waiters: HashMap::new(),
+                sink: None,
+                closed: false,
+            }),
+            next_waiter: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            generations: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<P: Keyed> std::fmt::Debug for KeyedRegistry<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedRegistry")
+            .field("pending", &self.pending())
+            .finish()
+    }
+}
+
+/// A new waiter: its id, its receiver, and whether a stream must be armed (none published).
+pub type Added<P> = (u64, oneshot::Receiver<Outcome<P>>, bool);
+
+impl<P: Keyed> KeyedRegistry<P> {
+    /// Adds a waiter for `key`; `closed` makes the error when the runtime is shut down.
+    pub fn add(&self, key: &P::Key, closed: impl FnOnce() -> Error) -> Result<Added<P>, Error> {
+        let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let mut g = self.inner.lock();
+        if g.closed {
+            return Err(closed());
+        }
+        let list = g.waiters.entry(key.clone()).or_default();
+        let first = list.is_empty();
+        list.push((id, tx));
+        let need_stream = match &g.sink {
+            Some((_, sink)) => first && sink.send(P::request(key)).is_err(),
+            None => true,
+        };
+        Ok((id, rx, need_stream))
+    }
+
+    /// Removes one waiter (its caller gave up).
+    pub fn remove(&self, key: &P::Key, waiter: u64) {
+        let mut g = self.inner.lock();
+        if let Some(list) = g.waiters.get_mut(key) {
+            list.retain(|(w, _)| *w != waiter);
+            if list.is_empty() {
+                g.waiters.remove(key);
+            }
+        }
+    }
+
+    /// Delivers a reply to every waiter of its key (once: they are removed).
+    pub fn deliver(&self, resp: P::Resp) {
+        let list = self.inner.lock().waiters.remove(&P::key_of(&resp));
+        if let Some(mut list) = list {
+            self.delivered
+                .fetch_add(list.len() as u64, Ordering::Relaxed);
+            let last = list.pop();
+            for (_, tx) in list {
+                let _ = tx.send(Ok(resp.clone()));
+            }
+            if let Some((_, tx)) = last {
+                let _ = tx.send(Ok(resp));
+            }
+        }
+    }
+
+    /// Fails every waiter with `make(key)`, and refuses new ones when `close`.
+    pub fn fail_all(&self, close: bool, make: impl Fn(&P::Key) -> Error) {
+        let all: Vec<_> = {
+            let mut g = self.inner.lock();
+            g.closed |= close;
+            g.sink = None;
+            g.waiters.drain().collect()
+        };
+        for (key, list) in all {
+            for (_, tx) in list {
+                let _ = tx.send(Err(make(&key)));
+            }
+        }
+    }
+
+    /// Publishes a stream's sink after queueing every pending key on it (invariant 3).
+    pub(crate) fn publish(&self, generation: u64, sink: mpsc::UnboundedSender<P::Req>) -> usize {
+        let mut g = self.inner.lock();
+        let n = g
+            .waiters
+            .keys()
+            .filter(|k| sink.send(P::request(k)).is_ok())
+            .count();
+        g.sink = Some((generation, sink));
+        n
+    }
+
+    /// Unpublishes generation `generation`'s sink (no-op for another generation).
+    pub(crate) fn unpublish(&self, generation: u64) {
+        let mut g = self.inner.lock();
+        if g.sink.as_ref().is_some_and(|(s, _)| *s == generation) {
+            g.sink = None;
+        }
+    }
+
+    /// A fresh stream generation (invariant 4).
+    pub(crate) fn next_generation(&self) -> u64 {
+        self.generations.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Keys with at least one waiter.
+    pub fn pending(&self) -> usize {
+        self.inner.lock().waiters.len()
+    }
+
+    /// Waiters delivered so far.
+    pub fn delivered(&self) -> u64 {
+        self.delivered.load(Ordering::Relaxed)
+    }
+
+    /// The keys with waiters.
+    pub fn pending_keys(&self) -> Vec<P::Key> {
+        self.inner.lock().waiters.keys().cloned().collect()
+    }
+
+    /// Whether anyone waits.
+    pub fn has_waiters(&self) -> bool {
+        !self.inner.lock().waiters.is_empty()
+    }
+}
