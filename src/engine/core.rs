@@ -190,16 +190,19 @@ pub struct Engine {
     pub tenant_id: String,
     /// Running tasks of a worker silent this long are requeued ([`REASSIGN_AFTER`] by default).
     pub reassign_after: Duration,
+    /// What GetVersion answers ([`ENGINE_VERSION`] by default).
+    pub version: String,
 }
 
 impl Engine {
     /// A new, empty engine for `tenant_id`.
-    pub fn new(tenant_id: String, reassign_after: Duration) -> Self {
+    pub fn new(tenant_id: String, reassign_after: Duration, version: String) -> Self {
         Engine {
             state: Mutex::new(State::default()),
             wake: Notify::new(),
             tenant_id,
             reassign_after,
+            version,
         }
     }
 

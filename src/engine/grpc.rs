@@ -7,7 +7,7 @@ use futures::StreamExt as _;
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tonic::{Request, Response, Status};
 
-use super::core::{ENGINE_VERSION, Engine, timestamp};
+use super::core::{Engine, timestamp};
 use super::faults::Faults;
 use super::streams::{OnDrop, Out, guarded};
 use crate::proto::{self, v1};
@@ -206,7 +206,7 @@ impl proto::dispatcher_server::Dispatcher for Svc {
         _: Request<proto::GetVersionRequest>,
     ) -> R<proto::GetVersionResponse> {
         ok(proto::GetVersionResponse {
-            version: ENGINE_VERSION.into(),
+            version: self.engine.version.clone(),
         })
     }
 }

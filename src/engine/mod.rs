@@ -55,6 +55,9 @@ pub struct DevEngineOptions {
     pub api_port: u16,
     /// Tenant id; a fresh UUID when absent.
     pub tenant_id: Option<String>,
+    /// What GetVersion answers ([`ENGINE_VERSION`] by default); an older version makes SDKs use
+    /// the legacy durable path.
+    pub version: Option<String>,
     /// Serve gRPC over TLS with this identity (and require client certificates signed by
     /// `client_ca_pem` when set: mTLS). REST stays plaintext on loopback.
     pub tls: Option<EngineTls>,
@@ -96,6 +99,11 @@ impl DevEngineOptions {
     /// Sets the REST port.
     pub fn api_port(mut self, p: u16) -> Self {
         self.api_port = p;
+        self
+    }
+    /// Sets the version GetVersion reports.
+    pub fn version(mut self, v: impl Into<String>) -> Self {
+        self.version = Some(v.into());
         self
     }
     /// Sets the reassignment window.
@@ -205,6 +213,9 @@ impl DevEngine {
             engine: Arc::new(self::core::Engine::new(
                 tenant_id,
                 opts.reassign_after.unwrap_or(self::core::REASSIGN_AFTER),
+                opts.version
+                    .clone()
+                    .unwrap_or_else(|| ENGINE_VERSION.to_string()),
             )),
             faults: Faults::default(),
             grpc_addr,

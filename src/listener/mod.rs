@@ -19,6 +19,7 @@
 //!    remove their own waiter.
 
 pub mod actions;
+pub mod durable_events;
 pub mod durable_task;
 pub mod health;
 pub mod keyed;

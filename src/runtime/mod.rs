@@ -59,6 +59,11 @@ pub struct Shared {
     pub(crate) health: BTreeMap<ListenerKind, Arc<HealthReporter>>,
     pub(crate) runs_ref: Mutex<Option<ActorRef<RunsMsg>>>,
     pub(crate) durable_ref: Mutex<Option<ActorRef<DurableMsg>>>,
+    pub(crate) events: Arc<crate::listener::durable_events::EventRegistry>,
+    pub(crate) events_ref:
+        Mutex<Option<ActorRef<crate::listener::durable_events::DurableEventsMsg>>>,
+    /// The engine is older than v0.80.0: durable waits use the legacy event path.
+    pub(crate) legacy_durable: std::sync::atomic::AtomicBool,
     pub(crate) worker_ref: Mutex<Option<ActorRef<WorkerMsg>>>,
     pub(crate) stream_sup: Mutex<Option<ActorRef<supervisor::StreamMsg>>>,
     pub(crate) worker: Arc<crate::worker::WorkerCore>,
@@ -96,6 +101,12 @@ impl Shared {
     pub(crate) fn ensure_runs_stream(&self) {
         if let Some(r) = self.runs_ref.lock().as_ref() {
             let _ = r.cast(RunsMsg::Ensure);
+        }
+    }
+
+    pub(crate) fn ensure_events_stream(&self) {
+        if let Some(r) = self.events_ref.lock().as_ref() {
+            let _ = r.cast(crate::listener::subscriptions::KeyedMsg::Ensure);
         }
     }
 
@@ -320,6 +331,9 @@ impl Runtime {
             health,
             runs_ref: Mutex::new(None),
             durable_ref: Mutex::new(None),
+            events: Arc::default(),
+            events_ref: Mutex::new(None),
+            legacy_durable: std::sync::atomic::AtomicBool::new(false),
             worker_ref: Mutex::new(None),
             stream_sup: Mutex::new(None),
             worker: Arc::new(crate::worker::WorkerCore::default()),
@@ -377,6 +391,21 @@ impl RuntimeHandle {
     ///
     /// Cancel safe: the worker starts either way; the result only reports it.
     pub async fn start_worker(&self, opts: WorkerOptions) -> Result<(), Error> {
+        // Engines before v0.80.0 have no DurableTask stream: durable waits take the legacy path.
+        let legacy = match self.engine_version().await {
+            Ok(v) => crate::worker::version_below(&v, (0, 80, 0)),
+            Err(e) => e
+                .status()
+                .is_some_and(|s| s.code() == tonic::Code::Unimplemented),
+        };
+        if legacy {
+            tracing::info!(
+                "the engine predates the DurableTask stream (v0.80.0): durable waits use RegisterDurableEvent"
+            );
+        }
+        self.shared
+            .legacy_durable
+            .store(legacy, std::sync::atomic::Ordering::Relaxed);
         let worker = self
             .shared
             .worker_ref
@@ -645,6 +674,9 @@ impl RuntimeHandle {
         }
         s.ctx.lifecycle.cancel();
         s.runs.fail_all(true, |run| closed_error(run));
+        s.events.fail_all(true, |(task, _)| {
+            Error::closed("durable wait").with_detail(format!("task {task}"))
+        });
         s.durable.close();
         for h in s.health.values() {
             h.stopped(None);

@@ -16,6 +16,7 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
 use super::Shared;
 use crate::error::Error;
 use crate::listener::actions::{ActionsArgs, ActionsListener, ActionsMsg};
+use crate::listener::durable_events::{DurableEventsArgs, DurableEventsListener, DurableEventsMsg};
 use crate::listener::durable_task::{DurableArgs, DurableListener};
 use crate::listener::health::ListenerKind;
 use crate::listener::runs::{RunsArgs, RunsListener};
@@ -89,6 +90,7 @@ pub struct StreamState {
     runs: Option<ActorRef<crate::listener::runs::RunsMsg>>,
     actions: Option<(ActorRef<ActionsMsg>, ActionsArgs)>,
     durable: Option<ActorRef<crate::listener::durable_task::DurableMsg>>,
+    events: Option<ActorRef<DurableEventsMsg>>,
 }
 
 /// The stream supervisor.
@@ -102,6 +104,30 @@ impl StreamSupervisor {
             registry: shared.runs.clone(),
             health: shared.health[&ListenerKind::WorkflowRuns].clone(),
         }
+    }
+
+    fn events_args(shared: &Arc<Shared>) -> DurableEventsArgs {
+        DurableEventsArgs {
+            ctx: shared.ctx.clone(),
+            registry: shared.events.clone(),
+            health: shared.health[&ListenerKind::DurableEvents].clone(),
+        }
+    }
+
+    async fn spawn_events(
+        myself: &ActorRef<StreamMsg>,
+        st: &mut StreamState,
+    ) -> Result<(), ActorProcessingErr> {
+        let (r, _) = Actor::spawn_linked(
+            None,
+            DurableEventsListener::default(),
+            Self::events_args(&st.shared),
+            myself.get_cell(),
+        )
+        .await?;
+        *st.shared.events_ref.lock() = Some(r.clone());
+        st.events = Some(r);
+        Ok(())
     }
 
     fn durable_args(shared: &Arc<Shared>) -> DurableArgs {
@@ -176,9 +202,11 @@ impl Actor for StreamSupervisor {
             runs: None,
             actions: None,
             durable: None,
+            events: None,
         };
         Self::spawn_runs(&myself, &mut st).await?;
         Self::spawn_durable(&myself, &mut st).await?;
+        Self::spawn_events(&myself, &mut st).await?;
         Ok(st)
     }
 
@@ -225,6 +253,8 @@ impl Actor for StreamSupervisor {
             Self::spawn_runs(&myself, st).await?;
         } else if same(&cell, st.durable.as_ref().map(|r| r.get_cell())) {
             Self::spawn_durable(&myself, st).await?;
+        } else if same(&cell, st.events.as_ref().map(|r| r.get_cell())) {
+            Self::spawn_events(&myself, st).await?;
         } else if let Some((r, args)) = st.actions.take() {
             if r.get_id() == cell.get_id() {
                 Self::spawn_actions(&myself, st, args).await?;

@@ -55,6 +55,8 @@ struct Inner {
     durable: Option<DurableClient>,
     child_index: AtomicI32,
     stream_index: AtomicI64,
+    /// Legacy durable waits, in call order: their signal keys (`wait:0`, `wait:1`, ...).
+    legacy_signal: AtomicI32,
 }
 
 impl std::fmt::Debug for Context {
@@ -103,6 +105,7 @@ impl Context {
                 durable,
                 child_index: AtomicI32::new(0),
                 stream_index: AtomicI64::new(0),
+                legacy_signal: AtomicI32::new(0),
             }),
         })
     }
@@ -278,12 +281,64 @@ impl Context {
             .unwrap_or(Value::Null))
     }
 
+    /// The legacy durable path (engines before v0.80.0): RegisterDurableEvent, then the
+    /// durable-events listener delivers the signal.
+    async fn wait_legacy(&self, cond: v1::DurableEventListenerConditions) -> Result<Value, Error> {
+        const PATH: &str = "/v1.V1Dispatcher/RegisterDurableEvent";
+        let shared = &self.inner.shared;
+        let signal = format!(
+            "wait:{}",
+            self.inner.legacy_signal.fetch_add(1, Ordering::Relaxed)
+        );
+        let req = v1::RegisterDurableEventRequest {
+            task_id: self.task_run_id().to_string(),
+            signal_key: signal.clone(),
+            conditions: Some(cond),
+        };
+        let client = shared.ctx.v1_dispatcher();
+        crate::retry::grpc::call_unary(
+            shared.core(),
+            PATH,
+            None,
+            None,
+            Some(self.inner.cancel.clone()),
+            |t| {
+                let mut c = client.clone();
+                let req = req.clone();
+                async move {
+                    c.register_durable_event(crate::retry::grpc::request_with_timeout(req, t))
+                        .await
+                        .map(|_| ())
+                }
+            },
+        )
+        .await?;
+        let key = (self.task_run_id().to_string(), signal);
+        let (waiter, rx, arm) = shared.events.add(&key, || Error::closed("durable wait"))?;
+        if arm {
+            shared.ensure_events_stream();
+        }
+        let ev = tokio::select! {
+            r = rx => r.map_err(|_| Error::closed("durable wait"))??,
+            _ = self.inner.cancel.cancelled() => {
+                shared.events.remove(&key, waiter);
+                return Err(Error::new(Outcome::Cancelled, "durable wait"));
+            }
+        };
+        serde_json::from_slice(&ev.data).map_err(|e| {
+            Error::new(Outcome::Rejected, "durable wait").with_cause(crate::error::Cause::Json(e))
+        })
+    }
+
     async fn wait(
         &self,
         d: &DurableClient,
         inv: i32,
         cond: v1::DurableEventListenerConditions,
     ) -> Result<Value, Error> {
+        if self.inner.shared.legacy_durable.load(Ordering::Relaxed) {
+            return self.wait_legacy(cond).await;
+        }
         let done = tokio::select! {
             r = d.wait_for(self.task_run_id(), inv, cond) => r?,
             _ = self.inner.cancel.cancelled() => return Err(Error::new(Outcome::Cancelled, "durable wait")),

@@ -91,6 +91,34 @@ impl std::fmt::Debug for WorkerCore {
     }
 }
 
+/// Whether a version string (`v0.79.2`, `0.94.16`) is below `min`. Unparseable versions are not
+/// below anything (assume a current engine).
+pub fn version_below(version: &str, min: (u64, u64, u64)) -> bool {
+    let mut parts = version
+        .trim()
+        .trim_start_matches('v')
+        .split(['.', '-', '+'])
+        .map(|p| p.parse::<u64>());
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(Ok(a)), Some(Ok(b)), Some(Ok(c))) => (a, b, c) < min,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::version_below;
+
+    #[test]
+    fn versions() {
+        assert!(version_below("v0.79.9", (0, 80, 0)));
+        assert!(!version_below("v0.80.0", (0, 80, 0)));
+        assert!(!version_below("v0.94.16", (0, 80, 0)));
+        assert!(!version_below("1.0.0-rc1", (0, 80, 0)));
+        assert!(!version_below("garbage", (0, 80, 0)));
+    }
+}
+
 /// The worker's id, once registered.
 pub(crate) fn worker_id(shared: &Shared) -> Option<String> {
     shared.worker.identity.get()

@@ -518,3 +518,66 @@ async fn a_durable_stream_cut_after_the_ack_recovers_the_completion() {
     assert!(rt.reconnects()[&ListenerKind::DurableTask] >= 1);
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn engines_before_v0_80_get_durable_waits_through_the_durable_events_listener() {
+    let engine = DevEngine::start(DevEngineOptions::default().version("v0.79.2"))
+        .await
+        .expect("engine");
+    let rt = Runtime::spawn_with(
+        engine.client_config(),
+        RuntimeOptions::default().stream_backoff(fast()),
+    )
+    .await
+    .expect("runtime");
+    rt.register(Workflow::new("legacy").durable_task(
+        "d",
+        Default::default(),
+        |_i: Value, c: Context| async move {
+            c.sleep_for("500ms").await?;
+            let ev = c.wait_for_event("legacy:go").await?;
+            Ok::<_, TaskError>(json!({"event": ev}))
+        },
+    ))
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let h = rt.run_no_wait("legacy", &json!({})).await.expect("trigger");
+    let waiter = tokio::spawn({
+        let h = h.clone();
+        async move { h.result_within::<Value>(Duration::from_secs(30)).await }
+    });
+    // Restart the engine while the task waits: the events stream reconnects and replays.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    engine.restart().await.expect("restart");
+    while !waiter.is_finished() {
+        let _ = rt.push("legacy:go", &json!({"ok": true})).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let out = waiter.await.expect("task").expect("result");
+    assert_eq!(out["event"]["ok"], true);
+    assert!(
+        engine
+            .faults()
+            .attempts("/v1.V1Dispatcher/RegisterDurableEvent")
+            >= 2
+    );
+    assert!(
+        engine
+            .faults()
+            .attempts("/v1.V1Dispatcher/ListenForDurableEvent")
+            >= 1
+    );
+    assert_eq!(
+        engine.faults().attempts("/v1.V1Dispatcher/DurableTask"),
+        0,
+        "the new protocol is not used"
+    );
+    assert!(
+        rt.reconnects()[&ListenerKind::DurableEvents] >= 1,
+        "the events stream reconnected after the restart"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}

@@ -1,0 +1,62 @@
+//! The durable-events listener: the legacy durable path (`RegisterDurableEvent` +
+//! `ListenForDurableEvent`), for engines older than v0.80.0 (hatchet-protocol.md §4.8). A
+//! keyed stream like the workflow-runs one: keys are `(task id, signal key)`, replayed on every
+//! new stream; idle without waiters.
+
+use super::ListenerCtx;
+use super::keyed::{Keyed, KeyedRegistry};
+use super::subscriptions::{KeyedArgs, KeyedListener, KeyedMsg, KeyedStream};
+use crate::error::{Error, Outcome};
+use crate::proto::v1;
+
+/// The `ListenForDurableEvent` stream.
+#[derive(Debug, Clone, Copy)]
+pub struct DurableEventsStream;
+
+impl Keyed for DurableEventsStream {
+    type Key = (String, String);
+    type Req = v1::ListenForDurableEventRequest;
+    type Resp = v1::DurableEvent;
+
+    fn request(key: &(String, String)) -> Self::Req {
+        v1::ListenForDurableEventRequest {
+            task_id: key.0.clone(),
+            signal_key: key.1.clone(),
+        }
+    }
+
+    fn key_of(resp: &Self::Resp) -> (String, String) {
+        (resp.task_id.clone(), resp.signal_key.clone())
+    }
+}
+
+impl KeyedStream for DurableEventsStream {
+    const OP: &'static str = "/v1.V1Dispatcher/ListenForDurableEvent";
+
+    async fn open(
+        ctx: ListenerCtx,
+        requests: tokio_stream::wrappers::UnboundedReceiverStream<Self::Req>,
+    ) -> Result<tonic::Response<tonic::Streaming<Self::Resp>>, tonic::Status> {
+        ctx.v1_dispatcher().listen_for_durable_event(requests).await
+    }
+
+    fn backoff(ctx: &ListenerCtx) -> crate::retry::Backoff {
+        ctx.backoff.stream
+    }
+
+    fn stopped_error(key: &(String, String), why: &str) -> Error {
+        Error::new(Outcome::Rejected, Self::OP).with_detail(format!(
+            "the durable event stream stopped ({why}) while task {} waited on {}",
+            key.0, key.1
+        ))
+    }
+}
+
+/// The waiters of durable events.
+pub type EventRegistry = KeyedRegistry<DurableEventsStream>;
+/// The durable-events listener actor.
+pub type DurableEventsListener = KeyedListener<DurableEventsStream>;
+/// Its arguments.
+pub type DurableEventsArgs = KeyedArgs<DurableEventsStream>;
+/// Its messages.
+pub type DurableEventsMsg = KeyedMsg;
