@@ -682,3 +682,103 @@ impl DurableClient {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn completed(task: &str, node: i64) -> v1::DurableTaskResponse {
+        v1::DurableTaskResponse {
+            message: Some(Resp::EntryCompleted(
+                v1::DurableTaskEventLogEntryCompletedResponse {
+                    r#ref: Some(eref(task, 1, node)),
+                    payload: b"{}".to_vec(),
+                    is_failure: false,
+                    error_message: None,
+                },
+            )),
+        }
+    }
+
+    fn eref(task: &str, inv: i32, node: i64) -> v1::DurableEventLogEntryRef {
+        v1::DurableEventLogEntryRef {
+            durable_task_external_id: task.into(),
+            invocation_count: inv,
+            branch_id: 1,
+            node_id: node,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_completion_before_its_waiter_is_kept_ten_seconds() {
+        let r = DurableRegistry::default();
+        r.on_response(completed("t", 1));
+        let got = r.wait(("t".into(), 1, 1, 1)).await.expect("kept");
+        assert_eq!(got.payload, b"{}");
+        r.on_response(completed("t", 2));
+        tokio::time::advance(EARLY_COMPLETION_TTL + Duration::from_millis(1)).await;
+        let mut late = r.wait(("t".into(), 1, 1, 2));
+        assert!(
+            futures::poll!(&mut late).is_pending(),
+            "a completion older than 10 s is dropped"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_eviction_without_an_ack_fails_after_thirty_seconds_and_is_dropped() {
+        let registry = Arc::new(DurableRegistry::default());
+        let client = DurableClient {
+            registry: registry.clone(),
+            ensure: Arc::new(|| {}),
+        };
+        let started = tokio::time::Instant::now();
+        let err = client.evict("t", 1, "test").await.expect_err("no ack");
+        assert_eq!(err.outcome(), Outcome::DeadlineExceeded);
+        assert_eq!(started.elapsed(), EVICTION_ACK_TIMEOUT);
+        let g = registry.inner.lock();
+        assert!(
+            g.unacked.is_empty() && g.acks.is_empty(),
+            "the abandoned request is neither re-sent nor awaited"
+        );
+    }
+
+    #[tokio::test]
+    async fn acks_of_one_invocation_go_to_their_requests_in_order() {
+        let r = Arc::new(DurableRegistry::default());
+        let (sink, mut out) = mpsc::unbounded_channel();
+        r.publish(1, sink, "w");
+        let wait = |node: i64| v1::DurableTaskRequest {
+            message: Some(Req::WaitFor(v1::DurableTaskWaitForRequest {
+                invocation_count: 1,
+                durable_task_external_id: "t".into(),
+                wait_for_conditions: None,
+                label: Some(format!("n{node}")),
+            })),
+        };
+        let (_, a, _) = r.send(wait(1)).expect("send");
+        let (_, b, _) = r.send(wait(2)).expect("send");
+        let ack = |node| v1::DurableTaskResponse {
+            message: Some(Resp::WaitForAck(v1::DurableTaskEventWaitForAckResponse {
+                r#ref: Some(eref("t", 1, node)),
+            })),
+        };
+        r.on_response(ack(1));
+        r.on_response(ack(2));
+        let Ok(Ack::Wait(ra)) = a.await.expect("ack a") else {
+            panic!("wait ack")
+        };
+        let Ok(Ack::Wait(rb)) = b.await.expect("ack b") else {
+            panic!("wait ack")
+        };
+        assert_eq!(
+            (ra.node_id, rb.node_id),
+            (1, 2),
+            "two requests of one invocation never share a waiter"
+        );
+        // register_worker went first on the stream, then the two requests.
+        assert!(matches!(
+            out.recv().await.and_then(|r| r.message),
+            Some(Req::RegisterWorker(_))
+        ));
+    }
+}

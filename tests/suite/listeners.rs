@@ -581,3 +581,182 @@ async fn engines_before_v0_80_get_durable_waits_through_the_durable_events_liste
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+/// Waits (at most 10 s) until `kind`'s health satisfies `pred`.
+async fn until(rt: &RuntimeHandle, kind: ListenerKind, pred: impl Fn(&ListenerState) -> bool) {
+    let mut rx = rt.health()[&kind].clone();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !pred(&rx.borrow_and_update()) {
+            let _ = rx.changed().await;
+        }
+    })
+    .await
+    .expect("the state arrives in time");
+}
+
+fn stopped(s: &ListenerState) -> bool {
+    matches!(s, ListenerState::Stopped { error: Some(_) })
+}
+
+const LISTEN: &str = "/Dispatcher/ListenV2";
+const DURABLE: &str = "/v1.V1Dispatcher/DurableTask";
+const EVENTS: &str = "/v1.V1Dispatcher/ListenForDurableEvent";
+
+fn end(code: Code) -> Fault {
+    Fault::EndStream {
+        after: 0,
+        code: Some(code as i32),
+    }
+}
+
+fn napper() -> Workflow {
+    Workflow::new("nap").durable_task(
+        "d",
+        Default::default(),
+        |_i: Value, c: Context| async move {
+            c.sleep_for("200ms").await?;
+            Ok::<_, TaskError>(json!({"woke": true}))
+        },
+    )
+}
+
+#[tokio::test]
+async fn the_actions_listener_under_every_kind_of_stream_end() {
+    for code in [Code::Unavailable, Code::Internal] {
+        let (e, rt) = setup().await;
+        e.faults().inject(LISTEN, 1, end(code));
+        rt.start_worker(WorkerOptions::new("w", 2))
+            .await
+            .expect("start");
+        let out: Value = rt
+            .run("echo", &json!({"c": code as i32}))
+            .await
+            .expect("works after the reconnect");
+        assert_eq!(out["c"], code as i32);
+        assert!(e.faults().attempts(LISTEN) >= 2, "{code:?}: reopened");
+        rt.shutdown(Duration::from_secs(1)).await;
+    }
+    let (e, rt) = setup().await;
+    e.faults().inject(LISTEN, 1, end(Code::Unauthenticated));
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    until(&rt, ListenerKind::WorkerActions, stopped).await;
+    assert_eq!(
+        e.faults().attempts(LISTEN),
+        1,
+        "UNAUTHENTICATED is not retried"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+    let (e, rt) = setup().await;
+    e.faults()
+        .inject(LISTEN, 1000, end(Code::FailedPrecondition));
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    until(&rt, ListenerKind::WorkerActions, stopped).await;
+    assert_eq!(
+        e.faults().attempts(LISTEN),
+        10,
+        "ten ends without progress, then stop"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn the_durable_task_listener_under_every_kind_of_stream_end() {
+    for code in [Code::Unavailable, Code::Internal] {
+        let (e, rt) = setup().await;
+        rt.register(napper()).await.expect("register");
+        e.faults().inject(DURABLE, 1, end(code));
+        rt.start_worker(WorkerOptions::new("w", 2))
+            .await
+            .expect("start");
+        let out: Value = tokio::time::timeout(Duration::from_secs(20), rt.run("nap", &json!({})))
+            .await
+            .expect("in time")
+            .expect("result");
+        assert_eq!(out["woke"], true, "{code:?}");
+        assert!(e.faults().attempts(DURABLE) >= 2);
+        rt.shutdown(Duration::from_secs(1)).await;
+    }
+    let (e, rt) = setup().await;
+    rt.register(napper()).await.expect("register");
+    e.faults().inject(DURABLE, 1, end(Code::Unauthenticated));
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let _h = rt.run_no_wait("nap", &json!({})).await.expect("trigger");
+    until(&rt, ListenerKind::DurableTask, stopped).await;
+    assert_eq!(e.faults().attempts(DURABLE), 1);
+    rt.shutdown(Duration::from_secs(1)).await;
+    let (e, rt) = setup().await;
+    rt.register(napper()).await.expect("register");
+    e.faults().inject(DURABLE, 1000, end(Code::NotFound));
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let _h = rt.run_no_wait("nap", &json!({})).await.expect("trigger");
+    until(&rt, ListenerKind::DurableTask, stopped).await;
+    assert_eq!(e.faults().attempts(DURABLE), 10);
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+async fn legacy_setup() -> (DevEngine, RuntimeHandle) {
+    let engine = DevEngine::start(DevEngineOptions::default().version("v0.79.0"))
+        .await
+        .expect("engine");
+    let rt = Runtime::spawn_with(
+        engine.client_config(),
+        RuntimeOptions::default().stream_backoff(fast()),
+    )
+    .await
+    .expect("runtime");
+    rt.register(napper()).await.expect("register");
+    (engine, rt)
+}
+
+#[tokio::test]
+async fn the_durable_events_listener_under_every_kind_of_stream_end() {
+    for code in [Code::Unavailable, Code::Internal] {
+        let (e, rt) = legacy_setup().await;
+        e.faults().inject(EVENTS, 1, end(code));
+        rt.start_worker(WorkerOptions::new("w", 2))
+            .await
+            .expect("start");
+        let out: Value = tokio::time::timeout(Duration::from_secs(20), rt.run("nap", &json!({})))
+            .await
+            .expect("in time")
+            .expect("result");
+        assert_eq!(out["woke"], true, "{code:?}");
+        assert!(e.faults().attempts(EVENTS) >= 2);
+        rt.shutdown(Duration::from_secs(1)).await;
+    }
+    let (e, rt) = legacy_setup().await;
+    e.faults().inject(EVENTS, 1, end(Code::Unauthenticated));
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let err = tokio::time::timeout(
+        Duration::from_secs(20),
+        rt.run::<_, Value>("nap", &json!({})),
+    )
+    .await
+    .expect("in time")
+    .expect_err("fails");
+    assert!(
+        err.to_string().contains("durable event stream stopped"),
+        "{err}"
+    );
+    assert_eq!(e.faults().attempts(EVENTS), 1);
+    rt.shutdown(Duration::from_secs(1)).await;
+    let (e, rt) = legacy_setup().await;
+    e.faults().inject(EVENTS, 1000, end(Code::NotFound));
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let _h = rt.run_no_wait("nap", &json!({})).await.expect("trigger");
+    until(&rt, ListenerKind::DurableEvents, stopped).await;
+    assert_eq!(e.faults().attempts(EVENTS), 10);
+    rt.shutdown(Duration::from_secs(1)).await;
+}
