@@ -98,6 +98,37 @@ impl Shared {
         &self.ctx.core
     }
 
+    /// Runs one unary call under the gRPC retry core, cancelled by runtime shutdown: `call`
+    /// gets a clone of `client` and of `req` (with the attempt's timeout) for every attempt.
+    pub(crate) async fn unary<C, Req, Resp, F, Fut>(
+        &self,
+        path: &'static str,
+        over: Option<ClassOverride>,
+        timeout: Option<std::time::Duration>,
+        client: &C,
+        req: &Req,
+        call: F,
+    ) -> Result<Resp, Error>
+    where
+        C: Clone,
+        Req: Clone,
+        F: Fn(C, tonic::Request<Req>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        call_unary(
+            self.core(),
+            path,
+            over,
+            timeout,
+            Some(self.ctx.lifecycle.clone()),
+            |t| {
+                let fut = call(client.clone(), request_with_timeout(req.clone(), t));
+                async move { fut.await.map(tonic::Response::into_inner) }
+            },
+        )
+        .await
+    }
+
     pub(crate) fn ensure_runs_stream(&self) {
         if let Some(r) = self.runs_ref.lock().as_ref() {
             let _ = r.cast(RunsMsg::Ensure);
@@ -155,23 +186,17 @@ impl Shared {
             None
         };
         let client = self.workflows();
-        let res = call_unary(
-            self.core(),
-            PATH,
-            over,
-            opts.timeout,
-            Some(self.ctx.lifecycle.clone()),
-            |t| {
-                let mut c = client.clone();
-                let req = req.clone();
-                async move {
-                    c.trigger_workflow(request_with_timeout(req, t))
-                        .await
-                        .map(|r| r.into_inner().workflow_run_id)
-                }
-            },
-        )
-        .await;
+        let res = self
+            .unary(
+                PATH,
+                over,
+                opts.timeout,
+                &client,
+                &req,
+                |mut c, r| async move { c.trigger_workflow(r).await },
+            )
+            .await
+            .map(|r| r.workflow_run_id);
         match res {
             Ok(id) => Ok(id),
             // An idempotent trigger that collides resolves to the existing run (CONTRACT.md §2).
@@ -196,40 +221,30 @@ impl Shared {
 
     pub(crate) async fn put_log(&self, req: proto::PutLogRequest) -> Result<(), Error> {
         let client = self.events();
-        call_unary(
-            self.core(),
+        self.unary(
             "/EventsService/PutLog",
             None,
             None,
-            Some(self.ctx.lifecycle.clone()),
-            |t| {
-                let mut c = client.clone();
-                let req = req.clone();
-                async move { c.put_log(request_with_timeout(req, t)).await.map(|_| ()) }
-            },
+            &client,
+            &req,
+            |mut c, r| async move { c.put_log(r).await },
         )
         .await
+        .map(|_| ())
     }
 
     pub(crate) async fn put_stream(&self, req: proto::PutStreamEventRequest) -> Result<(), Error> {
         let client = self.events();
-        call_unary(
-            self.core(),
+        self.unary(
             "/EventsService/PutStreamEvent",
             None,
             None,
-            Some(self.ctx.lifecycle.clone()),
-            |t| {
-                let mut c = client.clone();
-                let req = req.clone();
-                async move {
-                    c.put_stream_event(request_with_timeout(req, t))
-                        .await
-                        .map(|_| ())
-                }
-            },
+            &client,
+            &req,
+            |mut c, r| async move { c.put_stream_event(r).await },
         )
         .await
+        .map(|_| ())
     }
 }
 
@@ -500,23 +515,12 @@ impl RuntimeHandle {
             scope: None,
         };
         let client = self.shared.events();
-        call_unary(
-            self.shared.core(),
-            PATH,
-            None,
-            None,
-            Some(self.shared.ctx.lifecycle.clone()),
-            |t| {
-                let mut c = client.clone();
-                let req = req.clone();
-                async move {
-                    c.push(request_with_timeout(req, t))
-                        .await
-                        .map(|r| r.into_inner().event_id)
-                }
-            },
-        )
-        .await
+        self.shared
+            .unary(PATH, None, None, &client, &req, |mut c, r| async move {
+                c.push(r).await
+            })
+            .await
+            .map(|e| e.event_id)
     }
 
     /// The engine's version (GetVersion, a read).
@@ -526,22 +530,17 @@ impl RuntimeHandle {
     /// Cancel safe.
     pub async fn engine_version(&self) -> Result<String, Error> {
         let client = self.shared.ctx.dispatcher();
-        call_unary(
-            self.shared.core(),
-            "/Dispatcher/GetVersion",
-            None,
-            None,
-            None,
-            |t| {
-                let mut c = client.clone();
-                async move {
-                    c.get_version(request_with_timeout(proto::GetVersionRequest {}, t))
-                        .await
-                        .map(|r| r.into_inner().version)
-                }
-            },
-        )
-        .await
+        self.shared
+            .unary(
+                "/Dispatcher/GetVersion",
+                None,
+                None,
+                &client,
+                &proto::GetVersionRequest {},
+                |mut c, r| async move { c.get_version(r).await },
+            )
+            .await
+            .map(|v| v.version)
     }
 
     /// The run's details (GetRunDetails, a read).
@@ -554,23 +553,16 @@ impl RuntimeHandle {
         let req = v1::GetRunDetailsRequest {
             external_id: run_id.to_string(),
         };
-        call_unary(
-            self.shared.core(),
-            "/v1.AdminService/GetRunDetails",
-            None,
-            None,
-            Some(self.shared.ctx.lifecycle.clone()),
-            |t| {
-                let mut c = client.clone();
-                let req = req.clone();
-                async move {
-                    c.get_run_details(request_with_timeout(req, t))
-                        .await
-                        .map(|r| r.into_inner())
-                }
-            },
-        )
-        .await
+        self.shared
+            .unary(
+                "/v1.AdminService/GetRunDetails",
+                None,
+                None,
+                &client,
+                &req,
+                |mut c, r| async move { c.get_run_details(r).await },
+            )
+            .await
     }
 
     /// The events of one run, as a stream that ends after the run's final event. Reconnects on

@@ -34,7 +34,7 @@ use crate::listener::actions::{ActionsArgs, Registration, WorkerIdentity};
 use crate::listener::durable_task::DurableClient;
 use crate::listener::health::ListenerKind;
 use crate::proto::{self, ActionType, StepActionEventType as E};
-use crate::retry::grpc::{call_unary, request_with_timeout};
+use crate::retry::grpc::request_with_timeout;
 use crate::runtime::{Shared, supervisor};
 
 /// After this long without a successful heartbeat, the engine has reassigned our attempts.
@@ -205,23 +205,11 @@ async fn register_workflow(shared: &Arc<Shared>, wf: Workflow) -> Result<(), Err
     let name = shared.config.namespaced(&wf.name);
     let req = wf.to_proto(&name);
     let client = shared.ctx.admin();
-    call_unary(
-        shared.core(),
-        PATH,
-        None,
-        None,
-        Some(shared.ctx.lifecycle.clone()),
-        |t| {
-            let mut c = client.clone();
-            let req = req.clone();
-            async move {
-                c.put_workflow(request_with_timeout(req, t))
-                    .await
-                    .map(|_| ())
-            }
-        },
-    )
-    .await?;
+    shared
+        .unary(PATH, None, None, &client, &req, |mut c, r| async move {
+            c.put_workflow(r).await
+        })
+        .await?;
     let mut h = shared.worker.handlers.lock();
     for t in wf.tasks {
         h.insert(Workflow::action_id(&name, &t.name), t);
@@ -427,23 +415,12 @@ async fn send_event(
             should_not_retry: no_retry.then_some(true),
         };
         let client = shared.ctx.dispatcher();
-        let r = call_unary(
-            shared.core(),
-            PATH,
-            None,
-            None,
-            Some(shared.ctx.lifecycle.clone()),
-            |t| {
-                let mut c = client.clone();
-                let req = req.clone();
-                async move {
-                    c.send_step_action_event(request_with_timeout(req, t))
-                        .await
-                        .map(|_| ())
-                }
-            },
-        )
-        .await;
+        let r = shared
+            .unary(PATH, None, None, &client, &req, |mut c, r| async move {
+                c.send_step_action_event(r).await
+            })
+            .await
+            .map(|_| ());
         let e = match r {
             Ok(()) => return,
             Err(e) => e,
