@@ -760,3 +760,57 @@ async fn the_durable_events_listener_under_every_kind_of_stream_end() {
     assert_eq!(e.faults().attempts(EVENTS), 10);
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn concurrent_waiters_share_one_stream_and_one_subscription_per_run() {
+    let (e, rt) = setup().await;
+    let a = rt
+        .run_no_wait("echo", &json!({"a": 1}))
+        .await
+        .expect("trigger");
+    let b = rt
+        .run_no_wait("echo", &json!({"b": 1}))
+        .await
+        .expect("trigger");
+    let waits: Vec<_> = (0..20)
+        .map(|i| {
+            let h = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move { h.outputs().await })
+        })
+        .collect();
+    while e.stats().pending_run_subscriptions < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        e.faults().attempts(RUNS),
+        1,
+        "20 waiters arriving together open one stream"
+    );
+    assert_eq!(
+        e.stats().pending_run_subscriptions,
+        2,
+        "one subscription per run id, not per waiter"
+    );
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    for w in waits {
+        w.await.expect("task").expect("result");
+    }
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_result_wait_with_a_deadline_ends_with_the_run_id_and_leaves_no_waiter() {
+    let (_e, rt) = setup().await;
+    let h = rt.run_no_wait("echo", &json!({})).await.expect("trigger"); // no worker: never finishes
+    let err = h
+        .result_within::<Value>(Duration::from_millis(300))
+        .await
+        .expect_err("deadline");
+    assert_eq!(err.outcome(), Outcome::DeadlineExceeded);
+    assert_eq!(err.run_id(), Some(h.run_id()));
+    assert_eq!(rt.pending_runs(), 0, "the waiter was removed");
+    rt.shutdown(Duration::from_secs(1)).await;
+}

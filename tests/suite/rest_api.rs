@@ -158,3 +158,23 @@ async fn reads_retry_transient_statuses_with_auth_on_every_attempt_and_writes_ar
     assert_eq!(counters["GET /api/v1/tenants/{t}/worker"].retries, 3);
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn a_429_with_an_unreadable_retry_after_falls_back_to_the_backoff() {
+    let (e, rt) = setup().await;
+    let path = format!("/api/v1/tenants/{}/worker", e.tenant_id());
+    e.faults().inject(
+        path.clone(),
+        1,
+        Fault::HttpFail {
+            status: 429,
+            retry_after: Some("later".into()),
+        },
+    );
+    rt.api()
+        .workers()
+        .await
+        .expect("retried with the backoff, then served");
+    assert_eq!(e.faults().attempts(&path), 2);
+    rt.shutdown(Duration::from_secs(1)).await;
+}
