@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use super::actions::WorkerIdentity;
 use super::health::HealthReporter;
 use super::reconnect::{self, Next, ReconnectState, StreamEnd};
-use super::{ListenerCtx, end_of};
+use super::{ListenerCtx, pump};
 use crate::error::{Error, Outcome};
 use crate::proto::v1::{
     self, durable_task_request::Message as Req, durable_task_response::Message as Resp,
@@ -415,39 +415,20 @@ impl DurableListener {
                 r = client.durable_task(tokio_stream::wrappers::UnboundedReceiverStream::new(rx)) => r,
                 _ = args.ctx.lifecycle.cancelled() => return,
             };
-            let mut progressed = false;
-            let result = match opened {
-                Err(s) => Err(s),
-                Ok(resp) => {
-                    args.health.connected();
-                    let mut stream = resp.into_inner();
-                    loop {
-                        let m = tokio::select! {
-                            m = stream.message() => m,
-                            _ = args.ctx.lifecycle.cancelled() => return,
-                        };
-                        match m {
-                            Ok(Some(r)) => {
-                                progressed = true;
-                                args.registry.on_response(r);
-                            }
-                            Ok(None) => break Ok(()),
-                            Err(s) => break Err(s),
-                        }
-                    }
-                }
+            let registry = args.registry.clone();
+            let Some(out) = pump(opened, &args.ctx.lifecycle, &args.health, started, |r| {
+                registry.on_response(r)
+            })
+            .await
+            else {
+                return;
             };
             args.registry.unpublish(generation);
-            let progressed = progressed || started.elapsed() >= reconnect::HEALTHY_STREAM;
-            let error = match &result {
-                Ok(()) => "stream ended (EOF)".to_string(),
-                Err(s) => format!("{:?}: {}", s.code(), s.message()),
-            };
             let _ = me.cast(DurableMsg::Ended {
                 generation,
-                end: end_of(&result),
-                progressed,
-                error,
+                end: out.end,
+                progressed: out.progressed,
+                error: out.error,
             });
         });
     }

@@ -153,6 +153,57 @@ pub(crate) fn every<M: ractor::Message>(
     });
 }
 
+/// How one stream generation ended, as the reconnect decision needs it.
+#[derive(Debug)]
+pub(crate) struct StreamOutcome {
+    pub end: reconnect::StreamEnd,
+    pub progressed: bool,
+    pub error: String,
+}
+
+/// Reads an opened stream until it ends, handing each message to `on_message` (which must not
+/// block: it delivers into a registry). Marks the listener connected once open. `None` when the
+/// runtime shut down meanwhile (nothing to decide).
+pub(crate) async fn pump<T>(
+    opened: Result<tonic::Response<tonic::Streaming<T>>, tonic::Status>,
+    life: &CancellationToken,
+    health: &health::HealthReporter,
+    started: tokio::time::Instant,
+    mut on_message: impl FnMut(T),
+) -> Option<StreamOutcome> {
+    let mut progressed = false;
+    let result = match opened {
+        Err(s) => Err(s),
+        Ok(resp) => {
+            health.connected();
+            let mut stream = resp.into_inner();
+            loop {
+                let m = tokio::select! {
+                    m = stream.message() => m,
+                    _ = life.cancelled() => return None,
+                };
+                match m {
+                    Ok(Some(msg)) => {
+                        progressed = true;
+                        on_message(msg);
+                    }
+                    Ok(None) => break Ok(()),
+                    Err(s) => break Err(s),
+                }
+            }
+        }
+    };
+    let error = match &result {
+        Ok(()) => "stream ended (EOF)".to_string(),
+        Err(s) => format!("{:?}: {}", s.code(), s.message()),
+    };
+    Some(StreamOutcome {
+        end: end_of(&result),
+        progressed: progressed || started.elapsed() >= reconnect::HEALTHY_STREAM,
+        error,
+    })
+}
+
 /// A stream end as the reconnect decision sees it.
 pub fn end_of(r: &Result<(), tonic::Status>) -> reconnect::StreamEnd {
     match r {

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::health::HealthReporter;
 use super::keyed::{Keyed, KeyedRegistry};
 use super::reconnect::{self, Next, ReconnectState, StreamEnd};
-use super::{ListenerCtx, end_of};
+use super::{ListenerCtx, pump};
 use crate::error::Error;
 use crate::retry::Backoff;
 
@@ -127,40 +127,21 @@ impl<P: KeyedStream> KeyedListener<P> {
                 r = P::open(args.ctx.clone(), tokio_stream::wrappers::UnboundedReceiverStream::new(rx)) => r,
                 _ = args.ctx.lifecycle.cancelled() => return,
             };
-            let mut progressed = false;
-            let result = match opened {
-                Err(s) => Err(s),
-                Ok(resp) => {
-                    tracing::debug!(generation, replayed, stream = P::OP, "stream published");
-                    args.health.connected();
-                    let mut stream = resp.into_inner();
-                    loop {
-                        let msg = tokio::select! {
-                            m = stream.message() => m,
-                            _ = args.ctx.lifecycle.cancelled() => return,
-                        };
-                        match msg {
-                            Ok(Some(ev)) => {
-                                progressed = true;
-                                args.registry.deliver(ev);
-                            }
-                            Ok(None) => break Ok(()),
-                            Err(s) => break Err(s),
-                        }
-                    }
-                }
+            tracing::debug!(generation, replayed, stream = P::OP, "stream opening");
+            let registry = args.registry.clone();
+            let Some(out) = pump(opened, &args.ctx.lifecycle, &args.health, started, |m| {
+                registry.deliver(m)
+            })
+            .await
+            else {
+                return;
             };
             args.registry.unpublish(generation);
-            let progressed = progressed || started.elapsed() >= reconnect::HEALTHY_STREAM;
-            let error = match &result {
-                Ok(()) => "stream ended (EOF)".to_string(),
-                Err(s) => format!("{:?}: {}", s.code(), s.message()),
-            };
             let _ = me.cast(KeyedMsg::Ended {
                 generation,
-                end: end_of(&result),
-                progressed,
-                error,
+                end: out.end,
+                progressed: out.progressed,
+                error: out.error,
             });
         });
     }
