@@ -163,3 +163,55 @@ impl HealthReporter {
         self.tx.send_replace(ListenerState::Stopped { error });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().map(|mut v| v.extend_from_slice(b)).ok();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn warns_on_entering_reconnecting_then_every_fifth_attempt_and_logs_recovery() {
+        let lines = Lines::default();
+        let w = lines.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || w.clone())
+            .finish();
+        let _g = tracing::subscriber::set_default(sub);
+        let h = HealthReporter::new(ListenerKind::WorkflowRuns);
+        for attempt in 1..=10 {
+            h.reconnecting(attempt, "down");
+        }
+        tokio::time::advance(Duration::from_secs(3)).await;
+        h.connected();
+        let text = String::from_utf8(lines.0.lock().map(|v| v.clone()).unwrap_or_default())
+            .unwrap_or_default();
+        let warned: Vec<&str> = text.lines().filter(|l| l.contains("WARN")).collect();
+        assert_eq!(warned.len(), 3, "attempts 1, 5 and 10: {warned:?}");
+        for a in ["attempts=1 ", "attempts=5 ", "attempts=10 "] {
+            assert!(
+                warned.iter().any(|l| l.contains(a)),
+                "{a} missing: {warned:?}"
+            );
+        }
+        assert!(
+            text.contains("listener recovered") && text.contains("downtime_ms=3000"),
+            "{text}"
+        );
+        assert_eq!(h.reconnects(), 10);
+        assert!(matches!(h.get(), ListenerState::Connected { .. }));
+    }
+}

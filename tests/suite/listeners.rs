@@ -814,3 +814,37 @@ async fn a_result_wait_with_a_deadline_ends_with_the_run_id_and_leaves_no_waiter
     assert_eq!(rt.pending_runs(), 0, "the waiter was removed");
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn an_end_without_waiters_goes_idle_and_the_next_waiter_rearms() {
+    let (e, rt) = setup().await;
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    // The first stream delivers one result, then ends with OK (EOF).
+    e.faults().inject(
+        RUNS,
+        1,
+        Fault::EndStream {
+            after: 1,
+            code: None,
+        },
+    );
+    let _: Value = rt
+        .run("echo", &json!({"n": 1}))
+        .await
+        .expect("first result");
+    until(&rt, ListenerKind::WorkflowRuns, |s| {
+        matches!(s, ListenerState::Idle)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(e.faults().attempts(RUNS), 1, "no waiter: no reconnect");
+    let out: Value = rt
+        .run("echo", &json!({"n": 2}))
+        .await
+        .expect("the next waiter re-arms the stream");
+    assert_eq!(out["n"], 2);
+    assert_eq!(e.faults().attempts(RUNS), 2);
+    rt.shutdown(Duration::from_secs(1)).await;
+}
