@@ -552,41 +552,23 @@ impl State {
 
     /// Satisfies waits on a pushed event (both durable paths).
     pub fn durable_event_pushed(&mut self, ev: &StoredEvent) {
-        let mut done = Vec::new();
-        for (task, log) in self.durable.logs.iter_mut() {
-            for (id, n) in log.nodes.iter_mut() {
-                if let NodeKind::Wait(c) = &mut n.kind
-                    && n.result.is_none()
-                    && c.event(ev)
-                    && c.satisfied()
-                {
-                    n.result = Some((c.payload(), false, None));
-                    done.push((task.clone(), *id));
-                }
-            }
-        }
-        for (task, node) in done {
-            self.node_done(&task, node);
-        }
-        let mut legacy_done = Vec::new();
-        for (k, c) in self.durable.legacy.iter_mut() {
-            if c.event(ev) && c.satisfied() {
-                legacy_done.push(k.clone());
-            }
-        }
-        for k in legacy_done {
-            self.legacy_deliver(&k);
-        }
+        self.satisfy_waits(|c| c.event(ev));
     }
 
     /// Satisfies due sleeps.
     pub fn durable_tick(&mut self, now: Instant) {
+        self.satisfy_waits(|c| c.tick(now));
+    }
+
+    /// Applies `advance` (an event, or the clock) to every open wait of both durable paths, and
+    /// completes the waits it satisfies.
+    fn satisfy_waits(&mut self, mut advance: impl FnMut(&mut Conditions) -> bool) {
         let mut done = Vec::new();
         for (task, log) in self.durable.logs.iter_mut() {
             for (id, n) in log.nodes.iter_mut() {
                 if let NodeKind::Wait(c) = &mut n.kind
                     && n.result.is_none()
-                    && c.tick(now)
+                    && advance(c)
                     && c.satisfied()
                 {
                     n.result = Some((c.payload(), false, None));
@@ -597,12 +579,12 @@ impl State {
         for (task, node) in done {
             self.node_done(&task, node);
         }
-        let mut legacy_done = Vec::new();
-        for (k, c) in self.durable.legacy.iter_mut() {
-            if c.tick(now) && c.satisfied() {
-                legacy_done.push(k.clone());
-            }
-        }
+        let legacy_done: Vec<_> = self
+            .durable
+            .legacy
+            .iter_mut()
+            .filter_map(|(k, c)| (advance(c) && c.satisfied()).then(|| k.clone()))
+            .collect();
         for k in legacy_done {
             self.legacy_deliver(&k);
         }

@@ -57,6 +57,13 @@ fn step_id(run: &Run, readable: &str) -> String {
     .to_string()
 }
 
+/// One page of `rows` with its pagination, as every list endpoint answers.
+fn paged(rows: Vec<Value>, offset: usize, limit: usize) -> Response {
+    let total = rows.len();
+    let rows: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
+    Json(json!({"rows": rows, "pagination": pagination(total, offset, limit)})).into_response()
+}
+
 fn parse_output(t: &Task) -> Value {
     t.output
         .as_deref()
@@ -241,10 +248,8 @@ async fn list_runs(
                 .map(|t| task_json(t, r, &s.engine.tenant_id))
         })
         .collect();
-    let total = rows.len();
     let (offset, limit) = offset_limit;
-    let rows: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
-    Json(json!({"pagination": pagination(total, offset, limit), "rows": rows})).into_response()
+    paged(rows, offset, limit)
 }
 
 async fn list_workflows(
@@ -273,9 +278,7 @@ async fn list_workflows(
         })
         .collect();
     rows.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-    let total = rows.len();
-    let rows: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
-    Json(json!({"rows": rows, "pagination": pagination(total, offset, limit)})).into_response()
+    paged(rows, offset, limit)
 }
 
 fn workflow_id(s: &Rest, name: &str) -> Option<(String, String)> {
@@ -484,9 +487,7 @@ async fn list_workers(
         .values()
         .map(|w| worker_json(w, &s.engine.tenant_id))
         .collect();
-    let total = rows.len();
-    let rows: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
-    Json(json!({"rows": rows, "pagination": pagination(total, offset, limit)})).into_response()
+    paged(rows, offset, limit)
 }
 
 async fn get_worker(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
@@ -536,9 +537,7 @@ async fn list_rate_limits(
         .filter(|r| search.is_empty() || r.key.contains(&search))
         .map(|r| json!({"key": r.key, "tenantId": s.engine.tenant_id, "limitValue": r.limit, "value": r.limit, "window": r.duration, "lastRefill": rfc3339(r.set_at)}))
         .collect();
-    let total = rows.len();
-    let rows: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
-    Json(json!({"rows": rows, "pagination": pagination(total, offset, limit)})).into_response()
+    paged(rows, offset, limit)
 }
 
 // ===== control endpoint (faults) =====
