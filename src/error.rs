@@ -119,7 +119,90 @@ pub enum Cause {
     Config(ConfigError),
     /// A JSON payload could not be encoded or decoded.
     Json(serde_json::Error),
+    /// The engine refused a durable-task operation (nondeterministic replay, eviction, ...).
+    Durable(DurableError),
 }
+
+/// Why the engine refused a durable-task operation, with the entry it concerns.
+///
+/// Reached through [`Error::durable`]; the enclosing [`Error`] has outcome
+/// [`Outcome::Rejected`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DurableError {
+    /// A replayed invocation asked for a different operation than the one recorded at this node:
+    /// the task's code is not deterministic (it branched on time, randomness or outside state).
+    /// Retrying replays the same history and fails the same way; fix the code or cancel the run.
+    Nondeterminism {
+        /// The durable task's run id.
+        task: String,
+        /// The invocation that diverged.
+        invocation: i32,
+        /// The branch of the node.
+        branch: i64,
+        /// The node whose recorded operation differs.
+        node: i64,
+        /// The engine's message.
+        message: String,
+    },
+    /// The engine evicted this invocation (a newer invocation owns the task, or it was evicted
+    /// on request). This invocation must stop; the engine resumes the task elsewhere.
+    Evicted {
+        /// The durable task's run id.
+        task: String,
+        /// The evicted invocation (and every older one).
+        invocation: i32,
+        /// The engine's reason.
+        reason: String,
+    },
+    /// Any other refusal of an operation at a node.
+    Engine {
+        /// The durable task's run id.
+        task: String,
+        /// The invocation.
+        invocation: i32,
+        /// The node.
+        node: i64,
+        /// The engine's message.
+        message: String,
+    },
+}
+
+impl fmt::Display for DurableError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DurableError::Nondeterminism {
+                task,
+                invocation,
+                node,
+                message,
+                ..
+            } => write!(
+                f,
+                "nondeterministic replay of task {task} (invocation {invocation}) at node {node}: {message}"
+            ),
+            DurableError::Evicted {
+                task,
+                invocation,
+                reason,
+            } => write!(
+                f,
+                "invocation {invocation} of task {task} was evicted by the engine: {reason}"
+            ),
+            DurableError::Engine {
+                task,
+                invocation,
+                node,
+                message,
+            } => write!(
+                f,
+                "the engine refused node {node} of task {task} (invocation {invocation}): {message}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for DurableError {}
 
 impl fmt::Display for Cause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -130,6 +213,7 @@ impl fmt::Display for Cause {
             Cause::HttpStatus { status, body } => write!(f, "http status {status}: {body}"),
             Cause::Config(e) => write!(f, "{e}"),
             Cause::Json(e) => write!(f, "json: {e}"),
+            Cause::Durable(e) => write!(f, "{e}"),
         }
     }
 }
@@ -142,6 +226,7 @@ impl std::error::Error for Cause {
             Cause::Http(e) => Some(e),
             Cause::Config(e) => Some(e),
             Cause::Json(e) => Some(e),
+            Cause::Durable(e) => Some(e),
             Cause::HttpStatus { .. } => None,
         }
     }
@@ -237,6 +322,14 @@ impl Error {
         }
     }
 
+    /// The engine's refusal of a durable-task operation, when the failure was one.
+    pub fn durable(&self) -> Option<&DurableError> {
+        match &self.0.cause {
+            Some(Cause::Durable(d)) => Some(d),
+            _ => None,
+        }
+    }
+
     /// The runtime was shut down.
     pub fn closed(operation: impl Into<Cow<'static, str>>) -> Self {
         Error::new(Outcome::Closed, operation)
@@ -290,6 +383,7 @@ impl std::error::Error for Error {
             Some(Cause::Http(e)) => Some(e),
             Some(Cause::Config(e)) => Some(e),
             Some(Cause::Json(e)) => Some(e),
+            Some(Cause::Durable(e)) => Some(e),
             Some(c @ Cause::HttpStatus { .. }) => Some(c),
             None => None,
         }

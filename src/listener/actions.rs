@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use rand::SeedableRng as _;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
@@ -309,6 +308,7 @@ impl Actor for ActionsListener {
             ActionsMsg::Heartbeat
         });
         let _ = myself.cast(ActionsMsg::Start);
+        let rng = args.ctx.rng("actions");
         Ok(ActionsState {
             args,
             generation: 0,
@@ -317,7 +317,7 @@ impl Actor for ActionsListener {
             reconnect: ReconnectState::default(),
             empty_ends: 0,
             refusals_since_reconnect: 0,
-            rng: rand::rngs::StdRng::from_rng(&mut rand::rng()),
+            rng,
         })
     }
 

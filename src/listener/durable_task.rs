@@ -9,6 +9,14 @@
 //!    `register_worker` and before `worker_status`; it is never reported as an ambiguous failure.
 //! 3. Completions that arrive before their waiter are kept [`EARLY_COMPLETION_TTL`].
 //! 4. An eviction ack not received in [`EVICTION_ACK_TIMEOUT`] fails that eviction, not the stream.
+//! 5. Sending is a synchronous path (CONTRACT.md §3): a request rides at most
+//!    [`MAX_SEND_ATTEMPTS`] consecutive streams that end without progress, then fails with
+//!    [`Outcome::Exhausted`]; it never blocks its task through an outage. A stream with progress
+//!    resets the count. A listener that stops fails every pending request and wait at once.
+//! 6. The engine's refusals are typed ([`DurableError`]): a nondeterministic replay and a server
+//!    eviction reach the operation that caused them with the task, invocation and node; an
+//!    eviction also fails that invocation's waits and calls the eviction hook (the worker cancels
+//!    the evicted invocation).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -17,7 +25,6 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use rand::SeedableRng as _;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -25,7 +32,7 @@ use super::actions::WorkerIdentity;
 use super::health::HealthReporter;
 use super::reconnect::{self, Next, ReconnectState, StreamEnd};
 use super::{ListenerCtx, pump};
-use crate::error::{Error, Outcome};
+use crate::error::{Cause, DurableError, Error, Outcome};
 use crate::proto::v1::{
     self, durable_task_request::Message as Req, durable_task_response::Message as Resp,
 };
@@ -34,6 +41,14 @@ use crate::proto::v1::{
 pub const EARLY_COMPLETION_TTL: Duration = Duration::from_secs(10);
 /// How long an eviction waits for its ack.
 pub const EVICTION_ACK_TIMEOUT: Duration = Duration::from_secs(30);
+/// Consecutive streams without progress a request may ride before it fails (the bound on
+/// synchronous paths, CONTRACT.md §3).
+pub const MAX_SEND_ATTEMPTS: u32 = 5;
+
+const OPERATION: &str = "/v1.V1Dispatcher/DurableTask";
+
+/// Called with `(task, invocation)` when the engine evicts that invocation and every older one.
+pub type EvictHook = Arc<dyn Fn(&str, i32) + Send + Sync>;
 
 /// An entry ref: `(task, invocation, branch, node)`.
 pub type EntryKey = (String, i32, i64, i64);
@@ -72,6 +87,13 @@ pub struct Completion {
 }
 
 type AckTx = oneshot::Sender<Result<Ack, Error>>;
+type WaitTx = oneshot::Sender<Result<Completion, Error>>;
+
+/// A request awaiting its ack, and how many streams without progress it has ridden.
+struct Unacked {
+    req: v1::DurableTaskRequest,
+    failed_streams: u32,
+}
 /// A sent request: its id, its ack, and whether a stream must be armed to carry it.
 type Sent = (u64, oneshot::Receiver<Result<Ack, Error>>, bool);
 type Sink = mpsc::UnboundedSender<v1::DurableTaskRequest>;
@@ -80,12 +102,36 @@ type Sink = mpsc::UnboundedSender<v1::DurableTaskRequest>;
 struct Inner {
     sink: Option<(u64, Sink)>,
     /// Requests awaiting an ack, by request id (re-sent on reconnect, in order).
-    unacked: BTreeMap<u64, v1::DurableTaskRequest>,
+    unacked: BTreeMap<u64, Unacked>,
     /// Ack slots per (task, invocation), in send order.
     acks: HashMap<(String, i32), VecDeque<(u64, AckTx)>>,
-    waits: HashMap<EntryKey, oneshot::Sender<Completion>>,
+    waits: HashMap<EntryKey, WaitTx>,
     early: HashMap<EntryKey, (Completion, Instant)>,
     closed: bool,
+}
+
+/// The typed refusal of an `error` response.
+fn refusal_of(r: &v1::DurableEventLogEntryRef, kind: i32, message: String) -> DurableError {
+    if kind == v1::DurableTaskErrorType::Nondeterminism as i32 {
+        DurableError::Nondeterminism {
+            task: r.durable_task_external_id.clone(),
+            invocation: r.invocation_count,
+            branch: r.branch_id,
+            node: r.node_id,
+            message,
+        }
+    } else {
+        DurableError::Engine {
+            task: r.durable_task_external_id.clone(),
+            invocation: r.invocation_count,
+            node: r.node_id,
+            message,
+        }
+    }
+}
+
+fn rejected(refusal: DurableError) -> Error {
+    Error::new(Outcome::Rejected, OPERATION).with_cause(Cause::Durable(refusal))
 }
 
 /// The durable registry. Outlives listener restarts.
@@ -95,6 +141,7 @@ pub struct DurableRegistry {
     next: AtomicU64,
     /// Stream generations (see `RunRegistry`): never reused across listener restarts.
     generations: AtomicU64,
+    on_evict: Mutex<Option<EvictHook>>,
 }
 
 impl std::fmt::Debug for DurableRegistry {
@@ -113,9 +160,51 @@ fn target(req: &v1::DurableTaskRequest) -> Option<(String, i32)> {
     }
 }
 
+impl Inner {
+    /// Fails and removes every ack slot whose key matches, with the error `make` builds.
+    fn fail_acks(&mut self, matches: impl Fn(&(String, i32)) -> bool, make: impl Fn() -> Error) {
+        let keys: Vec<(String, i32)> = self.acks.keys().filter(|k| matches(k)).cloned().collect();
+        for k in keys {
+            for (id, tx) in self.acks.remove(&k).unwrap_or_default() {
+                self.unacked.remove(&id);
+                let _ = tx.send(Err(make()));
+            }
+        }
+    }
+
+    /// Fails and removes the ack slots whose request id matches.
+    fn fail_acks_where(&mut self, matches: impl Fn(u64) -> bool, make: impl Fn() -> Error) {
+        for q in self.acks.values_mut() {
+            let mut keep = VecDeque::with_capacity(q.len());
+            for (id, tx) in q.drain(..) {
+                if matches(id) {
+                    let _ = tx.send(Err(make()));
+                } else {
+                    keep.push_back((id, tx));
+                }
+            }
+            *q = keep;
+        }
+        self.acks.retain(|_, q| !q.is_empty());
+    }
+
+    /// Fails and removes every wait whose key matches.
+    fn fail_waits(&mut self, matches: impl Fn(&EntryKey) -> bool, make: impl Fn() -> Error) {
+        let keys: Vec<EntryKey> = self.waits.keys().filter(|k| matches(k)).cloned().collect();
+        for k in keys {
+            if let Some(tx) = self.waits.remove(&k) {
+                let _ = tx.send(Err(make()));
+            }
+        }
+    }
+}
+
 impl DurableRegistry {
-    /// Sends a request that expects an ack; returns the ack receiver and whether a stream must
-    /// be armed.
+    /// Sets what runs when the engine evicts an invocation (the worker cancels it).
+    pub fn set_evict_hook(&self, hook: EvictHook) {
+        *self.on_evict.lock() = Some(hook);
+    }
+
     /// Drops a request whose ack will no longer be awaited (its slot and its re-send).
     fn abandon(&self, key: &(String, i32), id: u64) {
         let mut g = self.inner.lock();
@@ -132,6 +221,8 @@ impl DurableRegistry {
         self.generations.fetch_add(1, Ordering::Relaxed) + 1
     }
 
+    /// Sends a request that expects an ack; returns the ack receiver and whether a stream must
+    /// be armed.
     fn send(&self, req: v1::DurableTaskRequest) -> Result<Sent, Error> {
         let key =
             target(&req).ok_or_else(|| Error::invalid("DurableTask", "request has no target"))?;
@@ -142,7 +233,13 @@ impl DurableRegistry {
             return Err(Error::closed("DurableTask"));
         }
         g.acks.entry(key).or_default().push_back((id, tx));
-        g.unacked.insert(id, req.clone());
+        g.unacked.insert(
+            id,
+            Unacked {
+                req: req.clone(),
+                failed_streams: 0,
+            },
+        );
         let sent = g.sink.as_ref().is_some_and(|(_, s)| s.send(req).is_ok());
         Ok((id, rx, !sent))
     }
@@ -155,13 +252,17 @@ impl DurableRegistry {
         }
     }
 
-    fn wait(&self, key: EntryKey) -> oneshot::Receiver<Completion> {
+    fn wait(&self, key: EntryKey) -> oneshot::Receiver<Result<Completion, Error>> {
         let (tx, rx) = oneshot::channel();
         let mut g = self.inner.lock();
+        if g.closed {
+            let _ = tx.send(Err(Error::closed(OPERATION)));
+            return rx;
+        }
         if let Some((c, at)) = g.early.remove(&key)
             && at.elapsed() < EARLY_COMPLETION_TTL
         {
-            let _ = tx.send(c);
+            let _ = tx.send(Ok(c));
             return rx;
         }
         g.waits.insert(key, tx);
@@ -229,7 +330,7 @@ impl DurableRegistry {
                 let mut g = self.inner.lock();
                 match g.waits.remove(&key) {
                     Some(tx) => {
-                        let _ = tx.send(completion);
+                        let _ = tx.send(Ok(completion));
                     }
                     None => {
                         let now = Instant::now();
@@ -241,41 +342,32 @@ impl DurableRegistry {
                 }
             }
             Resp::Error(e) => {
-                if let Some(r) = e.r#ref
-                    && let Some(tx) =
-                        self.pop_ack(&(r.durable_task_external_id.clone(), r.invocation_count))
+                let Some(r) = e.r#ref else { return };
+                let refusal = refusal_of(&r, e.error_type, e.error_message);
+                if let Some(tx) =
+                    self.pop_ack(&(r.durable_task_external_id.clone(), r.invocation_count))
                 {
-                    let _ = tx.send(Err(Error::new(
-                        Outcome::Rejected,
-                        "/v1.V1Dispatcher/DurableTask",
-                    )
-                    .with_detail(format!(
-                        "engine error at node {}: {}",
-                        r.node_id, e.error_message
-                    ))));
+                    let _ = tx.send(Err(rejected(refusal)));
                 }
             }
             Resp::ServerEvict(e) => {
-                let mut g = self.inner.lock();
-                let task = e.durable_task_external_id.clone();
-                let keys: Vec<(String, i32)> = g
-                    .acks
-                    .keys()
-                    .filter(|(t, i)| *t == task && *i <= e.invocation_count)
-                    .cloned()
-                    .collect();
-                for k in keys {
-                    for (id, tx) in g.acks.remove(&k).unwrap_or_default() {
-                        g.unacked.remove(&id);
-                        let _ = tx.send(Err(Error::new(
-                            Outcome::Rejected,
-                            "/v1.V1Dispatcher/DurableTask",
-                        )
-                        .with_detail(format!("invocation evicted by the engine: {}", e.reason))));
-                    }
+                let (task, invocation) = (e.durable_task_external_id, e.invocation_count);
+                let evicted = || {
+                    rejected(DurableError::Evicted {
+                        task: task.clone(),
+                        invocation,
+                        reason: e.reason.clone(),
+                    })
+                };
+                {
+                    let mut g = self.inner.lock();
+                    g.fail_acks(|(t, i)| *t == task && *i <= invocation, evicted);
+                    g.fail_waits(|(t, i, _, _)| *t == task && *i <= invocation, evicted);
                 }
-                g.waits
-                    .retain(|(t, i, _, _), _| !(*t == task && *i <= e.invocation_count));
+                let hook = self.on_evict.lock().clone();
+                if let Some(hook) = hook {
+                    hook(&task, invocation);
+                }
             }
         }
     }
@@ -288,8 +380,8 @@ impl DurableRegistry {
                 worker_id: worker_id.to_string(),
             })),
         });
-        for req in g.unacked.values() {
-            let _ = sink.send(req.clone());
+        for pending in g.unacked.values() {
+            let _ = sink.send(pending.req.clone());
         }
         let waiting: Vec<v1::DurableTaskAwaitedCompletedEntry> = g
             .waits
@@ -319,18 +411,62 @@ impl DurableRegistry {
         }
     }
 
+    /// Counts a stream of this registry's that ended: without progress, every request it carried
+    /// has ridden one more failed stream, and those at [`MAX_SEND_ATTEMPTS`] fail; with progress,
+    /// the count starts again.
+    fn stream_ended(&self, progressed: bool, why: &str) {
+        let mut g = self.inner.lock();
+        if progressed {
+            for p in g.unacked.values_mut() {
+                p.failed_streams = 0;
+            }
+            return;
+        }
+        let mut spent = Vec::new();
+        for (id, p) in g.unacked.iter_mut() {
+            p.failed_streams += 1;
+            if p.failed_streams >= MAX_SEND_ATTEMPTS {
+                spent.push(*id);
+            }
+        }
+        if spent.is_empty() {
+            return;
+        }
+        let make = || {
+            Error::new(Outcome::Exhausted, OPERATION)
+                .with_attempts(MAX_SEND_ATTEMPTS)
+                .with_detail(format!(
+                    "the durable-task stream ended {MAX_SEND_ATTEMPTS} times in a row before the engine acknowledged this operation (last: {why}); the engine replays durable operations by node, so retrying the task is safe"
+                ))
+        };
+        for id in &spent {
+            g.unacked.remove(id);
+        }
+        let spent: std::collections::HashSet<u64> = spent.into_iter().collect();
+        g.fail_acks_where(|id| spent.contains(&id), make);
+    }
+
     /// Fails everything pending and refuses new work (runtime shutdown).
     pub fn close(&self) {
         let mut g = self.inner.lock();
         g.closed = true;
         g.sink = None;
-        for (_, q) in g.acks.drain() {
-            for (_, tx) in q {
-                let _ = tx.send(Err(Error::closed("DurableTask")));
-            }
-        }
+        g.fail_acks(|_| true, || Error::closed(OPERATION));
+        g.fail_waits(|_| true, || Error::closed(OPERATION));
         g.unacked.clear();
-        g.waits.clear();
+    }
+
+    /// Fails every pending request and wait with the listener's stop error (new requests re-arm
+    /// the listener).
+    fn stopped(&self, why: &str) {
+        let mut g = self.inner.lock();
+        let make = || {
+            Error::new(Outcome::Rejected, OPERATION)
+                .with_detail(format!("the durable-task stream stopped: {why}"))
+        };
+        g.fail_acks(|_| true, make);
+        g.fail_waits(|_| true, make);
+        g.unacked.clear();
     }
 
     fn busy(&self) -> bool {
@@ -424,6 +560,7 @@ impl DurableListener {
                 return;
             };
             args.registry.unpublish(generation);
+            args.registry.stream_ended(out.progressed, &out.error);
             let _ = me.cast(DurableMsg::Ended {
                 generation,
                 end: out.end,
@@ -444,12 +581,13 @@ impl Actor for DurableListener {
         myself: ActorRef<DurableMsg>,
         args: DurableArgs,
     ) -> Result<DurableState, ActorProcessingErr> {
+        let rng = args.ctx.rng("durable_task");
         let mut st = DurableState {
             args,
             generation: 0,
             active: false,
             reconnect: ReconnectState::default(),
-            rng: rand::rngs::StdRng::from_rng(&mut rand::rng()),
+            rng,
         };
         if st.args.registry.busy() {
             Self::open(&myself, &mut st);
@@ -503,7 +641,9 @@ impl Actor for DurableListener {
                     }
                     Next::Idle => st.args.health.idle(),
                     Next::Stop { reason } => {
-                        st.args.health.stopped(Some(format!("{reason}: {error}")))
+                        let why = format!("{reason}: {error}");
+                        st.args.registry.stopped(&why);
+                        st.args.health.stopped(Some(why));
                     }
                 }
             }
@@ -593,7 +733,7 @@ impl DurableClient {
             }
         }
         let _guard = Forget(&self.registry, key);
-        rx.await.map_err(|_| Error::closed("DurableTask"))
+        rx.await.map_err(|_| Error::closed(OPERATION))?
     }
 
     /// Memoizes `compute` under `key` for this task: a replay returns the stored value.
@@ -694,7 +834,11 @@ mod tests {
     async fn a_completion_before_its_waiter_is_kept_ten_seconds() {
         let r = DurableRegistry::default();
         r.on_response(completed("t", 1));
-        let got = r.wait(("t".into(), 1, 1, 1)).await.expect("kept");
+        let got = r
+            .wait(("t".into(), 1, 1, 1))
+            .await
+            .expect("kept")
+            .expect("a completion");
         assert_eq!(got.payload, b"{}");
         r.on_response(completed("t", 2));
         tokio::time::advance(EARLY_COMPLETION_TTL + Duration::from_millis(1)).await;
@@ -761,5 +905,166 @@ mod tests {
             out.recv().await.and_then(|r| r.message),
             Some(Req::RegisterWorker(_))
         ));
+    }
+
+    fn wait_req(task: &str, inv: i32) -> v1::DurableTaskRequest {
+        v1::DurableTaskRequest {
+            message: Some(Req::WaitFor(v1::DurableTaskWaitForRequest {
+                invocation_count: inv,
+                durable_task_external_id: task.into(),
+                wait_for_conditions: None,
+                label: None,
+            })),
+        }
+    }
+
+    fn counts(r: &DurableRegistry) -> (usize, usize, usize) {
+        let g = r.inner.lock();
+        (g.unacked.len(), g.acks.len(), g.waits.len())
+    }
+
+    #[tokio::test]
+    async fn a_nondeterminism_error_reaches_the_pending_ack_typed_with_its_entry() {
+        let r = DurableRegistry::default();
+        let (_, ack, arm) = r.send(wait_req("t", 2)).expect("send");
+        assert!(arm, "no stream yet: the caller arms one");
+        r.on_response(v1::DurableTaskResponse {
+            message: Some(Resp::Error(v1::DurableTaskErrorResponse {
+                r#ref: Some(eref("t", 2, 3)),
+                error_type: v1::DurableTaskErrorType::Nondeterminism as i32,
+                error_message: "operation 3 differs".into(),
+            })),
+        });
+        let err = ack.await.expect("answered").expect_err("refused");
+        assert_eq!(err.outcome(), Outcome::Rejected);
+        assert_eq!(
+            err.durable(),
+            Some(&DurableError::Nondeterminism {
+                task: "t".into(),
+                invocation: 2,
+                branch: 1,
+                node: 3,
+                message: "operation 3 differs".into(),
+            })
+        );
+        assert!(err.to_string().contains("nondeterministic replay"), "{err}");
+        assert_eq!(counts(&r), (0, 0, 0));
+        let task_error = crate::worker::TaskError::from(err);
+        assert!(
+            !task_error.retryable,
+            "a nondeterministic replay is not retried"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_server_eviction_fails_that_invocations_acks_and_waits_and_calls_the_hook() {
+        let r = DurableRegistry::default();
+        let evicted = Arc::new(Mutex::new(Vec::new()));
+        let seen = evicted.clone();
+        r.set_evict_hook(Arc::new(move |t: &str, i: i32| {
+            seen.lock().push((t.to_string(), i))
+        }));
+        let (_, stale_ack, _) = r.send(wait_req("t", 1)).expect("send");
+        let stale_wait = r.wait(("t".into(), 1, 1, 1));
+        let (_, live_ack, _) = r.send(wait_req("t", 2)).expect("send");
+        let mut live_wait = r.wait(("t".into(), 2, 1, 1));
+        let (_, other_ack, _) = r.send(wait_req("u", 1)).expect("send");
+        r.on_response(v1::DurableTaskResponse {
+            message: Some(Resp::ServerEvict(v1::DurableTaskServerEvictNotice {
+                durable_task_external_id: "t".into(),
+                invocation_count: 1,
+                reason: "stale".into(),
+            })),
+        });
+        let expected = DurableError::Evicted {
+            task: "t".into(),
+            invocation: 1,
+            reason: "stale".into(),
+        };
+        let e = stale_ack.await.expect("answered").expect_err("evicted");
+        assert_eq!(e.durable(), Some(&expected));
+        let e = stale_wait.await.expect("answered").expect_err("evicted");
+        assert_eq!(e.durable(), Some(&expected));
+        assert_eq!(*evicted.lock(), vec![("t".to_string(), 1)]);
+        assert!(
+            futures::poll!(&mut live_wait).is_pending(),
+            "invocation 2 lives"
+        );
+        assert_eq!(
+            counts(&r),
+            (2, 2, 1),
+            "only invocation 1's entries are gone"
+        );
+        drop((live_ack, other_ack));
+    }
+
+    #[tokio::test]
+    async fn a_request_fails_after_five_streams_without_progress_and_progress_resets_the_count() {
+        let r = DurableRegistry::default();
+        let (_, mut ack, _) = r.send(wait_req("t", 1)).expect("send");
+        for _ in 0..MAX_SEND_ATTEMPTS - 1 {
+            r.stream_ended(false, "status Unavailable");
+        }
+        r.stream_ended(true, "eof");
+        for _ in 0..MAX_SEND_ATTEMPTS - 1 {
+            r.stream_ended(false, "status Unavailable");
+        }
+        assert!(
+            futures::poll!(&mut ack).is_pending(),
+            "a stream with progress starts the count again"
+        );
+        r.stream_ended(false, "status Unavailable");
+        let err = ack.await.expect("answered").expect_err("spent");
+        assert_eq!(err.outcome(), Outcome::Exhausted);
+        assert_eq!(err.attempts(), MAX_SEND_ATTEMPTS);
+        assert!(err.to_string().contains("status Unavailable"), "{err}");
+        assert_eq!(counts(&r), (0, 0, 0), "nothing is re-sent after the error");
+    }
+
+    #[tokio::test]
+    async fn a_stopped_listener_fails_every_request_and_wait_at_once() {
+        let r = DurableRegistry::default();
+        let (_, ack, _) = r.send(wait_req("t", 1)).expect("send");
+        let wait = r.wait(("t".into(), 1, 1, 1));
+        r.stopped("permanent: status Unauthenticated");
+        for e in [
+            ack.await.expect("answered").expect_err("failed"),
+            wait.await.expect("answered").expect_err("failed"),
+        ] {
+            assert!(e.to_string().contains("Unauthenticated"), "{e}");
+        }
+        assert_eq!(counts(&r), (0, 0, 0));
+        r.close();
+        let e = r
+            .wait(("t".into(), 1, 1, 2))
+            .await
+            .expect("answered")
+            .expect_err("closed");
+        assert_eq!(e.outcome(), Outcome::Closed);
+    }
+
+    #[tokio::test]
+    async fn a_request_queued_before_a_stream_follows_register_worker_and_gets_its_ack() {
+        let r = DurableRegistry::default();
+        let (_, ack, arm) = r.send(wait_req("t", 1)).expect("send");
+        assert!(arm);
+        r.stream_ended(false, "status Unavailable"); // a failed first connect keeps it
+        let (sink, mut out) = mpsc::unbounded_channel();
+        r.publish(7, sink, "w");
+        assert!(matches!(
+            out.recv().await.and_then(|m| m.message),
+            Some(Req::RegisterWorker(w)) if w.worker_id == "w"
+        ));
+        assert!(matches!(
+            out.recv().await.and_then(|m| m.message),
+            Some(Req::WaitFor(w)) if w.durable_task_external_id == "t"
+        ));
+        r.on_response(v1::DurableTaskResponse {
+            message: Some(Resp::WaitForAck(v1::DurableTaskEventWaitForAckResponse {
+                r#ref: Some(eref("t", 1, 1)),
+            })),
+        });
+        assert!(matches!(ack.await, Ok(Ok(Ack::Wait(_)))));
+        assert_eq!(counts(&r), (0, 0, 0));
     }
 }

@@ -56,6 +56,21 @@ pub struct ListenerCtx {
     /// Reconnect backoff: [`crate::retry::backoff::STREAM_BACKOFF`], and its 5 s-capped form
     /// while result waiters are pending. Tests scale them down to count attempts quickly.
     pub backoff: StreamBackoff,
+    /// The runtime's jitter seed ([`crate::RuntimeOptions::seed`]); each listener draws from
+    /// its own generator derived from it, so a seeded runtime reconnects on a reproducible
+    /// schedule.
+    pub seed: u64,
+}
+
+impl ListenerCtx {
+    /// A jitter generator for one listener: the runtime seed mixed with the listener's name.
+    pub fn rng(&self, listener: &str) -> rand::rngs::StdRng {
+        use rand::SeedableRng as _;
+        let salt = listener.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        rand::rngs::StdRng::seed_from_u64(self.seed ^ salt)
+    }
 }
 
 /// The two reconnect backoff profiles of the listeners.

@@ -14,7 +14,6 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use rand::SeedableRng as _;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -157,6 +156,7 @@ impl<P: KeyedStream> Actor for KeyedListener<P> {
         myself: ActorRef<KeyedMsg>,
         args: KeyedArgs<P>,
     ) -> Result<KeyedState<P>, ActorProcessingErr> {
+        let rng = args.ctx.rng(P::OP);
         let mut st = KeyedState {
             args,
             generation: 0,
@@ -164,7 +164,7 @@ impl<P: KeyedStream> Actor for KeyedListener<P> {
             reconnect: ReconnectState::default(),
             down_since: None,
             polling: false,
-            rng: rand::rngs::StdRng::from_rng(&mut rand::rng()),
+            rng,
         };
         // A restarted listener re-arms at once if waiters survived.
         if st.args.registry.has_waiters() {

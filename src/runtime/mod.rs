@@ -325,6 +325,7 @@ impl Runtime {
             lifecycle: CancellationToken::new(),
             core,
             backoff: opts.stream_backoff,
+            seed: seed.wrapping_add(2),
         };
         let health = [
             ListenerKind::WorkerActions,

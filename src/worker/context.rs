@@ -138,6 +138,13 @@ impl Context {
         self.inner.action.retry_count
     }
 
+    /// The durable invocation this attempt runs as (`None` for a plain task). It grows by one
+    /// each time the engine starts the task again (a retry, a restore after eviction); a
+    /// replayed invocation finds the operations of the earlier ones.
+    pub fn durable_invocation(&self) -> Option<i32> {
+        self.inner.action.durable_task_invocation_count
+    }
+
     /// The task run id.
     pub fn task_run_id(&self) -> &str {
         &self.inner.action.task_run_external_id
@@ -339,7 +346,10 @@ impl Context {
         if self.inner.shared.legacy_durable.load(Ordering::Relaxed) {
             return self.wait_legacy(cond).await;
         }
+        // Biased: an answer the engine already gave (an eviction, say) wins over the cancellation
+        // it caused, so the task sees why it stops.
         let done = tokio::select! {
+            biased;
             r = d.wait_for(self.task_run_id(), inv, cond) => r?,
             _ = self.inner.cancel.cancelled() => return Err(Error::new(Outcome::Cancelled, "durable wait")),
         };

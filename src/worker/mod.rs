@@ -10,6 +10,9 @@
 //!    is delivered or its attempt is stale (no heartbeat for [`STALE_AFTER`]: the engine has
 //!    reassigned it); a transient outage never drops it.
 //! 4. A panic in user code becomes a FAILED event; the worker lives on.
+//! 5. Running tasks are keyed by (task run id, durable invocation): CANCEL_STEP_RUN cancels every
+//!    invocation of the task, a server eviction cancels the evicted invocation and older ones
+//!    only (a newer invocation of the same task may run on this worker at the same time).
 
 pub mod context;
 pub mod task;
@@ -71,12 +74,33 @@ impl WorkerOptions {
     }
 }
 
+/// A running task: its run id and its durable invocation (0 for a plain task).
+type RunningKey = (String, i32);
+
+fn running_key(a: &proto::AssignedAction) -> RunningKey {
+    (
+        a.task_run_external_id.clone(),
+        a.durable_task_invocation_count.unwrap_or(0),
+    )
+}
+
+impl WorkerCore {
+    /// Cancels the running invocations of `task` that `which` selects.
+    fn cancel_running(&self, task: &str, which: impl Fn(i32) -> bool) {
+        for ((t, inv), token) in self.running.lock().iter() {
+            if t == task && which(*inv) {
+                token.cancel();
+            }
+        }
+    }
+}
+
 /// The worker's state; lives in the runtime's shared state so an actor restart keeps it.
 #[derive(Default)]
 pub struct WorkerCore {
     handlers: Mutex<HashMap<String, TaskDef>>,
     pub(crate) identity: Arc<WorkerIdentity>,
-    running: Mutex<HashMap<String, CancellationToken>>,
+    running: Mutex<HashMap<RunningKey, CancellationToken>>,
     tracker: TaskTracker,
     stop: CancellationToken,
     started: AtomicBool,
@@ -234,6 +258,16 @@ fn start(shared: &Arc<Shared>, opts: WorkerOptions) -> Result<(), Error> {
         ));
     }
     core.accepting.store(true, Ordering::SeqCst);
+    // An evicted invocation stops at once, like a cancelled one (nothing is reported: the engine
+    // resumes the task as a new invocation).
+    let evicting = Arc::downgrade(core);
+    shared
+        .durable
+        .set_evict_hook(Arc::new(move |task: &str, invocation: i32| {
+            if let Some(core) = evicting.upgrade() {
+                core.cancel_running(task, |inv| inv <= invocation);
+            }
+        }));
     let slots = opts.slots.max(1);
     let durable_slots = opts.durable_slots.max(1);
     let registration = Registration {
@@ -289,7 +323,7 @@ async fn dispatch(
                 let token = core.stop.child_token();
                 core.running
                     .lock()
-                    .insert(action.task_run_external_id.clone(), token.clone());
+                    .insert(running_key(&action), token.clone());
                 let shared = shared.clone();
                 core.tracker.spawn(async move {
                     execute(&shared, action, token).await;
@@ -297,9 +331,7 @@ async fn dispatch(
                 });
             }
             Ok(ActionType::CancelStepRun) => {
-                if let Some(t) = core.running.lock().get(&action.task_run_external_id) {
-                    t.cancel();
-                }
+                core.cancel_running(&action.task_run_external_id, |_| true);
             }
             _ => tracing::warn!(
                 action_type = action.action_type,
@@ -310,7 +342,7 @@ async fn dispatch(
 }
 
 async fn execute(shared: &Arc<Shared>, action: proto::AssignedAction, token: CancellationToken) {
-    let task_id = action.task_run_external_id.clone();
+    let task_id = running_key(&action);
     let handler = shared
         .worker
         .handlers
@@ -349,6 +381,12 @@ async fn execute(shared: &Arc<Shared>, action: proto::AssignedAction, token: Can
             tokio::select! {
                 biased;
                 r = fut => match r {
+                    // Cancelled while it finished (CANCEL_STEP_RUN, an eviction, shutdown): the
+                    // engine no longer expects this attempt's result, so none is reported.
+                    _ if token.is_cancelled() => {
+                        shared.worker.running.lock().remove(&task_id);
+                        return;
+                    }
                     Ok(r) => r,
                     Err(p) => Err(TaskError::new(format!("the task panicked: {}", panic_text(&p)))),
                 },

@@ -58,8 +58,15 @@ impl From<&str> for TaskError {
 }
 
 impl From<crate::Error> for TaskError {
+    /// A nondeterministic replay is not retried: the retry would replay the same history and
+    /// diverge the same way. Every other runtime error leaves the engine's retries in charge.
     fn from(e: crate::Error) -> Self {
-        TaskError::new(e.to_string())
+        match e.durable() {
+            Some(crate::error::DurableError::Nondeterminism { .. }) => {
+                TaskError::non_retryable(e.to_string())
+            }
+            _ => TaskError::new(e.to_string()),
+        }
     }
 }
 

@@ -96,13 +96,7 @@ async fn sleep_and_event_waits_complete_and_replays_reuse_nodes() {
     assert_eq!(a.durable_task_invocation_count, Some(1));
     let task = a.task_run_external_id.clone();
 
-    let (tx, rx) = mpsc::unbounded_channel();
-    let mut resp = h
-        .durable()
-        .durable_task(UnboundedReceiverStream::new(rx))
-        .await
-        .expect("open")
-        .into_inner();
+    let (tx, mut resp) = h.durable_stream().await;
     tx.send(v1::DurableTaskRequest {
         message: Some(Req::RegisterWorker(v1::DurableTaskRequestRegisterWorker {
             worker_id: wid.clone(),
@@ -197,13 +191,7 @@ async fn a_nondeterministic_replay_is_reported() {
     h.trigger("nd", "{}").await;
     let a = next(&mut actions).await;
     let task = a.task_run_external_id.clone();
-    let (tx, rx) = mpsc::unbounded_channel();
-    let mut resp = h
-        .durable()
-        .durable_task(UnboundedReceiverStream::new(rx))
-        .await
-        .expect("open")
-        .into_inner();
+    let (tx, mut resp) = h.durable_stream().await;
     tx.send(sleep_wait(&task, 1, "sleep:60s", "60s"))
         .expect("send");
     assert!(matches!(recv(&mut resp).await, Resp::WaitForAck(_)));
@@ -219,15 +207,7 @@ async fn a_nondeterministic_replay_is_reported() {
     })
     .expect("send");
     assert!(matches!(recv(&mut resp).await, Resp::EvictionAck(e) if e.invocation_count == 1));
-    let restored = h
-        .dispatcher()
-        .restore_evicted_task(proto::RestoreEvictedTaskRequest {
-            task_run_external_id: task.clone(),
-        })
-        .await
-        .expect("restore")
-        .into_inner();
-    assert!(restored.requeued);
+    assert!(h.restore(&task).await);
     let again = next(&mut actions).await;
     assert_eq!(again.durable_task_invocation_count, Some(2));
     let _ = wid;

@@ -8,7 +8,6 @@ use hatchet_runtime::engine::{DevEngine, DevEngineOptions};
 use hatchet_runtime::proto::{self, StepActionEventType as E, v1};
 use hatchet_runtime::{Context, Runtime, TaskError, WorkerOptions, Workflow};
 use serde_json::Value;
-use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::support::{H, next};
 
@@ -159,13 +158,7 @@ async fn durable_trigger_runs_spawns_a_child_and_completes_with_its_output() {
     let mut actions = h.listen(&wid).await;
     h.trigger("dp", "{}").await;
     let parent = next(&mut actions).await;
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut resp = h
-        .durable()
-        .durable_task(UnboundedReceiverStream::new(rx))
-        .await
-        .expect("open")
-        .into_inner();
+    let (tx, mut resp) = h.durable_stream().await;
     use v1::durable_task_request::Message as Req;
     use v1::durable_task_response::Message as Resp;
     tx.send(v1::DurableTaskRequest {

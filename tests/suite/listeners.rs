@@ -20,7 +20,7 @@ use tonic::Code;
 const RUNS: &str = "/Dispatcher/SubscribeToWorkflowRuns";
 
 /// Reconnect backoff scaled down 100x, so attempt-counting tests run in well under a second.
-fn fast() -> StreamBackoff {
+pub(crate) fn fast() -> StreamBackoff {
     let ms = Duration::from_millis;
     StreamBackoff {
         stream: Backoff {
@@ -583,7 +583,11 @@ async fn engines_before_v0_80_get_durable_waits_through_the_durable_events_liste
 }
 
 /// Waits (at most 10 s) until `kind`'s health satisfies `pred`.
-async fn until(rt: &RuntimeHandle, kind: ListenerKind, pred: impl Fn(&ListenerState) -> bool) {
+pub(crate) async fn until(
+    rt: &RuntimeHandle,
+    kind: ListenerKind,
+    pred: impl Fn(&ListenerState) -> bool,
+) {
     let mut rx = rt.health()[&kind].clone();
     tokio::time::timeout(Duration::from_secs(10), async {
         while !pred(&rx.borrow_and_update()) {
@@ -594,15 +598,15 @@ async fn until(rt: &RuntimeHandle, kind: ListenerKind, pred: impl Fn(&ListenerSt
     .expect("the state arrives in time");
 }
 
-fn stopped(s: &ListenerState) -> bool {
+pub(crate) fn stopped(s: &ListenerState) -> bool {
     matches!(s, ListenerState::Stopped { error: Some(_) })
 }
 
 const LISTEN: &str = "/Dispatcher/ListenV2";
-const DURABLE: &str = "/v1.V1Dispatcher/DurableTask";
+pub(crate) const DURABLE: &str = "/v1.V1Dispatcher/DurableTask";
 const EVENTS: &str = "/v1.V1Dispatcher/ListenForDurableEvent";
 
-fn end(code: Code) -> Fault {
+pub(crate) fn end(code: Code) -> Fault {
     Fault::EndStream {
         after: 0,
         code: Some(code as i32),

@@ -3,6 +3,7 @@
 mod bad_input;
 mod chaos;
 mod config_env;
+mod durable_listener;
 mod engine_core;
 mod engine_durable;
 mod engine_faults;

@@ -79,6 +79,35 @@ impl H {
         )
     }
 
+    /// Opens a DurableTask stream: its request sender and its responses.
+    pub async fn durable_stream(
+        &self,
+    ) -> (
+        tokio::sync::mpsc::UnboundedSender<v1::DurableTaskRequest>,
+        tonic::Streaming<v1::DurableTaskResponse>,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let resp = self
+            .durable()
+            .durable_task(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+            .await
+            .expect("open")
+            .into_inner();
+        (tx, resp)
+    }
+
+    /// Restores an evicted task; whether the engine requeued it.
+    pub async fn restore(&self, task: &str) -> bool {
+        self.dispatcher()
+            .restore_evicted_task(proto::RestoreEvictedTaskRequest {
+                task_run_external_id: task.to_string(),
+            })
+            .await
+            .expect("restore")
+            .into_inner()
+            .requeued
+    }
+
     /// Registers a workflow of tasks `(readable_id, parents, retries, timeout)`.
     pub async fn put(&self, name: &str, tasks: &[(&str, &[&str], i32, &str)], triggers: &[&str]) {
         let tasks = tasks

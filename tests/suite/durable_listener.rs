@@ -1,0 +1,253 @@
+//! The durable-task listener end to end: the bound on a request during an outage, the engine's
+//! typed refusals (a nondeterministic replay, a server eviction) and what the worker does with
+//! them, and a stopped listener failing its task instead of hanging it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hatchet_runtime::engine::{DevEngine, DevEngineOptions};
+use hatchet_runtime::error::DurableError;
+use hatchet_runtime::listener::durable_task::MAX_SEND_ATTEMPTS;
+use hatchet_runtime::listener::health::ListenerKind;
+use hatchet_runtime::proto::v1;
+use hatchet_runtime::{
+    Context, Runtime, RuntimeHandle, RuntimeOptions, TaskError, TaskOptions, WorkerOptions,
+    Workflow,
+};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+use tonic::Code;
+
+use super::listeners::{DURABLE, end, fast, stopped, until};
+use super::support::H;
+
+async fn runtime(engine: &DevEngine) -> RuntimeHandle {
+    Runtime::spawn_with(
+        engine.client_config(),
+        RuntimeOptions::default().stream_backoff(fast()).seed(5),
+    )
+    .await
+    .expect("runtime")
+}
+
+async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} in time"))
+}
+
+/// A durable task that reports how its one `sleep_for` ended instead of failing.
+fn reporting_napper() -> Workflow {
+    Workflow::new("nap").durable_task(
+        "d",
+        TaskOptions::default(),
+        |_i: Value, c: Context| async move {
+            Ok::<_, TaskError>(match c.sleep_for("10ms").await {
+                Ok(()) => json!({"woke": true}),
+                Err(e) => json!({"outcome": e.outcome().as_str(), "attempts": e.attempts(), "error": e.to_string()}),
+            })
+        },
+    )
+}
+
+/// Runs [`reporting_napper`] once while the first `n` DurableTask opens end with `code`.
+async fn nap_with_durable_opens_failing(n: u32, code: Code) -> (DevEngine, RuntimeHandle, Value) {
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let rt = runtime(&engine).await;
+    rt.register(reporting_napper()).await.expect("register");
+    engine.faults().inject(DURABLE, n, end(code));
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let out: Value = within("the run", rt.run("nap", &json!({})))
+        .await
+        .expect("the task itself completes");
+    (engine, rt, out)
+}
+
+#[tokio::test]
+async fn a_durable_operation_during_an_outage_fails_after_five_streams_instead_of_blocking() {
+    // Every DurableTask open fails at once: a transient end, so the listener keeps trying, but
+    // the task's request is bounded (CONTRACT.md §3, synchronous paths).
+    let (engine, rt, out) = nap_with_durable_opens_failing(1000, Code::Unavailable).await;
+    assert_eq!(out["outcome"], "exhausted", "{out}");
+    assert_eq!(out["attempts"], MAX_SEND_ATTEMPTS, "{out}");
+    assert!(
+        out["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("retrying the task is safe")),
+        "{out}"
+    );
+    assert!(engine.faults().attempts(DURABLE) >= u64::from(MAX_SEND_ATTEMPTS));
+    // The outage ends: the listener, still reconnecting, serves the next run.
+    engine.faults().clear();
+    let out: Value = within("recovery", rt.run("nap", &json!({})))
+        .await
+        .expect("result");
+    assert_eq!(out["woke"], true, "{out}");
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_stopped_durable_listener_fails_the_waiting_task_instead_of_hanging_it() {
+    let (engine, rt, out) = nap_with_durable_opens_failing(1, Code::Unauthenticated).await;
+    assert_eq!(out["outcome"], "rejected", "{out}");
+    assert!(
+        out["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("stream stopped") && e.contains("Unauthenticated")),
+        "{out}"
+    );
+    until(&rt, ListenerKind::DurableTask, stopped).await;
+    assert_eq!(engine.faults().attempts(DURABLE), 1);
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_nondeterministic_replay_fails_the_task_with_a_typed_error_and_is_not_retried() {
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let rt = runtime(&engine).await;
+    let seen: Arc<Mutex<Vec<Option<DurableError>>>> = Arc::default();
+    let record = seen.clone();
+    rt.register(Workflow::new("drift").durable_task(
+        "d",
+        TaskOptions {
+            retries: 3,
+            ..TaskOptions::default()
+        },
+        move |_i: Value, c: Context| {
+            let record = record.clone();
+            async move {
+                if c.retry_count() == 0 {
+                    // Invocation 1 records a sleep at node 1, then fails (retryable).
+                    c.sleep_for("10ms").await?;
+                    return Err(TaskError::new("first attempt fails"));
+                }
+                // The replay asks for something else at node 1.
+                let r = c.wait_for_event("drift:other").await;
+                let err = r.expect_err("the engine refuses a different operation at node 1");
+                record.lock().push(err.durable().cloned());
+                Err::<Value, _>(TaskError::from(err))
+            }
+        },
+    ))
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let err = within("the failure", rt.run::<_, Value>("drift", &json!({})))
+        .await
+        .expect_err("the run fails");
+    assert!(err.to_string().contains("nondeterministic replay"), "{err}");
+    let seen = seen.lock().clone();
+    assert_eq!(
+        seen.len(),
+        1,
+        "not retried after the nondeterminism: {seen:?}"
+    );
+    let Some(DurableError::Nondeterminism {
+        invocation, node, ..
+    }) = &seen[0]
+    else {
+        panic!("a typed nondeterminism error: {seen:?}");
+    };
+    assert_eq!((*invocation, *node), (2, 1));
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_server_eviction_stops_the_evicted_invocation_and_the_next_one_finishes_the_run() {
+    let h = H::new().await;
+    let rt = runtime(&h.engine).await;
+    let (started_tx, mut started) = mpsc::unbounded_channel::<(String, i32)>();
+    let (ended_tx, mut ended) = mpsc::unbounded_channel::<(i32, Result<(), DurableError>)>();
+    let (gate_tx, gate) = watch::channel(false);
+    rt.register(Workflow::new("evictee").durable_task(
+        "d",
+        TaskOptions::default(),
+        move |_i: Value, c: Context| {
+            let (started_tx, ended_tx, mut gate) =
+                (started_tx.clone(), ended_tx.clone(), gate.clone());
+            async move {
+                let inv = c.durable_invocation().unwrap_or(0);
+                let _ = started_tx.send((c.task_run_id().to_string(), inv));
+                let _ = gate.wait_for(|open| *open).await;
+                let r = c.sleep_for("10ms").await;
+                let _ = ended_tx.send((
+                    inv,
+                    r.as_ref()
+                        .map(|_| ())
+                        .map_err(|e| e.durable().cloned().expect("a typed refusal")),
+                ));
+                r?;
+                Ok::<_, TaskError>(json!({"invocation": inv}))
+            }
+        },
+    ))
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let run = rt
+        .run_no_wait("evictee", &json!({}))
+        .await
+        .expect("trigger");
+    let (task, first) = within("invocation 1", started.recv())
+        .await
+        .expect("started");
+    assert_eq!(first, 1);
+    // Another client evicts invocation 1 and restores the task: the engine starts invocation 2
+    // (on this worker, which has a free durable slot) while invocation 1 still runs here.
+    let (tx, mut acks) = h.durable_stream().await;
+    tx.send(v1::DurableTaskRequest {
+        message: Some(v1::durable_task_request::Message::EvictInvocation(
+            v1::DurableTaskEvictInvocationRequest {
+                invocation_count: 1,
+                durable_task_external_id: task.clone(),
+                reason: Some("moved".into()),
+            },
+        )),
+    })
+    .expect("send");
+    let ack = within("the eviction ack", acks.message())
+        .await
+        .expect("stream")
+        .and_then(|r| r.message);
+    assert!(
+        matches!(
+            ack,
+            Some(v1::durable_task_response::Message::EvictionAck(_))
+        ),
+        "{ack:?}"
+    );
+    assert!(h.restore(&task).await);
+    let (again, second) = within("invocation 2", started.recv())
+        .await
+        .expect("started");
+    assert_eq!((again.as_str(), second), (task.as_str(), 2));
+    // Both invocations now ask for their sleep: the engine evicts the stale one.
+    gate_tx.send(true).expect("gate");
+    let mut ends = vec![
+        within("an end", ended.recv()).await.expect("end"),
+        within("an end", ended.recv()).await.expect("end"),
+    ];
+    ends.sort_by_key(|(inv, _)| *inv);
+    assert!(
+        matches!(&ends[0], (1, Err(DurableError::Evicted { task: t, invocation: 1, .. })) if *t == task),
+        "{ends:?}"
+    );
+    assert!(matches!(ends[1], (2, Ok(()))), "{ends:?}");
+    let out: Value = within("the result", run.result()).await.expect("result");
+    assert_eq!(
+        out["invocation"], 2,
+        "the evicted invocation reported nothing"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
