@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use super::actions::WorkerIdentity;
 use super::health::HealthReporter;
 use super::reconnect::{self, Next, ReconnectState, StreamEnd};
-use super::{ListenerCtx, pump};
+use super::{ListenerCtx, Phase, pump};
 use crate::error::{Cause, DurableError, Error, Outcome};
 use crate::proto::v1::{
     self, durable_task_request::Message as Req, durable_task_response::Message as Resp,
@@ -514,7 +514,7 @@ pub struct DurableArgs {
 pub struct DurableState {
     args: DurableArgs,
     generation: u64,
-    active: bool,
+    phase: Phase,
     reconnect: ReconnectState,
     rng: rand::rngs::StdRng,
 }
@@ -527,6 +527,7 @@ impl DurableListener {
     fn open(myself: &ActorRef<DurableMsg>, st: &mut DurableState) {
         let Some(worker_id) = st.args.identity.get() else {
             // Not registered yet: try again shortly.
+            st.phase = Phase::BackingOff;
             let generation = st.generation;
             super::later(
                 &st.args.ctx.lifecycle,
@@ -537,7 +538,7 @@ impl DurableListener {
             return;
         };
         st.generation = st.args.registry.next_generation();
-        st.active = true;
+        st.phase = Phase::Open;
         let generation = st.generation;
         let args = st.args.clone();
         let me = myself.clone();
@@ -585,7 +586,7 @@ impl Actor for DurableListener {
         let mut st = DurableState {
             args,
             generation: 0,
-            active: false,
+            phase: Phase::Closed,
             reconnect: ReconnectState::default(),
             rng,
         };
@@ -606,7 +607,7 @@ impl Actor for DurableListener {
         }
         match msg {
             DurableMsg::Ensure => {
-                if !st.active {
+                if st.phase.opens_on_demand() {
                     Self::open(&myself, st);
                 }
             }
@@ -619,7 +620,7 @@ impl Actor for DurableListener {
                 if generation != st.generation {
                     return Ok(());
                 }
-                st.active = false;
+                st.phase = Phase::Closed;
                 // The durable stream is wanted while the worker runs (CONTRACT.md §3).
                 match reconnect::decide(
                     &mut st.reconnect,
@@ -631,6 +632,7 @@ impl Actor for DurableListener {
                     &mut st.rng,
                 ) {
                     Next::Reconnect { delay, attempt } => {
+                        st.phase = Phase::BackingOff;
                         st.args.health.reconnecting(attempt, &error);
                         super::later(
                             &st.args.ctx.lifecycle,
@@ -648,7 +650,8 @@ impl Actor for DurableListener {
                 }
             }
             DurableMsg::Reconnect(generation) => {
-                if generation == st.generation && !st.active {
+                if generation == st.generation && st.phase == Phase::BackingOff {
+                    st.phase = Phase::Closed;
                     Self::open(&myself, st);
                 }
             }

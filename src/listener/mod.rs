@@ -73,6 +73,28 @@ impl ListenerCtx {
     }
 }
 
+/// Where a listener's stream is, as its actor sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Phase {
+    /// No stream and no reconnect scheduled (never opened, idle, or stopped).
+    #[default]
+    Closed,
+    /// A stream is open or opening.
+    Open,
+    /// A stream ended and a reconnect is scheduled after its backoff.
+    BackingOff,
+}
+
+impl Phase {
+    /// Whether a new need for the stream (a waiter, a request) opens one now. Only a closed
+    /// listener opens on demand: an open stream, or the scheduled reconnect, carries the newcomer
+    /// (everything pending is replayed before a stream is published), so new waiters arriving
+    /// during an outage coalesce into the scheduled reconnect and never bypass its backoff.
+    pub fn opens_on_demand(self) -> bool {
+        self == Phase::Closed
+    }
+}
+
 /// The two reconnect backoff profiles of the listeners.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamBackoff {

@@ -6,7 +6,10 @@
 //! 1. A generation stamps every stream; an end from an older generation is ignored.
 //! 2. The stream is wanted while waiters remain; without waiters it goes idle and the next waiter
 //!    re-arms it.
-//! 3. A stream kind may poll its pending keys after `poll_after` without a stream (the runs
+//! 3. Only a closed listener opens on demand ([`Phase::opens_on_demand`]): a waiter added while a
+//!    stream is open, opening, or backing off rides that stream or the scheduled reconnect, so
+//!    concurrent needs coalesce into one open and an outage never turns arrivals into a hot loop.
+//! 4. A stream kind may poll its pending keys after `poll_after` without a stream (the runs
 //!    listener polls GetRunDetails); the poll stops once the stream is back.
 
 use std::future::Future;
@@ -20,7 +23,7 @@ use tokio::time::Instant;
 use super::health::HealthReporter;
 use super::keyed::{Keyed, KeyedRegistry};
 use super::reconnect::{self, Next, ReconnectState, StreamEnd};
-use super::{ListenerCtx, pump};
+use super::{ListenerCtx, Phase, pump};
 use crate::error::Error;
 use crate::retry::Backoff;
 
@@ -94,7 +97,7 @@ pub struct KeyedState<P: KeyedStream> {
     args: KeyedArgs<P>,
     generation: u64,
     /// Whether a stream is open or opening.
-    active: bool,
+    phase: Phase,
     reconnect: ReconnectState,
     down_since: Option<Instant>,
     polling: bool,
@@ -113,7 +116,7 @@ impl<P> Default for KeyedListener<P> {
 impl<P: KeyedStream> KeyedListener<P> {
     fn open(myself: &ActorRef<KeyedMsg>, st: &mut KeyedState<P>) {
         st.generation = st.args.registry.next_generation();
-        st.active = true;
+        st.phase = Phase::Open;
         let generation = st.generation;
         let args = st.args.clone();
         let me = myself.clone();
@@ -160,7 +163,7 @@ impl<P: KeyedStream> Actor for KeyedListener<P> {
         let mut st = KeyedState {
             args,
             generation: 0,
-            active: false,
+            phase: Phase::Closed,
             reconnect: ReconnectState::default(),
             down_since: None,
             polling: false,
@@ -184,7 +187,7 @@ impl<P: KeyedStream> Actor for KeyedListener<P> {
         }
         match msg {
             KeyedMsg::Ensure => {
-                if !st.active {
+                if st.phase.opens_on_demand() {
                     Self::open(&myself, st);
                 }
             }
@@ -197,7 +200,7 @@ impl<P: KeyedStream> Actor for KeyedListener<P> {
                 if generation != st.generation {
                     return Ok(()); // invariant 1: an older generation cannot act
                 }
-                st.active = false;
+                st.phase = Phase::Closed;
                 let wanted = st.args.registry.has_waiters();
                 let alive = !st.args.ctx.lifecycle.is_cancelled();
                 match reconnect::decide(
@@ -210,6 +213,7 @@ impl<P: KeyedStream> Actor for KeyedListener<P> {
                     &mut st.rng,
                 ) {
                     Next::Reconnect { delay, attempt } => {
+                        st.phase = Phase::BackingOff;
                         st.args.health.reconnecting(attempt, &error);
                         let since = *st.down_since.get_or_insert_with(Instant::now);
                         super::later(
@@ -243,7 +247,8 @@ impl<P: KeyedStream> Actor for KeyedListener<P> {
                 }
             }
             KeyedMsg::Reconnect(generation) => {
-                if generation == st.generation && !st.active {
+                if generation == st.generation && st.phase == Phase::BackingOff {
+                    st.phase = Phase::Closed;
                     if st.args.registry.has_waiters() {
                         Self::open(&myself, st);
                     } else {

@@ -852,3 +852,68 @@ async fn an_end_without_waiters_goes_idle_and_the_next_waiter_rearms() {
     assert_eq!(e.faults().attempts(RUNS), 2);
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn waiters_arriving_during_an_outage_ride_the_scheduled_reconnect_instead_of_opening_streams()
+{
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let second = Backoff {
+        base: Duration::from_secs(1),
+        factor: 2,
+        cap: Duration::from_secs(1),
+    };
+    let backoff = StreamBackoff {
+        stream: second,
+        waiters: second,
+        poll_after: Duration::from_secs(60),
+        poll_every: Duration::from_secs(1),
+    };
+    let rt = Runtime::spawn_with(
+        engine.client_config(),
+        RuntimeOptions::default().stream_backoff(backoff).seed(11),
+    )
+    .await
+    .expect("runtime");
+    rt.register(
+        Workflow::new("echo").task(
+            "t",
+            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+        ),
+    )
+    .await
+    .expect("register");
+    // Every stream open fails at once, while a new waiter arrives every 5 ms for a second.
+    engine.faults().inject(RUNS, 1000, end(Code::Unavailable));
+    let started = tokio::time::Instant::now();
+    let mut waits = Vec::new();
+    for i in 0..200 {
+        let h = rt
+            .run_no_wait("echo", &json!({ "i": i }))
+            .await
+            .expect("trigger");
+        waits.push(tokio::spawn(async move { h.outputs().await }));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let opens = engine.faults().attempts(RUNS);
+    let window = started.elapsed();
+    // Reconnects follow the 0-1 s backoff (a handful in the window), not the 200 arrivals.
+    assert!(
+        opens <= 12,
+        "{opens} stream opens for 200 waiters in {window:?}: arrivals bypassed the backoff"
+    );
+    engine.faults().clear();
+    rt.start_worker(WorkerOptions::new("w", 16))
+        .await
+        .expect("start");
+    for (i, w) in waits.into_iter().enumerate() {
+        let out = tokio::time::timeout(Duration::from_secs(20), w)
+            .await
+            .expect("in time")
+            .expect("task")
+            .expect("result");
+        assert_eq!(out["t"]["i"], i, "each waiter gets its own run's result");
+    }
+    rt.shutdown(Duration::from_secs(1)).await;
+}
