@@ -39,15 +39,17 @@ pub(crate) fn fast() -> StreamBackoff {
 }
 
 async fn setup() -> (DevEngine, RuntimeHandle) {
+    setup_with(RuntimeOptions::default().stream_backoff(fast()).seed(3)).await
+}
+
+/// An engine and a runtime with `opts` that knows the `echo` workflow.
+async fn setup_with(opts: RuntimeOptions) -> (DevEngine, RuntimeHandle) {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    let rt = Runtime::spawn_with(
-        engine.client_config(),
-        RuntimeOptions::default().stream_backoff(fast()).seed(3),
-    )
-    .await
-    .expect("runtime");
+    let rt = Runtime::spawn_with(engine.client_config(), opts)
+        .await
+        .expect("runtime");
     rt.register(
         Workflow::new("echo").task(
             "t",
@@ -856,9 +858,6 @@ async fn an_end_without_waiters_goes_idle_and_the_next_waiter_rearms() {
 #[tokio::test]
 async fn waiters_arriving_during_an_outage_ride_the_scheduled_reconnect_instead_of_opening_streams()
 {
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
     let second = Backoff {
         base: Duration::from_secs(1),
         factor: 2,
@@ -870,20 +869,7 @@ async fn waiters_arriving_during_an_outage_ride_the_scheduled_reconnect_instead_
         poll_after: Duration::from_secs(60),
         poll_every: Duration::from_secs(1),
     };
-    let rt = Runtime::spawn_with(
-        engine.client_config(),
-        RuntimeOptions::default().stream_backoff(backoff).seed(11),
-    )
-    .await
-    .expect("runtime");
-    rt.register(
-        Workflow::new("echo").task(
-            "t",
-            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
-        ),
-    )
-    .await
-    .expect("register");
+    let (engine, rt) = setup_with(RuntimeOptions::default().stream_backoff(backoff).seed(11)).await;
     // Every stream open fails at once, while a new waiter arrives every 5 ms for a second.
     engine.faults().inject(RUNS, 1000, end(Code::Unavailable));
     let started = tokio::time::Instant::now();
