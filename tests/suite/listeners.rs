@@ -63,7 +63,15 @@ async fn setup_with(opts: RuntimeOptions) -> (DevEngine, RuntimeHandle) {
 
 #[tokio::test]
 async fn runs_stream_ends_with_transient_codes_or_eof_reconnect_and_deliver() {
-    for end in [Some(Code::Unavailable), Some(Code::Internal), None] {
+    // CANCELLED with a live runtime is a transport event (a proxy's RST_STREAM): it reconnects.
+    for end in [
+        Some(Code::Unavailable),
+        Some(Code::Internal),
+        Some(Code::DeadlineExceeded),
+        Some(Code::ResourceExhausted),
+        Some(Code::Cancelled),
+        None,
+    ] {
         let (e, rt) = setup().await;
         rt.start_worker(WorkerOptions::new("w", 4))
             .await
@@ -684,6 +692,11 @@ async fn the_durable_task_listener_under_every_kind_of_stream_end() {
             .expect("result");
         assert_eq!(out["woke"], true, "{code:?}");
         assert!(e.faults().attempts(DURABLE) >= 2);
+        assert!(rt.reconnects()[&ListenerKind::DurableTask] >= 1);
+        until(&rt, ListenerKind::DurableTask, |s| {
+            matches!(s, ListenerState::Connected { .. })
+        })
+        .await;
         rt.shutdown(Duration::from_secs(1)).await;
     }
     let (e, rt) = setup().await;
@@ -900,6 +913,46 @@ async fn waiters_arriving_during_an_outage_ride_the_scheduled_reconnect_instead_
             .expect("task")
             .expect("result");
         assert_eq!(out["t"]["i"], i, "each waiter gets its own run's result");
+    }
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_waiter_added_while_its_run_is_being_delivered_still_gets_the_result_once() {
+    let (_e, rt) = setup().await;
+    rt.start_worker(WorkerOptions::new("w", 16))
+        .await
+        .expect("start");
+    // The second waiter of each run arrives at a different moment around the run's delivery
+    // (the run takes a few milliseconds): before, during, or after the first waiter's result.
+    let rounds: Vec<_> = (0..200u64)
+        .map(|round| {
+            let rt = rt.clone();
+            tokio::spawn(async move {
+                let h = rt
+                    .run_no_wait("echo", &json!({ "r": round }))
+                    .await
+                    .expect("trigger");
+                let early = tokio::spawn({
+                    let h = h.clone();
+                    async move { h.outputs().await }
+                });
+                tokio::time::sleep(Duration::from_micros(round * 37 % 4000)).await;
+                let late = h.outputs().await.expect("the late waiter's result");
+                let early = early
+                    .await
+                    .expect("task")
+                    .expect("the early waiter's result");
+                assert_eq!(early, late, "round {round}");
+                assert_eq!(late["t"]["r"], round);
+            })
+        })
+        .collect();
+    for r in rounds {
+        tokio::time::timeout(Duration::from_secs(30), r)
+            .await
+            .expect("in time")
+            .expect("round");
     }
     rt.shutdown(Duration::from_secs(1)).await;
 }

@@ -154,47 +154,54 @@ async fn events_by_metadata_follow_matching_runs() {
 }
 
 #[tokio::test]
-async fn events_by_metadata_reconnect_after_unavailable_with_a_gap_marker() {
-    let (e, rt) = setup().await;
-    rt.register(streamer()).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
-    e.faults().inject(
-        "/Dispatcher/SubscribeToWorkflowEvents",
-        1,
-        Fault::EndStream {
-            after: 0,
-            code: Some(Code::Unavailable as i32),
-        },
-    );
-    let stream = rt.events_by_metadata("batch", "b9");
-    // The first reconnect comes within the first backoff window (at most 1 s); a run created
-    // inside the gap would not be followed (by design: the Gap item says so).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let mut meta = serde_json::Map::new();
-    meta.insert("batch".into(), json!("b9"));
-    let opts = TriggerOptions {
-        metadata: Some(meta),
-        ..TriggerOptions::default()
-    };
-    rt.run_no_wait_with("streamer", &json!({}), opts)
-        .await
-        .expect("trigger");
-    let events = collect(stream).await;
-    assert!(
-        matches!(events.first(), Some(RunEvent::Gap { .. })),
-        "{events:?}"
-    );
-    assert!(
-        matches!(
-            events.last(),
-            Some(RunEvent::Finished {
-                status: FinalStatus::Completed,
-                ..
-            })
-        ),
-        "{events:?}"
-    );
-    rt.shutdown(Duration::from_secs(1)).await;
+async fn events_by_metadata_reconnect_after_unavailable_or_an_early_eof_with_a_gap_marker() {
+    for code in [Some(Code::Unavailable as i32), None] {
+        let (e, rt) = setup().await;
+        rt.register(streamer()).await.expect("register");
+        rt.start_worker(WorkerOptions::new("w", 2))
+            .await
+            .expect("start");
+        e.faults().inject(
+            "/Dispatcher/SubscribeToWorkflowEvents",
+            1,
+            Fault::EndStream { after: 0, code },
+        );
+        let stream = rt.events_by_metadata("batch", "b9");
+        // The first reconnect comes within the first backoff window (at most 1 s); a run created
+        // inside the gap would not be followed (by design: the Gap item says so).
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let mut meta = serde_json::Map::new();
+        meta.insert("batch".into(), json!("b9"));
+        let opts = TriggerOptions {
+            metadata: Some(meta),
+            ..TriggerOptions::default()
+        };
+        rt.run_no_wait_with("streamer", &json!({}), opts)
+            .await
+            .expect("trigger");
+        let events = collect(stream).await;
+        assert!(
+            matches!(events.first(), Some(RunEvent::Gap { .. })),
+            "{code:?}: {events:?}"
+        );
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, RunEvent::Gap { .. }))
+                .count(),
+            1,
+            "{code:?}: one gap, then the run's events once: {events:?}"
+        );
+        assert!(
+            matches!(
+                events.last(),
+                Some(RunEvent::Finished {
+                    status: FinalStatus::Completed,
+                    ..
+                })
+            ),
+            "{code:?}: {events:?}"
+        );
+        rt.shutdown(Duration::from_secs(1)).await;
+    }
 }
