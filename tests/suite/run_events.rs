@@ -28,13 +28,22 @@ async fn collect(s: impl futures::Stream<Item = RunEvent>) -> Vec<RunEvent> {
         .expect("the stream ends")
 }
 
-#[tokio::test]
-async fn a_runs_events_end_with_its_final_state_and_carry_the_chunks() {
-    let (_e, rt) = setup().await;
+/// An engine and a runtime whose worker runs the `streamer` workflow.
+async fn streaming() -> (
+    hatchet_runtime::engine::DevEngine,
+    hatchet_runtime::RuntimeHandle,
+) {
+    let (e, rt) = setup().await;
     rt.register(streamer()).await.expect("register");
     rt.start_worker(WorkerOptions::new("w", 2))
         .await
         .expect("start");
+    (e, rt)
+}
+
+#[tokio::test]
+async fn a_runs_events_end_with_its_final_state_and_carry_the_chunks() {
+    let (_e, rt) = streaming().await;
     let h = rt
         .run_no_wait("streamer", &json!({}))
         .await
@@ -67,11 +76,7 @@ async fn a_runs_events_end_with_its_final_state_and_carry_the_chunks() {
 
 #[tokio::test]
 async fn a_transient_error_marks_a_gap_and_the_end_is_never_missed() {
-    let (e, rt) = setup().await;
-    rt.register(streamer()).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    let (e, rt) = streaming().await;
     // The first subscription dies at once with UNAVAILABLE.
     e.faults().inject(
         "/Dispatcher/SubscribeToWorkflowEvents",
@@ -120,11 +125,7 @@ async fn a_transient_error_marks_a_gap_and_the_end_is_never_missed() {
 
 #[tokio::test]
 async fn events_by_metadata_follow_matching_runs() {
-    let (_e, rt) = setup().await;
-    rt.register(streamer()).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    let (_e, rt) = streaming().await;
     let stream = rt.events_by_metadata("batch", "b7");
     let mut meta = serde_json::Map::new();
     meta.insert("batch".into(), json!("b7"));
@@ -156,11 +157,7 @@ async fn events_by_metadata_follow_matching_runs() {
 #[tokio::test]
 async fn events_by_metadata_reconnect_after_unavailable_or_an_early_eof_with_a_gap_marker() {
     for code in [Some(Code::Unavailable as i32), None] {
-        let (e, rt) = setup().await;
-        rt.register(streamer()).await.expect("register");
-        rt.start_worker(WorkerOptions::new("w", 2))
-            .await
-            .expect("start");
+        let (e, rt) = streaming().await;
         e.faults().inject(
             "/Dispatcher/SubscribeToWorkflowEvents",
             1,
