@@ -251,3 +251,44 @@ async fn a_server_eviction_stops_the_evicted_invocation_and_the_next_one_finishe
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn a_legacy_durable_wait_whose_registration_keeps_failing_errors_and_arms_no_stream() {
+    const REGISTER: &str = "/v1.V1Dispatcher/RegisterDurableEvent";
+    const EVENTS: &str = "/v1.V1Dispatcher/ListenForDurableEvent";
+    let engine = DevEngine::start(DevEngineOptions::default().version("v0.79.0"))
+        .await
+        .expect("engine");
+    let rt = runtime(&engine).await;
+    rt.register(reporting_napper()).await.expect("register");
+    engine.faults().inject(
+        REGISTER,
+        5,
+        hatchet_runtime::engine::Fault::Fail {
+            code: Code::Unavailable as i32,
+            message: "engine down".into(),
+            pushback_ms: None,
+        },
+    );
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let out: Value = within("the failure", rt.run("nap", &json!({})))
+        .await
+        .expect("the task itself completes");
+    assert_eq!(out["outcome"], "exhausted", "{out}");
+    assert_eq!(out["attempts"], 5, "{out}");
+    assert_eq!(engine.faults().attempts(REGISTER), 5);
+    assert_eq!(
+        engine.faults().attempts(EVENTS),
+        0,
+        "a wait whose registration failed leaves no waiter behind to arm the stream"
+    );
+    // The engine is back: the next wait registers once and its signal arrives.
+    let out: Value = within("recovery", rt.run("nap", &json!({})))
+        .await
+        .expect("result");
+    assert_eq!(out["woke"], true, "{out}");
+    assert_eq!(engine.faults().attempts(REGISTER), 6);
+    rt.shutdown(Duration::from_secs(1)).await;
+}

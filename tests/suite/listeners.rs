@@ -636,7 +636,8 @@ fn napper() -> Workflow {
 
 #[tokio::test]
 async fn the_actions_listener_under_every_kind_of_stream_end() {
-    for code in [Code::Unavailable, Code::Internal] {
+    // UNKNOWN is how hyper/h2 report a lost connection: transient, like UNAVAILABLE.
+    for code in [Code::Unavailable, Code::Internal, Code::Unknown] {
         let (e, rt) = setup().await;
         e.faults().inject(LISTEN, 1, end(code));
         rt.start_worker(WorkerOptions::new("w", 2))
@@ -673,6 +674,29 @@ async fn the_actions_listener_under_every_kind_of_stream_end() {
         e.faults().attempts(LISTEN),
         10,
         "ten ends without progress, then stop"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+    // After the fallback, UNIMPLEMENTED on Listen is not permanent: it counts toward the ten.
+    let (e, rt) = setup().await;
+    let unimplemented = || Fault::Fail {
+        code: Code::Unimplemented as i32,
+        message: "no such method".into(),
+        pushback_ms: None,
+    };
+    e.faults().inject(LISTEN, 1, unimplemented());
+    e.faults()
+        .inject("/Dispatcher/Listen", 1000, unimplemented());
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    until(&rt, ListenerKind::WorkerActions, stopped).await;
+    assert_eq!(
+        (
+            e.faults().attempts(LISTEN),
+            e.faults().attempts("/Dispatcher/Listen")
+        ),
+        (1, 10),
+        "one ListenV2, then ten Listen attempts without progress"
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }
@@ -737,9 +761,13 @@ async fn legacy_setup() -> (DevEngine, RuntimeHandle) {
 
 #[tokio::test]
 async fn the_durable_events_listener_under_every_kind_of_stream_end() {
-    for code in [Code::Unavailable, Code::Internal] {
+    let eof = Fault::EndStream {
+        after: 0,
+        code: None,
+    };
+    for fault in [end(Code::Unavailable), end(Code::Internal), eof] {
         let (e, rt) = legacy_setup().await;
-        e.faults().inject(EVENTS, 1, end(code));
+        e.faults().inject(EVENTS, 1, fault.clone());
         rt.start_worker(WorkerOptions::new("w", 2))
             .await
             .expect("start");
@@ -747,7 +775,7 @@ async fn the_durable_events_listener_under_every_kind_of_stream_end() {
             .await
             .expect("in time")
             .expect("result");
-        assert_eq!(out["woke"], true, "{code:?}");
+        assert_eq!(out["woke"], true, "{fault:?}");
         assert!(e.faults().attempts(EVENTS) >= 2);
         rt.shutdown(Duration::from_secs(1)).await;
     }
