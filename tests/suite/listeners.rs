@@ -634,6 +634,21 @@ fn napper() -> Workflow {
     )
 }
 
+/// Starts a worker under `faults` and waits until its actions listener stops; returns the engine
+/// (its counters) after the runtime is shut down.
+async fn actions_stopped_by(faults: &[(&str, u32, Fault)]) -> DevEngine {
+    let (e, rt) = setup().await;
+    for (path, times, fault) in faults {
+        e.faults().inject(*path, *times, fault.clone());
+    }
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    until(&rt, ListenerKind::WorkerActions, stopped).await;
+    rt.shutdown(Duration::from_secs(1)).await;
+    e
+}
+
 #[tokio::test]
 async fn the_actions_listener_under_every_kind_of_stream_end() {
     // UNKNOWN is how hyper/h2 report a lost connection: transient, like UNAVAILABLE.
@@ -651,45 +666,29 @@ async fn the_actions_listener_under_every_kind_of_stream_end() {
         assert!(e.faults().attempts(LISTEN) >= 2, "{code:?}: reopened");
         rt.shutdown(Duration::from_secs(1)).await;
     }
-    let (e, rt) = setup().await;
-    e.faults().inject(LISTEN, 1, end(Code::Unauthenticated));
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
-    until(&rt, ListenerKind::WorkerActions, stopped).await;
+    let e = actions_stopped_by(&[(LISTEN, 1, end(Code::Unauthenticated))]).await;
     assert_eq!(
         e.faults().attempts(LISTEN),
         1,
         "UNAUTHENTICATED is not retried"
     );
-    rt.shutdown(Duration::from_secs(1)).await;
-    let (e, rt) = setup().await;
-    e.faults()
-        .inject(LISTEN, 1000, end(Code::FailedPrecondition));
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
-    until(&rt, ListenerKind::WorkerActions, stopped).await;
+    let e = actions_stopped_by(&[(LISTEN, 1000, end(Code::FailedPrecondition))]).await;
     assert_eq!(
         e.faults().attempts(LISTEN),
         10,
         "ten ends without progress, then stop"
     );
-    rt.shutdown(Duration::from_secs(1)).await;
     // After the fallback, UNIMPLEMENTED on Listen is not permanent: it counts toward the ten.
-    let (e, rt) = setup().await;
     let unimplemented = || Fault::Fail {
         code: Code::Unimplemented as i32,
         message: "no such method".into(),
         pushback_ms: None,
     };
-    e.faults().inject(LISTEN, 1, unimplemented());
-    e.faults()
-        .inject("/Dispatcher/Listen", 1000, unimplemented());
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
-    until(&rt, ListenerKind::WorkerActions, stopped).await;
+    let e = actions_stopped_by(&[
+        (LISTEN, 1, unimplemented()),
+        ("/Dispatcher/Listen", 1000, unimplemented()),
+    ])
+    .await;
     assert_eq!(
         (
             e.faults().attempts(LISTEN),
@@ -698,7 +697,6 @@ async fn the_actions_listener_under_every_kind_of_stream_end() {
         (1, 10),
         "one ListenV2, then ten Listen attempts without progress"
     );
-    rt.shutdown(Duration::from_secs(1)).await;
 }
 
 #[tokio::test]
