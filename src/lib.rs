@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs, rust_2018_idioms)]
 
+pub mod calendar;
 pub mod client;
 pub mod config;
 #[cfg(feature = "dev-engine")]

@@ -130,6 +130,9 @@ pub struct Schedule {
     /// Input.
     #[serde(default)]
     pub input: Value,
+    /// The run it started, once it fired.
+    #[serde(default)]
+    pub workflow_run_id: Option<String>,
 }
 
 /// A worker.

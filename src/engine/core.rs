@@ -90,7 +90,7 @@ pub fn key_matches(pattern: &str, key: &str) -> bool {
     go(pattern.as_bytes(), key.as_bytes())
 }
 
-fn parse_json(field: &str, s: &str) -> Result<Value, GrpcStatus> {
+pub(crate) fn parse_json(field: &str, s: &str) -> Result<Value, GrpcStatus> {
     if s.trim().is_empty() {
         return Ok(Value::Object(Default::default()));
     }
@@ -98,7 +98,9 @@ fn parse_json(field: &str, s: &str) -> Result<Value, GrpcStatus> {
         .map_err(|e| GrpcStatus::invalid_argument(format!("{field} is not valid JSON: {e}")))
 }
 
-fn parse_metadata(s: Option<&str>) -> Result<serde_json::Map<String, Value>, GrpcStatus> {
+pub(crate) fn parse_metadata(
+    s: Option<&str>,
+) -> Result<serde_json::Map<String, Value>, GrpcStatus> {
     match s.map(str::trim) {
         None | Some("") => Ok(Default::default()),
         Some(s) => match serde_json::from_str::<Value>(s) {
@@ -158,6 +160,8 @@ pub struct State {
     pub crons: Vec<Value>,
     /// REST schedules (`ScheduledWorkflows` objects).
     pub scheduled: Vec<Value>,
+    /// When crons and schedules were last checked (Unix seconds), see `fire_calendar`.
+    pub calendar_checked: Option<i64>,
     /// Fault injection: rewrite the next assignments (bad payloads, unknown enums).
     pub mutate_actions: Option<ActionMutator>,
     /// Fault injection: assign beyond the workers' slots (a flood).
@@ -211,7 +215,7 @@ impl Engine {
     /// `v1.AdminService/PutWorkflow`.
     pub fn put_workflow(
         &self,
-        req: v1::CreateWorkflowVersionRequest,
+        mut req: v1::CreateWorkflowVersionRequest,
     ) -> Result<v1::CreateWorkflowVersionResponse, GrpcStatus> {
         if req.name.trim().is_empty() {
             return Err(GrpcStatus::invalid_argument("workflow name is required"));
@@ -259,6 +263,15 @@ impl Engine {
                 slot_requests: t.slot_requests.clone(),
             });
         }
+        let crons = std::mem::take(&mut req.cron_triggers);
+        for c in &crons {
+            super::cron::Cron::parse(c).map_err(GrpcStatus::invalid_argument)?;
+        }
+        let name = req.name.clone();
+        let cron_input = match req.cron_input.as_deref() {
+            Some(text) => parse_json("cron_input", text)?,
+            None => Value::Object(Default::default()),
+        };
         let mut st = self.state.lock();
         let id = st
             .workflows
@@ -278,6 +291,16 @@ impl Engine {
                 created_at: SystemTime::now(),
             },
         );
+        let planned = super::schedules::Planned {
+            tenant: self.tenant_id.clone(),
+            workflow: name.clone(),
+            input: cron_input,
+            metadata: Value::Object(Default::default()),
+            method: "DEFAULT",
+            priority: Value::from(1),
+        };
+        st.set_workflow_crons(&planned, &crons)
+            .map_err(GrpcStatus::invalid_argument)?;
         Ok(v1::CreateWorkflowVersionResponse {
             id: version_id,
             workflow_id: id,
@@ -884,6 +907,7 @@ impl Engine {
         st.reap_silent_workers(now, self.reassign_after);
         st.expire_timeouts(now);
         st.durable_tick(now);
+        st.fire_calendar(SystemTime::now());
         // A worker silent long enough to lose its tasks is never live (matters when tests make
         // the reassignment window shorter than the liveness window).
         st.assign(now, LIVE_HEARTBEAT.min(self.reassign_after));

@@ -1,14 +1,14 @@
 //! The five gRPC services of the development engine, each a thin adapter over [`Engine`].
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use futures::StreamExt as _;
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tonic::{Request, Response, Status};
 
-use super::core::{Engine, timestamp};
+use super::core::{Engine, parse_json, parse_metadata, timestamp};
 use super::faults::Faults;
+use super::schedules::Planned;
 use super::streams::{OnDrop, Out, guarded};
 use crate::proto::{self, v1};
 
@@ -277,27 +277,26 @@ impl proto::workflow_service_server::WorkflowService for Svc {
     ) -> R<proto::WorkflowVersion> {
         let r = r.into_inner();
         let name = r.name.clone();
-        let req = v1::TriggerWorkflowRequest {
-            name: r.name,
-            input: r.input,
-            additional_metadata: r.additional_metadata,
-            priority: r.priority,
-            ..Default::default()
+        let input = parse_json("input", &r.input)?;
+        let metadata = parse_metadata(r.additional_metadata.as_deref())?;
+        let planned = Planned {
+            tenant: self.engine.tenant_id.clone(),
+            workflow: r.name.clone(),
+            input,
+            metadata: serde_json::Value::Object(metadata),
+            method: "API",
+            priority: serde_json::Value::from(r.priority.unwrap_or(1)),
         };
-        // Schedules run at their time; the dev engine keeps them in memory and fires them on time.
-        let engine = self.engine.clone();
-        let when = r.schedules.iter().map(|t| {
-            let at = SystemTime::UNIX_EPOCH + std::time::Duration::new(t.seconds.max(0) as u64, 0);
-            at.duration_since(SystemTime::now()).unwrap_or_default()
-        });
-        for delay in when {
-            let engine = engine.clone();
-            let req = req.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let _ = engine.trigger(&req);
-            });
+        // Kept with the REST schedules (listed there too) and fired by the scheduler's pass.
+        {
+            let mut st = self.engine.state.lock();
+            for t in &r.schedules {
+                let at = crate::calendar::from_unix_secs(t.seconds);
+                st.add_schedule(&planned, at)
+                    .map_err(Status::invalid_argument)?;
+            }
         }
+        self.engine.wake.notify_one();
         let st = self.engine.state.lock();
         let wf = st
             .workflows

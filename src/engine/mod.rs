@@ -12,6 +12,7 @@
 //! 4. Messages over 4 MiB are refused (like the real engine).
 
 mod core;
+mod cron;
 mod durable;
 mod faults;
 mod gate;
@@ -19,6 +20,7 @@ mod grpc;
 mod io;
 mod model;
 mod rest;
+mod schedules;
 mod streams;
 
 pub use self::core::{ENGINE_VERSION, parse_duration};

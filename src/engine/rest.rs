@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use serde_json::{Value, json};
 
-use super::core::{Engine, new_id};
+use super::core::Engine;
 use super::faults::{Fault, FaultRule, Faults};
 use super::gate::bearer_ok;
 use super::model::{Run, Task};
@@ -281,11 +281,16 @@ async fn list_workflows(
     paged(rows, offset, limit)
 }
 
-fn workflow_id(s: &Rest, name: &str) -> Option<(String, String)> {
-    let st = s.engine.state.lock();
-    st.workflows
-        .get(name)
-        .map(|w| (w.id.clone(), w.version_id.clone()))
+/// The common part of a cron or schedule created through the API, from its request body.
+fn planned(s: &Rest, workflow: &str, body: &Value) -> super::schedules::Planned {
+    super::schedules::Planned {
+        tenant: s.engine.tenant_id.clone(),
+        workflow: workflow.to_string(),
+        input: body.get("input").cloned().unwrap_or(json!({})),
+        metadata: body.get("additionalMetadata").cloned().unwrap_or(json!({})),
+        method: "API",
+        priority: body.get("priority").cloned().unwrap_or(json!(1)),
+    }
 }
 
 async fn list_crons(
@@ -323,16 +328,16 @@ async fn create_cron(
             "cronName and cronExpression are required",
         );
     };
-    let Some((wid, vid)) = workflow_id(&s, &wf) else {
-        return err(StatusCode::NOT_FOUND, "workflow not found");
-    };
-    let id = new_id();
-    let row = json!({"metadata": meta(&id, SystemTime::now()), "tenantId": s.engine.tenant_id, "workflowId": wid,
-        "workflowVersionId": vid, "workflowName": wf, "cron": expr, "name": name, "input": b.get("input").cloned().unwrap_or(json!({})),
-        "additionalMetadata": b.get("additionalMetadata").cloned().unwrap_or(json!({})), "enabled": true, "method": "API",
-        "priority": b.get("priority").cloned().unwrap_or(json!(1))});
-    s.engine.state.lock().crons.push(row.clone());
-    Json(row).into_response()
+    let added = s
+        .engine
+        .state
+        .lock()
+        .add_cron(&planned(&s, &wf, &b), name, expr);
+    match added {
+        Ok(row) => Json(row).into_response(),
+        Err(e) if e.contains("not found") => err(StatusCode::NOT_FOUND, &e),
+        Err(e) => err(StatusCode::BAD_REQUEST, &e),
+    }
 }
 
 async fn delete_cron(
@@ -384,19 +389,24 @@ async fn create_scheduled(
     let Some(Json(b)) = body else {
         return err(StatusCode::BAD_REQUEST, "body must be a JSON object");
     };
-    let Some(at) = b.get("triggerAt").and_then(Value::as_str) else {
+    let Some(text) = b.get("triggerAt").and_then(Value::as_str) else {
         return err(StatusCode::BAD_REQUEST, "triggerAt is required");
     };
-    let Some((wid, vid)) = workflow_id(&s, &wf) else {
-        return err(StatusCode::NOT_FOUND, "workflow not found");
+    let Some(at) = crate::calendar::parse_rfc3339(text) else {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "triggerAt must be an RFC 3339 time such as 2026-12-01T09:30:00Z",
+        );
     };
-    let id = new_id();
-    let row = json!({"metadata": meta(&id, SystemTime::now()), "tenantId": s.engine.tenant_id, "workflowId": wid,
-        "workflowVersionId": vid, "workflowName": wf, "triggerAt": at, "input": b.get("input").cloned().unwrap_or(json!({})),
-        "additionalMetadata": b.get("additionalMetadata").cloned().unwrap_or(json!({})), "method": "API",
-        "priority": b.get("priority").cloned().unwrap_or(json!(1))});
-    s.engine.state.lock().scheduled.push(row.clone());
-    Json(row).into_response()
+    let added = s
+        .engine
+        .state
+        .lock()
+        .add_schedule(&planned(&s, &wf, &b), at);
+    match added {
+        Ok(row) => Json(row).into_response(),
+        Err(e) => err(StatusCode::NOT_FOUND, &e),
+    }
 }
 
 async fn get_scheduled(

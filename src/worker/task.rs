@@ -181,6 +181,10 @@ pub struct Workflow {
     pub tasks: Vec<TaskDef>,
     /// Event keys that trigger it (`*` wildcards).
     pub on_events: Vec<String>,
+    /// Cron expressions (5 fields, UTC) the engine runs it on, and their input.
+    pub on_crons: Vec<String>,
+    /// The input of cron-triggered runs (JSON; `{}` when unset).
+    pub cron_input: Option<serde_json::Value>,
     /// Idempotency key expression (`input.order_id`) and TTL.
     pub idempotency: Option<(String, std::time::Duration)>,
     /// Concurrency limits: a CEL expression grouping runs, and how many may run per group.
@@ -205,6 +209,8 @@ impl Workflow {
             name: name.into(),
             tasks: Vec::new(),
             on_events: Vec::new(),
+            on_crons: Vec::new(),
+            cron_input: None,
             idempotency: None,
             concurrency: Vec::new(),
         }
@@ -264,6 +270,18 @@ impl Workflow {
         self
     }
 
+    /// Runs the workflow on each cron expression (`0 * * * *`: hourly; 5 fields, UTC), with
+    /// `input` (`{}` when `None`). The engine validates the expressions at registration.
+    pub fn on_crons<S: Into<String>>(
+        mut self,
+        expressions: impl IntoIterator<Item = S>,
+        input: Option<serde_json::Value>,
+    ) -> Self {
+        self.on_crons = expressions.into_iter().map(Into::into).collect();
+        self.cron_input = input;
+        self
+    }
+
     /// Makes triggers idempotent on `expression` (e.g. `input.order_id`) for `ttl`.
     pub fn idempotency(mut self, expression: impl Into<String>, ttl: std::time::Duration) -> Self {
         self.idempotency = Some((expression.into(), ttl));
@@ -295,6 +313,8 @@ impl Workflow {
         v1::CreateWorkflowVersionRequest {
             name: name.to_string(),
             event_triggers: self.on_events.clone(),
+            cron_triggers: self.on_crons.clone(),
+            cron_input: self.cron_input.as_ref().map(|v| v.to_string()),
             tasks: self
                 .tasks
                 .iter()

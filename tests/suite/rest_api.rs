@@ -338,3 +338,82 @@ async fn a_delete_or_post_whose_connection_resets_is_sent_once_and_reported_mayb
         );
     }
 }
+
+#[tokio::test]
+async fn schedules_fire_at_their_time_and_crons_are_validated_at_registration() {
+    let (e, rt) = setup().await;
+    rt.register(
+        Workflow::new("later").task(
+            "t",
+            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+        ),
+    )
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let api = rt.api();
+    let at = SystemTime::now() + Duration::from_secs(1);
+    let sched = api
+        .create_schedule("later", at, &json!({"when": "soon"}))
+        .await
+        .expect("schedule");
+    assert_eq!(sched.workflow_run_id, None, "not fired yet");
+    let run_id = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let rows = api.list_schedules().await.expect("list");
+            if let Some(id) = rows.iter().find_map(|r| r.workflow_run_id.clone()) {
+                break id;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the schedule fires");
+    assert!(
+        SystemTime::now() >= at,
+        "never before its time (to the second)"
+    );
+    let out: Value = rt
+        .run_handle(&run_id)
+        .result()
+        .await
+        .expect("the scheduled run's result");
+    assert_eq!(out["when"], "soon");
+
+    // A workflow declaring a bad cron is refused at registration, with the field named.
+    let err = rt
+        .register(
+            Workflow::new("bad-cron")
+                .task(
+                    "t",
+                    |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+                )
+                .on_crons(["61 * * * *"], None),
+        )
+        .await
+        .expect_err("refused");
+    assert_eq!(err.outcome(), Outcome::Rejected);
+    assert!(err.to_string().contains("minute"), "{err}");
+    // A good one is listed with the workflow's crons.
+    rt.register(
+        Workflow::new("hourly")
+            .task(
+                "t",
+                |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+            )
+            .on_crons(["0 * * * *"], Some(json!({"tick": true}))),
+    )
+    .await
+    .expect("register");
+    let crons = api.list_crons().await.expect("crons");
+    assert!(
+        crons.iter().any(|c| c.workflow_name == "hourly"
+            && c.cron == "0 * * * *"
+            && c.input["tick"] == true),
+        "{crons:?}"
+    );
+    drop(e);
+    rt.shutdown(Duration::from_secs(1)).await;
+}

@@ -1,0 +1,241 @@
+//! Crons and one-off schedules: stored as the REST API shows them (`CronWorkflows`,
+//! `ScheduledWorkflows` rows) and fired by the scheduler's pass.
+//!
+//! # Invariants
+//!
+//! 1. A row is validated when it is stored (a bad cron expression or time is refused then),
+//!    so firing never meets bad input.
+//! 2. Each pass fires every cron with an occurrence in (previous pass, now] once: occurrences
+//!    missed while the engine was stopped collapse into one run, and none fires twice.
+//! 3. A schedule fires once, at or after its time; its row then carries the run's id.
+//! 4. Crons a workflow declares (`cron_triggers`) are method `DEFAULT` and are replaced when the
+//!    workflow is put again; crons and schedules created through the API are method `API`.
+
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+
+use super::core::{State, TriggerOpts, new_id};
+use super::cron::Cron;
+use crate::calendar::{format_rfc3339, unix_secs};
+
+/// What a new cron or schedule row holds besides its timing.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// The tenant.
+    pub tenant: String,
+    /// The workflow's name.
+    pub workflow: String,
+    /// The run's input.
+    pub input: Value,
+    /// The run's additional metadata.
+    pub metadata: Value,
+    /// `API` or `DEFAULT`.
+    pub method: &'static str,
+    /// 1–3.
+    pub priority: Value,
+}
+
+fn row_meta(id: &str, created: SystemTime) -> Value {
+    let at = format_rfc3339(created);
+    json!({"id": id, "createdAt": at, "updatedAt": at})
+}
+
+impl State {
+    fn base_row(&self, p: &Planned) -> Result<Value, String> {
+        let wf = self
+            .workflows
+            .get(&p.workflow)
+            .ok_or_else(|| format!("workflow {:?} not found", p.workflow))?;
+        Ok(json!({
+            "metadata": row_meta(&new_id(), SystemTime::now()),
+            "tenantId": p.tenant, "workflowId": wf.id, "workflowVersionId": wf.version_id,
+            "workflowName": p.workflow, "input": p.input, "additionalMetadata": p.metadata,
+            "method": p.method, "priority": p.priority,
+        }))
+    }
+
+    /// Stores a cron; the error says what is wrong with the expression or the workflow.
+    pub fn add_cron(&mut self, p: &Planned, name: &str, expr: &str) -> Result<Value, String> {
+        Cron::parse(expr)?;
+        let mut row = self.base_row(p)?;
+        row["cron"] = json!(expr);
+        row["name"] = json!(name);
+        row["enabled"] = json!(true);
+        self.crons.push(row.clone());
+        Ok(row)
+    }
+
+    /// Replaces the crons `workflow` declares with `exprs` (all validated first).
+    pub fn set_workflow_crons(&mut self, p: &Planned, exprs: &[String]) -> Result<(), String> {
+        for e in exprs {
+            Cron::parse(e)?;
+        }
+        self.crons
+            .retain(|c| !(c["workflowName"] == p.workflow.as_str() && c["method"] == "DEFAULT"));
+        for e in exprs {
+            self.add_cron(p, e, e)?;
+        }
+        Ok(())
+    }
+
+    /// Stores a one-off schedule at `at`.
+    pub fn add_schedule(&mut self, p: &Planned, at: SystemTime) -> Result<Value, String> {
+        let mut row = self.base_row(p)?;
+        row["triggerAt"] = json!(format_rfc3339(at));
+        self.scheduled.push(row.clone());
+        Ok(row)
+    }
+
+    /// Fires what is due at `now` (invariants 2 and 3).
+    pub fn fire_calendar(&mut self, now: SystemTime) {
+        let now_secs = unix_secs(now);
+        let since = self.calendar_checked.replace(now_secs).unwrap_or(now_secs);
+        let mut due: Vec<(Value, Option<usize>)> = Vec::new();
+        for c in &self.crons {
+            let fires = c["enabled"] != false
+                && c["cron"]
+                    .as_str()
+                    .and_then(|e| Cron::parse(e).ok())
+                    .and_then(|cron| cron.next_after(since))
+                    .is_some_and(|next| next <= now_secs);
+            if fires {
+                due.push((c.clone(), None));
+            }
+        }
+        for (i, s) in self.scheduled.iter().enumerate() {
+            let at = s["triggerAt"]
+                .as_str()
+                .and_then(crate::calendar::parse_rfc3339);
+            if s.get("workflowRunId").is_none() && at.is_some_and(|at| at <= now) {
+                due.push((s.clone(), Some(i)));
+            }
+        }
+        for (row, schedule) in due {
+            let meta = row["additionalMetadata"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+            let created = self.create_run(
+                row["tenantId"].as_str().unwrap_or_default(),
+                row["workflowName"].as_str().unwrap_or_default(),
+                row["input"].clone(),
+                meta,
+                TriggerOpts {
+                    priority: row["priority"].as_i64().unwrap_or(1) as i32,
+                    ..TriggerOpts::default()
+                },
+            );
+            match (created, schedule) {
+                (Ok(run), Some(i)) => {
+                    self.scheduled[i]["workflowRunId"] = json!(run);
+                    self.scheduled[i]["workflowRunStatus"] = json!("PENDING");
+                }
+                (Ok(_), None) => {}
+                (Err(e), _) => tracing::warn!(
+                    workflow = %row["workflowName"],
+                    error = %e.message(),
+                    "the dev engine could not start a cron or scheduled run"
+                ),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::calendar::parse_rfc3339;
+    use crate::proto::v1;
+
+    fn state_with_workflow() -> State {
+        let engine = super::super::core::Engine::new(
+            "tenant".into(),
+            std::time::Duration::from_secs(30),
+            "v0.0.0".into(),
+        );
+        engine
+            .put_workflow(v1::CreateWorkflowVersionRequest {
+                name: "wf".into(),
+                tasks: vec![v1::CreateTaskOpts {
+                    readable_id: "t".into(),
+                    action: "wf:t".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .expect("put");
+        std::mem::take(&mut *engine.state.lock())
+    }
+
+    fn planned() -> Planned {
+        Planned {
+            tenant: "tenant".into(),
+            workflow: "wf".into(),
+            input: json!({"n": 1}),
+            metadata: json!({"from": "cron"}),
+            method: "API",
+            priority: json!(1),
+        }
+    }
+
+    fn at(s: &str) -> SystemTime {
+        parse_rfc3339(s).expect("time")
+    }
+
+    #[test]
+    fn a_cron_fires_once_per_occurrence_and_missed_ones_collapse() {
+        let mut st = state_with_workflow();
+        st.add_cron(&planned(), "every-minute", "* * * * *")
+            .expect("cron");
+        st.fire_calendar(at("2026-11-30T09:30:20Z"));
+        assert_eq!(st.runs.len(), 0, "the first pass only starts the clock");
+        st.fire_calendar(at("2026-11-30T09:30:59Z"));
+        assert_eq!(st.runs.len(), 0);
+        st.fire_calendar(at("2026-11-30T09:31:00Z"));
+        assert_eq!(st.runs.len(), 1, "09:31 fires");
+        st.fire_calendar(at("2026-11-30T09:31:00Z"));
+        st.fire_calendar(at("2026-11-30T09:31:30Z"));
+        assert_eq!(st.runs.len(), 1, "and only once");
+        // The engine was stopped for ten minutes: one run, not ten.
+        st.fire_calendar(at("2026-11-30T09:41:05Z"));
+        assert_eq!(st.runs.len(), 2);
+        let run = st.runs.values().next().expect("a run");
+        assert_eq!(run.input["n"], 1);
+        assert_eq!(run.additional_metadata["from"], "cron");
+    }
+
+    #[test]
+    fn a_schedule_fires_once_at_its_time_and_records_its_run() {
+        let mut st = state_with_workflow();
+        st.add_schedule(&planned(), at("2026-11-30T10:00:00Z"))
+            .expect("schedule");
+        st.fire_calendar(at("2026-11-30T09:59:59Z"));
+        assert!(st.runs.is_empty());
+        st.fire_calendar(at("2026-11-30T10:00:00Z"));
+        st.fire_calendar(at("2026-11-30T10:00:01Z"));
+        assert_eq!(st.runs.len(), 1);
+        let run_id = st.scheduled[0]["workflowRunId"].as_str().expect("run id");
+        assert!(st.runs.contains_key(run_id));
+    }
+
+    #[test]
+    fn declared_crons_are_replaced_on_put_and_bad_ones_refused() {
+        let mut st = state_with_workflow();
+        let mut p = planned();
+        p.method = "DEFAULT";
+        st.set_workflow_crons(&p, &["0 * * * *".into()])
+            .expect("crons");
+        st.add_cron(&planned(), "api", "0 0 * * *").expect("cron");
+        st.set_workflow_crons(&p, &["30 * * * *".into(), "45 * * * *".into()])
+            .expect("crons");
+        let mut exprs: Vec<&str> = st.crons.iter().filter_map(|c| c["cron"].as_str()).collect();
+        exprs.sort_unstable();
+        assert_eq!(exprs, ["0 0 * * *", "30 * * * *", "45 * * * *"]);
+        let e = st
+            .set_workflow_crons(&p, &["61 * * * *".into()])
+            .expect_err("bad");
+        assert!(e.contains("minute"), "{e}");
+        assert_eq!(st.crons.len(), 3, "a refused put changes nothing");
+    }
+}
