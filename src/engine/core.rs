@@ -160,6 +160,10 @@ pub struct State {
     pub crons: Vec<Value>,
     /// REST schedules (`ScheduledWorkflows` objects).
     pub scheduled: Vec<Value>,
+    /// Subscribe messages received on `SubscribeToWorkflowRuns` streams (tests count replays).
+    pub run_subscribe_messages: u64,
+    /// Messages received on `ListenForDurableEvent` streams.
+    pub durable_event_listen_messages: u64,
     /// When crons and schedules were last checked (Unix seconds), see `fire_calendar`.
     pub calendar_checked: Option<i64>,
     /// Fault injection: rewrite the next assignments (bad payloads, unknown enums).
@@ -724,6 +728,7 @@ impl Engine {
     /// Adds a run id to a subscription; a finished run is delivered at once.
     pub fn subscribe_run(&self, sub: u64, run_id: &str) {
         let mut st = self.state.lock();
+        st.run_subscribe_messages += 1;
         if uuid::Uuid::parse_str(run_id).is_err() {
             return; // invalid ids are skipped silently, as the engine does
         }

@@ -453,10 +453,9 @@ impl v1::v1_dispatcher_server::V1Dispatcher for Svc {
         let engine = self.engine.clone();
         tokio::spawn(async move {
             while let Some(Ok(req)) = inbound.next().await {
-                engine
-                    .state
-                    .lock()
-                    .legacy_listen(id, req.task_id, req.signal_key);
+                let mut st = engine.state.lock();
+                st.durable_event_listen_messages += 1;
+                st.legacy_listen(id, req.task_id, req.signal_key);
             }
             engine.state.lock().legacy_listen_close(id);
         });

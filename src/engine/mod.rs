@@ -135,6 +135,11 @@ pub struct EngineStats {
     pub listener_sessions: usize,
     /// Worker slots in use.
     pub slots_in_use: usize,
+    /// Subscribe messages received on `SubscribeToWorkflowRuns` streams, ever (each run id a
+    /// client sends, replays included).
+    pub run_subscribe_messages: u64,
+    /// Messages received on `ListenForDurableEvent` streams, ever.
+    pub durable_event_listen_messages: u64,
 }
 
 struct Serving {
@@ -461,6 +466,8 @@ impl DevEngine {
                 .flat_map(|w| w.slots_used.values())
                 .map(|n| *n as usize)
                 .sum(),
+            run_subscribe_messages: st.run_subscribe_messages,
+            durable_event_listen_messages: st.durable_event_listen_messages,
         }
     }
 

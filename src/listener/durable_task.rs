@@ -843,6 +843,11 @@ mod tests {
             .expect("kept")
             .expect("a completion");
         assert_eq!(got.payload, b"{}");
+        let mut again = r.wait(("t".into(), 1, 1, 1));
+        assert!(
+            futures::poll!(&mut again).is_pending(),
+            "a kept completion is handed over once"
+        );
         r.on_response(completed("t", 2));
         tokio::time::advance(EARLY_COMPLETION_TTL + Duration::from_millis(1)).await;
         let mut late = r.wait(("t".into(), 1, 1, 2));

@@ -185,3 +185,55 @@ impl<P: Keyed> KeyedRegistry<P> {
         !self.inner.lock().waiters.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Ids;
+    impl Keyed for Ids {
+        type Key = String;
+        type Req = String;
+        type Resp = String;
+        fn request(key: &String) -> String {
+            key.clone()
+        }
+        fn key_of(resp: &String) -> String {
+            resp.clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn an_older_generation_cannot_unpublish_a_newer_stream_and_keys_replay_once() {
+        let r = KeyedRegistry::<Ids>::default();
+        let (_w, _rx, arm) = r.add(&"run-a".into(), || Error::closed("t")).expect("add");
+        assert!(arm, "nothing published: the caller arms a stream");
+        let (g1, g2) = (r.next_generation(), r.next_generation());
+        assert!(g2 > g1, "generations only grow");
+        let (old, _old_rx) = mpsc::unbounded_channel();
+        let (new, mut new_rx) = mpsc::unbounded_channel();
+        assert_eq!(r.publish(g1, old), 1);
+        assert_eq!(
+            r.publish(g2, new),
+            1,
+            "the pending key is replayed on the new stream"
+        );
+        r.unpublish(g1); // the old reader ends late
+        let (_w, _rx, arm) = r.add(&"run-b".into(), || Error::closed("t")).expect("add");
+        assert!(!arm, "the newer stream is still published");
+        let (_w, _rx, arm) = r.add(&"run-a".into(), || Error::closed("t")).expect("add");
+        assert!(!arm);
+        let mut sent = Vec::new();
+        while let Ok(k) = new_rx.try_recv() {
+            sent.push(k);
+        }
+        assert_eq!(
+            sent,
+            ["run-a", "run-b"],
+            "one replay, one new key; a second waiter of run-a sends nothing"
+        );
+        r.unpublish(g2);
+        let (_w, _rx, arm) = r.add(&"run-c".into(), || Error::closed("t")).expect("add");
+        assert!(arm, "its own generation unpublishes it");
+    }
+}

@@ -290,5 +290,10 @@ async fn a_legacy_durable_wait_whose_registration_keeps_failing_errors_and_arms_
         .expect("result");
     assert_eq!(out["woke"], true, "{out}");
     assert_eq!(engine.faults().attempts(REGISTER), 6);
+    assert_eq!(
+        engine.stats().durable_event_listen_messages,
+        1,
+        "one signal, sent once on one stream"
+    );
     rt.shutdown(Duration::from_secs(1)).await;
 }

@@ -188,6 +188,11 @@ async fn a_thousand_waiters_across_an_engine_restart_get_every_result_once() {
         assert_eq!(got.len(), 1000, "none lost");
         assert!(got.values().all(|n| *n == 1), "none twice");
     }
+    assert_eq!(
+        e.stats().run_subscribe_messages,
+        2000,
+        "each run id sent once, then replayed once on the stream after the restart"
+    );
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
@@ -701,10 +706,20 @@ async fn the_actions_listener_under_every_kind_of_stream_end() {
 
 #[tokio::test]
 async fn the_durable_task_listener_under_every_kind_of_stream_end() {
-    for code in [Code::Unavailable, Code::Internal] {
+    // EOF and CANCELLED are transport events for a stream wanted while the worker runs.
+    let eof = Fault::EndStream {
+        after: 0,
+        code: None,
+    };
+    for fault in [
+        end(Code::Unavailable),
+        end(Code::Internal),
+        end(Code::Cancelled),
+        eof,
+    ] {
         let (e, rt) = setup().await;
         rt.register(napper()).await.expect("register");
-        e.faults().inject(DURABLE, 1, end(code));
+        e.faults().inject(DURABLE, 1, fault.clone());
         rt.start_worker(WorkerOptions::new("w", 2))
             .await
             .expect("start");
@@ -712,7 +727,7 @@ async fn the_durable_task_listener_under_every_kind_of_stream_end() {
             .await
             .expect("in time")
             .expect("result");
-        assert_eq!(out["woke"], true, "{code:?}");
+        assert_eq!(out["woke"], true, "{fault:?}");
         assert!(e.faults().attempts(DURABLE) >= 2);
         assert!(rt.reconnects()[&ListenerKind::DurableTask] >= 1);
         until(&rt, ListenerKind::DurableTask, |s| {
@@ -836,6 +851,11 @@ async fn concurrent_waiters_share_one_stream_and_one_subscription_per_run() {
         e.stats().pending_run_subscriptions,
         2,
         "one subscription per run id, not per waiter"
+    );
+    assert_eq!(
+        e.stats().run_subscribe_messages,
+        2,
+        "one subscribe message per run id on the wire"
     );
     rt.start_worker(WorkerOptions::new("w", 2))
         .await
@@ -981,4 +1001,79 @@ async fn a_waiter_added_while_its_run_is_being_delivered_still_gets_the_result_o
             .expect("round");
     }
     rt.shutdown(Duration::from_secs(1)).await;
+}
+
+/// Runs one `echo` under `faults` on the runs stream; returns the engine for its counters once
+/// the listener is idle.
+async fn runs_listener_after(faults: &[Fault]) -> (DevEngine, RuntimeHandle) {
+    let (e, rt) = setup().await;
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    for f in faults {
+        e.faults().inject(RUNS, 1, f.clone());
+    }
+    let out: Value = rt.run("echo", &json!({"n": 1})).await.expect("result");
+    assert_eq!(out["n"], 1);
+    until(&rt, ListenerKind::WorkflowRuns, |s| {
+        matches!(s, ListenerState::Idle)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    (e, rt)
+}
+
+#[tokio::test]
+async fn each_end_is_judged_on_its_own_eof_with_a_waiter_reconnects_without_goes_idle() {
+    let eof_after = |after| Fault::EndStream { after, code: None };
+    // EOF while the waiter is pending: reconnect; the next stream delivers, then EOF: idle.
+    let (e, rt) = runs_listener_after(&[eof_after(0), eof_after(1)]).await;
+    assert_eq!(
+        e.faults().attempts(RUNS),
+        2,
+        "one reconnect, and none after the idle EOF"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+    // A NOT_FOUND end (counted toward the ten) then a delivering stream ending with EOF: idle,
+    // not stopped: the no-progress count never turns an EOF into a stop.
+    let (e, rt) = runs_listener_after(&[end(Code::NotFound), eof_after(1)]).await;
+    assert_eq!(e.faults().attempts(RUNS), 2);
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn after_shutdown_every_listener_is_stopped_cleanly_and_nothing_reconnects() {
+    let (e, rt) = setup().await;
+    rt.register(napper()).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let _: Value = rt.run("nap", &json!({})).await.expect("a durable run");
+    let pending = rt.run_no_wait("never-registered-here", &json!({})).await;
+    let opens = |e: &DevEngine| [RUNS, DURABLE, LISTEN].map(|p| e.faults().attempts(p));
+    rt.shutdown(Duration::from_secs(1)).await;
+    let before = opens(&e);
+    for (kind, rx) in rt.health() {
+        assert!(
+            matches!(*rx.borrow(), ListenerState::Stopped { error: None }),
+            "{kind:?}: stopped without an error"
+        );
+    }
+    // A wait after shutdown fails at once as closed, and arms nothing.
+    if let Ok(h) = pending {
+        let err = rt
+            .run_handle(h.run_id())
+            .outputs()
+            .await
+            .expect_err("closed");
+        assert_eq!(err.outcome(), Outcome::Closed);
+    }
+    let err = rt
+        .run_handle("00000000-0000-4000-8000-000000000000")
+        .outputs()
+        .await
+        .expect_err("closed");
+    assert_eq!(err.outcome(), Outcome::Closed);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(opens(&e), before, "no stream opens after shutdown");
 }
