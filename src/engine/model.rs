@@ -45,6 +45,18 @@ impl Status {
         }) as i32
     }
 
+    /// The older `WorkflowRunStatus` spelling (scheduled runs' REST rows).
+    pub fn workflow_run(self) -> &'static str {
+        match self {
+            Status::Pending => "PENDING",
+            Status::Queued => "QUEUED",
+            Status::Running => "RUNNING",
+            Status::Completed => "SUCCEEDED",
+            Status::Failed => "FAILED",
+            Status::Cancelled => "CANCELLED",
+        }
+    }
+
     /// The REST spelling.
     pub fn rest(self) -> &'static str {
         match self {

@@ -12,7 +12,7 @@ use axum::extract::{Path, Query, Request, State as AxState};
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use super::core::Engine;
@@ -340,23 +340,6 @@ async fn create_cron(
     }
 }
 
-async fn delete_cron(
-    AxState(s): AxState<Rest>,
-    Path((tenant, id)): Path<(String, String)>,
-) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
-    let mut st = s.engine.state.lock();
-    let before = st.crons.len();
-    st.crons.retain(|c| c["metadata"]["id"] != id.as_str());
-    if st.crons.len() == before {
-        err(StatusCode::NOT_FOUND, "cron not found")
-    } else {
-        StatusCode::NO_CONTENT.into_response()
-    }
-}
-
 async fn list_scheduled(
     AxState(s): AxState<Rest>,
     Path(tenant): Path<String>,
@@ -372,7 +355,7 @@ async fn list_scheduled(
         .iter()
         .skip(offset)
         .take(limit)
-        .cloned()
+        .map(|r| st.scheduled_view(r))
         .collect();
     Json(json!({"rows": rows, "pagination": pagination(st.scheduled.len(), offset, limit)}))
         .into_response()
@@ -409,39 +392,77 @@ async fn create_scheduled(
     }
 }
 
+/// One stored row by id (`None` when it is not there).
+fn row_by_id<'a>(rows: &'a [Value], id: &str) -> Option<&'a Value> {
+    rows.iter().find(|r| r["metadata"]["id"] == id)
+}
+
+/// Answers a GET of one row: the row `view` makes, or 404 naming `what`.
+fn get_row(
+    s: &Rest,
+    tenant: &str,
+    what: &str,
+    view: impl FnOnce(&super::core::State) -> Option<Value>,
+) -> Response {
+    if let Some(r) = tenant_ok(s, tenant) {
+        return r;
+    }
+    match view(&s.engine.state.lock()) {
+        Some(row) => Json(row).into_response(),
+        None => err(StatusCode::NOT_FOUND, &format!("{what} not found")),
+    }
+}
+
+/// Answers a DELETE of one row of the list `rows` picks: 204, or 404 naming `what`.
+fn delete_row(
+    s: &Rest,
+    tenant: &str,
+    id: &str,
+    what: &str,
+    rows: impl FnOnce(&mut super::core::State) -> &mut Vec<Value>,
+) -> Response {
+    if let Some(r) = tenant_ok(s, tenant) {
+        return r;
+    }
+    let mut st = s.engine.state.lock();
+    let list = rows(&mut st);
+    let before = list.len();
+    list.retain(|r| r["metadata"]["id"] != id);
+    if list.len() == before {
+        err(StatusCode::NOT_FOUND, &format!("{what} not found"))
+    } else {
+        StatusCode::NO_CONTENT.into_response()
+    }
+}
+
+async fn get_cron(
+    AxState(s): AxState<Rest>,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Response {
+    get_row(&s, &tenant, "cron", |st| row_by_id(&st.crons, &id).cloned())
+}
+
+async fn delete_cron(
+    AxState(s): AxState<Rest>,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Response {
+    delete_row(&s, &tenant, &id, "cron", |st| &mut st.crons)
+}
+
 async fn get_scheduled(
     AxState(s): AxState<Rest>,
     Path((tenant, id)): Path<(String, String)>,
 ) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
-    let st = s.engine.state.lock();
-    match st
-        .scheduled
-        .iter()
-        .find(|c| c["metadata"]["id"] == id.as_str())
-    {
-        Some(row) => Json(row.clone()).into_response(),
-        None => err(StatusCode::NOT_FOUND, "scheduled run not found"),
-    }
+    get_row(&s, &tenant, "scheduled run", |st| {
+        row_by_id(&st.scheduled, &id).map(|r| st.scheduled_view(r))
+    })
 }
 
 async fn delete_scheduled(
     AxState(s): AxState<Rest>,
     Path((tenant, id)): Path<(String, String)>,
 ) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
-    let mut st = s.engine.state.lock();
-    let before = st.scheduled.len();
-    st.scheduled.retain(|c| c["metadata"]["id"] != id.as_str());
-    if st.scheduled.len() == before {
-        err(StatusCode::NOT_FOUND, "scheduled run not found")
-    } else {
-        StatusCode::NO_CONTENT.into_response()
-    }
+    delete_row(&s, &tenant, &id, "scheduled run", |st| &mut st.scheduled)
 }
 
 /// The development engine's one dispatcher (the REST models require a UUID).
@@ -623,7 +644,7 @@ pub fn router(state: Rest) -> axum::Router {
         )
         .route(
             "/api/v1/tenants/{tenant}/workflows/crons/{id}",
-            delete(delete_cron),
+            get(get_cron).delete(delete_cron),
         )
         .route(
             "/api/v1/tenants/{tenant}/workflows/scheduled",

@@ -87,6 +87,20 @@ impl State {
         Ok(row)
     }
 
+    /// A schedule row as the API shows it: once fired, with its run's current status.
+    pub fn scheduled_view(&self, row: &Value) -> Value {
+        let mut row = row.clone();
+        let run = row["workflowRunId"]
+            .as_str()
+            .and_then(|id| self.runs.get(id));
+        if let Some(run) = run {
+            row["workflowRunStatus"] = json!(run.status.workflow_run());
+            row["workflowRunCreatedAt"] = json!(format_rfc3339(run.created_at));
+            row["workflowRunName"] = json!(run.workflow_name);
+        }
+        row
+    }
+
     /// Fires what is due at `now` (invariants 2 and 3).
     pub fn fire_calendar(&mut self, now: SystemTime) {
         let now_secs = unix_secs(now);
@@ -129,7 +143,6 @@ impl State {
             match (created, schedule) {
                 (Ok(run), Some(i)) => {
                     self.scheduled[i]["workflowRunId"] = json!(run);
-                    self.scheduled[i]["workflowRunStatus"] = json!("PENDING");
                 }
                 (Ok(_), None) => {}
                 (Err(e), _) => tracing::warn!(

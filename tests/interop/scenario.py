@@ -17,6 +17,7 @@ INTEROP_KEEP=1 to keep the work dir (logs, markers) after a passing run.
 """
 
 import asyncio
+import datetime
 import json
 import os
 import shutil
@@ -130,11 +131,37 @@ def run_checks(hs: dict[str, str], markers: Path, worker: subprocess.Popen[bytes
         expect(out.get("event") == {"nonce": nonce}, "the pushed event's payload is missing")
         expect(elapsed >= 3.0, f"finished too early ({elapsed:.1f}s)")
 
+    def f_schedule_fires_and_crons_round_trip() -> None:
+        nonce = uuid.uuid4().hex
+        at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=2)
+        sched = bounded(lambda: t.hatchet.scheduled.create(
+            "interop-echo", at, {"nonce": nonce}, {"from": "interop"}), 15)
+        expect(sched.workflow_run_id is None, "a schedule has no run before its time")
+
+        def fired() -> bool:
+            row = bounded(lambda: t.hatchet.scheduled.get(sched.metadata.id), 10)
+            return row.workflow_run_id is not None and str(row.workflow_run_status) in (
+                "SUCCEEDED", "WorkflowRunStatus.SUCCEEDED")
+
+        wait_until("the scheduled run to fire and succeed", fired, 30, 0.3)
+        expect(datetime.datetime.now(datetime.timezone.utc) >= at, "fired before its time")
+        cron = bounded(lambda: t.hatchet.cron.create(
+            "interop-echo", f"interop-{nonce[:8]}", "*/5 * * * *", {"nonce": nonce}, {}), 15)
+        rows = bounded(t.hatchet.cron.list, 10).rows or []
+        expect(any(r.metadata.id == cron.metadata.id and r.cron == "*/5 * * * *" for r in rows),
+               f"cron.list() does not show the new cron: {[r.cron for r in rows]}")
+        got = bounded(lambda: t.hatchet.cron.get(cron.metadata.id), 10)
+        expect(got.name == cron.name, f"cron.get() answered {got.name!r}")
+        bounded(lambda: t.hatchet.cron.delete(cron.metadata.id), 10)
+        rows = bounded(t.hatchet.cron.list, 10).rows or []
+        expect(all(r.metadata.id != cron.metadata.id for r in rows), "the cron was not deleted")
+
     check("a worker registers tasks", a_worker_registers)
     check("b sync run()", b_sync_run)
     check("c aio_run()", c_aio_run)
     check("d push triggers on_events task", d_push_triggers_on_events)
     check("e durable sleep then user event", e_durable_sleep_then_event)
+    check("e2 schedule fires; cron create/list/get/delete", f_schedule_fires_and_crons_round_trip)
 
 
 def main() -> int:
