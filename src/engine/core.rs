@@ -124,7 +124,13 @@ fn check_uuid(field: &str, s: &str) -> Result<(), GrpcStatus> {
 
 /// Evaluates the small subset of idempotency expressions the dev engine understands: a dotted
 /// path into `input` or `additional_metadata` (`input.order_id`); anything else is used verbatim.
-fn idempotency_key(expr: &str, input: &Value, meta: &serde_json::Map<String, Value>) -> String {
+/// The value of a key expression (`input.user_id`, `additional_metadata.tenant`) as a string;
+/// any other expression is its own (constant) key.
+pub(crate) fn key_of_expression(
+    expr: &str,
+    input: &Value,
+    meta: &serde_json::Map<String, Value>,
+) -> String {
     let mut parts = expr.trim().split('.');
     let root = match parts.next() {
         Some("input") => input.clone(),
@@ -164,6 +170,8 @@ pub struct State {
     pub run_subscribe_messages: u64,
     /// Messages received on `ListenForDurableEvent` streams.
     pub durable_event_listen_messages: u64,
+    /// Runs held by a full concurrency group, in arrival order (see `concurrency.rs`).
+    pub held_runs: HashMap<super::concurrency::Group, VecDeque<String>>,
     /// When crons and schedules were last checked (Unix seconds), see `fire_calendar`.
     pub calendar_checked: Option<i64>,
     /// Fault injection: rewrite the next assignments (bad payloads, unknown enums).
@@ -292,6 +300,9 @@ impl Engine {
                 tasks,
                 event_triggers: req.event_triggers,
                 idempotency: req.idempotency,
+                concurrency: super::concurrency::Limit::from_proto(
+                    req.concurrency.into_iter().chain(req.concurrency_arr),
+                ),
                 created_at: SystemTime::now(),
             },
         );
@@ -969,7 +980,7 @@ impl State {
         // Workflow idempotency: a live key collides.
         let mut idem = None;
         if let Some(cfg) = &wf.idempotency {
-            let key = idempotency_key(&cfg.expression, &input, &meta);
+            let key = key_of_expression(&cfg.expression, &input, &meta);
             let now = Instant::now();
             let collision = self
                 .idempotency
@@ -1067,6 +1078,7 @@ impl State {
                     backoff_max_seconds: def.backoff_max_seconds,
                     children: HashMap::new(),
                     logs: Vec::new(),
+                    held: false,
                 },
             );
             if status == Status::Queued {
@@ -1091,6 +1103,8 @@ impl State {
             started_at: None,
             finished_at: None,
             triggering_event: opts.event,
+            held: false,
+            groups: Vec::new(),
         };
         self.runs.insert(run_id.clone(), run);
         self.run_order.push(run_id.clone());
@@ -1105,6 +1119,7 @@ impl State {
         }
         // Metadata subscribers start tracking the new run; task creation is STEP_RUN/STARTED.
         self.track_metadata_subscribers(&run_id);
+        self.apply_concurrency(&run_id);
         for tid in &task_ids {
             if self
                 .tasks
@@ -1528,6 +1543,7 @@ impl State {
         };
         self.emit_run_finished(run_id, kind);
         self.durable_child_finished(run_id);
+        self.release_concurrency(run_id);
     }
 
     /// The `WorkflowRunEvent` of a finished run.
@@ -1636,7 +1652,12 @@ impl State {
         }
     }
 
-    fn emit_task_event(&self, tid: &str, kind: proto::ResourceEventType, payload: String) {
+    pub(crate) fn emit_task_event(
+        &self,
+        tid: &str,
+        kind: proto::ResourceEventType,
+        payload: String,
+    ) {
         let Some(t) = self.tasks.get(tid) else { return };
         let ev = proto::WorkflowEvent {
             workflow_run_id: t.run_id.clone(),
@@ -1732,6 +1753,28 @@ pub fn idempotency_collision(existing: &str) -> GrpcStatus {
         "idempotency key collision",
         status.encode_to_vec().into(),
     )
+}
+
+/// A fresh engine state that knows `workflow` (unit tests of the state's parts).
+#[cfg(test)]
+pub(crate) fn state_with(workflow: v1::CreateWorkflowVersionRequest) -> State {
+    let engine = Engine::new("tenant".into(), Duration::from_secs(30), "v0.0.0".into());
+    engine.put_workflow(workflow).expect("put");
+    std::mem::take(&mut *engine.state.lock())
+}
+
+/// A one-task workflow named `wf` (action `wf:t`).
+#[cfg(test)]
+pub(crate) fn one_task_workflow() -> v1::CreateWorkflowVersionRequest {
+    v1::CreateWorkflowVersionRequest {
+        name: "wf".into(),
+        tasks: vec![v1::CreateTaskOpts {
+            readable_id: "t".into(),
+            action: "wf:t".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]

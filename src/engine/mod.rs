@@ -11,6 +11,7 @@
 //!    before anything else, so tests count real attempts.
 //! 4. Messages over 4 MiB are refused (like the real engine).
 
+mod concurrency;
 mod core;
 mod cron;
 mod durable;

@@ -92,6 +92,7 @@ pub struct Workflow {
     pub tasks: Vec<TaskDef>,
     pub event_triggers: Vec<String>,
     pub idempotency: Option<proto::v1::IdempotencyConfig>,
+    pub concurrency: Vec<super::concurrency::Limit>,
     pub created_at: SystemTime,
 }
 
@@ -128,6 +129,8 @@ pub struct Task {
     /// Children spawned with a child index or key: key → child run id.
     pub children: HashMap<String, String>,
     pub logs: Vec<(SystemTime, String, String)>,
+    /// Parked with its held run (see `concurrency.rs`).
+    pub held: bool,
 }
 
 /// A workflow run.
@@ -149,6 +152,10 @@ pub struct Run {
     pub started_at: Option<SystemTime>,
     pub finished_at: Option<SystemTime>,
     pub triggering_event: Option<(String, String)>,
+    /// Held by a full concurrency group (its root tasks are parked).
+    pub held: bool,
+    /// Its concurrency groups: (limit index, key).
+    pub groups: Vec<(usize, String)>,
 }
 
 /// A listener session of a worker (one ListenV2 or Listen stream).

@@ -159,26 +159,9 @@ impl State {
 mod tests {
     use super::*;
     use crate::calendar::parse_rfc3339;
-    use crate::proto::v1;
 
     fn state_with_workflow() -> State {
-        let engine = super::super::core::Engine::new(
-            "tenant".into(),
-            std::time::Duration::from_secs(30),
-            "v0.0.0".into(),
-        );
-        engine
-            .put_workflow(v1::CreateWorkflowVersionRequest {
-                name: "wf".into(),
-                tasks: vec![v1::CreateTaskOpts {
-                    readable_id: "t".into(),
-                    action: "wf:t".into(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            })
-            .expect("put");
-        std::mem::take(&mut *engine.state.lock())
+        super::super::core::state_with(super::super::core::one_task_workflow())
     }
 
     fn planned() -> Planned {

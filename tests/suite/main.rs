@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod chaos;
+mod concurrency;
 mod config_env;
 mod durable_listener;
 mod engine_core;
