@@ -206,6 +206,9 @@ pub struct DurableState {
     logs: HashMap<String, TaskLog>,
     legacy: HashMap<(String, String), Conditions>,
     legacy_listeners: HashMap<u64, (LegacyTx, HashSet<(String, String)>)>,
+    /// Fault injection: completions to lose before they reach a stream (as a cluster can);
+    /// `worker_status` recovers them.
+    pub lose_completions: std::sync::atomic::AtomicU32,
 }
 
 const BRANCH: i64 = 1;
@@ -254,6 +257,17 @@ impl State {
         let Some((payload, failure, err)) = &n.result else {
             return;
         };
+        let lose = &self.durable.lose_completions;
+        let lost = lose
+            .fetch_update(
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+                |n| n.checked_sub(1),
+            )
+            .is_ok();
+        if lost {
+            return;
+        }
         if let Some(stream) = self.durable.routes.get(task) {
             self.dsend(
                 *stream,

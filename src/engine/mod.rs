@@ -444,6 +444,17 @@ impl DevEngine {
         });
     }
 
+    /// Fault injection: lose the next `n` durable completions before they reach a stream, as
+    /// a cluster can; a worker's `worker_status` recovers them.
+    pub fn lose_next_durable_completions(&self, n: u32) {
+        self.engine
+            .state
+            .lock()
+            .durable
+            .lose_completions
+            .store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Fault injection: assign beyond the workers' slots (a flood of actions).
     pub fn over_assign(&self, on: bool) {
         self.engine.state.lock().over_assign = on;

@@ -13,7 +13,13 @@
 //!    [`MAX_SEND_ATTEMPTS`] consecutive streams that end without progress, then fails with
 //!    [`Outcome::Exhausted`]; it never blocks its task through an outage. A stream with progress
 //!    resets the count. A listener that stops fails every pending request and wait at once.
-//! 6. The engine's refusals are typed ([`DurableError`]): a nondeterministic replay and a server
+//! 6. While waits are pending, `worker_status` is re-sent every [`STATUS_EVERY`] on the published
+//!    stream: the engine re-sends completions it lost (routing, a cluster node change), so a lost
+//!    completion delays a wait by about a second instead of forever.
+//! 7. Every request that expects an ack gets one within [`ACK_TIMEOUT`] or fails: the engine
+//!    answers nothing for requests it cannot process, so an unanswered request must not hang its
+//!    task (the eviction's own timeout is shorter).
+//! 8. The engine's refusals are typed ([`DurableError`]): a nondeterministic replay and a server
 //!    eviction reach the operation that caused them with the task, invocation and node; an
 //!    eviction also fails that invocation's waits and calls the eviction hook (the worker cancels
 //!    the evicted invocation).
@@ -41,6 +47,11 @@ use crate::proto::v1::{
 pub const EARLY_COMPLETION_TTL: Duration = Duration::from_secs(10);
 /// How long an eviction waits for its ack.
 pub const EVICTION_ACK_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often pending waits are listed to the engine (`worker_status`), as the SDKs do.
+pub const STATUS_EVERY: Duration = Duration::from_secs(1);
+/// How long a request waits for its ack on any stream before it fails (the Python SDK's
+/// 60 s for event acks).
+pub const ACK_TIMEOUT: Duration = Duration::from_secs(60);
 /// Consecutive streams without progress a request may ride before it fails (the bound on
 /// synchronous paths, CONTRACT.md §3).
 pub const MAX_SEND_ATTEMPTS: u32 = 5;
@@ -372,6 +383,38 @@ impl DurableRegistry {
         }
     }
 
+    /// The `worker_status` listing every pending wait, or `None` when nothing waits.
+    fn status_request(g: &Inner, worker_id: &str) -> Option<v1::DurableTaskRequest> {
+        if g.waits.is_empty() {
+            return None;
+        }
+        let waiting_entries = g
+            .waits
+            .keys()
+            .map(|(t, i, b, n)| v1::DurableTaskAwaitedCompletedEntry {
+                durable_task_external_id: t.clone(),
+                branch_id: *b,
+                node_id: *n,
+                invocation_count: *i,
+            })
+            .collect();
+        Some(v1::DurableTaskRequest {
+            message: Some(Req::WorkerStatus(v1::DurableTaskWorkerStatusRequest {
+                worker_id: worker_id.to_string(),
+                waiting_entries,
+            })),
+        })
+    }
+
+    /// Lists the pending waits on the published stream (invariant 6); whether it sent one.
+    fn send_status(&self, worker_id: &str) -> bool {
+        let g = self.inner.lock();
+        match (&g.sink, Self::status_request(&g, worker_id)) {
+            (Some((_, sink)), Some(req)) => sink.send(req).is_ok(),
+            _ => false,
+        }
+    }
+
     /// Publishes a new stream: register_worker, re-sent requests, worker_status (replay first).
     fn publish(&self, generation: u64, sink: Sink, worker_id: &str) {
         let mut g = self.inner.lock();
@@ -383,23 +426,8 @@ impl DurableRegistry {
         for pending in g.unacked.values() {
             let _ = sink.send(pending.req.clone());
         }
-        let waiting: Vec<v1::DurableTaskAwaitedCompletedEntry> = g
-            .waits
-            .keys()
-            .map(|(t, i, b, n)| v1::DurableTaskAwaitedCompletedEntry {
-                durable_task_external_id: t.clone(),
-                branch_id: *b,
-                node_id: *n,
-                invocation_count: *i,
-            })
-            .collect();
-        if !waiting.is_empty() {
-            let _ = sink.send(v1::DurableTaskRequest {
-                message: Some(Req::WorkerStatus(v1::DurableTaskWorkerStatusRequest {
-                    worker_id: worker_id.to_string(),
-                    waiting_entries: waiting,
-                })),
-            });
+        if let Some(status) = Self::status_request(&g, worker_id) {
+            let _ = sink.send(status);
         }
         g.sink = Some((generation, sink));
     }
@@ -493,6 +521,8 @@ pub enum DurableMsg {
     },
     /// Backoff elapsed.
     Reconnect(u64),
+    /// Time to list the pending waits again (invariant 6).
+    StatusTick,
     /// Test hook.
     Crash,
 }
@@ -582,6 +612,9 @@ impl Actor for DurableListener {
         myself: ActorRef<DurableMsg>,
         args: DurableArgs,
     ) -> Result<DurableState, ActorProcessingErr> {
+        super::every(&args.ctx.lifecycle, STATUS_EVERY, &myself, || {
+            DurableMsg::StatusTick
+        });
         let rng = args.ctx.rng("durable_task");
         let mut st = DurableState {
             args,
@@ -655,6 +688,11 @@ impl Actor for DurableListener {
                     Self::open(&myself, st);
                 }
             }
+            DurableMsg::StatusTick => {
+                if let Some(worker_id) = st.args.identity.get() {
+                    st.args.registry.send_status(&worker_id);
+                }
+            }
             DurableMsg::Crash => panic!("durable listener crash requested by a test"),
         }
         Ok(())
@@ -696,9 +734,17 @@ impl DurableClient {
             }
         }
         let mut guard = Abandon(&self.registry, key, id, false);
-        let r = rx.await.map_err(|_| Error::closed("DurableTask"));
+        let r = match tokio::time::timeout(ACK_TIMEOUT, rx).await {
+            Ok(r) => r.map_err(|_| Error::closed(OPERATION))?,
+            // The guard drops the request: no re-send, no slot for a late ack.
+            Err(_) => {
+                return Err(Error::new(Outcome::DeadlineExceeded, OPERATION).with_detail(
+                    "the engine did not acknowledge this durable operation within 60 s (it answers nothing for requests it cannot process); the attempt fails so the engine can run it again, and the operation replays by node",
+                ));
+            }
+        };
         guard.3 = true;
-        r?
+        r
     }
 
     /// Registers a wait and returns its completion payload.
@@ -1074,5 +1120,52 @@ mod tests {
         });
         assert!(matches!(ack.await, Ok(Ok(Ack::Wait(_)))));
         assert_eq!(counts(&r), (0, 0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_never_acknowledged_fails_after_sixty_seconds_and_is_dropped() {
+        let registry = Arc::new(DurableRegistry::default());
+        let (sink, _out) = mpsc::unbounded_channel();
+        registry.publish(1, sink, "w");
+        let client = DurableClient {
+            registry: registry.clone(),
+            ensure: Arc::new(|| {}),
+        };
+        let started = tokio::time::Instant::now();
+        let err = client
+            .wait_for("t", 1, v1::DurableEventListenerConditions::default())
+            .await
+            .expect_err("no ack");
+        assert_eq!(err.outcome(), Outcome::DeadlineExceeded);
+        assert_eq!(started.elapsed(), ACK_TIMEOUT);
+        assert_eq!(counts(&registry), (0, 0, 0), "neither re-sent nor awaited");
+    }
+
+    #[tokio::test]
+    async fn pending_waits_are_listed_on_the_published_stream_only_while_some_wait() {
+        let r = DurableRegistry::default();
+        let _early = r.wait(("t".into(), 1, 1, 1));
+        assert!(
+            !r.send_status("w"),
+            "no stream published: nothing to send on"
+        );
+        let (sink, mut out) = mpsc::unbounded_channel();
+        r.publish(1, sink, "w");
+        let mut sent = Vec::new();
+        while let Ok(m) = out.try_recv() {
+            sent.push(m);
+        }
+        assert_eq!(sent.len(), 2, "register_worker, then the status on publish");
+        assert!(r.send_status("w"));
+        let Some(Req::WorkerStatus(status)) = out.try_recv().ok().and_then(|m| m.message) else {
+            panic!("a worker_status")
+        };
+        assert_eq!(
+            (status.worker_id.as_str(), status.waiting_entries.len()),
+            ("w", 1)
+        );
+        assert_eq!(status.waiting_entries[0].node_id, 1);
+        r.forget_wait(&("t".into(), 1, 1, 1));
+        assert!(!r.send_status("w"), "nothing waits: nothing is sent");
     }
 }

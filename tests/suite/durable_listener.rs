@@ -297,3 +297,22 @@ async fn a_legacy_durable_wait_whose_registration_keeps_failing_errors_and_arms_
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn a_completion_lost_by_the_engine_is_recovered_by_the_periodic_worker_status() {
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let rt = runtime(&engine).await;
+    rt.register(reporting_napper()).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    engine.lose_next_durable_completions(1);
+    // Without a later status the wait would never end (the stream stays up, nothing ends it).
+    let out: Value = within("the recovered completion", rt.run("nap", &json!({})))
+        .await
+        .expect("result");
+    assert_eq!(out["woke"], true, "{out}");
+    rt.shutdown(Duration::from_secs(1)).await;
+}
