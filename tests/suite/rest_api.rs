@@ -417,3 +417,25 @@ async fn schedules_fire_at_their_time_and_crons_are_validated_at_registration() 
     drop(e);
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn a_rest_call_cancelled_before_it_starts_makes_no_request() {
+    let core = rest_core();
+    let server = ScriptedHttp::start(vec![]).await;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    cancel.cancel();
+    let client = reqwest::Client::new();
+    let url = format!("http://{}/api/v1/things", server.addr);
+    let err = rest::send(
+        &core,
+        "things",
+        reqwest::Method::GET,
+        None,
+        Some(cancel),
+        |_| client.get(&url),
+    )
+    .await
+    .expect_err("cancelled");
+    assert_eq!(err.outcome(), Outcome::Cancelled);
+    assert!(server.heads().is_empty(), "nothing reached the server");
+}
