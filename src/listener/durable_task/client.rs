@@ -1,0 +1,210 @@
+//! What a task context uses to run durable operations: a request, its ack (bounded by
+//! [`ACK_TIMEOUT`]), then the wait for its completion.
+
+use std::sync::Arc;
+
+use super::registry::{Ack, Completion, DurableRegistry, EntryKey, key_of, target};
+use super::{ACK_TIMEOUT, EVICTION_ACK_TIMEOUT, OPERATION};
+use crate::error::{Error, Outcome};
+use crate::proto::v1::{self, durable_task_request::Message as Req};
+
+/// What a task context uses to run durable operations.
+#[derive(Clone)]
+pub struct DurableClient {
+    /// Registry.
+    pub registry: Arc<DurableRegistry>,
+    /// Arms the stream.
+    pub ensure: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for DurableClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DurableClient(..)")
+    }
+}
+
+impl DurableClient {
+    async fn request(&self, req: v1::DurableTaskRequest) -> Result<Ack, Error> {
+        let key = target(&req);
+        let (id, rx, arm) = self.registry.send(req)?;
+        if arm {
+            (self.ensure)();
+        }
+        // If this future is dropped (a timeout, a cancelled task), the request is abandoned: no
+        // re-send on reconnect, and its slot cannot take a later ack meant for another request.
+        struct Abandon<'a>(&'a DurableRegistry, Option<(String, i32)>, u64, bool);
+        impl Drop for Abandon<'_> {
+            fn drop(&mut self) {
+                if !self.3
+                    && let Some(k) = &self.1
+                {
+                    self.0.abandon(k, self.2);
+                }
+            }
+        }
+        let mut guard = Abandon(&self.registry, key, id, false);
+        let r = match tokio::time::timeout(ACK_TIMEOUT, rx).await {
+            Ok(r) => r.map_err(|_| Error::closed(OPERATION))?,
+            // The guard drops the request: no re-send, no slot for a late ack.
+            Err(_) => {
+                return Err(Error::new(Outcome::DeadlineExceeded, OPERATION).with_detail(
+                    "the engine did not acknowledge this durable operation within 60 s (it answers nothing for requests it cannot process); the attempt fails so the engine can run it again, and the operation replays by node",
+                ));
+            }
+        };
+        guard.3 = true;
+        r
+    }
+
+    /// Registers a wait and returns its completion payload.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping it forgets the wait locally; the engine keeps the node, and a replay
+    /// of the same wait finds it.
+    pub async fn wait_for(
+        &self,
+        task: &str,
+        invocation: i32,
+        conds: v1::DurableEventListenerConditions,
+    ) -> Result<Completion, Error> {
+        let ack = self
+            .request(v1::DurableTaskRequest {
+                message: Some(Req::WaitFor(v1::DurableTaskWaitForRequest {
+                    invocation_count: invocation,
+                    durable_task_external_id: task.to_string(),
+                    wait_for_conditions: Some(conds),
+                    label: None,
+                })),
+            })
+            .await?;
+        let Ack::Wait(r) = ack else {
+            return Err(Error::new(Outcome::Rejected, "DurableTask")
+                .with_detail("unexpected ack for wait_for"));
+        };
+        let key = key_of(&r);
+        let rx = self.registry.wait(key.clone());
+        struct Forget<'a>(&'a DurableRegistry, EntryKey);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                self.0.forget_wait(&self.1);
+            }
+        }
+        let _guard = Forget(&self.registry, key);
+        rx.await.map_err(|_| Error::closed(OPERATION))?
+    }
+
+    /// Memoizes `compute` under `key` for this task: a replay returns the stored value.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an interrupted memo is recomputed on replay.
+    pub async fn memo<F, Fut>(
+        &self,
+        task: &str,
+        invocation: i32,
+        key: &[u8],
+        compute: F,
+    ) -> Result<Vec<u8>, Error>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Vec<u8>>,
+    {
+        let ack = self
+            .request(v1::DurableTaskRequest {
+                message: Some(Req::Memo(v1::DurableTaskMemoRequest {
+                    invocation_count: invocation,
+                    durable_task_external_id: task.to_string(),
+                    key: key.to_vec(),
+                    payload: None,
+                })),
+            })
+            .await?;
+        let Ack::Memo(m) = ack else {
+            return Err(
+                Error::new(Outcome::Rejected, "DurableTask").with_detail("unexpected ack for memo")
+            );
+        };
+        if let Some(v) = m.memo_result_payload.filter(|_| m.memo_already_existed) {
+            return Ok(v);
+        }
+        let value = compute().await;
+        self.registry.send_no_ack(v1::DurableTaskRequest {
+            message: Some(Req::CompleteMemo(v1::DurableTaskCompleteMemoRequest {
+                r#ref: m.r#ref,
+                payload: value.clone(),
+                memo_key: key.to_vec(),
+            })),
+        });
+        Ok(value)
+    }
+
+    /// Tells the engine to evict this invocation; fails if no ack comes in 30 s.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn evict(&self, task: &str, invocation: i32, reason: &str) -> Result<(), Error> {
+        let req = v1::DurableTaskRequest {
+            message: Some(Req::EvictInvocation(
+                v1::DurableTaskEvictInvocationRequest {
+                    invocation_count: invocation,
+                    durable_task_external_id: task.to_string(),
+                    reason: Some(reason.to_string()),
+                },
+            )),
+        };
+        match tokio::time::timeout(EVICTION_ACK_TIMEOUT, self.request(req)).await {
+            Ok(r) => r.map(|_| ()),
+            Err(_) => Err(Error::new(Outcome::DeadlineExceeded, "DurableTask")
+                .with_detail("no eviction ack within 30 s")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::mpsc;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_eviction_without_an_ack_fails_after_thirty_seconds_and_is_dropped() {
+        let registry = Arc::new(DurableRegistry::default());
+        let client = DurableClient {
+            registry: registry.clone(),
+            ensure: Arc::new(|| {}),
+        };
+        let started = tokio::time::Instant::now();
+        let err = client.evict("t", 1, "test").await.expect_err("no ack");
+        assert_eq!(err.outcome(), Outcome::DeadlineExceeded);
+        assert_eq!(started.elapsed(), EVICTION_ACK_TIMEOUT);
+        assert_eq!(
+            registry.pending_counts(),
+            (0, 0, 0),
+            "the abandoned request is neither re-sent nor awaited"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_never_acknowledged_fails_after_sixty_seconds_and_is_dropped() {
+        let registry = Arc::new(DurableRegistry::default());
+        let (sink, _out) = mpsc::unbounded_channel();
+        registry.publish(1, sink, "w");
+        let client = DurableClient {
+            registry: registry.clone(),
+            ensure: Arc::new(|| {}),
+        };
+        let started = tokio::time::Instant::now();
+        let err = client
+            .wait_for("t", 1, v1::DurableEventListenerConditions::default())
+            .await
+            .expect_err("no ack");
+        assert_eq!(err.outcome(), Outcome::DeadlineExceeded);
+        assert_eq!(started.elapsed(), ACK_TIMEOUT);
+        assert_eq!(
+            registry.pending_counts(),
+            (0, 0, 0),
+            "neither re-sent nor awaited"
+        );
+    }
+}
