@@ -11,6 +11,7 @@
 //!    before anything else, so tests count real attempts.
 //! 4. Messages over 4 MiB are refused (like the real engine).
 
+mod assign;
 mod concurrency;
 mod core;
 mod cron;
@@ -21,8 +22,10 @@ mod grpc;
 mod io;
 mod model;
 mod rest;
+mod runs;
 mod schedules;
 mod streams;
+mod subscribers;
 
 pub use self::core::{ENGINE_VERSION, parse_duration};
 pub use faults::{Fault, FaultRule, Faults};

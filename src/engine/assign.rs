@@ -1,0 +1,278 @@
+//! Assignment: live workers, slots, the assigned-action payload, requeues of a silent worker's
+//! tasks, and execution timeouts.
+
+use std::collections::{HashSet, VecDeque};
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::core::*;
+use super::model::*;
+use crate::proto;
+
+impl State {
+    pub(crate) fn worker_is_live(w: &Worker, now: Instant, live: Duration) -> bool {
+        !w.paused
+            && !w.sessions.is_empty()
+            && (w.sessions.iter().any(|s| s.legacy)
+                || now.saturating_duration_since(w.last_heartbeat) < live)
+    }
+
+    /// Assigns queued tasks to live workers with free slots, in queue order.
+    pub fn assign(&mut self, now: Instant, live: Duration) {
+        let over_assign = self.over_assign;
+        // Nothing to do unless some live worker has a free slot: skip the queue scan.
+        let capacity = self.workers.values().any(|w| {
+            Self::worker_is_live(w, now, live)
+                && (over_assign
+                    || w.slot_limits
+                        .iter()
+                        .any(|(k, lim)| w.slots_used.get(k).copied().unwrap_or(0) < *lim))
+        });
+        if self.queue.is_empty() || !capacity {
+            return;
+        }
+        let mut keep = VecDeque::with_capacity(self.queue.len());
+        while let Some(tid) = self.queue.pop_front() {
+            let Some(task) = self.tasks.get(&tid) else {
+                continue;
+            };
+            if task.status != Status::Queued {
+                continue;
+            }
+            if task.not_before.is_some_and(|t| t > now) {
+                keep.push_back(tid);
+                continue;
+            }
+            let action = task.action.clone();
+            let wanted = task.slot_type.clone();
+            let chosen = self.workers.values().find_map(|w| {
+                if !w.actions.contains(&action) || !Self::worker_is_live(w, now, live) {
+                    return None;
+                }
+                let slot = if w.slot_limits.contains_key(&wanted) {
+                    wanted.clone()
+                } else {
+                    "default".to_string()
+                };
+                let limit = w.slot_limits.get(&slot).copied().unwrap_or(0);
+                let used = w.slots_used.get(&slot).copied().unwrap_or(0);
+                (used < limit || over_assign).then(|| (w.id.clone(), slot))
+            });
+            let Some((wid, slot)) = chosen else {
+                keep.push_back(tid);
+                continue;
+            };
+            let mut action_msg = self.assigned_action(&tid, proto::ActionType::StartStepRun);
+            if let Some(m) = &mut self.mutate_actions {
+                (m.f)(&mut action_msg);
+                m.remaining -= 1;
+                if m.remaining == 0 {
+                    self.mutate_actions = None;
+                }
+            }
+            let w = self.workers.get_mut(&wid).expect("chosen worker exists");
+            let sent = w
+                .sessions
+                .iter()
+                .rev()
+                .any(|s| s.tx.try_send(Ok(action_msg.clone())).is_ok());
+            if !sent {
+                keep.push_back(tid);
+                continue;
+            }
+            *w.slots_used.entry(slot.clone()).or_default() += 1;
+            let run_id = {
+                let t = self.tasks.get_mut(&tid).expect("task exists");
+                t.status = Status::Running;
+                t.worker_id = Some(wid);
+                t.slot_type = slot;
+                t.slot_held = true;
+                t.deadline = Some(now + t.timeout);
+                t.started_at = Some(SystemTime::now());
+                let run = t.run_id.clone();
+                self.deadlines
+                    .push(std::cmp::Reverse((now + t.timeout, tid.clone())));
+                run
+            };
+            if let Some(r) = self.runs.get_mut(&run_id)
+                && r.status == Status::Queued
+            {
+                r.status = Status::Running;
+                r.started_at = Some(SystemTime::now());
+            }
+        }
+        self.queue = keep;
+    }
+
+    /// The AssignedAction for a task's current attempt (START increments the invocation count
+    /// of durable tasks).
+    pub(crate) fn assigned_action(
+        &mut self,
+        tid: &str,
+        kind: proto::ActionType,
+    ) -> proto::AssignedAction {
+        let (run_id, parents) = {
+            let t = &self.tasks[tid];
+            (t.run_id.clone(), t.parents.clone())
+        };
+        if kind == proto::ActionType::StartStepRun
+            && let Some(t) = self.tasks.get_mut(tid)
+            && t.is_durable
+        {
+            t.invocation_count += 1;
+            t.evicted = false;
+        }
+        let t = &self.tasks[tid];
+        let run = &self.runs[&run_id];
+        let mut parent_outputs = serde_json::Map::new();
+        for p in &parents {
+            if let Some(pt) = run
+                .tasks
+                .iter()
+                .filter_map(|id| self.tasks.get(id))
+                .find(|x| &x.readable_id == p)
+            {
+                let out = pt
+                    .output
+                    .as_deref()
+                    .and_then(|o| serde_json::from_str(o).ok())
+                    .unwrap_or(Value::Null);
+                parent_outputs.insert(p.clone(), out);
+            }
+        }
+        let payload = if kind == proto::ActionType::StartStepRun {
+            serde_json::json!({
+                "input": run.input,
+                "parents": parent_outputs,
+                "triggers": {"filter_payload": null},
+                "triggered_by": "manual",
+                "user_data": null,
+                "overrides": null,
+            })
+            .to_string()
+        } else {
+            String::new()
+        };
+        let wf = self.workflows.get(&run.workflow_name);
+        proto::AssignedAction {
+            tenant_id: String::new(),
+            workflow_run_id: run.id.clone(),
+            get_group_key_run_id: String::new(),
+            job_id: String::new(),
+            job_name: run.workflow_name.clone(),
+            job_run_id: run.id.clone(),
+            task_id: t.id.clone(),
+            task_run_external_id: t.id.clone(),
+            action_id: t.action.clone(),
+            action_type: kind as i32,
+            action_payload: payload,
+            task_name: t.readable_id.clone(),
+            retry_count: t.retry_count,
+            additional_metadata: Some(Value::Object(run.additional_metadata.clone()).to_string()),
+            child_workflow_index: run.child_index,
+            child_workflow_key: run.child_key.clone(),
+            parent_workflow_run_id: run.parent_task_id.clone(),
+            priority: run.priority,
+            workflow_id: wf.map(|w| w.id.clone()),
+            workflow_version_id: wf.map(|w| w.version_id.clone()),
+            durable_task_invocation_count: t.is_durable.then_some(t.invocation_count),
+            triggering_event_external_id: run.triggering_event.as_ref().map(|e| e.0.clone()),
+            triggering_event_key: run.triggering_event.as_ref().map(|e| e.1.clone()),
+            batch_id: None,
+            batch_size: None,
+            batch_index: None,
+            batch_start_payload: None,
+            batch_key: None,
+        }
+    }
+
+    /// Returns the task's slot to its worker.
+    pub fn free_slot(&mut self, tid: &str) {
+        let Some(t) = self.tasks.get_mut(tid) else {
+            return;
+        };
+        if !t.slot_held {
+            return;
+        }
+        t.slot_held = false;
+        if let Some(w) = t.worker_id.as_ref().and_then(|w| self.workers.get_mut(w))
+            && let Some(u) = w.slots_used.get_mut(&t.slot_type)
+        {
+            *u = (*u - 1).max(0);
+        }
+    }
+
+    pub(crate) fn send_to_worker(&mut self, tid: &str, msg: proto::AssignedAction) {
+        let Some(wid) = self.tasks.get(tid).and_then(|t| t.worker_id.clone()) else {
+            return;
+        };
+        if let Some(w) = self.workers.get(&wid) {
+            // A cancel to a disconnected worker is dropped, as the engine does.
+            let _ = w
+                .sessions
+                .iter()
+                .rev()
+                .any(|s| s.tx.try_send(Ok(msg.clone())).is_ok());
+        }
+    }
+
+    pub(crate) fn reap_silent_workers(&mut self, now: Instant, after: Duration) {
+        let silent: HashSet<String> = self
+            .workers
+            .values()
+            .filter(|w| {
+                !w.sessions.iter().any(|s| s.legacy)
+                    && now.saturating_duration_since(w.last_heartbeat) >= after
+            })
+            .map(|w| w.id.clone())
+            .collect();
+        if silent.is_empty() {
+            return;
+        }
+        let stuck: Vec<String> = self
+            .tasks
+            .values()
+            .filter(|t| {
+                t.status == Status::Running
+                    && !t.evicted
+                    && t.worker_id.as_ref().is_some_and(|w| silent.contains(w))
+            })
+            .map(|t| t.id.clone())
+            .collect();
+        for tid in stuck {
+            self.requeue_internal(&tid, "Worker did not send a heartbeat for 30 seconds");
+        }
+    }
+
+    /// Expires running attempts whose deadline passed. The deadlines sit in a min-heap, checked
+    /// against the task when popped (a stale entry, for a finished or refreshed attempt, is
+    /// dropped), so a tick costs O(expired · log n), not a scan of every task.
+    pub(crate) fn expire_timeouts(&mut self, now: Instant) {
+        let mut expired = Vec::new();
+        while let Some(std::cmp::Reverse((at, _))) = self.deadlines.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(std::cmp::Reverse((at, tid))) = self.deadlines.pop() else {
+                break;
+            };
+            if self.tasks.get(&tid).is_some_and(|t| {
+                t.status == Status::Running && !t.evicted && t.deadline == Some(at)
+            }) {
+                expired.push(tid);
+            }
+        }
+        for tid in expired {
+            let msg = self.assigned_action(&tid, proto::ActionType::CancelStepRun);
+            self.send_to_worker(&tid, msg);
+            let timeout = self.tasks[&tid].timeout;
+            self.fail_attempt(
+                &tid,
+                format!("task timed out after {}s", timeout.as_secs()),
+                false,
+            );
+        }
+    }
+}

@@ -1,0 +1,465 @@
+//! Run lifecycle on the engine state: creation (child dedupe, idempotency keys, concurrency),
+//! task completion, failure and retry, cancellation, and the end of a run.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+use tokio::time::Instant;
+use tonic::Status as GrpcStatus;
+
+use super::core::*;
+use super::model::*;
+use crate::proto::{self, v1};
+
+/// Options of one run creation.
+#[derive(Debug, Default, Clone)]
+pub struct TriggerOpts {
+    pub parent_task: Option<String>,
+    pub child_index: Option<i32>,
+    pub child_key: Option<String>,
+    pub priority: i32,
+    pub event: Option<(String, String)>,
+}
+
+impl State {
+    /// Creates a run and queues its root tasks. Child dedupe and idempotency keys apply.
+    pub fn create_run(
+        &mut self,
+        tenant: &str,
+        name: &str,
+        input: Value,
+        meta: serde_json::Map<String, Value>,
+        opts: TriggerOpts,
+    ) -> Result<String, GrpcStatus> {
+        let _ = tenant;
+        let wf = self.workflows.get(name).cloned().ok_or_else(|| {
+            GrpcStatus::invalid_argument(format!("workflow names not found: {name}"))
+        })?;
+        // Child dedupe: the same parent and index/key returns the existing run.
+        let child_slot = match (&opts.parent_task, &opts.child_key, opts.child_index) {
+            (Some(p), Some(k), _) => Some((p.clone(), format!("key:{k}"))),
+            (Some(p), None, Some(i)) => Some((p.clone(), format!("index:{i}"))),
+            _ => None,
+        };
+        if let Some((p, k)) = &child_slot
+            && let Some(existing) = self.tasks.get(p).and_then(|t| t.children.get(k))
+        {
+            return Ok(existing.clone());
+        }
+        // Workflow idempotency: a live key collides.
+        let mut idem = None;
+        if let Some(cfg) = &wf.idempotency {
+            let key = key_of_expression(&cfg.expression, &input, &meta);
+            let now = Instant::now();
+            let collision = self
+                .idempotency
+                .get(&(name.to_string(), key.clone()))
+                .filter(|(run, until)| {
+                    let by_status = cfg.method == Some(v1::IdempotencyMethod::Status as i32);
+                    if by_status {
+                        self.runs.get(run).is_some_and(|r| {
+                            !r.status.is_terminal() || r.status == Status::Completed
+                        })
+                    } else {
+                        *until > now
+                    }
+                })
+                .map(|(run, _)| run.clone());
+            if let Some(existing) = collision {
+                return Err(idempotency_collision(&existing));
+            }
+            let ttl = Duration::from_millis(cfg.ttl_ms.max(0) as u64);
+            idem = Some((
+                key,
+                now + if ttl.is_zero() {
+                    Duration::from_secs(86_400)
+                } else {
+                    ttl
+                },
+            ));
+        }
+
+        let single = wf.tasks.len() == 1;
+        let run_id = new_id();
+        let now = SystemTime::now();
+        let mut meta = meta;
+        if let Some(p) = &opts.parent_task
+            && let Some(pt) = self.tasks.get(p)
+        {
+            if let Some(prun) = self.runs.get(&pt.run_id) {
+                for (k, v) in &prun.additional_metadata {
+                    if !k.starts_with("hatchet__") {
+                        meta.entry(k.clone()).or_insert(v.clone());
+                    }
+                }
+            }
+            meta.insert(
+                "hatchet__parent_workflow_run_id".into(),
+                Value::String(pt.run_id.clone()),
+            );
+            meta.insert(
+                "hatchet__parent_step_run_id".into(),
+                Value::String(p.clone()),
+            );
+        }
+        let mut task_ids = Vec::new();
+        for def in &wf.tasks {
+            let id = if single { run_id.clone() } else { new_id() };
+            let slot_type = def.slot_requests.keys().next().cloned().unwrap_or_else(|| {
+                if def.is_durable {
+                    "durable".into()
+                } else {
+                    "default".into()
+                }
+            });
+            let status = if def.parents.is_empty() {
+                Status::Queued
+            } else {
+                Status::Pending
+            };
+            self.tasks.insert(
+                id.clone(),
+                Task {
+                    id: id.clone(),
+                    run_id: run_id.clone(),
+                    readable_id: def.readable_id.clone(),
+                    action: def.action.clone(),
+                    status,
+                    retry_count: 0,
+                    user_retries_used: 0,
+                    retries: def.retries,
+                    timeout: def.timeout,
+                    parents: def.parents.clone(),
+                    output: None,
+                    error: None,
+                    worker_id: None,
+                    slot_type,
+                    slot_held: false,
+                    deadline: None,
+                    not_before: None,
+                    is_durable: def.is_durable,
+                    invocation_count: 0,
+                    evicted: false,
+                    created_at: now,
+                    started_at: None,
+                    finished_at: None,
+                    backoff_factor: def.backoff_factor,
+                    backoff_max_seconds: def.backoff_max_seconds,
+                    children: HashMap::new(),
+                    logs: Vec::new(),
+                    held: false,
+                },
+            );
+            if status == Status::Queued {
+                self.queue.push_back(id.clone());
+            }
+            task_ids.push(id);
+        }
+        let run = Run {
+            id: run_id.clone(),
+            workflow_name: name.to_string(),
+            workflow_id: wf.id.clone(),
+            workflow_version_id: wf.version_id.clone(),
+            input,
+            additional_metadata: meta,
+            status: Status::Queued,
+            tasks: task_ids.clone(),
+            parent_task_id: opts.parent_task.clone(),
+            child_index: opts.child_index,
+            child_key: opts.child_key.clone(),
+            priority: opts.priority,
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+            triggering_event: opts.event,
+            held: false,
+            groups: Vec::new(),
+        };
+        self.runs.insert(run_id.clone(), run);
+        self.run_order.push(run_id.clone());
+        if let Some((key, until)) = idem {
+            self.idempotency
+                .insert((name.to_string(), key), (run_id.clone(), until));
+        }
+        if let Some((p, k)) = child_slot
+            && let Some(pt) = self.tasks.get_mut(&p)
+        {
+            pt.children.insert(k, run_id.clone());
+        }
+        // Metadata subscribers start tracking the new run; task creation is STEP_RUN/STARTED.
+        self.track_metadata_subscribers(&run_id);
+        self.apply_concurrency(&run_id);
+        for tid in &task_ids {
+            if self
+                .tasks
+                .get(tid)
+                .is_some_and(|t| t.status == Status::Queued)
+            {
+                self.emit_task_event(tid, proto::ResourceEventType::Started, String::new());
+            }
+        }
+        Ok(run_id)
+    }
+
+    /// Completes every queued task of `workflow`'s runs with `{}` (a bench and test control:
+    /// finishes runs without a worker). Returns how many tasks it completed.
+    pub fn complete_all_queued(&mut self, workflow: &str) -> usize {
+        let ids: Vec<String> = self
+            .tasks
+            .values()
+            .filter(|t| {
+                t.status == Status::Queued
+                    && self
+                        .runs
+                        .get(&t.run_id)
+                        .is_some_and(|r| r.workflow_name == workflow)
+            })
+            .map(|t| t.id.clone())
+            .collect();
+        for id in &ids {
+            self.complete_task(id, "{}".to_string());
+        }
+        self.queue.retain(|id| {
+            self.tasks
+                .get(id)
+                .is_some_and(|t| t.status == Status::Queued)
+        });
+        ids.len()
+    }
+
+    pub(crate) fn complete_task(&mut self, tid: &str, output: String) {
+        self.free_slot(tid);
+        let run_id = {
+            let Some(t) = self.tasks.get_mut(tid) else {
+                return;
+            };
+            t.status = Status::Completed;
+            t.output = Some(output.clone());
+            t.finished_at = Some(SystemTime::now());
+            t.deadline = None;
+            t.run_id.clone()
+        };
+        self.emit_task_event(tid, proto::ResourceEventType::Completed, output);
+        self.durable_task_finished(tid);
+        // Children whose parents are all done become queued.
+        let readable: HashMap<String, Status> = self.runs[&run_id]
+            .tasks
+            .iter()
+            .filter_map(|id| self.tasks.get(id))
+            .map(|t| (t.readable_id.clone(), t.status))
+            .collect();
+        let ready: Vec<String> = self.runs[&run_id]
+            .tasks
+            .iter()
+            .filter(|id| {
+                self.tasks.get(*id).is_some_and(|t| {
+                    t.status == Status::Pending
+                        && t.parents
+                            .iter()
+                            .all(|p| readable.get(p) == Some(&Status::Completed))
+                })
+            })
+            .cloned()
+            .collect();
+        for id in ready {
+            if let Some(t) = self.tasks.get_mut(&id) {
+                t.status = Status::Queued;
+            }
+            self.queue.push_back(id.clone());
+            self.emit_task_event(&id, proto::ResourceEventType::Started, String::new());
+        }
+        self.maybe_finish_run(&run_id);
+    }
+
+    /// Fails the current attempt: retried with backoff while retries remain, else final.
+    pub fn fail_attempt(&mut self, tid: &str, error: String, no_retry: bool) {
+        self.free_slot(tid);
+        let Some(t) = self.tasks.get_mut(tid) else {
+            return;
+        };
+        t.deadline = None;
+        if !no_retry && t.user_retries_used < t.retries {
+            t.user_retries_used += 1;
+            t.retry_count += 1;
+            t.status = Status::Queued;
+            t.worker_id = None;
+            let factor = f64::from(t.backoff_factor.unwrap_or(0.0));
+            let delay = if factor > 0.0 {
+                let max = f64::from(t.backoff_max_seconds.unwrap_or(60).max(1));
+                Duration::from_secs_f64(factor.powi(t.user_retries_used).min(max))
+            } else {
+                Duration::ZERO
+            };
+            t.not_before = Some(Instant::now() + delay);
+            self.queue.push_back(tid.to_string());
+            return;
+        }
+        t.status = Status::Failed;
+        t.error = Some(error.clone());
+        t.finished_at = Some(SystemTime::now());
+        let run_id = t.run_id.clone();
+        self.emit_task_event(tid, proto::ResourceEventType::Failed, error);
+        self.durable_task_finished(tid);
+        self.cancel_pending_of_run(&run_id);
+        self.maybe_finish_run(&run_id);
+    }
+
+    /// Requeues an attempt for an internal reason (send failure, silent worker). Does not use the
+    /// task's retries; capped by [`MAX_INTERNAL_RETRIES`].
+    pub(crate) fn requeue_internal(&mut self, tid: &str, reason: &str) {
+        self.free_slot(tid);
+        let Some(t) = self.tasks.get_mut(tid) else {
+            return;
+        };
+        let internal = t.retry_count - t.user_retries_used;
+        if internal >= MAX_INTERNAL_RETRIES {
+            self.fail_attempt(
+                tid,
+                format!("Task reached its maximum reassignment count: {reason}"),
+                true,
+            );
+            return;
+        }
+        t.retry_count += 1;
+        t.status = Status::Queued;
+        t.worker_id = None;
+        t.deadline = None;
+        t.not_before = None;
+        self.queue.push_back(tid.to_string());
+    }
+
+    /// Cancels a task (and fails its run's pending tasks).
+    pub fn cancel_task(&mut self, tid: &str, why: &str) {
+        let Some(t) = self.tasks.get(tid) else { return };
+        if t.status.is_terminal() {
+            return;
+        }
+        if t.status == Status::Running {
+            let msg = self.assigned_action(tid, proto::ActionType::CancelStepRun);
+            self.send_to_worker(tid, msg);
+        }
+        self.free_slot(tid);
+        let Some(t) = self.tasks.get_mut(tid) else {
+            return;
+        };
+        t.status = Status::Cancelled;
+        t.error = Some(why.to_string());
+        t.finished_at = Some(SystemTime::now());
+        t.deadline = None;
+        let run_id = t.run_id.clone();
+        self.emit_task_event(tid, proto::ResourceEventType::Cancelled, why.to_string());
+        self.durable_task_finished(tid);
+        self.cancel_pending_of_run(&run_id);
+        self.maybe_finish_run(&run_id);
+    }
+
+    pub(crate) fn cancel_pending_of_run(&mut self, run_id: &str) {
+        let pending: Vec<String> = self.runs[run_id]
+            .tasks
+            .iter()
+            .filter(|id| {
+                self.tasks
+                    .get(*id)
+                    .is_some_and(|t| matches!(t.status, Status::Pending | Status::Queued))
+            })
+            .cloned()
+            .collect();
+        for id in pending {
+            if let Some(t) = self.tasks.get_mut(&id) {
+                t.status = Status::Cancelled;
+                t.error = Some("task was cancelled: an upstream task failed".into());
+                t.finished_at = Some(SystemTime::now());
+            }
+        }
+    }
+
+    pub(crate) fn maybe_finish_run(&mut self, run_id: &str) {
+        let Some(run) = self.runs.get(run_id) else {
+            return;
+        };
+        let statuses: Vec<Status> = run
+            .tasks
+            .iter()
+            .filter_map(|t| self.tasks.get(t))
+            .map(|t| t.status)
+            .collect();
+        if !statuses.iter().all(|s| s.is_terminal()) || run.status.is_terminal() {
+            return;
+        }
+        let status = if statuses.contains(&Status::Failed) {
+            Status::Failed
+        } else if statuses.contains(&Status::Cancelled) {
+            Status::Cancelled
+        } else {
+            Status::Completed
+        };
+        if let Some(r) = self.runs.get_mut(run_id) {
+            r.status = status;
+            r.finished_at = Some(SystemTime::now());
+        }
+        let event = self.run_event(&self.runs[run_id]);
+        for sub in self.run_subs.values_mut() {
+            if sub.pending.remove(run_id) {
+                let _ = sub.tx.send(Ok(event.clone()));
+            }
+        }
+        let kind = match status {
+            Status::Failed => proto::ResourceEventType::Failed,
+            Status::Cancelled => proto::ResourceEventType::Cancelled,
+            _ => proto::ResourceEventType::Completed,
+        };
+        self.emit_run_finished(run_id, kind);
+        self.durable_child_finished(run_id);
+        self.release_concurrency(run_id);
+    }
+
+    /// The `WorkflowRunEvent` of a finished run.
+    pub fn run_event(&self, run: &Run) -> proto::WorkflowRunEvent {
+        let results = run
+            .tasks
+            .iter()
+            .filter_map(|id| self.tasks.get(id))
+            .map(|t| proto::StepRunResult {
+                task_run_external_id: t.id.clone(),
+                task_name: t.readable_id.clone(),
+                job_run_id: t.id.clone(),
+                error: t.error.clone(),
+                output: if t.status == Status::Completed {
+                    t.output.clone()
+                } else {
+                    None
+                },
+            })
+            .collect();
+        proto::WorkflowRunEvent {
+            workflow_run_id: run.id.clone(),
+            event_type: proto::WorkflowRunEventType::Finished as i32,
+            event_timestamp: Some(timestamp(run.finished_at.unwrap_or_else(SystemTime::now))),
+            results,
+        }
+    }
+}
+
+/// The `ALREADY_EXISTS` status with a `v1.IdempotencyCollisionError` detail.
+pub fn idempotency_collision(existing: &str) -> GrpcStatus {
+    use prost::Message as _;
+    let detail = v1::IdempotencyCollisionError {
+        existing_run_external_id: existing.to_string(),
+        colliding_run_external_id: new_id(),
+    };
+    let any = prost_types::Any {
+        type_url: proto::IDEMPOTENCY_COLLISION_TYPE_URL.into(),
+        value: detail.encode_to_vec(),
+    };
+    let status = proto::RpcStatus {
+        code: tonic::Code::AlreadyExists as i32,
+        message: "idempotency key collision".into(),
+        details: vec![any],
+    };
+    GrpcStatus::with_details(
+        tonic::Code::AlreadyExists,
+        "idempotency key collision",
+        status.encode_to_vec().into(),
+    )
+}
