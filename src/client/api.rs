@@ -158,6 +158,9 @@ pub struct RateLimitInfo {
     pub key: String,
     /// Limit.
     pub limit_value: i64,
+    /// Units left in the current window.
+    #[serde(default)]
+    pub value: i64,
     /// Window.
     #[serde(default)]
     pub window: String,

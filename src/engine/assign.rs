@@ -47,6 +47,10 @@ impl State {
             }
             let action = task.action.clone();
             let wanted = task.slot_type.clone();
+            if !self.rate_limits_allow(&tid, now) {
+                keep.push_back(tid);
+                continue;
+            }
             let chosen = self.workers.values().find_map(|w| {
                 if !w.actions.contains(&action) || !Self::worker_is_live(w, now, live) {
                     return None;
@@ -83,6 +87,7 @@ impl State {
                 continue;
             }
             *w.slots_used.entry(slot.clone()).or_default() += 1;
+            self.take_rate_limits(&tid, now);
             let run_id = {
                 let t = self.tasks.get_mut(&tid).expect("task exists");
                 t.status = Status::Running;

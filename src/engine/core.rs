@@ -277,6 +277,7 @@ impl Engine {
                 backoff_max_seconds: t.backoff_max_seconds,
                 is_durable: t.is_durable,
                 slot_requests: t.slot_requests.clone(),
+                rate_limits: t.rate_limits.clone(),
             });
         }
         let crons = std::mem::take(&mut req.cron_triggers);
@@ -903,18 +904,26 @@ impl Engine {
         if req.key.is_empty() {
             return Err(GrpcStatus::invalid_argument("rate limit key is required"));
         }
-        let duration = proto::RateLimitDuration::try_from(req.duration)
-            .map(|d| d.as_str_name().to_string())
-            .unwrap_or_else(|_| "SECOND".into());
-        self.state.lock().rate_limits.insert(
-            req.key.clone(),
-            RateLimit {
-                key: req.key.clone(),
-                limit: req.limit,
-                duration,
-                set_at: SystemTime::now(),
-            },
-        );
+        let duration = v1::RateLimitDuration::try_from(req.duration)
+            .map_err(|_| GrpcStatus::invalid_argument("unknown rate limit duration"))?;
+        if req.limit < 0 {
+            return Err(GrpcStatus::invalid_argument(
+                "rate limit must not be negative",
+            ));
+        }
+        let mut st = self.state.lock();
+        let limit = st
+            .rate_limits
+            .entry(req.key.clone())
+            .or_insert_with(|| RateLimit::new(&req.key, i64::from(req.limit), duration));
+        // Changing a limit keeps what the current window has used.
+        let used = limit.used;
+        let start = limit.window_start;
+        *limit = RateLimit::new(&req.key, i64::from(req.limit), duration);
+        limit.used = used;
+        limit.window_start = start;
+        drop(st);
+        self.wake.notify_one();
         Ok(())
     }
 

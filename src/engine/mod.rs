@@ -21,6 +21,7 @@ mod gate;
 mod grpc;
 mod io;
 mod model;
+mod rate_limits;
 mod rest;
 mod runs;
 mod schedules;

@@ -81,6 +81,7 @@ pub struct TaskDef {
     pub backoff_max_seconds: Option<i32>,
     pub is_durable: bool,
     pub slot_requests: HashMap<String, i32>,
+    pub rate_limits: Vec<proto::v1::CreateTaskRateLimit>,
 }
 
 /// A workflow: the latest version registered under its name.
@@ -131,6 +132,8 @@ pub struct Task {
     pub logs: Vec<(SystemTime, String, String)>,
     /// Parked with its held run (see `concurrency.rs`).
     pub held: bool,
+    /// Rate-limit keys and units each attempt takes, and how to create a dynamic key.
+    pub rate_limits: Vec<super::rate_limits::RateLimitUse>,
 }
 
 /// A workflow run.
@@ -223,11 +226,4 @@ pub struct EventSubscriber {
     pub filter: EventFilter,
 }
 
-/// A rate limit set with PutRateLimit.
-#[derive(Debug, Clone)]
-pub struct RateLimit {
-    pub key: String,
-    pub limit: i32,
-    pub duration: String,
-    pub set_at: SystemTime,
-}
+pub use super::rate_limits::RateLimit;

@@ -566,7 +566,7 @@ async fn list_rate_limits(
         .rate_limits
         .values()
         .filter(|r| search.is_empty() || r.key.contains(&search))
-        .map(|r| json!({"key": r.key, "tenantId": s.engine.tenant_id, "limitValue": r.limit, "value": r.limit, "window": r.duration, "lastRefill": rfc3339(r.set_at)}))
+        .map(|r| json!({"key": r.key, "tenantId": s.engine.tenant_id, "limitValue": r.limit, "value": r.remaining(), "window": r.duration, "lastRefill": rfc3339(r.refilled_at)}))
         .collect();
     paged(rows, offset, limit)
 }

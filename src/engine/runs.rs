@@ -149,6 +149,7 @@ impl State {
                     children: HashMap::new(),
                     logs: Vec::new(),
                     held: false,
+                    rate_limits: super::rate_limits::uses_of(&def.rate_limits, &input, &meta),
                 },
             );
             if status == Status::Queued {

@@ -524,6 +524,40 @@ impl RuntimeHandle {
             .map(|e| e.event_id)
     }
 
+    /// Declares (or changes) the rate limit `key`: `limit` units per `window`, shared by every
+    /// task that takes units of it ([`crate::TaskOptions::rate_limit`]). Idempotent.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: repeating it sets the same limit.
+    pub async fn put_rate_limit(
+        &self,
+        key: &str,
+        limit: i32,
+        window: crate::proto::v1::RateLimitDuration,
+    ) -> Result<(), Error> {
+        const PATH: &str = "/WorkflowService/PutRateLimit";
+        if key.is_empty() || limit < 0 {
+            return Err(Error::invalid(
+                PATH,
+                "a rate limit needs a key and a limit of 0 or more",
+            ));
+        }
+        // Not namespaced, like the keys tasks name in `TaskOptions::rate_limit`.
+        let req = proto::PutRateLimitRequest {
+            key: key.to_string(),
+            limit,
+            duration: window as i32,
+        };
+        let client = self.shared.workflows();
+        self.shared
+            .unary(PATH, None, None, &client, &req, |mut c, r| async move {
+                c.put_rate_limit(r).await
+            })
+            .await
+            .map(|_| ())
+    }
+
     /// The engine's version (GetVersion, a read).
     ///
     /// # Cancel safety

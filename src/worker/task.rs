@@ -121,6 +121,8 @@ pub struct TaskOptions {
     pub backoff_max_seconds: Option<i32>,
     /// Slot requests (`default: 1` when empty; `durable: 1` for durable tasks).
     pub slot_requests: HashMap<String, i32>,
+    /// Rate limits each attempt takes units of (see [`TaskOptions::rate_limit`]).
+    pub rate_limits: Vec<v1::CreateTaskRateLimit>,
 }
 
 impl TaskOptions {
@@ -145,6 +147,36 @@ impl TaskOptions {
     /// Sets the timeout.
     pub fn timeout(mut self, t: impl Into<String>) -> Self {
         self.timeout = Some(t.into());
+        self
+    }
+    /// Each attempt takes `units` of the rate limit `key` (declared with
+    /// [`crate::RuntimeHandle::put_rate_limit`]); the engine holds the task while none are left.
+    pub fn rate_limit(mut self, key: impl Into<String>, units: i32) -> Self {
+        self.rate_limits.push(v1::CreateTaskRateLimit {
+            key: key.into(),
+            units: Some(units),
+            ..Default::default()
+        });
+        self
+    }
+    /// Each attempt takes `units` of a limit keyed by `key_expression` (`input.user_id`): every
+    /// key gets its own `limit` per `window`.
+    pub fn rate_limit_by(
+        mut self,
+        key_expression: impl Into<String>,
+        units: i32,
+        limit: i32,
+        window: v1::RateLimitDuration,
+    ) -> Self {
+        let expr = key_expression.into();
+        self.rate_limits.push(v1::CreateTaskRateLimit {
+            key: expr.clone(),
+            units: Some(units),
+            key_expr: Some(expr),
+            units_expr: None,
+            limit_values_expr: Some(limit.to_string()),
+            duration: Some(window as i32),
+        });
         self
     }
 }
@@ -327,6 +359,7 @@ impl Workflow {
                     backoff_factor: t.options.backoff_factor,
                     backoff_max_seconds: t.options.backoff_max_seconds,
                     is_durable: t.durable,
+                    rate_limits: t.options.rate_limits.clone(),
                     slot_requests: if t.options.slot_requests.is_empty() {
                         [(
                             (if t.durable { "durable" } else { "default" }).to_string(),

@@ -13,6 +13,7 @@ mod fuzz_regressions;
 mod hygiene;
 mod listeners;
 mod properties;
+mod rate_limits;
 mod rest_api;
 mod retry_decisions;
 mod retry_layer;

@@ -1,0 +1,101 @@
+//! Rate limits on the development engine, driven through the runtime: a declared limit holds
+//! tasks back until units are free, and a dynamic key limits each of its values on its own.
+
+use std::time::Duration;
+
+use hatchet_runtime::proto::v1::RateLimitDuration;
+use hatchet_runtime::{Context, TaskError, TaskOptions, WorkerOptions, Workflow};
+use serde_json::{Value, json};
+
+use crate::runtime_e2e::setup;
+
+/// An engine and a worker running an echo task `name` with `options`, the per-minute `limits`
+/// declared first, and one run per input.
+async fn running(
+    name: &str,
+    options: TaskOptions,
+    limits: &[(&str, i32)],
+    inputs: Vec<Value>,
+) -> (
+    hatchet_runtime::engine::DevEngine,
+    hatchet_runtime::RuntimeHandle,
+    Vec<hatchet_runtime::RunHandle>,
+) {
+    let (e, rt) = setup().await;
+    for (key, limit) in limits {
+        rt.put_rate_limit(key, *limit, RateLimitDuration::Minute)
+            .await
+            .expect("limit");
+    }
+    rt.register(echo(name, options)).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 10))
+        .await
+        .expect("start");
+    let mut handles = Vec::new();
+    for i in inputs {
+        handles.push(rt.run_no_wait(name, &i).await.expect("trigger"));
+    }
+    (e, rt, handles)
+}
+
+fn echo(name: &str, options: TaskOptions) -> Workflow {
+    Workflow::new(name).task_with("t", options, |i: Value, _c: Context| async move {
+        Ok::<_, TaskError>(i)
+    })
+}
+
+/// Waits for each run's result (10 s at most each).
+async fn all_finish(handles: &[hatchet_runtime::RunHandle]) {
+    for h in handles {
+        let _: Value = tokio::time::timeout(Duration::from_secs(10), h.result())
+            .await
+            .expect("in time")
+            .expect("result");
+    }
+}
+
+#[tokio::test]
+async fn a_declared_limit_holds_tasks_until_units_are_free() {
+    let (e, rt, handles) = running(
+        "limited",
+        TaskOptions::default().rate_limit("api", 1),
+        &[("api", 2)],
+        (0..5).map(|i| json!({ "i": i })).collect(),
+    )
+    .await;
+    all_finish(&handles[..2]).await;
+    assert_eq!(
+        e.stats().queued,
+        3,
+        "two units per minute: the other three stay queued although slots are free"
+    );
+    let limits = rt.api().rate_limits().await.expect("rate limits");
+    let api = limits.iter().find(|l| l.key == "api").expect("listed");
+    assert_eq!(
+        (api.limit_value, api.value),
+        (2, 0),
+        "nothing left in this window"
+    );
+    // Raising the limit frees three more units in the same window.
+    rt.put_rate_limit("api", 5, RateLimitDuration::Minute)
+        .await
+        .expect("raise");
+    all_finish(&handles[2..]).await;
+}
+
+#[tokio::test]
+async fn a_dynamic_key_limits_each_value_on_its_own() {
+    let (e, _rt, handles) = running(
+        "per-user",
+        TaskOptions::default().rate_limit_by("input.user", 1, 1, RateLimitDuration::Hour),
+        &[],
+        ["ada", "bob", "ada"].map(|u| json!({ "user": u })).to_vec(),
+    )
+    .await;
+    all_finish(&handles[..2]).await;
+    assert_eq!(
+        e.stats().queued,
+        1,
+        "ada's second run waits for her next window; bob's own limit let his run"
+    );
+}
