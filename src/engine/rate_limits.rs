@@ -8,7 +8,8 @@
 //! 2. A task attempt is assigned only if every key it uses has its units left; the units are
 //!    taken when the assignment is sent, never for a task that stays queued.
 //! 3. A key nobody declared is unlimited (a static key without `PutRateLimit`), so a typo never
-//!    blocks work forever; a dynamic key (`key_expr`) is created with `limit_values_expr`.
+//!    blocks work forever; a dynamic key (`key_expr`) is created with `limit_values_expr`
+//!    (a static key's `limit_values_expr` is ignored: the Python SDK sends `-1` there).
 
 use std::time::Duration;
 
@@ -102,7 +103,8 @@ pub fn uses_of(
     declared
         .iter()
         .map(|r| {
-            let key = match r.key_expr.as_deref().filter(|e| !e.is_empty()) {
+            let key_expr = r.key_expr.as_deref().filter(|e| !e.is_empty());
+            let key = match key_expr {
                 Some(e) => key_of_expression(e, input, meta),
                 None => r.key.clone(),
             };
@@ -118,10 +120,11 @@ pub fn uses_of(
                 .and_then(number)
                 .or(r.units.map(i64::from))
                 .unwrap_or(1);
-            let dynamic = r
-                .limit_values_expr
-                .as_deref()
+            // Only a dynamic key creates its limit; SDKs send `-1` for "none" with static keys.
+            let dynamic = key_expr
+                .and(r.limit_values_expr.as_deref())
                 .and_then(number)
+                .filter(|limit| *limit >= 0)
                 .map(|limit| {
                     let duration = r
                         .duration
@@ -251,6 +254,8 @@ mod tests {
         let (mut st, runs) = state_with_limited_task(v1::CreateTaskRateLimit {
             key: "never-declared".into(),
             units: Some(100),
+            limit_values_expr: Some("-1".into()), // what the Python SDK sends for static keys
+            duration: Some(D::Minute as i32),
             ..Default::default()
         });
         assert!(st.rate_limits_allow(&runs[0], t0));

@@ -13,13 +13,14 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from hatchet_sdk import Context, DurableContext, Hatchet
+from hatchet_sdk import Context, DurableContext, Hatchet, RateLimit
 
 hatchet = Hatchet.from_embedded() if os.environ.get("INTEROP_EMBEDDED") == "1" else Hatchet()
 
 ECHO_MARK = "echoed-by-python-worker"
 EVENT_KEY = "interop:ping"  # triggers on_ping
 WAKE_KEY = "interop:wake"  # awaited by durable_sleep_then_event
+RATE_KEY = "interop-rate"  # one unit per run of rate_limited
 
 
 class Msg(BaseModel):
@@ -60,4 +61,10 @@ async def durable_sleep_then_event(input: Msg, ctx: DurableContext) -> dict[str,
     }
 
 
-ALL_WORKFLOWS = [echo, on_ping, durable_sleep_then_event]
+@hatchet.task(name="interop-rate-limited", input_validator=Msg,
+              rate_limits=[RateLimit(static_key=RATE_KEY, units=1)])
+def rate_limited(input: Msg, ctx: Context) -> dict[str, str]:
+    return {"nonce": input.nonce}
+
+
+ALL_WORKFLOWS = [echo, on_ping, durable_sleep_then_event, rate_limited]

@@ -156,12 +156,29 @@ def run_checks(hs: dict[str, str], markers: Path, worker: subprocess.Popen[bytes
         rows = bounded(t.hatchet.cron.list, 10).rows or []
         expect(all(r.metadata.id != cron.metadata.id for r in rows), "the cron was not deleted")
 
+    def e3_rate_limit_holds_a_run_until_units_are_free() -> None:
+        from hatchet_sdk import RateLimitDuration
+
+        bounded(lambda: t.hatchet.rate_limits.put(t.RATE_KEY, 1, RateLimitDuration.MINUTE), 10)
+        first, second = uuid.uuid4().hex, uuid.uuid4().hex
+        r1 = bounded(lambda: t.rate_limited.run(t.Msg(nonce=first), wait_for_result=False), 15)
+        r2 = bounded(lambda: t.rate_limited.run(t.Msg(nonce=second), wait_for_result=False), 15)
+        out = bounded(r1.result, 30)
+        expect(out == {"nonce": first}, f"unexpected output {out!r}")
+        time.sleep(0.5)  # a few scheduler passes: the second run must still be queued
+        status = str(bounded(lambda: t.hatchet.runs.get_status(r2.workflow_run_id), 10))
+        expect(status.endswith("QUEUED"), f"the second run is {status}, not held by the limit")
+        bounded(lambda: t.hatchet.rate_limits.put(t.RATE_KEY, 2, RateLimitDuration.MINUTE), 10)
+        out = bounded(r2.result, 30)
+        expect(out == {"nonce": second}, f"unexpected output {out!r}")
+
     check("a worker registers tasks", a_worker_registers)
     check("b sync run()", b_sync_run)
     check("c aio_run()", c_aio_run)
     check("d push triggers on_events task", d_push_triggers_on_events)
     check("e durable sleep then user event", e_durable_sleep_then_event)
     check("e2 schedule fires; cron create/list/get/delete", f_schedule_fires_and_crons_round_trip)
+    check("e3 a rate limit holds a run until units are free", e3_rate_limit_holds_a_run_until_units_are_free)
 
 
 def main() -> int:
