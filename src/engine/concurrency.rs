@@ -10,6 +10,7 @@
 //!    each other. `CANCEL_NEWEST` and `DROP_NEWEST` cancel the newcomer. `CANCEL_IN_PROGRESS`
 //!    cancels the group's oldest active runs (running tasks get CANCEL_STEP_RUN) and admits it.
 //! 3. With several limits, a run is admitted only when every group it belongs to has room.
+//!    Task-level limits count per run too (exact for one-task workflows, stricter for a DAG).
 //! 4. A held run that is cancelled (CancelTasks) is skipped when its turn comes.
 
 use std::collections::VecDeque;

@@ -241,6 +241,11 @@ impl Engine {
                 "a workflow needs at least one task",
             ));
         }
+        let task_limits: Vec<v1::Concurrency> = req
+            .tasks
+            .iter()
+            .flat_map(|t| t.concurrency.iter().cloned())
+            .collect();
         let mut tasks = Vec::with_capacity(req.tasks.len());
         let ids: HashSet<&str> = req.tasks.iter().map(|t| t.readable_id.as_str()).collect();
         for t in &req.tasks {
@@ -305,8 +310,13 @@ impl Engine {
                 tasks,
                 event_triggers: req.event_triggers,
                 idempotency: req.idempotency,
+                // Task-level limits (how the Python SDK declares a standalone task's) are applied
+                // per run: the same for one-task workflows, stricter for a DAG.
                 concurrency: super::concurrency::Limit::from_proto(
-                    req.concurrency.into_iter().chain(req.concurrency_arr),
+                    req.concurrency
+                        .into_iter()
+                        .chain(req.concurrency_arr)
+                        .chain(task_limits),
                 ),
                 created_at: SystemTime::now(),
             },

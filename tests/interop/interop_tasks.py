@@ -13,7 +13,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from hatchet_sdk import Context, DurableContext, Hatchet, RateLimit
+from hatchet_sdk import (ConcurrencyExpression, ConcurrencyLimitStrategy, Context, DurableContext,
+                         Hatchet, RateLimit)
 
 hatchet = Hatchet.from_embedded() if os.environ.get("INTEROP_EMBEDDED") == "1" else Hatchet()
 
@@ -67,4 +68,19 @@ def rate_limited(input: Msg, ctx: Context) -> dict[str, str]:
     return {"nonce": input.nonce}
 
 
-ALL_WORKFLOWS = [echo, on_ping, durable_sleep_then_event, rate_limited]
+class Grouped(BaseModel):
+    nonce: str
+    group: str
+
+
+@hatchet.task(name="interop-one-per-group", input_validator=Grouped,
+              concurrency=ConcurrencyExpression(
+                  expression="input.group", max_runs=1,
+                  limit_strategy=ConcurrencyLimitStrategy.GROUP_ROUND_ROBIN))
+async def one_per_group(input: Grouped, ctx: Context) -> dict[str, str]:
+    import asyncio
+    await asyncio.sleep(1.5)
+    return {"nonce": input.nonce}
+
+
+ALL_WORKFLOWS = [echo, on_ping, durable_sleep_then_event, rate_limited, one_per_group]

@@ -172,6 +172,24 @@ def run_checks(hs: dict[str, str], markers: Path, worker: subprocess.Popen[bytes
         out = bounded(r2.result, 30)
         expect(out == {"nonce": second}, f"unexpected output {out!r}")
 
+    def e4_concurrency_runs_one_per_group() -> None:
+        runs = [bounded(lambda g=g: t.one_per_group.run(
+            t.Grouped(nonce=uuid.uuid4().hex, group=g), wait_for_result=False), 15)
+            for g in ("x", "x", "y")]
+
+        def status(r) -> str:
+            return str(bounded(lambda: t.hatchet.runs.get_status(r.workflow_run_id), 10))
+
+        started = ("RUNNING", "COMPLETED")
+        wait_until("the first run of group x to start",
+                   lambda: status(runs[0]).endswith(started), 20, 0.1)
+        wait_until("group y's run to start (it does not wait on group x)",
+                   lambda: status(runs[2]).endswith(started), 20, 0.1)
+        second = status(runs[1])
+        expect(second.endswith("QUEUED"), f"group x's second run is {second} while the first runs")
+        for r in runs:
+            bounded(r.result, 30)
+
     check("a worker registers tasks", a_worker_registers)
     check("b sync run()", b_sync_run)
     check("c aio_run()", c_aio_run)
@@ -179,6 +197,7 @@ def run_checks(hs: dict[str, str], markers: Path, worker: subprocess.Popen[bytes
     check("e durable sleep then user event", e_durable_sleep_then_event)
     check("e2 schedule fires; cron create/list/get/delete", f_schedule_fires_and_crons_round_trip)
     check("e3 a rate limit holds a run until units are free", e3_rate_limit_holds_a_run_until_units_are_free)
+    check("e4 a task's concurrency runs one per group", e4_concurrency_runs_one_per_group)
 
 
 def main() -> int:
