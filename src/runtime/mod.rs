@@ -69,6 +69,8 @@ pub struct Shared {
     pub(crate) worker: Arc<crate::worker::WorkerCore>,
     pub(crate) root: Mutex<Option<ActorRef<supervisor::RootMsg>>>,
     pub(crate) root_done: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Task log lines on their way to the engine (started on first use).
+    pub(crate) logs: std::sync::OnceLock<crate::worker::logs::LogQueue>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -355,6 +357,7 @@ impl Runtime {
             worker: Arc::new(crate::worker::WorkerCore::default()),
             root: Mutex::new(None),
             root_done: Mutex::new(None),
+            logs: std::sync::OnceLock::new(),
         });
         supervisor::start(shared.clone()).await?;
         Ok(RuntimeHandle { shared })
@@ -636,6 +639,12 @@ impl RuntimeHandle {
             .iter()
             .map(|(k, h)| (*k, h.subscribe()))
             .collect()
+    }
+
+    /// Task log lines dropped because the engine did not take them fast enough (the queue holds
+    /// [`crate::worker::logs::LOG_QUEUE`] lines).
+    pub fn logs_dropped(&self) -> u64 {
+        self.shared.logs.get().map_or(0, |q| q.dropped())
     }
 
     /// Reconnects per listener so far.

@@ -160,7 +160,9 @@ impl Context {
         &self.inner.cancel
     }
 
-    /// Sends a log line to the engine (PutLog), in the background.
+    /// Sends a log line to the engine (PutLog), in the background. Never waits: when the engine
+    /// falls behind by [`crate::worker::logs::LOG_QUEUE`] lines, new lines are dropped and
+    /// counted ([`crate::RuntimeHandle::logs_dropped`]).
     pub fn log(&self, message: impl Into<String>) {
         let req = proto::PutLogRequest {
             task_run_external_id: self.task_run_id().to_string(),
@@ -170,10 +172,11 @@ impl Context {
             metadata: String::new(),
             task_retry_count: Some(self.retry_count()),
         };
-        let shared = self.inner.shared.clone();
-        tokio::spawn(async move {
-            let _ = shared.put_log(req).await;
-        });
+        let shared = &self.inner.shared;
+        shared
+            .logs
+            .get_or_init(|| crate::worker::logs::LogQueue::start(shared))
+            .push(req);
     }
 
     /// Streams a chunk to subscribers of the run's events (PutStreamEvent).

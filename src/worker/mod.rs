@@ -15,6 +15,7 @@
 //!    only (a newer invocation of the same task may run on this worker at the same time).
 
 pub mod context;
+pub mod logs;
 pub mod task;
 
 pub use context::Context;

@@ -187,3 +187,58 @@ async fn a_handler_that_never_returns_is_cancelled_at_its_timeout_and_frees_its_
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn a_flood_of_log_lines_against_a_stalled_engine_never_blocks_the_task_and_stays_bounded() {
+    use hatchet_runtime::worker::logs::{LOG_QUEUE, LOG_SENDS};
+    const LINES: usize = 5_000;
+    let (e, rt) = setup().await;
+    rt.register(
+        Workflow::new("chatty").task("t", |i: Value, c: Context| async move {
+            let n = i["lines"].as_u64().unwrap_or(0);
+            for line in 0..n {
+                c.log(format!("line {line}"));
+            }
+            Ok::<_, TaskError>(json!({ "logged": n }))
+        }),
+    )
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    // Healthy engine, a burst within the queue: every line arrives, none is dropped.
+    let burst = LOG_QUEUE / 2;
+    let _: Value = rt
+        .run("chatty", &json!({ "lines": burst }))
+        .await
+        .expect("result");
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while e.faults().attempts("/EventsService/PutLog") < burst as u64 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("every line is shipped");
+    assert_eq!(rt.logs_dropped(), 0);
+    // The engine stops answering PutLog: the queue fills, the task goes on, the rest is dropped.
+    e.faults().inject(
+        "/EventsService/PutLog",
+        1_000_000,
+        hatchet_runtime::engine::Fault::Hang,
+    );
+    let out: Value = tokio::time::timeout(
+        Duration::from_secs(10),
+        rt.run("chatty", &json!({ "lines": LINES })),
+    )
+    .await
+    .expect("the task is never held up by its logs")
+    .expect("result");
+    assert_eq!(out["logged"], LINES);
+    let dropped = rt.logs_dropped() as usize;
+    assert!(
+        (LINES - LOG_QUEUE - LOG_SENDS..=LINES - LOG_QUEUE).contains(&dropped),
+        "{dropped} dropped: at most the queue and the lines in flight are kept"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
