@@ -10,7 +10,8 @@
 //!    stream is open, opening, or backing off rides that stream or the scheduled reconnect, so
 //!    concurrent needs coalesce into one open and an outage never turns arrivals into a hot loop.
 //! 4. A stream kind may poll its pending keys after `poll_after` without a stream (the runs
-//!    listener polls GetRunDetails); the poll stops once the stream is back.
+//!    listener polls GetRunDetails); the poll stops once the stream is back. One pass at a time:
+//!    the next starts `poll_every` after the previous one ended.
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -268,14 +269,18 @@ impl<P: KeyedStream> Actor for KeyedListener<P> {
                     st.down_since = None;
                     return Ok(());
                 }
+                // The next pass is scheduled when this one ends, so passes never pile up
+                // however slow the engine answers.
                 let args = st.args.clone();
-                tokio::spawn(async move { P::poll(&args).await });
-                super::later(
-                    &st.args.ctx.lifecycle,
-                    st.args.ctx.backoff.poll_every,
-                    &myself,
-                    KeyedMsg::Poll,
-                );
+                let me = myself.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = P::poll(&args) => {}
+                        _ = args.ctx.lifecycle.cancelled() => return,
+                    }
+                    let every = args.ctx.backoff.poll_every;
+                    super::later(&args.ctx.lifecycle, every, &me, KeyedMsg::Poll);
+                });
             }
             KeyedMsg::Crash => panic!("{} listener crash requested by a test", P::OP),
         }

@@ -1081,3 +1081,39 @@ async fn after_shutdown_every_listener_is_stopped_cleanly_and_nothing_reconnects
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(opens(&e), before, "no stream opens after shutdown");
 }
+
+#[tokio::test]
+async fn polling_passes_never_overlap_however_slow_the_engine_answers() {
+    const DETAILS: &str = "/v1.AdminService/GetRunDetails";
+    let ms = Duration::from_millis;
+    let backoff = StreamBackoff {
+        poll_after: ms(50),
+        poll_every: ms(10),
+        ..fast()
+    };
+    let (e, rt) = setup_with(RuntimeOptions::default().stream_backoff(backoff).seed(5)).await;
+    e.faults().inject(RUNS, u32::MAX, end(Code::Unavailable));
+    // Each GetRunDetails takes 200 ms; no worker, so the runs never finish.
+    e.faults()
+        .inject(DETAILS, u32::MAX, Fault::Delay { ms: 200 });
+    let mut waits = Vec::new();
+    for i in 0..3 {
+        let h = rt
+            .run_no_wait("echo", &json!({ "i": i }))
+            .await
+            .expect("trigger");
+        waits.push(tokio::spawn(async move { h.outputs().await }));
+    }
+    tokio::time::sleep(ms(1500)).await;
+    let calls = e.faults().attempts(DETAILS);
+    // One pass at a time, one call at a time: at most ~1.5 s / 200 ms calls. Overlapping passes
+    // (a new one every 10 ms) would have made well over a hundred.
+    assert!(
+        (1..=10).contains(&calls),
+        "{calls} GetRunDetails calls in 1.5 s"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+    for w in waits {
+        let _ = w.await;
+    }
+}
