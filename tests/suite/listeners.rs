@@ -378,26 +378,38 @@ async fn listen_v2_unimplemented_falls_back_to_listen_for_good() {
 }
 
 #[tokio::test]
-async fn two_empty_ok_ends_register_the_worker_again() {
-    let (e, rt) = setup().await;
-    e.faults().inject(
-        "/Dispatcher/ListenV2",
-        2,
-        Fault::EndStream {
-            after: 0,
-            code: None,
-        },
-    );
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
-    let out: Value = rt
-        .run("echo", &json!({"n": 2}))
-        .await
-        .expect("works after re-registering");
-    assert_eq!(out["n"], 2);
-    assert_eq!(e.faults().attempts("/Dispatcher/Register"), 2);
-    rt.shutdown(Duration::from_secs(1)).await;
+async fn one_empty_ok_end_resubscribes_and_two_register_the_worker_again() {
+    // One OK end with no message: the engine restarted or a proxy hung up; listen again.
+    // Two in a row: the worker row is gone; register again (new worker id), then listen.
+    for (ends, registers) in [(1, 1), (2, 2)] {
+        let (e, rt) = setup().await;
+        e.faults().inject(
+            "/Dispatcher/ListenV2",
+            ends,
+            Fault::EndStream {
+                after: 0,
+                code: None,
+            },
+        );
+        rt.start_worker(WorkerOptions::new("w", 4))
+            .await
+            .expect("start");
+        let out: Value = rt
+            .run("echo", &json!({"n": ends}))
+            .await
+            .expect("the action is delivered on the next stream");
+        assert_eq!(out["n"], ends);
+        assert_eq!(
+            e.faults().attempts("/Dispatcher/Register"),
+            registers,
+            "{ends} empty end(s)"
+        );
+        assert_eq!(
+            e.faults().attempts("/Dispatcher/ListenV2"),
+            u64::from(ends) + 1
+        );
+        rt.shutdown(Duration::from_secs(1)).await;
+    }
 }
 
 #[tokio::test]
