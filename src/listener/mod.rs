@@ -73,6 +73,21 @@ impl ListenerCtx {
     }
 }
 
+/// Attaches the gRPC status a stream ended with to `err` (a waiter failed because its listener
+/// stopped), so callers can match the code instead of reading text.
+pub(crate) fn with_end_status(
+    err: crate::error::Error,
+    end: reconnect::StreamEnd,
+    message: &str,
+) -> crate::error::Error {
+    match end {
+        reconnect::StreamEnd::Code(code) => err.with_cause(crate::error::Cause::Status(
+            tonic::Status::new(code, message.to_string()),
+        )),
+        reconnect::StreamEnd::Eof => err,
+    }
+}
+
 /// Where a listener's stream is, as its actor sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Phase {

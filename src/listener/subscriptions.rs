@@ -241,9 +241,9 @@ impl<P: KeyedStream> Actor for KeyedListener<P> {
                     Next::Stop { reason } => {
                         st.args.health.stopped(Some(format!("{reason}: {error}")));
                         let why = format!("{reason}: {error}");
-                        st.args
-                            .registry
-                            .fail_all(false, |key| P::stopped_error(key, &why));
+                        st.args.registry.fail_all(false, |key| {
+                            super::with_end_status(P::stopped_error(key, &why), end, &error)
+                        });
                     }
                 }
             }

@@ -113,6 +113,11 @@ async fn unauthenticated_stops_the_runs_listener_and_fails_waiters_with_their_ru
         .expect_err("stopped");
     assert_eq!(err.outcome(), Outcome::Rejected);
     assert_eq!(err.run_id(), Some(h.run_id()));
+    assert_eq!(
+        err.status().map(tonic::Status::code),
+        Some(Code::Unauthenticated),
+        "the stream's status is kept as the cause"
+    );
     assert!(matches!(
         *rt.health()[&ListenerKind::WorkflowRuns].borrow(),
         ListenerState::Stopped { error: Some(_) }

@@ -234,7 +234,7 @@ impl Actor for DurableListener {
                     Next::Idle => st.args.health.idle(),
                     Next::Stop { reason } => {
                         let why = format!("{reason}: {error}");
-                        st.args.registry.stopped(&why);
+                        st.args.registry.stopped(&why, end, &error);
                         st.args.health.stopped(Some(why));
                     }
                 }

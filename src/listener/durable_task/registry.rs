@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use super::{EARLY_COMPLETION_TTL, EvictHook, MAX_SEND_ATTEMPTS, OPERATION};
 use crate::error::{Cause, DurableError, Error, Outcome};
+use crate::listener::reconnect::StreamEnd;
 use crate::proto::v1::{
     self, durable_task_request::Message as Req, durable_task_response::Message as Resp,
 };
@@ -447,11 +448,15 @@ impl DurableRegistry {
 
     /// Fails every pending request and wait with the listener's stop error (new requests re-arm
     /// the listener).
-    pub(super) fn stopped(&self, why: &str) {
+    pub(super) fn stopped(&self, why: &str, end: StreamEnd, message: &str) {
         let mut g = self.inner.lock();
         let make = || {
-            Error::new(Outcome::Rejected, OPERATION)
-                .with_detail(format!("the durable-task stream stopped: {why}"))
+            crate::listener::with_end_status(
+                Error::new(Outcome::Rejected, OPERATION)
+                    .with_detail(format!("the durable-task stream stopped: {why}")),
+                end,
+                message,
+            )
         };
         g.fail_acks(|_| true, make);
         g.fail_waits(|_| true, make);
@@ -674,12 +679,21 @@ mod tests {
         let r = DurableRegistry::default();
         let (_, ack, _) = r.send(wait_req("t", 1)).expect("send");
         let wait = r.wait(("t".into(), 1, 1, 1));
-        r.stopped("permanent: status Unauthenticated");
+        r.stopped(
+            "permanent: status Unauthenticated",
+            StreamEnd::Code(tonic::Code::Unauthenticated),
+            "no token",
+        );
         for e in [
             ack.await.expect("answered").expect_err("failed"),
             wait.await.expect("answered").expect_err("failed"),
         ] {
             assert!(e.to_string().contains("Unauthenticated"), "{e}");
+            assert_eq!(
+                e.status().map(tonic::Status::code),
+                Some(tonic::Code::Unauthenticated),
+                "the code is kept as the cause"
+            );
         }
         assert_eq!(r.pending_counts(), (0, 0, 0));
         r.close();
