@@ -275,6 +275,12 @@ async fn shutdown_during_reconnect_leaves_no_task_running() {
     );
     drop(rt);
     drop(health);
+    assert_tasks_back_to(before).await;
+}
+
+/// Waits (2 s at most) until no more tokio tasks are alive than `before`.
+async fn assert_tasks_back_to(before: usize) {
+    let metrics = tokio::runtime::Handle::current().metrics();
     let mut left = usize::MAX;
     for _ in 0..100 {
         left = metrics.num_alive_tasks();
@@ -286,6 +292,39 @@ async fn shutdown_during_reconnect_leaves_no_task_running() {
     assert!(
         left <= before,
         "{left} tasks alive after shutdown, {before} before the runtime"
+    );
+}
+
+#[tokio::test]
+async fn shutdown_while_a_durable_task_waits_on_a_backing_off_stream_leaves_no_task_running() {
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    engine
+        .faults()
+        .inject(DURABLE, u32::MAX, end(Code::Unavailable));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    let rt = napping_runtime(&engine).await;
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let h = rt.run_no_wait("nap", &json!({})).await.expect("trigger");
+    // The task waits for its sleep's ack while the durable stream keeps failing.
+    until(&rt, ListenerKind::DurableTask, |s| {
+        matches!(s, ListenerState::Reconnecting { .. })
+    })
+    .await;
+    rt.shutdown(Duration::from_millis(100)).await;
+    let opens = engine.faults().attempts(DURABLE);
+    drop((h, rt));
+    assert_tasks_back_to(before).await;
+    assert_eq!(
+        engine.faults().attempts(DURABLE),
+        opens,
+        "no durable stream opens after shutdown"
     );
 }
 
@@ -782,6 +821,12 @@ async fn legacy_setup() -> (DevEngine, RuntimeHandle) {
     let engine = DevEngine::start(DevEngineOptions::default().version("v0.79.0"))
         .await
         .expect("engine");
+    let rt = napping_runtime(&engine).await;
+    (engine, rt)
+}
+
+/// A runtime on `engine` (fast backoff) that knows the `nap` durable workflow.
+async fn napping_runtime(engine: &DevEngine) -> RuntimeHandle {
     let rt = Runtime::spawn_with(
         engine.client_config(),
         RuntimeOptions::default().stream_backoff(fast()),
@@ -789,7 +834,7 @@ async fn legacy_setup() -> (DevEngine, RuntimeHandle) {
     .await
     .expect("runtime");
     rt.register(napper()).await.expect("register");
-    (engine, rt)
+    rt
 }
 
 #[tokio::test]
@@ -904,35 +949,39 @@ async fn a_result_wait_with_a_deadline_ends_with_the_run_id_and_leaves_no_waiter
 #[tokio::test]
 async fn an_end_without_waiters_goes_idle_and_the_next_waiter_rearms() {
     let (e, rt) = setup().await;
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
-    // The first stream delivers one result, then ends with OK (EOF).
+    idle_then_rearmed(&e, &rt, RUNS, ListenerKind::WorkflowRuns, "echo").await;
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+/// The stream at `path` delivers one result, then ends with OK: with nobody else waiting the
+/// listener `kind` goes idle (no reconnect), and the next run of `workflow` re-arms it.
+async fn idle_then_rearmed(
+    e: &DevEngine,
+    rt: &RuntimeHandle,
+    path: &str,
+    kind: ListenerKind,
+    workflow: &str,
+) {
     e.faults().inject(
-        RUNS,
+        path,
         1,
         Fault::EndStream {
             after: 1,
             code: None,
         },
     );
-    let _: Value = rt
-        .run("echo", &json!({"n": 1}))
+    rt.start_worker(WorkerOptions::new("w", 2))
         .await
-        .expect("first result");
-    until(&rt, ListenerKind::WorkflowRuns, |s| {
-        matches!(s, ListenerState::Idle)
-    })
-    .await;
+        .expect("start");
+    let _: Value = rt.run(workflow, &json!({})).await.expect("first result");
+    until(rt, kind, |s| matches!(s, ListenerState::Idle)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(e.faults().attempts(RUNS), 1, "no waiter: no reconnect");
-    let out: Value = rt
-        .run("echo", &json!({"n": 2}))
+    assert_eq!(e.faults().attempts(path), 1, "no waiter: no reconnect");
+    let _: Value = rt
+        .run(workflow, &json!({}))
         .await
         .expect("the next waiter re-arms the stream");
-    assert_eq!(out["n"], 2);
-    assert_eq!(e.faults().attempts(RUNS), 2);
-    rt.shutdown(Duration::from_secs(1)).await;
+    assert_eq!(e.faults().attempts(path), 2);
 }
 
 #[tokio::test]
@@ -1133,4 +1182,16 @@ async fn polling_passes_never_overlap_however_slow_the_engine_answers() {
     for w in waits {
         let _ = w.await;
     }
+}
+
+#[tokio::test]
+async fn the_durable_events_stream_goes_idle_without_waiters_and_the_next_wait_rearms_it() {
+    let (e, rt) = legacy_setup().await;
+    idle_then_rearmed(&e, &rt, EVENTS, ListenerKind::DurableEvents, "nap").await;
+    assert_eq!(
+        e.stats().durable_event_listen_messages,
+        2,
+        "each signal sent once, on its own stream"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
 }
