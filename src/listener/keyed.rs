@@ -236,4 +236,17 @@ mod tests {
         let (_w, _rx, arm) = r.add(&"run-c".into(), || Error::closed("t")).expect("add");
         assert!(arm, "its own generation unpublishes it");
     }
+
+    #[tokio::test]
+    async fn removing_a_waiter_twice_never_removes_a_later_waiter_of_the_same_key() {
+        let r = KeyedRegistry::<Ids>::default();
+        let key: String = "run-a".into();
+        let (first, _rx1, _) = r.add(&key, || Error::closed("t")).expect("add");
+        r.remove(&key, first);
+        let (_second, rx2, _) = r.add(&key, || Error::closed("t")).expect("add");
+        r.remove(&key, first); // a late guard of the first waiter runs again
+        assert_eq!(r.pending(), 1, "the second waiter is still registered");
+        r.deliver("run-a".into());
+        assert_eq!(rx2.await.expect("delivered").expect("ok"), "run-a");
+    }
 }

@@ -1195,3 +1195,28 @@ async fn the_durable_events_stream_goes_idle_without_waiters_and_the_next_wait_r
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn concurrent_durable_event_waits_share_one_stream_and_send_each_signal_once() {
+    let (e, rt) = legacy_setup().await;
+    rt.start_worker(WorkerOptions::new("w", 8))
+        .await
+        .expect("start");
+    let runs: Vec<_> = (0..4)
+        .map(|_| {
+            let rt = rt.clone();
+            tokio::spawn(async move { rt.run::<_, Value>("nap", &json!({})).await })
+        })
+        .collect();
+    for r in runs {
+        let out = r.await.expect("task").expect("result");
+        assert_eq!(out["woke"], true);
+    }
+    assert_eq!(e.faults().attempts(EVENTS), 1, "one stream for every wait");
+    assert_eq!(
+        e.stats().durable_event_listen_messages,
+        4,
+        "one signal per wait"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
