@@ -81,17 +81,20 @@ impl State {
                 .sessions
                 .iter()
                 .rev()
-                .any(|s| s.tx.try_send(Ok(action_msg.clone())).is_ok());
-            if !sent {
+                .find(|s| s.tx.try_send(Ok(action_msg.clone())).is_ok())
+                .map(|s| s.id);
+            let Some(session) = sent else {
                 keep.push_back(tid);
                 continue;
-            }
+            };
             *w.slots_used.entry(slot.clone()).or_default() += 1;
             self.take_rate_limits(&tid, now);
             let run_id = {
                 let t = self.tasks.get_mut(&tid).expect("task exists");
                 t.status = Status::Running;
                 t.worker_id = Some(wid);
+                t.session = Some(session);
+                t.answered = false;
                 t.slot_type = slot;
                 t.slot_held = true;
                 t.deadline = Some(now + t.timeout);

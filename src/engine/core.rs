@@ -448,10 +448,31 @@ impl Engine {
     }
 
     /// Closes a listener session (the stream ended).
+    /// Assignments the worker never answered went out on a stream that is now gone (they may
+    /// never have arrived): they are offered again, same attempt, so nothing waits for the
+    /// execution timeout. A worker that did get one ignores the second copy.
     pub fn close_session(&self, worker_id: &str, session: u64) {
         let mut st = self.state.lock();
         if let Some(w) = st.workers.get_mut(worker_id) {
             w.sessions.retain(|s| s.id != session);
+        }
+        let unanswered: Vec<String> = st
+            .tasks
+            .values()
+            .filter(|t| {
+                t.status == Status::Running
+                    && !t.answered
+                    && t.session == Some(session)
+                    && t.worker_id.as_deref() == Some(worker_id)
+            })
+            .map(|t| t.id.clone())
+            .collect();
+        for tid in &unanswered {
+            st.offer_again(tid);
+        }
+        if !unanswered.is_empty() {
+            drop(st);
+            self.wake.notify_one();
         }
     }
 
@@ -614,6 +635,7 @@ impl Engine {
             E::StepEventTypeStarted | E::StepEventTypeAcknowledged => {
                 if !stale && let Some(t) = st.tasks.get_mut(&ev.task_run_external_id) {
                     t.started_at.get_or_insert_with(SystemTime::now);
+                    t.answered = true;
                 }
             }
             E::StepEventTypeCompleted if !stale => {

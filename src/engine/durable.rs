@@ -211,6 +211,29 @@ pub struct DurableState {
     pub lose_completions: std::sync::atomic::AtomicU32,
 }
 
+/// A wait's idempotency key: its conditions' kinds, readable keys, expressions, sleep durations
+/// and event keys (protocol §4.9), in a stable order. The `or_group_id`s are left out: SDKs
+/// make them fresh on every call, so a replay of the same wait must still match.
+fn wait_key(c: &v1::DurableEventListenerConditions) -> String {
+    let base = |b: &Option<v1::BaseMatchCondition>| {
+        b.as_ref()
+            .map(|b| format!("{}|{}|{}", b.readable_data_key, b.expression, b.action))
+            .unwrap_or_default()
+    };
+    let mut parts: Vec<String> = c
+        .sleep_conditions
+        .iter()
+        .map(|s| format!("sleep|{}|{}", s.sleep_for, base(&s.base)))
+        .chain(
+            c.user_event_conditions
+                .iter()
+                .map(|e| format!("event|{}|{}", e.user_event_key, base(&e.base))),
+        )
+        .collect();
+    parts.sort();
+    format!("wait:{}", parts.join(";"))
+}
+
 const BRANCH: i64 = 1;
 
 fn eref(task: &str, invocation: i32, node: i64) -> v1::DurableEventLogEntryRef {
@@ -366,7 +389,7 @@ impl State {
                     return;
                 }
                 let conds = w.wait_for_conditions.clone().unwrap_or_default();
-                let key = format!("wait:{conds:?}");
+                let key = wait_key(&conds);
                 let now = Instant::now();
                 let seq = self.event_seq;
                 let parsed = match Conditions::from_proto(&conds, now, seq) {

@@ -117,6 +117,10 @@ pub struct Task {
     pub worker_id: Option<String>,
     pub slot_type: String,
     pub slot_held: bool,
+    /// The listener session its current assignment went out on, and whether the worker has
+    /// answered it (STARTED or ACKNOWLEDGED) since.
+    pub session: Option<u64>,
+    pub answered: bool,
     pub deadline: Option<Instant>,
     pub not_before: Option<Instant>,
     pub is_durable: bool,

@@ -136,6 +136,8 @@ impl State {
                     worker_id: None,
                     slot_type,
                     slot_held: false,
+                    session: None,
+                    answered: false,
                     deadline: None,
                     not_before: None,
                     is_durable: def.is_durable,
@@ -328,6 +330,25 @@ impl State {
         t.deadline = None;
         t.not_before = None;
         self.queue.push_back(tid.to_string());
+    }
+
+    /// Puts a running attempt back in the queue as the same attempt (its assignment may never
+    /// have reached the worker).
+    pub(crate) fn offer_again(&mut self, tid: &str) {
+        self.free_slot(tid);
+        let Some(t) = self.tasks.get_mut(tid) else {
+            return;
+        };
+        t.status = Status::Queued;
+        t.worker_id = None;
+        t.session = None;
+        t.deadline = None;
+        // Same attempt, same invocation (assignment counts invocations up again), so a worker
+        // that did get the first copy recognises the second.
+        if t.is_durable {
+            t.invocation_count = (t.invocation_count - 1).max(0);
+        }
+        self.queue.push_front(tid.to_string());
     }
 
     /// Cancels a task (and fails its run's pending tasks).

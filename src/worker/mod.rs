@@ -10,9 +10,10 @@
 //!    is delivered or its attempt is stale (no heartbeat for [`STALE_AFTER`]: the engine has
 //!    reassigned it); a transient outage never drops it.
 //! 4. A panic in user code becomes a FAILED event; the worker lives on.
-//! 5. Running tasks are keyed by (task run id, durable invocation): CANCEL_STEP_RUN cancels every
-//!    invocation of the task, a server eviction cancels the evicted invocation and older ones
-//!    only (a newer invocation of the same task may run on this worker at the same time).
+//! 5. Running attempts are keyed by (task run id, durable invocation, retry count): a repeated
+//!    assignment of an attempt that already runs is ignored; CANCEL_STEP_RUN cancels every
+//!    attempt of the task; a server eviction cancels the evicted invocation and older ones only
+//!    (a newer invocation of the same task may run on this worker at the same time).
 
 pub mod context;
 pub mod logs;
@@ -75,20 +76,22 @@ impl WorkerOptions {
     }
 }
 
-/// A running task: its run id and its durable invocation (0 for a plain task).
-type RunningKey = (String, i32);
+/// A running attempt: its task run id, its durable invocation (0 for a plain task) and its
+/// retry count.
+type RunningKey = (String, i32, i32);
 
 fn running_key(a: &proto::AssignedAction) -> RunningKey {
     (
         a.task_run_external_id.clone(),
         a.durable_task_invocation_count.unwrap_or(0),
+        a.retry_count,
     )
 }
 
 impl WorkerCore {
     /// Cancels the running invocations of `task` that `which` selects.
     fn cancel_running(&self, task: &str, which: impl Fn(i32) -> bool) {
-        for ((t, inv), token) in self.running.lock().iter() {
+        for ((t, inv, _), token) in self.running.lock().iter() {
             if t == task && which(*inv) {
                 token.cancel();
             }
@@ -322,9 +325,17 @@ async fn dispatch(
                     _ = core.stop.cancelled() => break,
                 };
                 let token = core.stop.child_token();
-                core.running
-                    .lock()
-                    .insert(running_key(&action), token.clone());
+                {
+                    // The same attempt offered twice (its first assignment went out on a stream
+                    // that broke): it already runs here, so the copy is ignored.
+                    let mut running = core.running.lock();
+                    let key = running_key(&action);
+                    if running.contains_key(&key) {
+                        tracing::debug!(task = %action.task_run_external_id, "ignoring a repeated assignment");
+                        continue;
+                    }
+                    running.insert(key, token.clone());
+                }
                 let shared = shared.clone();
                 core.tracker.spawn(async move {
                     execute(&shared, action, token).await;

@@ -316,3 +316,36 @@ async fn a_completion_lost_by_the_engine_is_recovered_by_the_periodic_worker_sta
     assert_eq!(out["woke"], true, "{out}");
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn a_retried_durable_task_replays_its_sleep_instead_of_diverging() {
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let rt = runtime(&engine).await;
+    rt.register(Workflow::new("replayer").durable_task(
+        "d",
+        TaskOptions {
+            retries: 1,
+            ..TaskOptions::default()
+        },
+        |_i: Value, c: Context| async move {
+            // Each call makes fresh condition-group ids; the replay must still match node 1.
+            c.sleep_for("10ms").await?;
+            if c.retry_count() == 0 {
+                return Err(TaskError::new("first attempt fails after its sleep"));
+            }
+            Ok::<_, TaskError>(json!({ "invocation": c.durable_invocation() }))
+        },
+    ))
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let out: Value = within("the replayed run", rt.run("replayer", &json!({})))
+        .await
+        .expect("the replay of the same sleep is not a nondeterminism");
+    assert_eq!(out["invocation"], 2);
+    rt.shutdown(Duration::from_secs(1)).await;
+}

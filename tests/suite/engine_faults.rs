@@ -267,3 +267,25 @@ async fn a_connection_dropped_under_a_request_is_lost_not_cancelled() {
         "{e:?}"
     );
 }
+
+#[tokio::test]
+async fn an_assignment_never_answered_on_a_stream_that_closes_is_offered_again() {
+    let h = H::new().await;
+    h.put("reoffer", &[("t", &[], 0, "60s")], &[]).await;
+    let worker = h.register(&["reoffer:t".to_string()], 4).await;
+    let first = h.listen(&worker).await;
+    let run = h.trigger("reoffer", "{}").await;
+    let assigned = tokio::time::timeout(Duration::from_secs(5), async {
+        while h.engine.stats().slots_in_use == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(assigned.is_ok(), "the task went out on the first stream");
+    // The first stream breaks before the worker answered (as if the message was lost with it).
+    drop(first);
+    let mut second = h.listen(&worker).await;
+    let again = next(&mut second).await;
+    assert_eq!(again.workflow_run_id, run);
+    assert_eq!(again.retry_count, 0, "the same attempt, not a retry");
+}

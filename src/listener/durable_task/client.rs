@@ -165,6 +165,7 @@ impl DurableClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::v1::durable_task_response::Message as Resp;
     use tokio::sync::mpsc;
 
     #[tokio::test(start_paused = true)]
@@ -186,7 +187,8 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_request_never_acknowledged_fails_after_sixty_seconds_and_is_dropped() {
+    async fn a_request_never_acknowledged_fails_after_sixty_seconds_and_its_late_ack_wakes_nobody()
+    {
         let registry = Arc::new(DurableRegistry::default());
         let (sink, _out) = mpsc::unbounded_channel();
         registry.publish(1, sink, "w");
@@ -201,10 +203,36 @@ mod tests {
             .expect_err("no ack");
         assert_eq!(err.outcome(), Outcome::DeadlineExceeded);
         assert_eq!(started.elapsed(), ACK_TIMEOUT);
-        assert_eq!(
-            registry.pending_counts(),
-            (0, 0, 0),
-            "neither re-sent nor awaited"
+        // The next operation of the invocation goes out; then the first one's ack arrives late.
+        let next = client.memo("t", 1, b"k", || async { b"v".to_vec() });
+        tokio::pin!(next);
+        assert!(futures::poll!(&mut next).is_pending());
+        let entry = |node_id| v1::DurableEventLogEntryRef {
+            durable_task_external_id: "t".into(),
+            invocation_count: 1,
+            branch_id: 1,
+            node_id,
+        };
+        let ack = |memo: bool| v1::DurableTaskResponse {
+            message: Some(if memo {
+                Resp::MemoAck(v1::DurableTaskEventMemoAckResponse {
+                    r#ref: Some(entry(2)),
+                    memo_already_existed: true,
+                    memo_result_payload: Some(b"stored".to_vec()),
+                })
+            } else {
+                Resp::WaitForAck(v1::DurableTaskEventWaitForAckResponse {
+                    r#ref: Some(entry(1)),
+                })
+            }),
+        };
+        registry.on_response(ack(false));
+        assert!(
+            futures::poll!(&mut next).is_pending(),
+            "the abandoned request's late ack is not the memo's"
         );
+        registry.on_response(ack(true));
+        assert_eq!(next.await.expect("memo"), b"stored");
+        assert_eq!(registry.pending_counts(), (0, 0, 0), "nothing left behind");
     }
 }

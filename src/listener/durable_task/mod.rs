@@ -5,6 +5,8 @@
 //!
 //! 1. Every request that expects an ack has its own slot (a FIFO per task invocation, in send
 //!    order, as the engine acks in order): two requests of one invocation never share a waiter.
+//!    A request abandoned after it went out (its caller gave up, or a timeout) leaves a
+//!    tombstone in its slot that takes its late ack, so the next request never gets it.
 //! 2. A request awaiting its ack when the stream drops is re-sent on the next stream, after
 //!    `register_worker` and before `worker_status`; it is never reported as an ambiguous failure.
 //! 3. Completions that arrive before their waiter are kept [`EARLY_COMPLETION_TTL`].

@@ -54,6 +54,8 @@ pub struct Completion {
 
 type AckTx = oneshot::Sender<Result<Ack, Error>>;
 type WaitTx = oneshot::Sender<Result<Completion, Error>>;
+/// A request's ack slot: its id and its waiter (`None`: a tombstone, see `abandon`).
+type AckSlot = (u64, Option<AckTx>);
 
 /// A request awaiting its ack, and how many streams without progress it has ridden.
 struct Unacked {
@@ -70,7 +72,9 @@ pub(super) struct Inner {
     /// Requests awaiting an ack, by request id (re-sent on reconnect, in order).
     unacked: BTreeMap<u64, Unacked>,
     /// Ack slots per (task, invocation), in send order.
-    acks: HashMap<(String, i32), VecDeque<(u64, AckTx)>>,
+    /// `None` is a tombstone: the request was abandoned after it went out on the current
+    /// stream, so its ack may still come and must not be taken by the next request.
+    acks: HashMap<(String, i32), VecDeque<AckSlot>>,
     waits: HashMap<EntryKey, WaitTx>,
     early: HashMap<EntryKey, (Completion, Instant)>,
     closed: bool,
@@ -133,7 +137,9 @@ impl Inner {
         for k in keys {
             for (id, tx) in self.acks.remove(&k).unwrap_or_default() {
                 self.unacked.remove(&id);
-                let _ = tx.send(Err(make()));
+                if let Some(tx) = tx {
+                    let _ = tx.send(Err(make()));
+                }
             }
         }
     }
@@ -144,7 +150,9 @@ impl Inner {
             let mut keep = VecDeque::with_capacity(q.len());
             for (id, tx) in q.drain(..) {
                 if matches(id) {
-                    let _ = tx.send(Err(make()));
+                    if let Some(tx) = tx {
+                        let _ = tx.send(Err(make()));
+                    }
                 } else {
                     keep.push_back((id, tx));
                 }
@@ -179,11 +187,20 @@ impl DurableRegistry {
     }
 
     /// Drops a request whose ack will no longer be awaited (its slot and its re-send).
+    /// A request that is on the current stream keeps a tombstone in its slot, so its late ack
+    /// is consumed there instead of waking the next request of the invocation.
     pub(super) fn abandon(&self, key: &(String, i32), id: u64) {
         let mut g = self.inner.lock();
         g.unacked.remove(&id);
+        let on_stream = g.sink.is_some();
         if let Some(q) = g.acks.get_mut(key) {
-            q.retain(|(i, _)| *i != id);
+            if on_stream {
+                for slot in q.iter_mut().filter(|(i, _)| *i == id) {
+                    slot.1 = None;
+                }
+            } else {
+                q.retain(|(i, _)| *i != id);
+            }
             if q.is_empty() {
                 g.acks.remove(key);
             }
@@ -205,7 +222,7 @@ impl DurableRegistry {
         if g.closed {
             return Err(Error::closed("DurableTask"));
         }
-        g.acks.entry(key).or_default().push_back((id, tx));
+        g.acks.entry(key).or_default().push_back((id, Some(tx)));
         g.unacked.insert(
             id,
             Unacked {
@@ -246,6 +263,7 @@ impl DurableRegistry {
         self.inner.lock().waits.remove(key);
     }
 
+    /// The oldest slot of an invocation takes the ack (`None` when it is a tombstone).
     pub(super) fn pop_ack(&self, key: &(String, i32)) -> Option<AckTx> {
         let mut g = self.inner.lock();
         let q = g.acks.get_mut(key)?;
@@ -254,7 +272,7 @@ impl DurableRegistry {
             g.acks.remove(key);
         }
         g.unacked.remove(&id);
-        Some(tx)
+        tx
     }
 
     /// Handles one response from the engine.
@@ -380,6 +398,11 @@ impl DurableRegistry {
     /// Publishes a new stream: register_worker, re-sent requests, worker_status (replay first).
     pub(super) fn publish(&self, generation: u64, sink: Sink, worker_id: &str) {
         let mut g = self.inner.lock();
+        // Acks of the previous stream can no longer come: tombstones go.
+        for q in g.acks.values_mut() {
+            q.retain(|(_, tx)| tx.is_some());
+        }
+        g.acks.retain(|_, q| !q.is_empty());
         let _ = sink.send(v1::DurableTaskRequest {
             message: Some(Req::RegisterWorker(v1::DurableTaskRequestRegisterWorker {
                 worker_id: worker_id.to_string(),
