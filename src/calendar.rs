@@ -142,7 +142,13 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
         "Z" | "z" => 0,
         _ => {
             let rb = rest.as_bytes();
-            if rb.len() != 6 || !matches!(rb[0], b'+' | b'-') || rb[3] != b':' {
+            let digits = |r: std::ops::Range<usize>| rb[r].iter().all(u8::is_ascii_digit);
+            if rb.len() != 6
+                || !matches!(rb[0], b'+' | b'-')
+                || rb[3] != b':'
+                || !digits(1..3)
+                || !digits(4..6)
+            {
                 return None;
             }
             let (h, m): (i64, i64) = (rest[1..3].parse().ok()?, rest[4..6].parse().ok()?);
@@ -209,6 +215,7 @@ mod tests {
             "2026-12-01T01:02:03",
             "2026-12-01T01:02:03.Z",
             "2026-12-01T01:02:03+1:00",
+            "2026-12-01T01:02:03+-1:00",
             "２０２６-12-01T01:02:03Z",
         ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad:?}");

@@ -47,9 +47,16 @@ impl State {
             }
             let action = task.action.clone();
             let wanted = task.slot_type.clone();
-            if !self.rate_limits_allow(&tid, now) {
-                keep.push_back(tid);
-                continue;
+            match self.rate_limits_allow(&tid, now) {
+                super::rate_limits::Admission::Now => {}
+                super::rate_limits::Admission::Later => {
+                    keep.push_back(tid);
+                    continue;
+                }
+                super::rate_limits::Admission::Never(why) => {
+                    self.fail_attempt(&tid, why, true);
+                    continue;
+                }
             }
             let chosen = self.workers.values().find_map(|w| {
                 if !w.actions.contains(&action) || !Self::worker_is_live(w, now, live) {

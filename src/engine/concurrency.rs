@@ -112,7 +112,10 @@ impl State {
         match limit.strategy {
             Strategy::CancelNewest | Strategy::DropNewest => self.cancel_run(
                 run_id,
-                "cancelled by the workflow's concurrency limit (CANCEL_NEWEST)",
+                &format!(
+                    "cancelled by the workflow's concurrency limit ({})",
+                    limit.strategy.as_str_name()
+                ),
             ),
             Strategy::CancelInProgress => {
                 let active = self.active_in(&group, run_id);
@@ -187,9 +190,10 @@ impl State {
 
     /// A run finished: its groups admit held runs while they have room (invariants 2–4).
     pub fn release_concurrency(&mut self, run_id: &str) {
-        let Some(run) = self.runs.get(run_id) else {
+        let Some(run) = self.runs.get_mut(run_id) else {
             return;
         };
+        run.held = false; // a held run can end too (cancelled while it waited)
         let groups: Vec<Group> = run
             .groups
             .iter()

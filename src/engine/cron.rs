@@ -59,8 +59,8 @@ fn field(text: &str, min: u32, max: u32, names: &[&str], first_name: u32) -> Res
         } else {
             let v = value(range, names, first_name)
                 .ok_or_else(|| format!("{range:?} is not a value"))?;
-            // `5/15` means from 5 to the end, every 15.
-            (v, if step > 1 { max } else { v })
+            // `5/15` (and `5/1`) mean from 5 to the end of the range, every 15 (or 1).
+            (v, if part.contains('/') { max } else { v })
         };
         if lo < min || hi > max || lo > hi {
             return Err(format!("{part:?} is outside {min}-{max}"));
@@ -171,6 +171,11 @@ mod tests {
         assert_eq!(next("0 0 1 JAN *", at), "2027-01-01T00:00:00Z");
         assert_eq!(next("0 0 29 2 *", at), "2028-02-29T00:00:00Z");
         assert_eq!(next("5/20 8-9 * * *", at), "2026-11-30T09:45:00Z");
+        assert_eq!(
+            next("58/1 * * * *", at),
+            "2026-11-30T09:58:00Z",
+            "a step runs to the end"
+        );
         assert_eq!(
             next("0 0 13 * FRI", at),
             "2026-12-04T00:00:00Z",

@@ -291,7 +291,8 @@ impl proto::workflow_service_server::WorkflowService for Svc {
         {
             let mut st = self.engine.state.lock();
             for t in &r.schedules {
-                let at = crate::calendar::from_unix_secs(t.seconds);
+                let at = crate::calendar::from_unix_secs(t.seconds)
+                    + std::time::Duration::from_nanos(t.nanos.clamp(0, 999_999_999) as u64);
                 st.add_schedule(&planned, at)
                     .map_err(Status::invalid_argument)?;
             }

@@ -64,7 +64,7 @@ impl RateLimit {
 
     /// Units left in the current window.
     pub fn remaining(&self) -> i64 {
-        (self.limit - self.used).max(0)
+        self.limit.saturating_sub(self.used).max(0)
     }
 }
 
@@ -119,7 +119,8 @@ pub fn uses_of(
                 .as_deref()
                 .and_then(number)
                 .or(r.units.map(i64::from))
-                .unwrap_or(1);
+                .unwrap_or(1)
+                .max(0);
             // Only a dynamic key creates its limit; SDKs send `-1` for "none" with static keys.
             let dynamic = key_expr
                 .and(r.limit_values_expr.as_deref())
@@ -141,11 +142,22 @@ pub fn uses_of(
         .collect()
 }
 
+/// Whether a task attempt may be assigned now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Every key has its units left.
+    Now,
+    /// Some key's window is spent: wait for the next one.
+    Later,
+    /// It takes more units than a key's whole limit: it can never run (the message says which).
+    Never(String),
+}
+
 impl State {
     /// Whether task `tid` may be assigned at `now` (invariant 2; refills ended windows).
-    pub(crate) fn rate_limits_allow(&mut self, tid: &str, now: Instant) -> bool {
+    pub(crate) fn rate_limits_allow(&mut self, tid: &str, now: Instant) -> Admission {
         let Some(task) = self.tasks.get(tid) else {
-            return true;
+            return Admission::Now;
         };
         for RateLimitUse { key, units, create } in task.rate_limits.clone() {
             let limit = match (self.rate_limits.contains_key(&key), create) {
@@ -158,13 +170,20 @@ impl State {
                 (false, None) => None, // undeclared: unlimited (invariant 3)
             };
             if let Some(l) = limit {
+                if units > l.limit {
+                    return Admission::Never(format!(
+                        "the task takes {units} units of rate limit {key:?}, whose whole limit is {} per {}: it can never run; lower its units or raise the limit",
+                        l.limit,
+                        l.duration.to_lowercase()
+                    ));
+                }
                 l.refill(now);
-                if l.used + units > l.limit {
-                    return false;
+                if l.used.saturating_add(units) > l.limit {
+                    return Admission::Later;
                 }
             }
         }
-        true
+        Admission::Now
     }
 
     /// Takes task `tid`'s units (its assignment was sent).
@@ -178,7 +197,7 @@ impl State {
                     l.window_start = Some(now);
                     l.refilled_at = std::time::SystemTime::now();
                 }
-                l.used += units;
+                l.used = l.used.saturating_add(units);
             }
         }
     }
@@ -221,13 +240,23 @@ mod tests {
             .insert("api".into(), RateLimit::new("api", 2, D::Second));
         let t0 = Instant::now();
         for run in &runs[..2] {
-            assert!(st.rate_limits_allow(run, t0));
+            assert_eq!(Admission::Now, st.rate_limits_allow(run, t0));
             st.take_rate_limits(run, t0);
         }
-        assert!(!st.rate_limits_allow(&runs[2], t0), "two units per second");
+        assert_eq!(
+            Admission::Later,
+            st.rate_limits_allow(&runs[2], t0),
+            "two units per second"
+        );
         assert_eq!(st.rate_limits["api"].remaining(), 0);
-        assert!(!st.rate_limits_allow(&runs[2], t0 + Duration::from_millis(999)));
-        assert!(st.rate_limits_allow(&runs[2], t0 + Duration::from_secs(1)));
+        assert_eq!(
+            Admission::Later,
+            st.rate_limits_allow(&runs[2], t0 + Duration::from_millis(999))
+        );
+        assert_eq!(
+            Admission::Now,
+            st.rate_limits_allow(&runs[2], t0 + Duration::from_secs(1))
+        );
         assert_eq!(st.rate_limits["api"].remaining(), 2, "a new window");
     }
 
@@ -242,13 +271,18 @@ mod tests {
             duration: Some(D::Minute as i32),
         });
         let t0 = Instant::now();
-        assert!(st.rate_limits_allow(&runs[0], t0));
+        assert_eq!(Admission::Now, st.rate_limits_allow(&runs[0], t0));
         st.take_rate_limits(&runs[0], t0);
-        assert!(
-            !st.rate_limits_allow(&runs[1], t0),
+        assert_eq!(
+            Admission::Later,
+            st.rate_limits_allow(&runs[1], t0),
             "user a has used its unit"
         );
-        assert!(st.rate_limits_allow(&runs[2], t0), "user b has its own");
+        assert_eq!(
+            Admission::Now,
+            st.rate_limits_allow(&runs[2], t0),
+            "user b has its own"
+        );
         assert_eq!(st.rate_limits["a"].window, Duration::from_secs(60));
 
         let (mut st, runs) = state_with_limited_task(v1::CreateTaskRateLimit {
@@ -258,7 +292,7 @@ mod tests {
             duration: Some(D::Minute as i32),
             ..Default::default()
         });
-        assert!(st.rate_limits_allow(&runs[0], t0));
+        assert_eq!(Admission::Now, st.rate_limits_allow(&runs[0], t0));
         assert!(st.rate_limits.is_empty());
     }
 }

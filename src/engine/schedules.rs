@@ -121,7 +121,8 @@ impl State {
             let at = s["triggerAt"]
                 .as_str()
                 .and_then(crate::calendar::parse_rfc3339);
-            if s.get("workflowRunId").is_none() && at.is_some_and(|at| at <= now) {
+            let open = s.get("workflowRunId").is_none() && s.get("error").is_none();
+            if open && at.is_some_and(|at| at <= now) {
                 due.push((s.clone(), Some(i)));
             }
         }
@@ -145,11 +146,17 @@ impl State {
                     self.scheduled[i]["workflowRunId"] = json!(run);
                 }
                 (Ok(_), None) => {}
-                (Err(e), _) => tracing::warn!(
-                    workflow = %row["workflowName"],
-                    error = %e.message(),
-                    "the dev engine could not start a cron or scheduled run"
-                ),
+                (Err(e), schedule) => {
+                    // A schedule fires once, even when its run cannot start (invariant 3).
+                    if let Some(i) = schedule {
+                        self.scheduled[i]["error"] = json!(e.message());
+                    }
+                    tracing::warn!(
+                        workflow = %row["workflowName"],
+                        error = %e.message(),
+                        "the dev engine could not start a cron or scheduled run"
+                    );
+                }
             }
         }
     }

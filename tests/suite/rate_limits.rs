@@ -99,3 +99,19 @@ async fn a_dynamic_key_limits_each_value_on_its_own() {
         "ada's second run waits for her next window; bob's own limit let his run"
     );
 }
+
+#[tokio::test]
+async fn a_task_taking_more_units_than_the_whole_limit_fails_at_once_and_says_why() {
+    let (_e, _rt, handles) = running(
+        "greedy",
+        TaskOptions::default().rate_limit("small", 5),
+        &[("small", 2)],
+        vec![json!({})],
+    )
+    .await;
+    let err = tokio::time::timeout(Duration::from_secs(10), handles[0].result::<Value>())
+        .await
+        .expect("it does not wait forever")
+        .expect_err("it can never run");
+    assert!(err.to_string().contains("can never run"), "{err}");
+}
