@@ -110,6 +110,80 @@ impl Phase {
     }
 }
 
+/// One listener's stream slot: its generation, its [`Phase`], and the state and jitter of its
+/// reconnect decision. The keyed and durable-task listeners share these rules through it.
+#[derive(Debug)]
+pub(crate) struct StreamSlot {
+    /// The current (newest) stream generation.
+    pub generation: u64,
+    /// Where the stream is.
+    pub phase: Phase,
+    reconnect: reconnect::ReconnectState,
+    rng: rand::rngs::StdRng,
+}
+
+impl StreamSlot {
+    /// A closed slot drawing its jitter from `rng`.
+    pub fn new(rng: rand::rngs::StdRng) -> Self {
+        StreamSlot {
+            generation: 0,
+            phase: Phase::Closed,
+            reconnect: reconnect::ReconnectState::default(),
+            rng,
+        }
+    }
+
+    /// A stream of `generation` is being opened.
+    pub fn opening(&mut self, generation: u64) {
+        self.generation = generation;
+        self.phase = Phase::Open;
+    }
+
+    /// The stream of `generation` ended: whether it is the current one (an older generation
+    /// cannot act); the slot is then closed until [`StreamSlot::decide`] says more.
+    pub fn ended(&mut self, generation: u64) -> bool {
+        if generation != self.generation {
+            return false;
+        }
+        self.phase = Phase::Closed;
+        true
+    }
+
+    /// The reconnect decision for the end just accepted; a reconnect is recorded as scheduled.
+    pub fn decide(
+        &mut self,
+        end: reconnect::StreamEnd,
+        progressed: bool,
+        wanted: bool,
+        alive: bool,
+        backoff: &crate::retry::Backoff,
+    ) -> reconnect::Next {
+        let next = reconnect::decide(
+            &mut self.reconnect,
+            end,
+            progressed,
+            wanted,
+            alive,
+            backoff,
+            &mut self.rng,
+        );
+        if matches!(next, reconnect::Next::Reconnect { .. }) {
+            self.phase = Phase::BackingOff;
+        }
+        next
+    }
+
+    /// A reconnect scheduled for `generation` is due: whether to open now (the slot is closed
+    /// then; a stream opened meanwhile, or a newer generation, makes it stale).
+    pub fn reconnect_due(&mut self, generation: u64) -> bool {
+        if generation != self.generation || self.phase != Phase::BackingOff {
+            return false;
+        }
+        self.phase = Phase::Closed;
+        true
+    }
+}
+
 /// The two reconnect backoff profiles of the listeners.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamBackoff {

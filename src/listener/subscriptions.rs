@@ -23,8 +23,8 @@ use tokio::time::Instant;
 
 use super::health::HealthReporter;
 use super::keyed::{Keyed, KeyedRegistry};
-use super::reconnect::{self, Next, ReconnectState, StreamEnd};
-use super::{ListenerCtx, Phase, pump};
+use super::reconnect::{Next, StreamEnd};
+use super::{ListenerCtx, StreamSlot, pump};
 use crate::error::Error;
 use crate::retry::Backoff;
 
@@ -96,13 +96,9 @@ impl<P: KeyedStream> Clone for KeyedArgs<P> {
 /// The actor's state.
 pub struct KeyedState<P: KeyedStream> {
     args: KeyedArgs<P>,
-    generation: u64,
-    /// Whether a stream is open or opening.
-    phase: Phase,
-    reconnect: ReconnectState,
+    slot: StreamSlot,
     down_since: Option<Instant>,
     polling: bool,
-    rng: rand::rngs::StdRng,
 }
 
 /// A listener actor for one keyed stream kind.
@@ -116,9 +112,8 @@ impl<P> Default for KeyedListener<P> {
 
 impl<P: KeyedStream> KeyedListener<P> {
     fn open(myself: &ActorRef<KeyedMsg>, st: &mut KeyedState<P>) {
-        st.generation = st.args.registry.next_generation();
-        st.phase = Phase::Open;
-        let generation = st.generation;
+        let generation = st.args.registry.next_generation();
+        st.slot.opening(generation);
         let args = st.args.clone();
         let me = myself.clone();
         args.health.connecting();
@@ -160,15 +155,12 @@ impl<P: KeyedStream> Actor for KeyedListener<P> {
         myself: ActorRef<KeyedMsg>,
         args: KeyedArgs<P>,
     ) -> Result<KeyedState<P>, ActorProcessingErr> {
-        let rng = args.ctx.rng(P::OP);
+        let slot = StreamSlot::new(args.ctx.rng(P::OP));
         let mut st = KeyedState {
             args,
-            generation: 0,
-            phase: Phase::Closed,
-            reconnect: ReconnectState::default(),
+            slot,
             down_since: None,
             polling: false,
-            rng,
         };
         // A restarted listener re-arms at once if waiters survived.
         if st.args.registry.has_waiters() {
@@ -188,7 +180,7 @@ impl<P: KeyedStream> Actor for KeyedListener<P> {
         }
         match msg {
             KeyedMsg::Ensure => {
-                if st.phase.opens_on_demand() {
+                if st.slot.phase.opens_on_demand() {
                     Self::open(&myself, st);
                 }
             }
@@ -198,23 +190,14 @@ impl<P: KeyedStream> Actor for KeyedListener<P> {
                 progressed,
                 error,
             } => {
-                if generation != st.generation {
+                if !st.slot.ended(generation) {
                     return Ok(()); // invariant 1: an older generation cannot act
                 }
-                st.phase = Phase::Closed;
                 let wanted = st.args.registry.has_waiters();
                 let alive = !st.args.ctx.lifecycle.is_cancelled();
-                match reconnect::decide(
-                    &mut st.reconnect,
-                    end,
-                    progressed,
-                    wanted,
-                    alive,
-                    &P::backoff(&st.args.ctx),
-                    &mut st.rng,
-                ) {
+                let backoff = P::backoff(&st.args.ctx);
+                match st.slot.decide(end, progressed, wanted, alive, &backoff) {
                     Next::Reconnect { delay, attempt } => {
-                        st.phase = Phase::BackingOff;
                         st.args.health.reconnecting(attempt, &error);
                         let since = *st.down_since.get_or_insert_with(Instant::now);
                         super::later(
@@ -248,8 +231,7 @@ impl<P: KeyedStream> Actor for KeyedListener<P> {
                 }
             }
             KeyedMsg::Reconnect(generation) => {
-                if generation == st.generation && st.phase == Phase::BackingOff {
-                    st.phase = Phase::Closed;
+                if st.slot.reconnect_due(generation) {
                     if st.args.registry.has_waiters() {
                         Self::open(&myself, st);
                     } else {

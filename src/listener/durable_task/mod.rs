@@ -41,8 +41,8 @@ use tokio::time::Instant;
 
 use super::actions::WorkerIdentity;
 use super::health::HealthReporter;
-use super::reconnect::{self, Next, ReconnectState, StreamEnd};
-use super::{ListenerCtx, Phase, pump};
+use super::reconnect::{Next, StreamEnd};
+use super::{ListenerCtx, Phase, StreamSlot, pump};
 
 /// How long a completion that arrived before its waiter is kept.
 pub const EARLY_COMPLETION_TTL: Duration = Duration::from_secs(10);
@@ -102,10 +102,7 @@ pub struct DurableArgs {
 /// The actor's state.
 pub struct DurableState {
     args: DurableArgs,
-    generation: u64,
-    phase: Phase,
-    reconnect: ReconnectState,
-    rng: rand::rngs::StdRng,
+    slot: StreamSlot,
 }
 
 /// The durable-task listener actor.
@@ -116,8 +113,8 @@ impl DurableListener {
     fn open(myself: &ActorRef<DurableMsg>, st: &mut DurableState) {
         let Some(worker_id) = st.args.identity.get() else {
             // Not registered yet: try again shortly.
-            st.phase = Phase::BackingOff;
-            let generation = st.generation;
+            st.slot.phase = Phase::BackingOff;
+            let generation = st.slot.generation;
             super::later(
                 &st.args.ctx.lifecycle,
                 Duration::from_millis(200),
@@ -126,9 +123,8 @@ impl DurableListener {
             );
             return;
         };
-        st.generation = st.args.registry.next_generation();
-        st.phase = Phase::Open;
-        let generation = st.generation;
+        let generation = st.args.registry.next_generation();
+        st.slot.opening(generation);
         let args = st.args.clone();
         let me = myself.clone();
         args.health.connecting();
@@ -174,14 +170,8 @@ impl Actor for DurableListener {
         super::every(&args.ctx.lifecycle, STATUS_EVERY, &myself, || {
             DurableMsg::StatusTick
         });
-        let rng = args.ctx.rng("durable_task");
-        let mut st = DurableState {
-            args,
-            generation: 0,
-            phase: Phase::Closed,
-            reconnect: ReconnectState::default(),
-            rng,
-        };
+        let slot = StreamSlot::new(args.ctx.rng("durable_task"));
+        let mut st = DurableState { args, slot };
         if st.args.registry.busy() {
             Self::open(&myself, &mut st);
         }
@@ -199,7 +189,7 @@ impl Actor for DurableListener {
         }
         match msg {
             DurableMsg::Ensure => {
-                if st.phase.opens_on_demand() {
+                if st.slot.phase.opens_on_demand() {
                     Self::open(&myself, st);
                 }
             }
@@ -209,22 +199,13 @@ impl Actor for DurableListener {
                 progressed,
                 error,
             } => {
-                if generation != st.generation {
+                if !st.slot.ended(generation) {
                     return Ok(());
                 }
-                st.phase = Phase::Closed;
                 // The durable stream is wanted while the worker runs (CONTRACT.md §3).
-                match reconnect::decide(
-                    &mut st.reconnect,
-                    end,
-                    progressed,
-                    true,
-                    true,
-                    &st.args.ctx.backoff.stream,
-                    &mut st.rng,
-                ) {
+                let backoff = st.args.ctx.backoff.stream;
+                match st.slot.decide(end, progressed, true, true, &backoff) {
                     Next::Reconnect { delay, attempt } => {
-                        st.phase = Phase::BackingOff;
                         st.args.health.reconnecting(attempt, &error);
                         super::later(
                             &st.args.ctx.lifecycle,
@@ -242,8 +223,7 @@ impl Actor for DurableListener {
                 }
             }
             DurableMsg::Reconnect(generation) => {
-                if generation == st.generation && st.phase == Phase::BackingOff {
-                    st.phase = Phase::Closed;
+                if st.slot.reconnect_due(generation) {
                     Self::open(&myself, st);
                 }
             }
