@@ -698,14 +698,27 @@ fn napper() -> Workflow {
 /// Starts a worker under `faults` and waits until its actions listener stops; returns the engine
 /// (its counters) after the runtime is shut down.
 async fn actions_stopped_by(faults: &[(&str, u32, Fault)]) -> DevEngine {
-    let (e, rt) = setup().await;
+    stopped_by(setup().await, ListenerKind::WorkerActions, faults, None).await
+}
+
+/// Injects `faults`, starts a worker (and a run of `trigger`, when given), waits until the
+/// listener `kind` stops, and returns the engine (its counters) after the runtime is shut down.
+async fn stopped_by(
+    (e, rt): (DevEngine, RuntimeHandle),
+    kind: ListenerKind,
+    faults: &[(&str, u32, Fault)],
+    trigger: Option<&str>,
+) -> DevEngine {
     for (path, times, fault) in faults {
         e.faults().inject(*path, *times, fault.clone());
     }
     rt.start_worker(WorkerOptions::new("w", 2))
         .await
         .expect("start");
-    until(&rt, ListenerKind::WorkerActions, stopped).await;
+    if let Some(workflow) = trigger {
+        let _ = rt.run_no_wait(workflow, &json!({})).await.expect("trigger");
+    }
+    until(&rt, kind, stopped).await;
     rt.shutdown(Duration::from_secs(1)).await;
     e
 }
@@ -795,32 +808,25 @@ async fn the_durable_task_listener_under_every_kind_of_stream_end() {
         .await;
         rt.shutdown(Duration::from_secs(1)).await;
     }
-    let (e, rt) = setup().await;
-    rt.register(napper()).await.expect("register");
-    e.faults().inject(DURABLE, 1, end(Code::Unauthenticated));
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
-    let _h = rt.run_no_wait("nap", &json!({})).await.expect("trigger");
-    until(&rt, ListenerKind::DurableTask, stopped).await;
-    assert_eq!(e.faults().attempts(DURABLE), 1);
-    rt.shutdown(Duration::from_secs(1)).await;
-    let (e, rt) = setup().await;
-    rt.register(napper()).await.expect("register");
-    e.faults().inject(DURABLE, 1000, end(Code::NotFound));
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
-    let _h = rt.run_no_wait("nap", &json!({})).await.expect("trigger");
-    until(&rt, ListenerKind::DurableTask, stopped).await;
-    assert_eq!(e.faults().attempts(DURABLE), 10);
-    rt.shutdown(Duration::from_secs(1)).await;
+    for (code, opens) in [(Code::Unauthenticated, 1), (Code::NotFound, 10)] {
+        let e = stopped_by(
+            napping_setup(DevEngineOptions::default()).await,
+            ListenerKind::DurableTask,
+            &[(DURABLE, 1000, end(code))],
+            Some("nap"),
+        )
+        .await;
+        assert_eq!(e.faults().attempts(DURABLE), opens, "{code:?}");
+    }
 }
 
 async fn legacy_setup() -> (DevEngine, RuntimeHandle) {
-    let engine = DevEngine::start(DevEngineOptions::default().version("v0.79.0"))
-        .await
-        .expect("engine");
+    napping_setup(DevEngineOptions::default().version("v0.79.0")).await
+}
+
+/// An engine with `options` and a runtime that knows the `nap` durable workflow.
+async fn napping_setup(options: DevEngineOptions) -> (DevEngine, RuntimeHandle) {
+    let engine = DevEngine::start(options).await.expect("engine");
     let rt = napping_runtime(&engine).await;
     (engine, rt)
 }
@@ -876,15 +882,14 @@ async fn the_durable_events_listener_under_every_kind_of_stream_end() {
     );
     assert_eq!(e.faults().attempts(EVENTS), 1);
     rt.shutdown(Duration::from_secs(1)).await;
-    let (e, rt) = legacy_setup().await;
-    e.faults().inject(EVENTS, 1000, end(Code::NotFound));
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
-    let _h = rt.run_no_wait("nap", &json!({})).await.expect("trigger");
-    until(&rt, ListenerKind::DurableEvents, stopped).await;
+    let e = stopped_by(
+        legacy_setup().await,
+        ListenerKind::DurableEvents,
+        &[(EVENTS, 1000, end(Code::NotFound))],
+        Some("nap"),
+    )
+    .await;
     assert_eq!(e.faults().attempts(EVENTS), 10);
-    rt.shutdown(Duration::from_secs(1)).await;
 }
 
 #[tokio::test]
