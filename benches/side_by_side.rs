@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use hatchet_runtime::engine::{DevEngine, DevEngineOptions, Fault};
+use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
 use hatchet_runtime::proto::{self, v1};
 use hatchet_runtime::retry::backoff::Backoff;
 use hatchet_runtime::retry::grpc::{call_unary, request_with_timeout};

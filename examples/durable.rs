@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use hatchet_runtime::engine::{DevEngine, DevEngineOptions};
+use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use hatchet_runtime::{Context, Runtime, TaskError, TaskOptions, WorkerOptions, Workflow};
 use serde_json::{Value, json};
 

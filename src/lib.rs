@@ -4,8 +4,6 @@
 pub mod calendar;
 pub mod client;
 pub mod config;
-#[cfg(feature = "dev-engine")]
-pub mod engine;
 pub mod error;
 pub mod listener;
 pub mod proto;

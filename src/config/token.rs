@@ -25,8 +25,9 @@ impl SecretToken {
         SecretToken(std::sync::Arc::from(token.into().trim()))
     }
 
-    /// The token text, for the `authorization` header only.
-    pub(crate) fn expose(&self) -> &str {
+    /// The token text, for an `authorization` header or a handshake file: never log it (this is
+    /// the one way to read it; `Debug` and `Display` redact it).
+    pub fn expose(&self) -> &str {
         &self.0
     }
 

@@ -225,7 +225,7 @@ async fn a_flood_of_log_lines_against_a_stalled_engine_never_blocks_the_task_and
     e.faults().inject(
         "/EventsService/PutLog",
         1_000_000,
-        hatchet_runtime::engine::Fault::Hang,
+        hatchet_dev_engine::Fault::Hang,
     );
     let out: Value = tokio::time::timeout(
         Duration::from_secs(10),

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hatchet_runtime::engine::{DevEngine, DevEngineOptions};
+use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use hatchet_runtime::{
     ClientConfig, Context, Runtime, TaskError, TlsStrategy, TriggerOptions, WorkerOptions, Workflow,
 };

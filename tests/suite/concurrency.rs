@@ -63,7 +63,7 @@ async fn running(
     name: &str,
     strategy: Strategy,
 ) -> (
-    hatchet_runtime::engine::DevEngine,
+    hatchet_dev_engine::DevEngine,
     RuntimeHandle,
     Arc<Mutex<Occupancy>>,
     watch::Sender<bool>,

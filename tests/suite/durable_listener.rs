@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hatchet_runtime::engine::{DevEngine, DevEngineOptions};
+use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use hatchet_runtime::error::DurableError;
 use hatchet_runtime::listener::durable_task::MAX_SEND_ATTEMPTS;
 use hatchet_runtime::listener::health::ListenerKind;
@@ -20,7 +20,6 @@ use tokio::sync::{mpsc, watch};
 use tonic::Code;
 
 use super::listeners::{DURABLE, end, fast, stopped, until};
-use super::support::H;
 
 async fn runtime(engine: &DevEngine) -> RuntimeHandle {
     Runtime::spawn_with(
@@ -163,8 +162,11 @@ async fn a_nondeterministic_replay_fails_the_task_with_a_typed_error_and_is_not_
 
 #[tokio::test]
 async fn a_server_eviction_stops_the_evicted_invocation_and_the_next_one_finishes_the_run() {
-    let h = H::new().await;
-    let rt = runtime(&h.engine).await;
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let raw = engine.raw_clients().expect("clients");
+    let rt = runtime(&engine).await;
     let (started_tx, mut started) = mpsc::unbounded_channel::<(String, i32)>();
     let (ended_tx, mut ended) = mpsc::unbounded_channel::<(i32, Result<(), DurableError>)>();
     let (gate_tx, gate) = watch::channel(false);
@@ -205,7 +207,7 @@ async fn a_server_eviction_stops_the_evicted_invocation_and_the_next_one_finishe
     assert_eq!(first, 1);
     // Another client evicts invocation 1 and restores the task: the engine starts invocation 2
     // (on this worker, which has a free durable slot) while invocation 1 still runs here.
-    let (tx, mut acks) = h.durable_stream().await;
+    let (tx, mut acks) = raw.durable_stream().await.expect("open");
     tx.send(v1::DurableTaskRequest {
         message: Some(v1::durable_task_request::Message::EvictInvocation(
             v1::DurableTaskEvictInvocationRequest {
@@ -227,7 +229,7 @@ async fn a_server_eviction_stops_the_evicted_invocation_and_the_next_one_finishe
         ),
         "{ack:?}"
     );
-    assert!(h.restore(&task).await);
+    assert!(raw.restore(&task).await.expect("restore"));
     let (again, second) = within("invocation 2", started.recv())
         .await
         .expect("started");
@@ -264,7 +266,7 @@ async fn a_legacy_durable_wait_whose_registration_keeps_failing_errors_and_arms_
     engine.faults().inject(
         REGISTER,
         5,
-        hatchet_runtime::engine::Fault::Fail {
+        hatchet_dev_engine::Fault::Fail {
             code: Code::Unavailable as i32,
             message: "engine down".into(),
             pushback_ms: None,

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hatchet_runtime::engine::{DevEngine, DevEngineOptions, Fault};
+use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
 use hatchet_runtime::listener::StreamBackoff;
 use hatchet_runtime::listener::health::{ListenerKind, ListenerState};
 use hatchet_runtime::retry::Backoff;

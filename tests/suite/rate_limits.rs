@@ -17,7 +17,7 @@ async fn running(
     limits: &[(&str, i32)],
     inputs: Vec<Value>,
 ) -> (
-    hatchet_runtime::engine::DevEngine,
+    hatchet_dev_engine::DevEngine,
     hatchet_runtime::RuntimeHandle,
     Vec<hatchet_runtime::RunHandle>,
 ) {

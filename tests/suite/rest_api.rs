@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use hatchet_dev_engine::Fault;
 use hatchet_runtime::client::api::RunStatus;
-use hatchet_runtime::engine::Fault;
 use hatchet_runtime::retry::{BudgetConfig, Ledger, Policy, RetryCore, rest};
 use hatchet_runtime::{Context, Outcome, TaskError, WorkerOptions, Workflow};
 use parking_lot::Mutex;

@@ -451,7 +451,7 @@ async fn the_kill_switch_makes_every_call_one_attempt() {
 
 #[tokio::test]
 async fn a_sustained_outage_costs_at_most_1_2_attempts_per_operation_counted_at_the_engine() {
-    use hatchet_runtime::engine::{DevEngine, DevEngineOptions, Fault};
+    use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");

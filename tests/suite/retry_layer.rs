@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hatchet_runtime::engine::Fault;
+use hatchet_dev_engine::Fault;
 use hatchet_runtime::proto::{self, v1};
 use hatchet_runtime::retry::class::ClassOverride;
 use hatchet_runtime::retry::layer::{RetryChannel, RetryLayer};
@@ -13,11 +13,12 @@ use tonic::Code;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
-use crate::support::H;
+use hatchet_dev_engine::clients::RawClients;
+use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 
 type Layered = RetryChannel<InterceptedService<Channel, AuthInterceptor>>;
 
-fn layered(h: &H) -> Layered {
+fn layered(raw: &RawClients) -> Layered {
     let core = Arc::new(RetryCore::new(
         Policy::default(),
         BudgetConfig::default(),
@@ -26,7 +27,10 @@ fn layered(h: &H) -> Layered {
     ));
     tower::ServiceBuilder::new()
         .layer(RetryLayer::new(core))
-        .service(InterceptedService::new(h.channel.clone(), h.auth.clone()))
+        .service(InterceptedService::new(
+            raw.channel.clone(),
+            raw.auth.clone(),
+        ))
 }
 
 fn outage(code: Code) -> Fault {
@@ -39,9 +43,12 @@ fn outage(code: Code) -> Fault {
 
 #[tokio::test]
 async fn generated_clients_get_retries_for_reads_and_none_for_writes_that_reached_the_engine() {
-    let h = H::new().await;
-    let f = h.engine.faults();
-    let mut d = proto::dispatcher_client::DispatcherClient::new(layered(&h));
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let raw = engine.raw_clients().expect("clients");
+    let f = engine.faults();
+    let mut d = proto::dispatcher_client::DispatcherClient::new(layered(&raw));
     f.inject("/Dispatcher/GetVersion", 2, outage(Code::Unavailable));
     let v = d
         .get_version(proto::GetVersionRequest {})
@@ -50,8 +57,10 @@ async fn generated_clients_get_retries_for_reads_and_none_for_writes_that_reache
     assert_eq!(v.into_inner().version, "v0.94.16");
     assert_eq!(f.attempts("/Dispatcher/GetVersion"), 3);
 
-    h.put("lw", &[("t", &[], 0, "")], &[]).await;
-    let mut w = proto::workflow_service_client::WorkflowServiceClient::new(layered(&h));
+    raw.put_tasks("lw", &[("t", &[], 0, "")], &[])
+        .await
+        .expect("put");
+    let mut w = proto::workflow_service_client::WorkflowServiceClient::new(layered(&raw));
     let trigger = || v1::TriggerWorkflowRequest {
         name: "lw".into(),
         input: "{}".into(),
@@ -94,9 +103,12 @@ async fn generated_clients_get_retries_for_reads_and_none_for_writes_that_reache
 
 #[tokio::test]
 async fn streams_pass_through_and_the_callers_deadline_bounds_the_call() {
-    let h = H::new().await;
-    let f = h.engine.faults();
-    let mut d = proto::dispatcher_client::DispatcherClient::new(layered(&h));
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let raw = engine.raw_clients().expect("clients");
+    let f = engine.faults();
+    let mut d = proto::dispatcher_client::DispatcherClient::new(layered(&raw));
     f.inject("/Dispatcher/ListenV2", 1, outage(Code::Unavailable));
     let err = d
         .listen_v2(proto::WorkerListenRequest {

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use futures::StreamExt as _;
+use hatchet_dev_engine::Fault;
 use hatchet_runtime::client::events::{FinalStatus, RunEvent, TaskEventKind};
-use hatchet_runtime::engine::Fault;
 use hatchet_runtime::{Context, TaskError, TriggerOptions, WorkerOptions, Workflow};
 use serde_json::{Value, json};
 use tonic::Code;
@@ -30,7 +30,7 @@ async fn collect(s: impl futures::Stream<Item = RunEvent>) -> Vec<RunEvent> {
 
 /// An engine and a runtime whose worker runs the `streamer` workflow.
 async fn streaming() -> (
-    hatchet_runtime::engine::DevEngine,
+    hatchet_dev_engine::DevEngine,
     hatchet_runtime::RuntimeHandle,
 ) {
     let (e, rt) = setup().await;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use hatchet_runtime::engine::{DevEngine, DevEngineOptions};
+use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use hatchet_runtime::listener::health::{ListenerKind, ListenerState};
 use hatchet_runtime::{
     Context, Outcome, Runtime, RuntimeHandle, TaskError, TaskOptions, TriggerOptions,

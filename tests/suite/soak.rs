@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hatchet_runtime::engine::{DevEngine, DevEngineOptions};
+use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use hatchet_runtime::{Context, Runtime, TaskError, WorkerOptions, Workflow};
 use serde_json::{Value, json};
 

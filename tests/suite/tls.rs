@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use hatchet_runtime::engine::{DevEngine, DevEngineOptions, EngineTls};
+use hatchet_dev_engine::{DevEngine, DevEngineOptions, EngineTls};
 use hatchet_runtime::{ClientConfig, Runtime, TlsStrategy};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose};
 

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use hatchet_runtime::engine::Fault;
+use hatchet_dev_engine::Fault;
 use hatchet_runtime::proto;
 use tonic::Code;
 

@@ -126,7 +126,6 @@ impl FaultyListener {
     }
 }
 
-#[cfg(feature = "dev-engine")]
 impl axum::serve::Listener for FaultyListener {
     type Io = FaultyIo;
     type Addr = std::net::SocketAddr;

@@ -1,7 +1,4 @@
-//! The embedded development engine: in-memory, on loopback, speaking the Hatchet protocol
-//! (gRPC and REST), with fault injection. The quickstart, the tests and the benchmarks run on it,
-//! and so can the official SDKs (see the `hatchet-dev-engine` binary).
-//!
+#![doc = include_str!("../README.md")]
 //! # Invariants
 //!
 //! 1. Both servers bind 127.0.0.1 (port 0 unless given) and set TCP_NODELAY on every connection.
@@ -11,7 +8,10 @@
 //!    before anything else, so tests count real attempts.
 //! 4. Messages over 4 MiB are refused (like the real engine).
 
+#![warn(missing_docs, rust_2018_idioms)]
+
 mod assign;
+pub mod clients;
 mod concurrency;
 mod core;
 mod cron;
@@ -41,9 +41,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::codec::CompressionEncoding;
 
-use crate::config::{ClientConfig, SecretToken, TlsStrategy, encode_dev_token};
-use crate::proto::{self, v1};
-use crate::transport::MAX_MESSAGE_BYTES;
+use hatchet_runtime::config::{ClientConfig, SecretToken, TlsStrategy, encode_dev_token};
+use hatchet_runtime::proto::{self, v1};
+use hatchet_runtime::transport::MAX_MESSAGE_BYTES;
 
 /// How often the scheduler looks at timers when nothing wakes it.
 const TICK: Duration = Duration::from_millis(100);
@@ -425,7 +425,15 @@ impl DevEngine {
         &self.token
     }
 
-    /// A ready client configuration (plaintext, the engine's token and addresses).
+    /// Authenticated clients of the generated stubs, for tests below the runtime.
+    ///
+    /// # Errors
+    /// The engine's TLS material cannot make a client channel (see [`EngineTls`]).
+    pub fn raw_clients(&self) -> Result<clients::RawClients, hatchet_runtime::ConfigError> {
+        clients::RawClients::new(&self.client_config())
+    }
+
+    /// A ready client configuration (the engine's token and addresses).
     pub fn client_config(&self) -> ClientConfig {
         self.config.clone()
     }

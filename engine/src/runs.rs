@@ -10,7 +10,7 @@ use tonic::Status as GrpcStatus;
 
 use super::core::*;
 use super::model::*;
-use crate::proto::{self, v1};
+use hatchet_runtime::proto::{self, v1};
 
 /// Options of one run creation.
 #[derive(Debug, Default, Clone)]

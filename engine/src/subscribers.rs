@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::core::*;
 use super::model::*;
-use crate::proto;
+use hatchet_runtime::proto;
 
 impl State {
     pub(crate) fn track_metadata_subscribers(&mut self, run_id: &str) {

@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use hatchet_runtime::engine::{DevEngine, DevEngineOptions};
+use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use tokio::io::AsyncReadExt as _;
 
 /// Flags that take a value and are ignored (database, broker, logging).
@@ -129,7 +129,7 @@ async fn main() -> ExitCode {
         None => {
             println!(
                 "hatchet development engine {}",
-                hatchet_runtime::engine::ENGINE_VERSION
+                hatchet_dev_engine::ENGINE_VERSION
             );
             println!(
                 "gRPC on {}, REST on {}\n",

@@ -3,19 +3,21 @@
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use hatchet_runtime::engine::{DevEngine, DevEngineOptions};
+use hatchet_dev_engine::clients::RawClients;
+use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use hatchet_runtime::proto::{self, v1};
-use hatchet_runtime::transport::{self, AuthInterceptor};
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 
-pub type Ch = InterceptedService<Channel, AuthInterceptor>;
-
-/// A running engine and clients for it.
+/// A running engine and raw clients for it (`h.dispatcher()`, `h.admin()`, ... through `Deref`).
 pub struct H {
     pub engine: DevEngine,
-    pub channel: Channel,
-    pub auth: AuthInterceptor,
+    pub raw: RawClients,
+}
+
+impl std::ops::Deref for H {
+    type Target = RawClients;
+    fn deref(&self) -> &RawClients {
+        &self.raw
+    }
 }
 
 /// Waits up to 5 s for a stream item.
@@ -38,45 +40,8 @@ impl H {
     }
 
     pub async fn with_engine(engine: DevEngine) -> H {
-        let cfg = engine.client_config();
-        let channel = transport::channel(&cfg).expect("channel");
-        let auth = AuthInterceptor::new(&cfg).expect("auth");
-        H {
-            engine,
-            channel,
-            auth,
-        }
-    }
-
-    pub fn dispatcher(&self) -> proto::dispatcher_client::DispatcherClient<Ch> {
-        proto::dispatcher_client::DispatcherClient::with_interceptor(
-            self.channel.clone(),
-            self.auth.clone(),
-        )
-    }
-    pub fn workflows(&self) -> proto::workflow_service_client::WorkflowServiceClient<Ch> {
-        proto::workflow_service_client::WorkflowServiceClient::with_interceptor(
-            self.channel.clone(),
-            self.auth.clone(),
-        )
-    }
-    pub fn events(&self) -> proto::events_service_client::EventsServiceClient<Ch> {
-        proto::events_service_client::EventsServiceClient::with_interceptor(
-            self.channel.clone(),
-            self.auth.clone(),
-        )
-    }
-    pub fn admin(&self) -> v1::admin_service_client::AdminServiceClient<Ch> {
-        v1::admin_service_client::AdminServiceClient::with_interceptor(
-            self.channel.clone(),
-            self.auth.clone(),
-        )
-    }
-    pub fn durable(&self) -> v1::v1_dispatcher_client::V1DispatcherClient<Ch> {
-        v1::v1_dispatcher_client::V1DispatcherClient::with_interceptor(
-            self.channel.clone(),
-            self.auth.clone(),
-        )
+        let raw = engine.raw_clients().expect("clients");
+        H { engine, raw }
     }
 
     /// Opens a DurableTask stream: its request sender and its responses.
@@ -86,48 +51,18 @@ impl H {
         tokio::sync::mpsc::UnboundedSender<v1::DurableTaskRequest>,
         tonic::Streaming<v1::DurableTaskResponse>,
     ) {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let resp = self
-            .durable()
-            .durable_task(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
-            .await
-            .expect("open")
-            .into_inner();
-        (tx, resp)
+        self.raw.durable_stream().await.expect("open")
     }
 
     /// Restores an evicted task; whether the engine requeued it.
     pub async fn restore(&self, task: &str) -> bool {
-        self.dispatcher()
-            .restore_evicted_task(proto::RestoreEvictedTaskRequest {
-                task_run_external_id: task.to_string(),
-            })
-            .await
-            .expect("restore")
-            .into_inner()
-            .requeued
+        self.raw.restore(task).await.expect("restore")
     }
 
     /// Registers a workflow of tasks `(readable_id, parents, retries, timeout)`.
     pub async fn put(&self, name: &str, tasks: &[(&str, &[&str], i32, &str)], triggers: &[&str]) {
-        let tasks = tasks
-            .iter()
-            .map(|(id, parents, retries, timeout)| v1::CreateTaskOpts {
-                readable_id: id.to_string(),
-                action: format!("{name}:{id}"),
-                parents: parents.iter().map(|p| p.to_string()).collect(),
-                retries: *retries,
-                timeout: timeout.to_string(),
-                ..Default::default()
-            })
-            .collect();
-        self.admin()
-            .put_workflow(v1::CreateWorkflowVersionRequest {
-                name: name.into(),
-                tasks,
-                event_triggers: triggers.iter().map(|t| t.to_string()).collect(),
-                ..Default::default()
-            })
+        self.raw
+            .put_tasks(name, tasks, triggers)
             .await
             .expect("put workflow");
     }

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::core::*;
 use super::model::*;
-use crate::proto;
+use hatchet_runtime::proto;
 
 impl State {
     pub(crate) fn worker_is_live(w: &Worker, now: Instant, live: Duration) -> bool {

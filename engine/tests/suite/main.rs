@@ -1,0 +1,9 @@
+//! The development engine's own tests: its semantics and faults, driven through the generated
+//! clients (one binary, one module per area).
+
+mod core;
+mod durable;
+mod faults;
+mod lifecycle;
+mod support;
+mod your_workflow;
