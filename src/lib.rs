@@ -4,6 +4,7 @@
 pub mod calendar;
 pub mod client;
 pub mod config;
+pub mod connection;
 pub mod error;
 pub mod listener;
 pub mod proto;

@@ -1,17 +1,16 @@
 //! REST reads (and the few writes SDKs make) through the retry core, with typed results: run
 //! details and status, run lists, crons, schedules, workers, rate limits.
 
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::connection::Connection;
 use crate::error::{Cause, Error, Outcome};
 use crate::proto::rfc3339;
-use crate::retry::rest::{self, RestResponse};
-use crate::runtime::Shared;
+use crate::retry::rest::RestResponse;
 
 /// `metadata` of every REST resource.
 #[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq)]
@@ -169,12 +168,12 @@ pub struct RateLimitInfo {
 /// REST operations of a runtime; see [`crate::RuntimeHandle::api`].
 #[derive(Clone, Debug)]
 pub struct Api {
-    shared: Arc<Shared>,
+    conn: Connection,
 }
 
 impl Api {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        Api { shared }
+    pub(crate) fn new(conn: Connection) -> Self {
+        Api { conn }
     }
 
     async fn call(
@@ -184,28 +183,7 @@ impl Api {
         path: &str,
         body: Option<Value>,
     ) -> Result<RestResponse, Error> {
-        let s = &self.shared;
-        let url = format!("{}{}", s.config.server_url, path);
-        let auth = s.config.token.bearer();
-        let http = s.http.clone();
-        let m = method.clone();
-        rest::send(
-            &s.rest_core,
-            route,
-            method,
-            None,
-            Some(s.ctx.lifecycle.clone()),
-            move |_| {
-                let mut r = http
-                    .request(m.clone(), &url)
-                    .header(reqwest::header::AUTHORIZATION, &auth);
-                if let Some(b) = &body {
-                    r = r.json(b);
-                }
-                r
-            },
-        )
-        .await
+        self.conn.rest(method, route, path, body).await
     }
 
     async fn json<T: DeserializeOwned>(
@@ -235,7 +213,7 @@ impl Api {
     }
 
     fn tenant(&self) -> &str {
-        &self.shared.config.tenant_id
+        &self.conn.config().tenant_id
     }
 
     /// `GET /api/v1/stable/workflow-runs/{id}`.
@@ -324,7 +302,7 @@ impl Api {
         input: &I,
     ) -> Result<Cron, Error> {
         let body = serde_json::json!({"cronName": name, "cronExpression": expression, "input": serde_json::to_value(input).map_err(|e| Error::invalid("create cron", e.to_string()))?, "additionalMetadata": {}});
-        let wf = self.shared.config.namespaced(workflow);
+        let wf = self.conn.config().namespaced(workflow);
         self.json(
             reqwest::Method::POST,
             "POST /api/v1/tenants/{t}/workflows/{w}/crons",
@@ -376,7 +354,7 @@ impl Api {
         input: &I,
     ) -> Result<Schedule, Error> {
         let body = serde_json::json!({"triggerAt": rfc3339(at), "input": serde_json::to_value(input).map_err(|e| Error::invalid("create schedule", e.to_string()))?, "additionalMetadata": {}});
-        let wf = self.shared.config.namespaced(workflow);
+        let wf = self.conn.config().namespaced(workflow);
         self.json(
             reqwest::Method::POST,
             "POST /api/v1/tenants/{t}/workflows/{w}/scheduled",

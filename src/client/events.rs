@@ -11,16 +11,15 @@
 //! 3. Items go through a bounded channel: a slow consumer slows the subscription (backpressure).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::Stream;
-use rand::SeedableRng as _;
 use tokio::sync::mpsc;
 
-use crate::listener::reconnect::TRANSIENT_STREAM_CODES;
+use crate::connection::Connection;
+use crate::listener::reconnect::{StreamEnd, TRANSIENT_STREAM_CODES};
+use crate::listener::stream::{self, EndReport, Flow, Home, Judged, StreamKind};
 use crate::proto::{self, ResourceEventType as K, ResourceType as T, v1};
-use crate::retry::backoff::WAITER_STREAM_BACKOFF;
-use crate::runtime::Shared;
 
 /// Items buffered between the subscription and the consumer.
 const BUFFER: usize = 256;
@@ -148,26 +147,17 @@ fn final_of(d: &v1::GetRunDetailsResponse) -> Option<FinalStatus> {
     })
 }
 
-/// Opens the subscription; the returned stream owns it.
-pub(crate) fn subscribe(
-    shared: Arc<Shared>,
+/// A caller-owned subscription as a [`StreamKind`] of the one stream mechanism.
+struct RunEventsKind {
     follow: Follow,
-) -> impl Stream<Item = RunEvent> + Send + 'static {
-    let (tx, rx) = mpsc::channel(BUFFER);
-    tokio::spawn(run(shared, follow, tx));
-    tokio_stream::wrappers::ReceiverStream::new(rx)
+    tx: mpsc::Sender<RunEvent>,
+    /// An interruption happened: events may be missing (invariant 2).
+    gap: AtomicBool,
 }
 
-async fn run(shared: Arc<Shared>, follow: Follow, tx: mpsc::Sender<RunEvent>) {
-    let life = shared.ctx.lifecycle.clone();
-    let mut rng = rand::rngs::StdRng::from_rng(&mut rand::rng());
-    let mut failures = 0u32;
-    let mut gap = false;
-    loop {
-        if tx.is_closed() || life.is_cancelled() {
-            return;
-        }
-        let req = match &follow {
+impl RunEventsKind {
+    fn request(&self) -> proto::SubscribeToWorkflowEventsRequest {
+        match &self.follow {
             Follow::Run(id) => proto::SubscribeToWorkflowEventsRequest {
                 workflow_run_id: Some(id.clone()),
                 ..Default::default()
@@ -177,88 +167,149 @@ async fn run(shared: Arc<Shared>, follow: Follow, tx: mpsc::Sender<RunEvent>) {
                 additional_meta_key: Some(k.clone()),
                 additional_meta_value: Some(v.clone()),
             },
-        };
-        let mut client = shared.ctx.dispatcher();
-        let reason = match client.subscribe_to_workflow_events(req).await {
-            Err(s) if !TRANSIENT_STREAM_CODES.contains(&s.code()) => {
-                // Not found, unauthenticated...: say so as the last item's reason and stop.
-                let _ = tx
-                    .send(RunEvent::Gap {
-                        reason: format!("subscription refused: {:?}: {}", s.code(), s.message()),
-                    })
-                    .await;
-                return;
-            }
-            Err(s) => format!("{:?}: {}", s.code(), s.message()),
-            Ok(resp) => {
-                let mut stream = resp.into_inner();
-                let mut received = false;
-                loop {
-                    let m = tokio::select! {
-                        m = stream.message() => m,
-                        _ = tx.closed() => return,
-                        _ = life.cancelled() => return,
-                    };
-                    match m {
-                        Ok(Some(ev)) => {
-                            received = true;
-                            failures = 0;
-                            let hangup = ev.hangup;
-                            if let Some(item) = translate(ev)
-                                && tx.send(item).await.is_err()
-                            {
-                                return;
-                            }
-                            if hangup {
-                                return;
-                            }
-                        }
-                        Ok(None) => {
-                            break if received {
-                                "stream ended early".to_string()
-                            } else {
-                                "stream ended (EOF)".to_string()
-                            };
-                        }
-                        Err(s) => break format!("{:?}: {}", s.code(), s.message()),
-                    }
-                }
-            }
-        };
-        // By run id: an EOF right after a gap may mean the run is already over: read its end.
-        if let Follow::Run(id) = &follow
-            && (gap || reason.contains("EOF"))
-        {
-            let mut admin = shared.ctx.admin();
-            if let Ok(d) = admin
-                .get_run_details(v1::GetRunDetailsRequest {
-                    external_id: id.clone(),
-                })
-                .await
-                && let Some(status) = final_of(&d.into_inner())
-            {
-                if gap {
-                    let _ = tx.send(RunEvent::Gap { reason }).await;
-                }
-                let _ = tx
-                    .send(RunEvent::Finished {
-                        run_id: id.clone(),
-                        status,
-                    })
-                    .await;
-                return;
-            }
-        }
-        if tx.send(RunEvent::Gap { reason }).await.is_err() {
-            return;
-        }
-        gap = true;
-        let delay = WAITER_STREAM_BACKOFF.delay(failures, &mut rng);
-        failures = failures.saturating_add(1);
-        tokio::select! {
-            _ = tokio::time::sleep(delay.max(Duration::from_millis(10))) => {}
-            _ = tx.closed() => return,
-            _ = life.cancelled() => return,
         }
     }
+
+    /// After an interruption or an EOF, a subscription by run id reads the run's final state
+    /// (GetRunDetails, a read under the retry core): `Some` when the run is over.
+    async fn final_state(&self, conn: &Connection) -> Option<(String, FinalStatus)> {
+        let Follow::Run(id) = &self.follow else {
+            return None;
+        };
+        let client = conn.admin();
+        let req = v1::GetRunDetailsRequest {
+            external_id: id.clone(),
+        };
+        let d = conn
+            .unary(
+                "/v1.AdminService/GetRunDetails",
+                None,
+                Some(FINAL_READ_DEADLINE),
+                None,
+                &client,
+                &req,
+                |mut c, r| async move { c.get_run_details(r).await },
+            )
+            .await
+            .ok()?;
+        final_of(&d).map(|s| (id.clone(), s))
+    }
+}
+
+/// Deadline of the read that looks for a run's end after an interruption.
+const FINAL_READ_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl StreamKind for RunEventsKind {
+    type Item = proto::WorkflowEvent;
+    const NAME: &'static str = "/Dispatcher/SubscribeToWorkflowEvents";
+    const ENDS_ON_STOP: bool = true;
+
+    async fn open(
+        &self,
+        conn: &Connection,
+        _generation: u64,
+    ) -> Result<tonic::Streaming<proto::WorkflowEvent>, tonic::Status> {
+        conn.dispatcher()
+            .subscribe_to_workflow_events(self.request())
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    async fn on_message(&self, ev: proto::WorkflowEvent) -> Flow {
+        let hangup = ev.hangup;
+        if let Some(item) = translate(ev)
+            && self.tx.send(item).await.is_err()
+        {
+            return Flow::Finish; // the caller dropped the stream
+        }
+        if hangup { Flow::Finish } else { Flow::Continue }
+    }
+
+    async fn on_end(&self, conn: &Connection, _generation: u64, report: &EndReport) -> Judged {
+        if let StreamEnd::Code(code) = report.end
+            && !report.opened
+            && !TRANSIENT_STREAM_CODES.contains(&code)
+        {
+            // Not found, unauthenticated...: say so as the last item's reason and stop.
+            let _ = self
+                .tx
+                .send(RunEvent::Gap {
+                    reason: format!("subscription refused: {}", report.error),
+                })
+                .await;
+            return Judged::Finish;
+        }
+        let reason = if report.end == StreamEnd::Eof && report.messages > 0 {
+            "stream ended early".to_string()
+        } else {
+            report.error.clone()
+        };
+        let gap = self.gap.load(Ordering::Relaxed);
+        // By run id: an EOF, or any end after a gap, may mean the run is already over.
+        if (gap || report.end == StreamEnd::Eof)
+            && let Some((run_id, status)) = self.final_state(conn).await
+        {
+            if gap {
+                let _ = self.tx.send(RunEvent::Gap { reason }).await;
+            }
+            let _ = self.tx.send(RunEvent::Finished { run_id, status }).await;
+            return Judged::Finish;
+        }
+        if self.tx.send(RunEvent::Gap { reason }).await.is_err() {
+            return Judged::Finish;
+        }
+        self.gap.store(true, Ordering::Relaxed);
+        // An EOF before the final event is an interruption like a transient error.
+        Judged::Decide(match report.end {
+            StreamEnd::Eof => StreamEnd::Code(tonic::Code::Unavailable),
+            end => end,
+        })
+    }
+
+    fn wanted(&self) -> bool {
+        !self.tx.is_closed()
+    }
+
+    fn backoff(&self, conn: &Connection) -> crate::retry::Backoff {
+        conn.backoff().waiters
+    }
+
+    fn on_stop(&self, why: &str, _end: Option<StreamEnd>, _permanent: bool) {
+        let _ = self.tx.try_send(RunEvent::Gap {
+            reason: format!("subscription stopped: {why}"),
+        });
+    }
+}
+
+/// Opens the subscription; the returned stream owns it: dropping it stops the subscription's
+/// actor, its reader and its timers (nothing outlives the consumer or the runtime).
+pub(crate) fn subscribe(
+    conn: Connection,
+    follow: Follow,
+) -> impl Stream<Item = RunEvent> + Send + 'static {
+    let (tx, rx) = mpsc::channel(BUFFER);
+    let home = Arc::new(Home::new(
+        RunEventsKind {
+            follow,
+            tx,
+            gap: AtomicBool::new(false),
+        },
+        None,
+        conn.lifecycle(),
+        conn.rng("run_events"),
+    ));
+    tokio::spawn(async move {
+        if stream::spawn(conn, home.clone(), None).await.is_err() {
+            return;
+        }
+        // Opened by its actor (a caller-owned stream is wanted from the start); ends when the
+        // caller drops the stream, the subscription finishes, or the runtime shuts down.
+        home.ensure();
+        tokio::select! {
+            _ = home.kind.tx.closed() => {}
+            _ = home.token.cancelled() => {}
+        }
+        home.stop();
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
 }

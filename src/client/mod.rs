@@ -17,9 +17,101 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::connection::Connection;
 use crate::error::{Cause, Error, Outcome};
-use crate::listener::runs::{RunRegistry, outputs_of};
-use crate::runtime::Shared;
+use crate::listener::runs::{RunRegistry, RunsKind, outputs_of};
+use crate::listener::stream::Home;
+use crate::proto::{self, v1};
+use crate::retry::class::ClassOverride;
+
+/// What the client layer needs: the connection and the workflow-runs listener (its waiter
+/// registry, and a way to ask for its stream).
+#[derive(Debug)]
+pub(crate) struct ClientCore {
+    pub conn: Connection,
+    pub runs: Arc<Home<RunsKind>>,
+}
+
+impl ClientCore {
+    fn registry(&self) -> &RunRegistry {
+        &self.runs.kind.registry
+    }
+
+    /// Triggers `workflow` with a JSON `input`; returns the run id.
+    pub(crate) async fn trigger(
+        &self,
+        workflow: &str,
+        input: String,
+        opts: TriggerOptions,
+    ) -> Result<String, Error> {
+        const PATH: &str = "/WorkflowService/TriggerWorkflow";
+        if self.conn.lifecycle().is_cancelled() {
+            return Err(Error::closed(PATH));
+        }
+        let metadata = opts
+            .metadata
+            .as_ref()
+            .map(|m| serde_json::Value::Object(m.clone()).to_string());
+        let (parent_id, parent_task, child_index) = match &opts.parent {
+            Some((p, t, i)) => (Some(p.clone()), Some(t.clone()), Some(*i)),
+            None => (None, None, None),
+        };
+        let req = v1::TriggerWorkflowRequest {
+            name: self.conn.config().namespaced(workflow),
+            input,
+            parent_id,
+            parent_task_run_external_id: parent_task,
+            child_index,
+            child_key: opts.child_key.clone(),
+            additional_metadata: metadata,
+            desired_worker_id: None,
+            priority: opts.priority,
+            desired_worker_labels: Default::default(),
+        };
+        let over = if opts.parent.is_some() {
+            Some(ClassOverride::ChildKeyed)
+        } else if opts.idempotent {
+            Some(ClassOverride::CallerIdempotent)
+        } else {
+            None
+        };
+        let client = self.conn.workflows();
+        let res = self
+            .conn
+            .unary(
+                PATH,
+                over,
+                opts.timeout,
+                None,
+                &client,
+                &req,
+                |mut c, r| async move { c.trigger_workflow(r).await },
+            )
+            .await
+            .map(|r| r.workflow_run_id);
+        match res {
+            Ok(id) => Ok(id),
+            // An idempotent trigger that collides resolves to the existing run (CONTRACT.md §2).
+            Err(e) if opts.idempotent => match e.status().and_then(proto::idempotency_collision) {
+                Some(c) => Ok(c.existing_run_external_id),
+                None => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Triggers a run and returns its handle.
+    pub(crate) async fn run_no_wait_with<I: Serialize>(
+        self: &Arc<Self>,
+        workflow: &str,
+        input: &I,
+        opts: TriggerOptions,
+    ) -> Result<RunHandle, Error> {
+        let input = encode_input("trigger", input)?;
+        let id = self.trigger(workflow, input, opts).await?;
+        Ok(RunHandle::new(id, self.clone()))
+    }
+}
 
 /// Options of one trigger.
 #[derive(Debug, Clone, Default)]
@@ -44,7 +136,7 @@ pub struct TriggerOptions {
 #[derive(Clone)]
 pub struct RunHandle {
     run_id: String,
-    shared: Arc<Shared>,
+    client: Arc<ClientCore>,
 }
 
 impl std::fmt::Debug for RunHandle {
@@ -71,8 +163,8 @@ impl Drop for WaiterGuard<'_> {
 }
 
 impl RunHandle {
-    pub(crate) fn new(run_id: String, shared: Arc<Shared>) -> Self {
-        RunHandle { run_id, shared }
+    pub(crate) fn new(run_id: String, client: Arc<ClientCore>) -> Self {
+        RunHandle { run_id, client }
     }
 
     /// The run id.
@@ -90,7 +182,7 @@ impl RunHandle {
     /// Cancel safe: dropping the future removes this waiter (other waiters of the run keep
     /// theirs), and the run keeps running on the engine.
     pub async fn outputs(&self) -> Result<serde_json::Map<String, Value>, Error> {
-        let reg = &self.shared.runs;
+        let reg = self.client.registry();
         let (waiter, rx, arm) = reg.add(&self.run_id, || {
             Error::closed("wait for run").with_run_id(&self.run_id)
         })?;
@@ -101,7 +193,7 @@ impl RunHandle {
             done: false,
         };
         if arm {
-            self.shared.ensure_runs_stream();
+            self.client.runs.ensure();
         }
         let outcome = rx.await;
         guard.done = true;

@@ -1,39 +1,38 @@
-//! The worker-actions listener: registration, `ListenV2` (falling back once and for good to
-//! `Listen` on UNIMPLEMENTED), the heartbeat, and re-registration when the worker row is gone.
+//! The worker-actions listener: `ListenV2` (falling back once and for good to `Listen` on
+//! UNIMPLEMENTED), and registration whenever the worker has no id (the first time, or again when
+//! the worker row is gone). The heartbeat belongs to the worker (`worker::heartbeat`), not to
+//! this stream.
 //!
 //! # Invariants
 //!
-//! 1. Heartbeats run every [`HEARTBEAT_EVERY`] with their own [`HEARTBEAT_DEADLINE`], outside the
-//!    unary retry layer: the next tick is the retry.
-//! 2. FAILED_PRECONDITION or NOT_FOUND from a heartbeat reconnects the stream; NOT_FOUND, two OK
-//!    ends without a message in a row, or rejections that continue after a reconnect register
-//!    the worker again (a new worker id).
+//! 1. A stream opens with the worker's current id; without one it registers first, and a failed
+//!    registration is an end like any other: its gRPC status goes through the reconnect decision
+//!    (UNAUTHENTICATED, PERMISSION_DENIED, INVALID_ARGUMENT stop the listener at once; transient
+//!    codes back off and try again). Decisions read codes, never text.
+//! 2. NOT_FOUND, or [`EMPTY_ENDS_BEFORE_REREGISTER`] OK ends without a message in a row, mean the
+//!    worker row is gone: the id is cleared, so the next stream registers again.
 //! 3. Actions go to the worker through a bounded channel: a flood slows the stream (backpressure).
 //! 4. Engine errors never panic or exit the process; only the lifecycle token stops the listener.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
-use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::mpsc;
-use tokio::task::AbortHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
-use super::health::HealthReporter;
-use super::reconnect::{self, Next, ReconnectState, StreamEnd};
-use super::{ListenerCtx, end_of};
+use super::reconnect::StreamEnd;
+use super::stream::{EndReport, Flow, Judged, StreamKind};
+use crate::connection::Connection;
+use crate::error::{Error, Outcome};
 use crate::proto;
-use crate::retry::grpc::{call_unary, request_with_timeout};
 
-/// Heartbeat interval (the engine assigns only to workers heard from in the last 5 s).
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(4);
-/// Heartbeat deadline.
-pub const HEARTBEAT_DEADLINE: Duration = Duration::from_secs(3);
 /// OK ends without a message, in a row, that mean the worker row is gone.
 pub const EMPTY_ENDS_BEFORE_REREGISTER: u32 = 2;
+
+const REGISTER: &str = "/Dispatcher/Register";
 
 /// What the worker registers with.
 #[derive(Debug, Clone)]
@@ -48,14 +47,14 @@ pub struct Registration {
     pub labels: std::collections::HashMap<String, String>,
 }
 
-/// State shared with the worker: the current worker id, and heartbeat liveness.
+/// The worker's identity as the engine knows it: its id, and heartbeat liveness.
 #[derive(Debug, Default)]
 pub struct WorkerIdentity {
     id: Mutex<Option<String>>,
     /// When a heartbeat last succeeded.
     pub last_heartbeat_ok: Mutex<Option<Instant>>,
     /// Registrations made.
-    pub registrations: std::sync::atomic::AtomicU64,
+    pub registrations: AtomicU64,
 }
 
 impl WorkerIdentity {
@@ -63,386 +62,194 @@ impl WorkerIdentity {
     pub fn get(&self) -> Option<String> {
         self.id.lock().clone()
     }
+
+    /// Records a new registration.
+    pub fn set(&self, id: String) {
+        self.registrations.fetch_add(1, Ordering::Relaxed);
+        *self.id.lock() = Some(id);
+    }
+
+    /// Forgets the id (the worker row is gone): the next stream registers again.
+    pub fn clear(&self) {
+        *self.id.lock() = None;
+    }
 }
 
-/// Messages of the actions listener.
-#[derive(Debug)]
-pub enum ActionsMsg {
-    /// Register if needed and open the stream.
-    Start,
-    /// The stream of `generation` ended.
-    Ended {
-        /// Generation.
-        generation: u64,
-        /// How.
-        end: StreamEnd,
-        /// Messages received on it.
-        messages: u64,
-        /// Whether it made progress.
-        progressed: bool,
-        /// Error text.
-        error: String,
-    },
-    /// Backoff elapsed for `generation`.
-    Reconnect(u64),
-    /// Heartbeat tick.
-    Heartbeat,
-    /// A heartbeat succeeded.
-    HeartbeatOk,
-    /// A heartbeat was refused with this code.
-    HeartbeatRefused(Code),
-    /// Registration failed; try again later.
-    RegisterFailed(String),
-    /// Registered with this id.
-    Registered(String),
-    /// Test hook.
-    Crash,
+/// Registers the worker (Register, a write under the retry core: retried only when it provably
+/// never reached the engine) and records its id.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: a dropped registration may have created a worker row whose id is lost (the
+/// engine expires it after its heartbeat window).
+pub async fn register(
+    conn: &Connection,
+    registration: &Registration,
+    identity: &WorkerIdentity,
+    cancel: Option<CancellationToken>,
+) -> Result<String, Error> {
+    let r = registration;
+    let req = proto::WorkerRegisterRequest {
+        worker_name: r.name.clone(),
+        actions: r.actions.clone(),
+        services: vec![],
+        slots: None,
+        labels: r
+            .labels
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    proto::WorkerLabels {
+                        str_value: Some(v.clone()),
+                        int_value: None,
+                    },
+                )
+            })
+            .collect(),
+        webhook_id: None,
+        runtime_info: Some(proto::RuntimeInfo {
+            sdk_version: Some(env!("CARGO_PKG_VERSION").into()),
+            language: None,
+            language_version: Some("rust".into()),
+            os: Some(std::env::consts::OS.into()),
+            extra: None,
+        }),
+        slot_config: r.slot_config.clone(),
+    };
+    let client = conn.dispatcher();
+    let resp = conn
+        .unary(
+            REGISTER,
+            None,
+            None,
+            cancel,
+            &client,
+            &req,
+            |mut c, r| async move { c.register(r).await },
+        )
+        .await?;
+    tracing::info!(worker_id = %resp.worker_id, "worker registered");
+    identity.set(resp.worker_id.clone());
+    Ok(resp.worker_id)
 }
 
-/// Arguments, kept by the supervisor across restarts.
-#[derive(Clone)]
-pub struct ActionsArgs {
-    /// Shared context.
-    pub ctx: ListenerCtx,
+/// The gRPC status a failed call ends a stream with, for the reconnect decision: the engine's
+/// own status when it answered, otherwise the code that means the same outcome.
+pub fn status_of(e: &Error) -> tonic::Status {
+    if let Some(s) = e.status() {
+        return tonic::Status::new(s.code(), e.to_string());
+    }
+    let code = match e.outcome() {
+        Outcome::Rejected | Outcome::Invalid => Code::InvalidArgument,
+        Outcome::Cancelled | Outcome::Closed => Code::Cancelled,
+        Outcome::DeadlineExceeded => Code::DeadlineExceeded,
+        Outcome::BudgetExhausted => Code::ResourceExhausted,
+        _ => Code::Unavailable,
+    };
+    tonic::Status::new(code, e.to_string())
+}
+
+/// The worker-actions listener's kind.
+pub struct ActionsKind {
     /// What to register.
     pub registration: Arc<Registration>,
-    /// Where actions go.
+    /// Where actions go (bounded: backpressure).
     pub sink: mpsc::Sender<proto::AssignedAction>,
-    /// Health.
-    pub health: Arc<HealthReporter>,
-    /// Worker id and liveness.
+    /// The worker's id.
     pub identity: Arc<WorkerIdentity>,
     /// Set once ListenV2 answered UNIMPLEMENTED: use Listen for good.
-    pub legacy: Arc<AtomicBool>,
-    /// The current reader task, here so a restarted listener stops its crashed predecessor's.
-    pub reader: Arc<Mutex<Option<AbortHandle>>>,
+    legacy: AtomicBool,
+    /// OK ends without a message in a row (invariant 2).
+    empty_ends: AtomicU32,
 }
 
-/// The actor's state.
-pub struct ActionsState {
-    args: ActionsArgs,
-    generation: u64,
-    reader: Option<AbortHandle>,
-    registering: bool,
-    reconnect: ReconnectState,
-    empty_ends: u32,
-    refusals_since_reconnect: u32,
-    rng: rand::rngs::StdRng,
+impl ActionsKind {
+    /// The kind for a worker registered (or to register) as `registration`.
+    pub fn new(
+        registration: Arc<Registration>,
+        sink: mpsc::Sender<proto::AssignedAction>,
+        identity: Arc<WorkerIdentity>,
+    ) -> Self {
+        ActionsKind {
+            registration,
+            sink,
+            identity,
+            legacy: AtomicBool::new(false),
+            empty_ends: AtomicU32::new(0),
+        }
+    }
 }
 
-/// The worker-actions listener actor.
-#[derive(Debug, Clone, Copy)]
-pub struct ActionsListener;
+impl StreamKind for ActionsKind {
+    type Item = proto::AssignedAction;
+    const NAME: &'static str = "/Dispatcher/ListenV2";
 
-impl ActionsListener {
-    fn register(myself: &ActorRef<ActionsMsg>, st: &mut ActionsState) {
-        if st.registering {
-            return;
-        }
-        st.registering = true;
-        *st.args.identity.id.lock() = None;
-        let args = st.args.clone();
-        let me = myself.clone();
-        tokio::spawn(async move {
-            let r = &args.registration;
-            let req = proto::WorkerRegisterRequest {
-                worker_name: r.name.clone(),
-                actions: r.actions.clone(),
-                services: vec![],
-                slots: None,
-                labels: r
-                    .labels
-                    .iter()
-                    .map(|(k, v)| {
-                        (
-                            k.clone(),
-                            proto::WorkerLabels {
-                                str_value: Some(v.clone()),
-                                int_value: None,
-                            },
-                        )
-                    })
-                    .collect(),
-                webhook_id: None,
-                runtime_info: Some(proto::RuntimeInfo {
-                    sdk_version: Some(env!("CARGO_PKG_VERSION").into()),
-                    language: None,
-                    language_version: Some("rust".into()),
-                    os: Some(std::env::consts::OS.into()),
-                    extra: None,
-                }),
-                slot_config: r.slot_config.clone(),
-            };
-            let core = args.ctx.core.clone();
-            let client = args.ctx.dispatcher();
-            let res = tokio::select! {
-                r = call_unary(&core, "/Dispatcher/Register", None, None, Some(args.ctx.lifecycle.clone()), |t| {
-                    let mut c = client.clone();
-                    let req = req.clone();
-                    async move { c.register(request_with_timeout(req, t)).await.map(|r| r.into_inner()) }
-                }) => r,
-                _ = args.ctx.lifecycle.cancelled() => return,
-            };
-            let _ = match res {
-                Ok(resp) => me.cast(ActionsMsg::Registered(resp.worker_id)),
-                Err(e) => me.cast(ActionsMsg::RegisterFailed(e.to_string())),
-            };
-        });
-    }
-
-    fn open(myself: &ActorRef<ActionsMsg>, st: &mut ActionsState) {
-        let Some(worker_id) = st.args.identity.get() else {
-            Self::register(myself, st);
-            return;
-        };
-        if let Some(r) = st.reader.take() {
-            r.abort();
-        }
-        if let Some(r) = st.args.reader.lock().take() {
-            r.abort();
-        }
-        st.generation += 1;
-        let generation = st.generation;
-        let args = st.args.clone();
-        let me = myself.clone();
-        args.health.connecting();
-        let task = tokio::spawn(async move {
-            let started = Instant::now();
-            let mut client = args.ctx.dispatcher();
-            let req = proto::WorkerListenRequest { worker_id };
-            let mut opened = if args.legacy.load(Ordering::Relaxed) {
-                client.listen(req.clone()).await
-            } else {
-                client.listen_v2(req.clone()).await
-            };
-            if matches!(&opened, Err(s) if s.code() == Code::Unimplemented)
-                && !args.legacy.swap(true, Ordering::Relaxed)
-            {
-                tracing::info!("engine has no ListenV2; falling back to Listen for good");
-                opened = client.listen(req).await;
-            }
-            let mut messages = 0u64;
-            let result = match opened {
-                Err(s) => Err(s),
-                Ok(resp) => {
-                    args.health.connected();
-                    let mut stream = resp.into_inner();
-                    loop {
-                        match stream.message().await {
-                            Ok(Some(action)) => {
-                                messages += 1;
-                                if args.sink.send(action).await.is_err() {
-                                    return; // the worker is gone: shutting down
-                                }
-                            }
-                            Ok(None) => break Ok(()),
-                            Err(s) => break Err(s),
-                        }
-                    }
-                }
-            };
-            let progressed = messages > 0 || started.elapsed() >= reconnect::HEALTHY_STREAM;
-            let error = match &result {
-                Ok(()) => "stream ended (EOF)".to_string(),
-                Err(s) => format!("{:?}: {}", s.code(), s.message()),
-            };
-            let _ = me.cast(ActionsMsg::Ended {
-                generation,
-                end: end_of(&result),
-                messages,
-                progressed,
-                error,
-            });
-        });
-        st.reader = Some(task.abort_handle());
-        *st.args.reader.lock() = Some(task.abort_handle());
-    }
-
-    fn heartbeat(myself: &ActorRef<ActionsMsg>, st: &ActionsState) {
-        let Some(worker_id) = st.args.identity.get() else {
-            return;
-        };
-        let args = st.args.clone();
-        let me = myself.clone();
-        tokio::spawn(async move {
-            let mut client = args.ctx.dispatcher();
-            let req = proto::HeartbeatRequest {
-                worker_id,
-                heartbeat_at: Some(crate::proto::timestamp_now()),
-            };
-            let ledger = args.ctx.core.ledger();
-            ledger.operation("/Dispatcher/Heartbeat");
-            ledger.attempt("/Dispatcher/Heartbeat", false);
-            match client
-                .heartbeat(request_with_timeout(req, HEARTBEAT_DEADLINE))
+    async fn open(
+        &self,
+        conn: &Connection,
+        _generation: u64,
+    ) -> Result<tonic::Streaming<proto::AssignedAction>, tonic::Status> {
+        let worker_id = match self.identity.get() {
+            Some(id) => id,
+            None => register(conn, &self.registration, &self.identity, None)
                 .await
-            {
-                Ok(_) => {
-                    *args.identity.last_heartbeat_ok.lock() = Some(Instant::now());
-                    ledger.finished("/Dispatcher/Heartbeat", "ok");
-                    let _ = me.cast(ActionsMsg::HeartbeatOk);
-                }
-                Err(s) => {
-                    ledger.failure("/Dispatcher/Heartbeat", &format!("{:?}", s.code()));
-                    ledger.finished("/Dispatcher/Heartbeat", "failed");
-                    if matches!(s.code(), Code::FailedPrecondition | Code::NotFound) {
-                        let _ = me.cast(ActionsMsg::HeartbeatRefused(s.code()));
-                    }
-                }
-            }
-        });
-    }
-}
-
-impl Actor for ActionsListener {
-    type Msg = ActionsMsg;
-    type State = ActionsState;
-    type Arguments = ActionsArgs;
-
-    async fn pre_start(
-        &self,
-        myself: ActorRef<ActionsMsg>,
-        args: ActionsArgs,
-    ) -> Result<ActionsState, ActorProcessingErr> {
-        super::every(&args.ctx.lifecycle, HEARTBEAT_EVERY, &myself, || {
-            ActionsMsg::Heartbeat
-        });
-        let _ = myself.cast(ActionsMsg::Start);
-        let rng = args.ctx.rng("actions");
-        Ok(ActionsState {
-            args,
-            generation: 0,
-            reader: None,
-            registering: false,
-            reconnect: ReconnectState::default(),
-            empty_ends: 0,
-            refusals_since_reconnect: 0,
-            rng,
-        })
+                .map_err(|e| status_of(&e))?,
+        };
+        let mut client = conn.dispatcher();
+        let req = proto::WorkerListenRequest { worker_id };
+        let mut opened = if self.legacy.load(Ordering::Relaxed) {
+            client.listen(req.clone()).await
+        } else {
+            client.listen_v2(req.clone()).await
+        };
+        if matches!(&opened, Err(s) if s.code() == Code::Unimplemented)
+            && !self.legacy.swap(true, Ordering::Relaxed)
+        {
+            tracing::info!("engine has no ListenV2; falling back to Listen for good");
+            opened = client.listen(req).await;
+        }
+        opened.map(tonic::Response::into_inner)
     }
 
-    async fn post_stop(
-        &self,
-        _: ActorRef<ActionsMsg>,
-        st: &mut ActionsState,
-    ) -> Result<(), ActorProcessingErr> {
-        if let Some(r) = st.reader.take() {
-            r.abort();
+    async fn on_message(&self, action: proto::AssignedAction) -> Flow {
+        match self.sink.send(action).await {
+            Ok(()) => Flow::Continue,
+            Err(_) => Flow::Finish, // the worker is gone: shutting down
         }
-        Ok(())
     }
 
-    async fn handle(
-        &self,
-        myself: ActorRef<ActionsMsg>,
-        msg: ActionsMsg,
-        st: &mut ActionsState,
-    ) -> Result<(), ActorProcessingErr> {
-        if st.args.ctx.lifecycle.is_cancelled() {
-            if let Some(r) = st.reader.take() {
-                r.abort();
-            }
-            return Ok(());
+    async fn on_end(&self, _conn: &Connection, _generation: u64, report: &EndReport) -> Judged {
+        let empty = if report.end == StreamEnd::Eof && report.messages == 0 {
+            self.empty_ends.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            self.empty_ends.store(0, Ordering::Relaxed);
+            0
+        };
+        let gone =
+            report.end == StreamEnd::Code(Code::NotFound) || empty >= EMPTY_ENDS_BEFORE_REREGISTER;
+        if gone {
+            tracing::warn!(error = %report.error, "worker row looks gone; registering again");
+            self.empty_ends.store(0, Ordering::Relaxed);
+            self.identity.clear();
+            // A lost row is not the stream's failure: reconnect (and register) as after an EOF.
+            return Judged::Decide(StreamEnd::Eof);
         }
-        match msg {
-            ActionsMsg::Start => Self::open(&myself, st),
-            ActionsMsg::Registered(id) => {
-                st.registering = false;
-                st.args
-                    .identity
-                    .registrations
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::info!(worker_id = %id, "worker registered");
-                *st.args.identity.id.lock() = Some(id);
-                Self::heartbeat(&myself, st);
-                Self::open(&myself, st);
-            }
-            ActionsMsg::RegisterFailed(e) => {
-                st.registering = false;
-                let attempt = st.reconnect.no_progress;
-                st.reconnect.no_progress += 1;
-                let delay = st.args.ctx.backoff.stream.delay(attempt, &mut st.rng);
-                st.args.health.reconnecting(st.reconnect.no_progress, &e);
-                let generation = st.generation;
-                super::later(
-                    &st.args.ctx.lifecycle,
-                    delay,
-                    &myself,
-                    ActionsMsg::Reconnect(generation),
-                );
-            }
-            ActionsMsg::Ended {
-                generation,
-                end,
-                messages,
-                progressed,
-                error,
-            } => {
-                if generation != st.generation {
-                    return Ok(());
-                }
-                st.reader = None;
-                if end == StreamEnd::Eof && messages == 0 {
-                    st.empty_ends += 1;
-                } else {
-                    st.empty_ends = 0;
-                }
-                let gone = end == StreamEnd::Code(Code::NotFound)
-                    || st.empty_ends >= EMPTY_ENDS_BEFORE_REREGISTER;
-                if gone {
-                    tracing::warn!(error, "worker row looks gone; registering again");
-                    st.empty_ends = 0;
-                    *st.args.identity.id.lock() = None;
-                }
-                // Registration problems are not the stream's: judge NOT_FOUND as transient here.
-                let judged = if gone { StreamEnd::Eof } else { end };
-                match reconnect::decide(
-                    &mut st.reconnect,
-                    judged,
-                    progressed,
-                    true,
-                    true,
-                    &st.args.ctx.backoff.stream,
-                    &mut st.rng,
-                ) {
-                    Next::Reconnect { delay, attempt } => {
-                        st.args.health.reconnecting(attempt, &error);
-                        super::later(
-                            &st.args.ctx.lifecycle,
-                            delay,
-                            &myself,
-                            ActionsMsg::Reconnect(generation),
-                        );
-                    }
-                    Next::Idle => {}
-                    Next::Stop { reason } => {
-                        st.args.health.stopped(Some(format!("{reason}: {error}")))
-                    }
-                }
-            }
-            ActionsMsg::Reconnect(generation) => {
-                if generation == st.generation && st.reader.is_none() {
-                    Self::open(&myself, st);
-                }
-            }
-            ActionsMsg::Heartbeat => Self::heartbeat(&myself, st),
-            ActionsMsg::HeartbeatOk => st.refusals_since_reconnect = 0,
-            ActionsMsg::HeartbeatRefused(code) => {
-                st.refusals_since_reconnect += 1;
-                if code == Code::NotFound || st.refusals_since_reconnect > 1 {
-                    tracing::warn!(?code, "heartbeats keep being refused; registering again");
-                    st.refusals_since_reconnect = 0;
-                    if let Some(r) = st.reader.take() {
-                        r.abort();
-                    }
-                    Self::register(&myself, st);
-                } else {
-                    tracing::warn!(?code, "heartbeat refused; reconnecting the action stream");
-                    Self::open(&myself, st);
-                }
-            }
-            ActionsMsg::Crash => panic!("actions listener crash requested by a test"),
-        }
-        Ok(())
+        Judged::Decide(report.end)
+    }
+
+    fn wanted(&self) -> bool {
+        !self.sink.is_closed()
+    }
+
+    fn backoff(&self, conn: &Connection) -> crate::retry::Backoff {
+        conn.backoff().stream
+    }
+
+    fn on_stop(&self, why: &str, _end: Option<StreamEnd>, _permanent: bool) {
+        tracing::error!(
+            reason = why,
+            "the worker-actions listener stopped: this worker takes no more work"
+        );
     }
 }

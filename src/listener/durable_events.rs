@@ -3,9 +3,9 @@
 //! keyed stream like the workflow-runs one: keys are `(task id, signal key)`, replayed on every
 //! new stream; idle without waiters.
 
-use super::ListenerCtx;
 use super::keyed::{Keyed, KeyedRegistry};
-use super::subscriptions::{KeyedArgs, KeyedListener, KeyedMsg, KeyedStream};
+use super::subscriptions::{KeyedKind, KeyedStream};
+use crate::connection::Connection;
 use crate::error::{Error, Outcome};
 use crate::proto::v1;
 
@@ -28,21 +28,6 @@ impl Keyed for DurableEventsStream {
     fn key_of(resp: &Self::Resp) -> (String, String) {
         (resp.task_id.clone(), resp.signal_key.clone())
     }
-}
-
-impl KeyedStream for DurableEventsStream {
-    const OP: &'static str = "/v1.V1Dispatcher/ListenForDurableEvent";
-
-    async fn open(
-        ctx: ListenerCtx,
-        requests: tokio_stream::wrappers::UnboundedReceiverStream<Self::Req>,
-    ) -> Result<tonic::Response<tonic::Streaming<Self::Resp>>, tonic::Status> {
-        ctx.v1_dispatcher().listen_for_durable_event(requests).await
-    }
-
-    fn backoff(ctx: &ListenerCtx) -> crate::retry::Backoff {
-        ctx.backoff.stream
-    }
 
     fn stopped_error(key: &(String, String), why: &str) -> Error {
         Error::new(Outcome::Rejected, Self::OP).with_detail(format!(
@@ -52,11 +37,24 @@ impl KeyedStream for DurableEventsStream {
     }
 }
 
+impl KeyedStream for DurableEventsStream {
+    const OP: &'static str = "/v1.V1Dispatcher/ListenForDurableEvent";
+
+    async fn open(
+        conn: Connection,
+        requests: tokio_stream::wrappers::UnboundedReceiverStream<Self::Req>,
+    ) -> Result<tonic::Response<tonic::Streaming<Self::Resp>>, tonic::Status> {
+        conn.v1_dispatcher()
+            .listen_for_durable_event(requests)
+            .await
+    }
+
+    fn backoff(conn: &Connection) -> crate::retry::Backoff {
+        conn.backoff().stream
+    }
+}
+
 /// The waiters of durable events.
 pub type EventRegistry = KeyedRegistry<DurableEventsStream>;
-/// The durable-events listener actor.
-pub type DurableEventsListener = KeyedListener<DurableEventsStream>;
-/// Its arguments.
-pub type DurableEventsArgs = KeyedArgs<DurableEventsStream>;
-/// Its messages.
-pub type DurableEventsMsg = KeyedMsg;
+/// The durable-events listener's kind.
+pub type DurableEventsKind = KeyedKind<DurableEventsStream>;

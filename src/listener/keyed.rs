@@ -9,8 +9,9 @@
 //! 3. Registering a waiter while a stream is published sends its key on that stream (under the
 //!    lock); otherwise the key is replayed when the next stream is published (replay before
 //!    publish, under the same lock, so no key falls in between).
-//! 4. Stream generations come from here, so a restarted listener never reuses one and an old
+//! 4. Stream generations come from the stream's home ([`super::stream::Home`]), so an old
 //!    reader's `unpublish` cannot clear a newer stream.
+//! 5. A registry whose listener was stopped for good refuses new waiters with the reason.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -33,6 +34,8 @@ pub trait Keyed: Send + Sync + 'static {
     fn request(key: &Self::Key) -> Self::Req;
     /// The key a reply answers.
     fn key_of(resp: &Self::Resp) -> Self::Key;
+    /// The error a waiter of `key` gets when the stream stops for `why`.
+    fn stopped_error(key: &Self::Key, why: &str) -> Error;
 }
 
 /// What a waiter receives.
@@ -43,6 +46,7 @@ struct Inner<P: Keyed> {
     waiters: Waiters<P>,
     sink: Option<(u64, mpsc::UnboundedSender<P::Req>)>,
     closed: bool,
+    refused: Option<String>,
 }
 
 /// The waiter registry. Outlives listener restarts.
@@ -50,7 +54,6 @@ pub struct KeyedRegistry<P: Keyed> {
     inner: Mutex<Inner<P>>,
     next_waiter: AtomicU64,
     delivered: AtomicU64,
-    generations: AtomicU64,
 }
 
 impl<P: Keyed> Default for KeyedRegistry<P> {
@@ -60,10 +63,10 @@ impl<P: Keyed> Default for KeyedRegistry<P> {
                 waiters: HashMap::new(),
                 sink: None,
                 closed: false,
+                refused: None,
             }),
             next_waiter: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
-            generations: AtomicU64::new(0),
         }
     }
 }
@@ -87,6 +90,9 @@ impl<P: Keyed> KeyedRegistry<P> {
         let mut g = self.inner.lock();
         if g.closed {
             return Err(closed());
+        }
+        if let Some(why) = &g.refused {
+            return Err(P::stopped_error(key, why));
         }
         let list = g.waiters.entry(key.clone()).or_default();
         let first = list.is_empty();
@@ -160,9 +166,9 @@ impl<P: Keyed> KeyedRegistry<P> {
         }
     }
 
-    /// A fresh stream generation (invariant 4).
-    pub(crate) fn next_generation(&self) -> u64 {
-        self.generations.fetch_add(1, Ordering::Relaxed) + 1
+    /// Refuses every later waiter with `why` (the listener was stopped for good, invariant 5).
+    pub(crate) fn refuse(&self, why: &str) {
+        self.inner.lock().refused = Some(why.to_string());
     }
 
     /// Keys with at least one waiter.
@@ -201,6 +207,9 @@ mod tests {
         fn key_of(resp: &String) -> String {
             resp.clone()
         }
+        fn stopped_error(key: &String, why: &str) -> Error {
+            Error::closed("t").with_detail(format!("{key}: {why}"))
+        }
     }
 
     #[tokio::test]
@@ -208,8 +217,7 @@ mod tests {
         let r = KeyedRegistry::<Ids>::default();
         let (_w, _rx, arm) = r.add(&"run-a".into(), || Error::closed("t")).expect("add");
         assert!(arm, "nothing published: the caller arms a stream");
-        let (g1, g2) = (r.next_generation(), r.next_generation());
-        assert!(g2 > g1, "generations only grow");
+        let (g1, g2) = (1, 2);
         let (old, _old_rx) = mpsc::unbounded_channel();
         let (new, mut new_rx) = mpsc::unbounded_channel();
         assert_eq!(r.publish(g1, old), 1);

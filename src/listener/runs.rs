@@ -7,18 +7,13 @@
 //! 4. While waiters are pending the reconnect delay is capped at 5 s; after 30 s without a stream
 //!    the waiters are also polled with GetRunDetails every 2 s, until the stream returns.
 
-use std::time::Duration;
-
-use super::ListenerCtx;
 use super::keyed::{Keyed, KeyedRegistry};
-use super::subscriptions::{KeyedArgs, KeyedListener, KeyedMsg, KeyedStream};
+use super::subscriptions::{KeyedKind, KeyedStream};
+use crate::connection::Connection;
 use crate::error::{Cause, Error, Outcome};
 use crate::proto::{self, v1};
 
-/// Without a stream for this long, waiters are polled (CONTRACT.md §4).
-pub const POLL_AFTER: Duration = Duration::from_secs(30);
-/// Poll interval of the fallback.
-pub const POLL_EVERY: Duration = Duration::from_secs(2);
+pub use crate::connection::{POLL_AFTER, POLL_EVERY};
 
 /// What a waiter receives.
 pub type RunOutcome = Result<proto::WorkflowRunEvent, Error>;
@@ -41,26 +36,6 @@ impl Keyed for RunsStream {
     fn key_of(resp: &Self::Resp) -> String {
         resp.workflow_run_id.clone()
     }
-}
-
-impl KeyedStream for RunsStream {
-    const OP: &'static str = "/Dispatcher/SubscribeToWorkflowRuns";
-    const POLLS: bool = true;
-
-    async fn open(
-        ctx: ListenerCtx,
-        requests: tokio_stream::wrappers::UnboundedReceiverStream<Self::Req>,
-    ) -> Result<tonic::Response<tonic::Streaming<Self::Resp>>, tonic::Status> {
-        ctx.dispatcher().subscribe_to_workflow_runs(requests).await
-    }
-
-    fn backoff(ctx: &ListenerCtx) -> crate::retry::Backoff {
-        ctx.backoff.waiters
-    }
-
-    async fn poll(args: &RunsArgs) {
-        poll_once(args).await
-    }
 
     fn stopped_error(run: &String, why: &str) -> Error {
         Error::new(Outcome::Rejected, Self::OP)
@@ -71,34 +46,60 @@ impl KeyedStream for RunsStream {
     }
 }
 
+impl KeyedStream for RunsStream {
+    const OP: &'static str = "/Dispatcher/SubscribeToWorkflowRuns";
+    const POLLS: bool = true;
+
+    async fn open(
+        conn: Connection,
+        requests: tokio_stream::wrappers::UnboundedReceiverStream<Self::Req>,
+    ) -> Result<tonic::Response<tonic::Streaming<Self::Resp>>, tonic::Status> {
+        conn.dispatcher().subscribe_to_workflow_runs(requests).await
+    }
+
+    fn backoff(conn: &Connection) -> crate::retry::Backoff {
+        conn.backoff().waiters
+    }
+
+    async fn poll(conn: &Connection, registry: &RunRegistry) {
+        poll_once(conn, registry).await
+    }
+}
+
 /// The waiter registry of run results.
 pub type RunRegistry = KeyedRegistry<RunsStream>;
-/// The workflow-runs listener actor.
-pub type RunsListener = KeyedListener<RunsStream>;
-/// Its arguments.
-pub type RunsArgs = KeyedArgs<RunsStream>;
-/// Its messages.
-pub type RunsMsg = KeyedMsg;
+/// The workflow-runs listener's kind.
+pub type RunsKind = KeyedKind<RunsStream>;
 
-/// One polling pass: GetRunDetails for every pending run; finished ones are delivered.
-async fn poll_once(args: &RunsArgs) {
-    for run_id in args.registry.pending_keys() {
-        let mut client = args.ctx.admin();
-        let mut req = tonic::Request::new(v1::GetRunDetailsRequest {
+/// One polling pass: GetRunDetails (a read, under the retry core, bounded by the poll interval)
+/// for every pending run; finished ones are delivered. A failing engine ends the pass.
+async fn poll_once(conn: &Connection, registry: &RunRegistry) {
+    const PATH: &str = "/v1.AdminService/GetRunDetails";
+    let deadline = conn
+        .backoff()
+        .poll_every
+        .max(std::time::Duration::from_secs(1));
+    let client = conn.admin();
+    for run_id in registry.pending_keys() {
+        let req = v1::GetRunDetailsRequest {
             external_id: run_id.clone(),
-        });
-        req.set_timeout(
-            args.ctx
-                .backoff
-                .poll_every
-                .max(std::time::Duration::from_secs(1)),
-        );
-        let Ok(resp) = client.get_run_details(req).await else {
+        };
+        let Ok(d) = conn
+            .unary(
+                PATH,
+                None,
+                Some(deadline),
+                None,
+                &client,
+                &req,
+                |mut c, r| async move { c.get_run_details(r).await },
+            )
+            .await
+        else {
             return;
         };
-        let d = resp.into_inner();
         if d.done {
-            args.registry.deliver(event_from_details(&run_id, d));
+            registry.deliver(event_from_details(&run_id, d));
         }
     }
 }

@@ -1,34 +1,30 @@
-//! The listener actor shared by the keyed streams (workflow runs, durable events): one stream,
-//! replayed and re-armed as waiters come and go, reconnecting under [`reconnect::decide`].
+//! The keyed streams (workflow runs, durable events) as one [`StreamKind`]: a registry of waiters
+//! by key, replayed on every new stream, wanted while waiters remain.
 //!
 //! # Invariants
 //!
-//! 1. A generation stamps every stream; an end from an older generation is ignored.
+//! 1. Opening a stream publishes it to the registry after queueing every pending key on it
+//!    (replay before publish, [`super::keyed`] invariant 3); its end unpublishes that generation
+//!    only.
 //! 2. The stream is wanted while waiters remain; without waiters it goes idle and the next waiter
-//!    re-arms it.
-//! 3. Only a closed listener opens on demand ([`Phase::opens_on_demand`]): a waiter added while a
-//!    stream is open, opening, or backing off rides that stream or the scheduled reconnect, so
-//!    concurrent needs coalesce into one open and an outage never turns arrivals into a hot loop.
-//! 4. A stream kind may poll its pending keys after `poll_after` without a stream (the runs
-//!    listener polls GetRunDetails); the poll stops once the stream is back. One pass at a time:
-//!    the next starts `poll_every` after the previous one ended.
+//!    re-arms it ([`super::stream`] invariant 3 makes concurrent needs coalesce).
+//! 3. A stream kind may poll its pending keys while the stream stays down (the runs listener
+//!    polls GetRunDetails after 30 s); one pass at a time.
+//! 4. When the stream stops, every waiter fails with the reason and the stream's status; when the
+//!    listener is stopped for good, later waiters are refused with the same reason.
 
 use std::future::Future;
-use std::marker::PhantomData;
 use std::sync::Arc;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
-use super::health::HealthReporter;
 use super::keyed::{Keyed, KeyedRegistry};
-use super::reconnect::{Next, StreamEnd};
-use super::{ListenerCtx, StreamSlot, pump};
-use crate::error::Error;
+use super::reconnect::StreamEnd;
+use super::stream::{EndReport, Flow, Judged, StreamKind};
+use crate::connection::Connection;
 use crate::retry::Backoff;
 
-/// A keyed bidi stream: how to open it, how to back off, how to fail its waiters.
+/// A keyed bidi stream: how to open it, how to back off, how to poll.
 pub trait KeyedStream: Keyed + Sized {
     /// Name in logs and errors (the method path).
     const OP: &'static str;
@@ -36,236 +32,75 @@ pub trait KeyedStream: Keyed + Sized {
     const POLLS: bool = false;
     /// Opens the stream, feeding it `requests`.
     fn open(
-        ctx: ListenerCtx,
+        conn: Connection,
         requests: tokio_stream::wrappers::UnboundedReceiverStream<Self::Req>,
     ) -> impl Future<Output = Result<tonic::Response<tonic::Streaming<Self::Resp>>, tonic::Status>> + Send;
     /// The reconnect backoff while waiters are pending.
-    fn backoff(ctx: &ListenerCtx) -> Backoff;
+    fn backoff(conn: &Connection) -> Backoff;
     /// One polling pass over the pending keys (only called when [`KeyedStream::POLLS`]).
-    fn poll(_args: &KeyedArgs<Self>) -> impl Future<Output = ()> + Send {
+    fn poll(
+        _conn: &Connection,
+        _registry: &KeyedRegistry<Self>,
+    ) -> impl Future<Output = ()> + Send {
         async {}
     }
-    /// The error a waiter gets when the stream stops for good.
-    fn stopped_error(key: &Self::Key, why: &str) -> Error;
 }
 
-/// Messages of a keyed-stream listener.
-#[derive(Debug)]
-pub enum KeyedMsg {
-    /// Someone is waiting and no stream is published: open one if none is opening.
-    Ensure,
-    /// A stream of generation `generation` ended.
-    Ended {
-        /// Generation.
-        generation: u64,
-        /// How it ended.
-        end: StreamEnd,
-        /// Whether it made progress.
-        progressed: bool,
-        /// The error text.
-        error: String,
-    },
-    /// The backoff for generation `generation` elapsed.
-    Reconnect(u64),
-    /// Poll the pending keys (fallback, when the stream kind has one).
-    Poll,
-    /// Test hook: panic inside the actor.
-    Crash,
-}
-
-/// The listener's arguments (kept by the supervisor across restarts).
-pub struct KeyedArgs<P: KeyedStream> {
-    /// Shared context.
-    pub ctx: ListenerCtx,
-    /// The registry.
+/// A keyed stream consumer: its registry.
+pub struct KeyedKind<P: KeyedStream> {
+    /// The waiters.
     pub registry: Arc<KeyedRegistry<P>>,
-    /// Health.
-    pub health: Arc<HealthReporter>,
 }
 
-impl<P: KeyedStream> Clone for KeyedArgs<P> {
-    fn clone(&self) -> Self {
-        KeyedArgs {
-            ctx: self.ctx.clone(),
-            registry: self.registry.clone(),
-            health: self.health.clone(),
+impl<P: KeyedStream> StreamKind for KeyedKind<P> {
+    type Item = P::Resp;
+    const NAME: &'static str = P::OP;
+    const POLLS: bool = P::POLLS;
+
+    async fn open(
+        &self,
+        conn: &Connection,
+        generation: u64,
+    ) -> Result<tonic::Streaming<P::Resp>, tonic::Status> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let replayed = self.registry.publish(generation, tx);
+        tracing::debug!(generation, replayed, stream = P::OP, "stream opening");
+        P::open(
+            conn.clone(),
+            tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
+        )
+        .await
+        .map(tonic::Response::into_inner)
+    }
+
+    async fn on_message(&self, item: P::Resp) -> Flow {
+        self.registry.deliver(item);
+        Flow::Continue
+    }
+
+    async fn on_end(&self, _conn: &Connection, generation: u64, report: &EndReport) -> Judged {
+        self.registry.unpublish(generation);
+        Judged::Decide(report.end)
+    }
+
+    fn wanted(&self) -> bool {
+        self.registry.has_waiters()
+    }
+
+    fn backoff(&self, conn: &Connection) -> Backoff {
+        P::backoff(conn)
+    }
+
+    fn on_stop(&self, why: &str, end: Option<StreamEnd>, permanent: bool) {
+        if permanent {
+            self.registry.refuse(why);
         }
-    }
-}
-
-/// The actor's state.
-pub struct KeyedState<P: KeyedStream> {
-    args: KeyedArgs<P>,
-    slot: StreamSlot,
-    down_since: Option<Instant>,
-    polling: bool,
-}
-
-/// A listener actor for one keyed stream kind.
-pub struct KeyedListener<P>(PhantomData<fn() -> P>);
-
-impl<P> Default for KeyedListener<P> {
-    fn default() -> Self {
-        KeyedListener(PhantomData)
-    }
-}
-
-impl<P: KeyedStream> KeyedListener<P> {
-    fn open(myself: &ActorRef<KeyedMsg>, st: &mut KeyedState<P>) {
-        let generation = st.args.registry.next_generation();
-        st.slot.opening(generation);
-        let args = st.args.clone();
-        let me = myself.clone();
-        args.health.connecting();
-        tokio::spawn(async move {
-            let (tx, rx) = mpsc::unbounded_channel();
-            let replayed = args.registry.publish(generation, tx);
-            let started = Instant::now();
-            let opened = tokio::select! {
-                r = P::open(args.ctx.clone(), tokio_stream::wrappers::UnboundedReceiverStream::new(rx)) => r,
-                _ = args.ctx.lifecycle.cancelled() => return,
-            };
-            tracing::debug!(generation, replayed, stream = P::OP, "stream opening");
-            let registry = args.registry.clone();
-            let Some(out) = pump(opened, &args.ctx.lifecycle, &args.health, started, |m| {
-                registry.deliver(m)
-            })
-            .await
-            else {
-                return;
-            };
-            args.registry.unpublish(generation);
-            let _ = me.cast(KeyedMsg::Ended {
-                generation,
-                end: out.end,
-                progressed: out.progressed,
-                error: out.error,
-            });
+        self.registry.fail_all(false, |key| {
+            super::with_end_status(P::stopped_error(key, why), end, why)
         });
     }
-}
 
-impl<P: KeyedStream> Actor for KeyedListener<P> {
-    type Msg = KeyedMsg;
-    type State = KeyedState<P>;
-    type Arguments = KeyedArgs<P>;
-
-    async fn pre_start(
-        &self,
-        myself: ActorRef<KeyedMsg>,
-        args: KeyedArgs<P>,
-    ) -> Result<KeyedState<P>, ActorProcessingErr> {
-        let slot = StreamSlot::new(args.ctx.rng(P::OP));
-        let mut st = KeyedState {
-            args,
-            slot,
-            down_since: None,
-            polling: false,
-        };
-        // A restarted listener re-arms at once if waiters survived.
-        if st.args.registry.has_waiters() {
-            Self::open(&myself, &mut st);
-        }
-        Ok(st)
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<KeyedMsg>,
-        msg: KeyedMsg,
-        st: &mut KeyedState<P>,
-    ) -> Result<(), ActorProcessingErr> {
-        if st.args.ctx.lifecycle.is_cancelled() {
-            return Ok(());
-        }
-        match msg {
-            KeyedMsg::Ensure => {
-                if st.slot.phase.opens_on_demand() {
-                    Self::open(&myself, st);
-                }
-            }
-            KeyedMsg::Ended {
-                generation,
-                end,
-                progressed,
-                error,
-            } => {
-                if !st.slot.ended(generation) {
-                    return Ok(()); // invariant 1: an older generation cannot act
-                }
-                let wanted = st.args.registry.has_waiters();
-                let alive = !st.args.ctx.lifecycle.is_cancelled();
-                let backoff = P::backoff(&st.args.ctx);
-                match st.slot.decide(end, progressed, wanted, alive, &backoff) {
-                    Next::Reconnect { delay, attempt } => {
-                        st.args.health.reconnecting(attempt, &error);
-                        let since = *st.down_since.get_or_insert_with(Instant::now);
-                        super::later(
-                            &st.args.ctx.lifecycle,
-                            delay,
-                            &myself,
-                            KeyedMsg::Reconnect(generation),
-                        );
-                        if !st.polling && P::POLLS {
-                            st.polling = true;
-                            let wait = st
-                                .args
-                                .ctx
-                                .backoff
-                                .poll_after
-                                .saturating_sub(since.elapsed());
-                            super::later(&st.args.ctx.lifecycle, wait, &myself, KeyedMsg::Poll);
-                        }
-                    }
-                    Next::Idle => {
-                        st.down_since = None;
-                        st.args.health.idle();
-                    }
-                    Next::Stop { reason } => {
-                        st.args.health.stopped(Some(format!("{reason}: {error}")));
-                        let why = format!("{reason}: {error}");
-                        st.args.registry.fail_all(false, |key| {
-                            super::with_end_status(P::stopped_error(key, &why), end, &error)
-                        });
-                    }
-                }
-            }
-            KeyedMsg::Reconnect(generation) => {
-                if st.slot.reconnect_due(generation) {
-                    if st.args.registry.has_waiters() {
-                        Self::open(&myself, st);
-                    } else {
-                        st.args.health.idle();
-                    }
-                }
-            }
-            KeyedMsg::Poll => {
-                let down = st.down_since.is_some_and(|_| {
-                    !matches!(
-                        st.args.health.get(),
-                        super::health::ListenerState::Connected { .. }
-                    )
-                });
-                if !down || !st.args.registry.has_waiters() {
-                    st.polling = false;
-                    st.down_since = None;
-                    return Ok(());
-                }
-                // The next pass is scheduled when this one ends, so passes never pile up
-                // however slow the engine answers.
-                let args = st.args.clone();
-                let me = myself.clone();
-                tokio::spawn(async move {
-                    tokio::select! {
-                        _ = P::poll(&args) => {}
-                        _ = args.ctx.lifecycle.cancelled() => return,
-                    }
-                    let every = args.ctx.backoff.poll_every;
-                    super::later(&args.ctx.lifecycle, every, &me, KeyedMsg::Poll);
-                });
-            }
-            KeyedMsg::Crash => panic!("{} listener crash requested by a test", P::OP),
-        }
-        Ok(())
+    fn poll(&self, conn: &Connection) -> impl Future<Output = ()> + Send {
+        P::poll(conn, &self.registry)
     }
 }

@@ -5,20 +5,26 @@
 //! # Shape
 //!
 //! ```text
-//! RuntimeHandle (Clone; Arc<Shared>)
+//! RuntimeHandle (Clone)        composes the layers; nothing below imports this module
 //!   root supervisor (ractor)
-//!     retry service          owns the policy, budget and ledger; calls run in their callers'
-//!                            tasks against the shared core (never a serial queue)
-//!     stream supervisor      restarts crashed listeners with their registries intact
-//!       workflow-runs listener, worker-actions listener, durable-task listener
-//!     worker                 workflow registry, slots, execution, step events
+//!     retry service            owns the policy, budgets and ledger (the connection's cores);
+//!                              calls run in their callers' tasks (never a serial queue)
+//!     stream supervisor        spawns the four listeners from their homes, restarts a crashed
+//!                              one with its registry, within a restart intensity limit
+//!       worker actions, workflow runs, durable events, durable task   (one stream actor each)
+//!     worker                   workflow registry, slots, execution, step events, heartbeat
 //! ```
+//!
+//! Layers, each only looking down: `runtime` -> `worker`, `client`, `listener` ->
+//! `connection` -> `retry`, `config`, `error`, `proto`.
 //!
 //! # Invariants
 //!
 //! 1. The lifecycle token is cancelled only by [`RuntimeHandle::shutdown`]; then every pending
 //!    waiter fails at once with the *closed* outcome and every actor stops.
-//! 2. Every unary call goes through the retry core; streams go through the listeners only.
+//! 2. Every unary call goes through a retry core ([`crate::connection::Connection::unary`] and
+//!    `rest`), except the heartbeat, which is its own retry (one attempt per tick, counted in
+//!    the ledger); streams go through the stream actors only.
 
 pub mod supervisor;
 
@@ -26,6 +32,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt as _;
+use futures::future::{BoxFuture, Shared};
 use parking_lot::Mutex;
 use ractor::ActorRef;
 use serde::Serialize;
@@ -33,221 +41,33 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{RunHandle, TriggerOptions, encode_input};
+use crate::client::{ClientCore, RunHandle, TriggerOptions, encode_input};
 use crate::config::ClientConfig;
+use crate::connection::{Connection, Parts};
 use crate::error::Error;
-use crate::listener::durable_task::{DurableMsg, DurableRegistry};
+use crate::listener::Listeners;
+use crate::listener::actions::WorkerIdentity;
+use crate::listener::durable_task::{DurableRegistry, DurableTaskKind};
 use crate::listener::health::{HealthReporter, ListenerKind, ListenerState};
-use crate::listener::runs::{RunRegistry, RunsMsg, closed_error};
-use crate::listener::{AuthChannel, ListenerCtx};
+use crate::listener::runs::closed_error;
+use crate::listener::stream::Home;
+use crate::listener::subscriptions::KeyedKind;
 use crate::proto::{self, v1};
-use crate::retry::class::ClassOverride;
-use crate::retry::grpc::{call_unary, request_with_timeout};
 use crate::retry::{BudgetConfig, Ledger, MethodCounters, RetryCore};
 use crate::transport::{self, AuthInterceptor};
-use crate::worker::{WorkerMsg, WorkerOptions, Workflow};
+use crate::worker::{WorkerCore, WorkerMsg, WorkerOptions, Workflow};
+use supervisor::{RootMsg, StreamSupMsg, Tree};
 
-/// Everything the handle and the actors share.
-pub struct Shared {
-    /// Configuration.
-    pub config: Arc<ClientConfig>,
-    pub(crate) ctx: ListenerCtx,
-    pub(crate) http: reqwest::Client,
-    pub(crate) rest_core: Arc<RetryCore>,
-    pub(crate) runs: Arc<RunRegistry>,
-    pub(crate) durable: Arc<DurableRegistry>,
-    pub(crate) health: BTreeMap<ListenerKind, Arc<HealthReporter>>,
-    pub(crate) runs_ref: Mutex<Option<ActorRef<RunsMsg>>>,
-    pub(crate) durable_ref: Mutex<Option<ActorRef<DurableMsg>>>,
-    pub(crate) events: Arc<crate::listener::durable_events::EventRegistry>,
-    pub(crate) events_ref:
-        Mutex<Option<ActorRef<crate::listener::durable_events::DurableEventsMsg>>>,
-    /// The engine is older than v0.80.0: durable waits use the legacy event path.
-    pub(crate) legacy_durable: std::sync::atomic::AtomicBool,
-    pub(crate) worker_ref: Mutex<Option<ActorRef<WorkerMsg>>>,
-    pub(crate) stream_sup: Mutex<Option<ActorRef<supervisor::StreamMsg>>>,
-    pub(crate) worker: Arc<crate::worker::WorkerCore>,
-    pub(crate) root: Mutex<Option<ActorRef<supervisor::RootMsg>>>,
-    pub(crate) root_done: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// Task log lines on their way to the engine (started on first use).
-    pub(crate) logs: std::sync::OnceLock<crate::worker::logs::LogQueue>,
-}
-
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Shared {
-    fn workflows(&self) -> proto::workflow_service_client::WorkflowServiceClient<AuthChannel> {
-        proto::workflow_service_client::WorkflowServiceClient::with_interceptor(
-            self.ctx.channel.clone(),
-            self.ctx.auth.clone(),
-        )
-    }
-
-    fn events(&self) -> proto::events_service_client::EventsServiceClient<AuthChannel> {
-        proto::events_service_client::EventsServiceClient::with_interceptor(
-            self.ctx.channel.clone(),
-            self.ctx.auth.clone(),
-        )
-    }
-
-    pub(crate) fn core(&self) -> &RetryCore {
-        &self.ctx.core
-    }
-
-    /// Runs one unary call under the gRPC retry core, cancelled by runtime shutdown: `call`
-    /// gets a clone of `client` and of `req` (with the attempt's timeout) for every attempt.
-    pub(crate) async fn unary<C, Req, Resp, F, Fut>(
-        &self,
-        path: &'static str,
-        over: Option<ClassOverride>,
-        timeout: Option<std::time::Duration>,
-        client: &C,
-        req: &Req,
-        call: F,
-    ) -> Result<Resp, Error>
-    where
-        C: Clone,
-        Req: Clone,
-        F: Fn(C, tonic::Request<Req>) -> Fut,
-        Fut: std::future::Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
-    {
-        call_unary(
-            self.core(),
-            path,
-            over,
-            timeout,
-            Some(self.ctx.lifecycle.clone()),
-            |t| {
-                let fut = call(client.clone(), request_with_timeout(req.clone(), t));
-                async move { fut.await.map(tonic::Response::into_inner) }
-            },
-        )
-        .await
-    }
-
-    pub(crate) fn ensure_runs_stream(&self) {
-        if let Some(r) = self.runs_ref.lock().as_ref() {
-            let _ = r.cast(RunsMsg::Ensure);
-        }
-    }
-
-    pub(crate) fn ensure_events_stream(&self) {
-        if let Some(r) = self.events_ref.lock().as_ref() {
-            let _ = r.cast(crate::listener::subscriptions::KeyedMsg::Ensure);
-        }
-    }
-
-    pub(crate) fn ensure_durable_stream(&self) {
-        if let Some(r) = self.durable_ref.lock().as_ref() {
-            let _ = r.cast(DurableMsg::Ensure);
-        }
-    }
-
-    /// Triggers `workflow` with a JSON `input`; returns the run id.
-    pub(crate) async fn trigger(
-        &self,
-        workflow: &str,
-        input: String,
-        opts: TriggerOptions,
-    ) -> Result<String, Error> {
-        const PATH: &str = "/WorkflowService/TriggerWorkflow";
-        if self.ctx.lifecycle.is_cancelled() {
-            return Err(Error::closed(PATH));
-        }
-        let metadata = opts
-            .metadata
-            .as_ref()
-            .map(|m| serde_json::Value::Object(m.clone()).to_string());
-        let (parent_id, parent_task, child_index) = match &opts.parent {
-            Some((p, t, i)) => (Some(p.clone()), Some(t.clone()), Some(*i)),
-            None => (None, None, None),
-        };
-        let req = v1::TriggerWorkflowRequest {
-            name: self.config.namespaced(workflow),
-            input,
-            parent_id,
-            parent_task_run_external_id: parent_task,
-            child_index,
-            child_key: opts.child_key.clone(),
-            additional_metadata: metadata,
-            desired_worker_id: None,
-            priority: opts.priority,
-            desired_worker_labels: Default::default(),
-        };
-        let over = if opts.parent.is_some() {
-            Some(ClassOverride::ChildKeyed)
-        } else if opts.idempotent {
-            Some(ClassOverride::CallerIdempotent)
-        } else {
-            None
-        };
-        let client = self.workflows();
-        let res = self
-            .unary(
-                PATH,
-                over,
-                opts.timeout,
-                &client,
-                &req,
-                |mut c, r| async move { c.trigger_workflow(r).await },
-            )
-            .await
-            .map(|r| r.workflow_run_id);
-        match res {
-            Ok(id) => Ok(id),
-            // An idempotent trigger that collides resolves to the existing run (CONTRACT.md §2).
-            Err(e) if opts.idempotent => match e.status().and_then(proto::idempotency_collision) {
-                Some(c) => Ok(c.existing_run_external_id),
-                None => Err(e),
-            },
-            Err(e) => Err(e),
-        }
-    }
-
-    pub(crate) async fn run_no_wait_with<I: Serialize>(
-        self: &Arc<Self>,
-        workflow: &str,
-        input: &I,
-        opts: TriggerOptions,
-    ) -> Result<RunHandle, Error> {
-        let input = encode_input("trigger", input)?;
-        let id = self.trigger(workflow, input, opts).await?;
-        Ok(RunHandle::new(id, self.clone()))
-    }
-
-    pub(crate) async fn put_log(&self, req: proto::PutLogRequest) -> Result<(), Error> {
-        let client = self.events();
-        self.unary(
-            "/EventsService/PutLog",
-            None,
-            None,
-            &client,
-            &req,
-            |mut c, r| async move { c.put_log(r).await },
-        )
-        .await
-        .map(|_| ())
-    }
-
-    pub(crate) async fn put_stream(&self, req: proto::PutStreamEventRequest) -> Result<(), Error> {
-        let client = self.events();
-        self.unary(
-            "/EventsService/PutStreamEvent",
-            None,
-            None,
-            &client,
-            &req,
-            |mut c, r| async move { c.put_stream_event(r).await },
-        )
-        .await
-        .map(|_| ())
-    }
+/// What the handle holds: the layers it composes and the actor tree's roots.
+struct Inner {
+    conn: Connection,
+    client: Arc<ClientCore>,
+    listeners: Arc<Listeners>,
+    tree: Tree,
+    root: Mutex<Option<ActorRef<RootMsg>>>,
+    root_done: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The shutdown in progress: started once, awaited by every caller (cancel safe).
+    shutdown: Mutex<Option<Shared<BoxFuture<'static, ()>>>>,
 }
 
 /// Runtime construction.
@@ -313,23 +133,26 @@ impl Runtime {
         let seed = opts.seed.unwrap_or_else(rand::random);
         // One budget per endpoint: the gRPC endpoint and the REST endpoint; one ledger.
         let ledger = Arc::new(Ledger::default());
-        let core = Arc::new(RetryCore::new(policy, opts.budget, ledger.clone(), seed));
-        let rest_core = Arc::new(RetryCore::new(
+        let grpc = Arc::new(RetryCore::new(policy, opts.budget, ledger.clone(), seed));
+        let rest = Arc::new(RetryCore::new(
             rest_policy,
             opts.budget,
             ledger,
             seed.wrapping_add(1),
         ));
-        let ctx = ListenerCtx {
+        let http = crate::transport::http_client(&config)?;
+        let conn = Connection::new(Parts {
+            config,
             channel,
             auth,
-            config: Arc::new(config.clone()),
+            grpc,
+            rest,
+            http,
             lifecycle: CancellationToken::new(),
-            core,
             backoff: opts.stream_backoff,
             seed: seed.wrapping_add(2),
-        };
-        let health = [
+        });
+        let health: BTreeMap<ListenerKind, Arc<HealthReporter>> = [
             ListenerKind::WorkerActions,
             ListenerKind::WorkflowRuns,
             ListenerKind::DurableEvents,
@@ -338,36 +161,86 @@ impl Runtime {
         .into_iter()
         .map(|k| (k, Arc::new(HealthReporter::new(k))))
         .collect();
-        let http = crate::transport::http_client(&config)?;
-        let shared = Arc::new(Shared {
-            config: Arc::new(config),
-            ctx,
-            http,
-            rest_core,
-            runs: Arc::new(RunRegistry::default()),
-            durable: Arc::new(DurableRegistry::default()),
+        let life = conn.lifecycle();
+        let identity = Arc::new(WorkerIdentity::default());
+        let listeners = Arc::new(Listeners {
+            runs: Arc::new(Home::new(
+                KeyedKind {
+                    registry: Arc::default(),
+                },
+                Some(health[&ListenerKind::WorkflowRuns].clone()),
+                life,
+                conn.rng("/Dispatcher/SubscribeToWorkflowRuns"),
+            )),
+            events: Arc::new(Home::new(
+                KeyedKind {
+                    registry: Arc::default(),
+                },
+                Some(health[&ListenerKind::DurableEvents].clone()),
+                life,
+                conn.rng("/v1.V1Dispatcher/ListenForDurableEvent"),
+            )),
+            durable: Arc::new(Home::new(
+                DurableTaskKind::new(Arc::new(DurableRegistry::default()), identity.clone()),
+                Some(health[&ListenerKind::DurableTask].clone()),
+                life,
+                conn.rng("durable_task"),
+            )),
+            actions: Mutex::new(None),
             health,
-            runs_ref: Mutex::new(None),
-            durable_ref: Mutex::new(None),
-            events: Arc::default(),
-            events_ref: Mutex::new(None),
-            legacy_durable: std::sync::atomic::AtomicBool::new(false),
-            worker_ref: Mutex::new(None),
-            stream_sup: Mutex::new(None),
-            worker: Arc::new(crate::worker::WorkerCore::default()),
-            root: Mutex::new(None),
-            root_done: Mutex::new(None),
-            logs: std::sync::OnceLock::new(),
         });
-        supervisor::start(shared.clone()).await?;
-        Ok(RuntimeHandle { shared })
+        let client = Arc::new(ClientCore {
+            conn: conn.clone(),
+            runs: listeners.runs.clone(),
+        });
+        let stream_sup: Arc<Mutex<Option<ActorRef<StreamSupMsg>>>> = Arc::default();
+        let sup = stream_sup.clone();
+        let worker = Arc::new(WorkerCore::new(
+            conn.clone(),
+            client.clone(),
+            listeners.clone(),
+            identity,
+            Box::new(move || {
+                if let Some(s) = sup.lock().as_ref() {
+                    let _ = s.cast(StreamSupMsg::StartActions);
+                }
+            }),
+        ));
+        let tree = Tree {
+            conn: conn.clone(),
+            listeners: listeners.clone(),
+            worker,
+            stream_sup,
+            stream_sup_restarts: Arc::default(),
+            worker_ref: Arc::default(),
+        };
+        let (root, done) = supervisor::start(tree.clone()).await?;
+        Ok(RuntimeHandle {
+            inner: Arc::new(Inner {
+                conn,
+                client,
+                listeners,
+                tree,
+                root: Mutex::new(Some(root)),
+                root_done: Mutex::new(Some(done)),
+                shutdown: Mutex::new(None),
+            }),
+        })
     }
 }
 
 /// The handle of a runtime: cheap to clone, `Send + Sync`.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RuntimeHandle {
-    shared: Arc<Shared>,
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RuntimeHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeHandle")
+            .field("config", self.inner.conn.config())
+            .finish_non_exhaustive()
+    }
 }
 
 impl RuntimeHandle {
@@ -382,7 +255,16 @@ impl RuntimeHandle {
 
     /// The configuration.
     pub fn config(&self) -> &ClientConfig {
-        &self.shared.config
+        self.inner.conn.config()
+    }
+
+    fn worker(&self, op: &'static str) -> Result<ActorRef<WorkerMsg>, Error> {
+        self.inner
+            .tree
+            .worker_ref
+            .lock()
+            .clone()
+            .ok_or_else(|| Error::closed(op))
     }
 
     /// Registers a workflow with the engine (PutWorkflow) and with this runtime's worker.
@@ -391,12 +273,7 @@ impl RuntimeHandle {
     ///
     /// Cancel safe: PutWorkflow is idempotent; the worker keeps the definition either way.
     pub async fn register(&self, workflow: Workflow) -> Result<(), Error> {
-        let worker = self
-            .shared
-            .worker_ref
-            .lock()
-            .clone()
-            .ok_or_else(|| Error::closed("register"))?;
+        let worker = self.worker("register")?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         worker
             .cast(WorkerMsg::Register(Box::new(workflow), tx))
@@ -404,33 +281,19 @@ impl RuntimeHandle {
         rx.await.map_err(|_| Error::closed("register"))?
     }
 
-    /// Starts the worker: registers it (Register) and starts taking work.
+    /// Starts the worker: registers it with the engine (Register) and starts taking work.
+    /// Resolves with the worker id once the engine has accepted the registration, or fails with
+    /// the registration's error: a refused token (UNAUTHENTICATED), PERMISSION_DENIED and
+    /// INVALID_ARGUMENT fail at once; an unreachable engine fails after the bounded attempts of
+    /// a synchronous path (CONTRACT.md §3). Later re-registrations (the engine lost the worker
+    /// row) happen in the background.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: the worker starts either way; the result only reports it.
-    pub async fn start_worker(&self, opts: WorkerOptions) -> Result<(), Error> {
-        // Engines before v0.80.0 have no DurableTask stream: durable waits take the legacy path.
-        let legacy = match self.engine_version().await {
-            Ok(v) => crate::worker::version_below(&v, (0, 80, 0)),
-            Err(e) => e
-                .status()
-                .is_some_and(|s| s.code() == tonic::Code::Unimplemented),
-        };
-        if legacy {
-            tracing::info!(
-                "the engine predates the DurableTask stream (v0.80.0): durable waits use RegisterDurableEvent"
-            );
-        }
-        self.shared
-            .legacy_durable
-            .store(legacy, std::sync::atomic::Ordering::Relaxed);
-        let worker = self
-            .shared
-            .worker_ref
-            .lock()
-            .clone()
-            .ok_or_else(|| Error::closed("start worker"))?;
+    /// Cancel safe in that the start goes on without its caller (the worker starts, or its
+    /// failure is logged); only the answer is lost.
+    pub async fn start_worker(&self, opts: WorkerOptions) -> Result<String, Error> {
+        let worker = self.worker("start worker")?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         worker
             .cast(WorkerMsg::Start(opts, tx))
@@ -450,7 +313,8 @@ impl RuntimeHandle {
         workflow: &str,
         input: &I,
     ) -> Result<RunHandle, Error> {
-        self.shared
+        self.inner
+            .client
             .run_no_wait_with(workflow, input, TriggerOptions::default())
             .await
     }
@@ -466,7 +330,10 @@ impl RuntimeHandle {
         input: &I,
         opts: TriggerOptions,
     ) -> Result<RunHandle, Error> {
-        self.shared.run_no_wait_with(workflow, input, opts).await
+        self.inner
+            .client
+            .run_no_wait_with(workflow, input, opts)
+            .await
     }
 
     /// Triggers a run and waits for its typed result.
@@ -499,7 +366,7 @@ impl RuntimeHandle {
 
     /// A handle for an existing run id.
     pub fn run_handle(&self, run_id: impl Into<String>) -> RunHandle {
-        RunHandle::new(run_id.into(), self.shared.clone())
+        RunHandle::new(run_id.into(), self.inner.client.clone())
     }
 
     /// Pushes an event (triggers every workflow listening for `key`).
@@ -509,22 +376,28 @@ impl RuntimeHandle {
     /// Not cancel safe (a write): a dropped push may or may not have happened.
     pub async fn push<P: Serialize>(&self, key: &str, payload: &P) -> Result<String, Error> {
         const PATH: &str = "/EventsService/Push";
+        let conn = &self.inner.conn;
         let payload = encode_input("push", payload)?;
         let req = proto::PushEventRequest {
-            key: self.shared.config.namespaced(key),
+            key: conn.config().namespaced(key),
             payload,
             event_timestamp: Some(proto::timestamp_now()),
             additional_metadata: None,
             priority: None,
             scope: None,
         };
-        let client = self.shared.events();
-        self.shared
-            .unary(PATH, None, None, &client, &req, |mut c, r| async move {
-                c.push(r).await
-            })
-            .await
-            .map(|e| e.event_id)
+        let client = conn.events();
+        conn.unary(
+            PATH,
+            None,
+            None,
+            None,
+            &client,
+            &req,
+            |mut c, r| async move { c.push(r).await },
+        )
+        .await
+        .map(|e| e.event_id)
     }
 
     /// Declares (or changes) the rate limit `key`: `limit` units per `window`, shared by every
@@ -552,13 +425,19 @@ impl RuntimeHandle {
             limit,
             duration: window as i32,
         };
-        let client = self.shared.workflows();
-        self.shared
-            .unary(PATH, None, None, &client, &req, |mut c, r| async move {
-                c.put_rate_limit(r).await
-            })
-            .await
-            .map(|_| ())
+        let conn = &self.inner.conn;
+        let client = conn.workflows();
+        conn.unary(
+            PATH,
+            None,
+            None,
+            None,
+            &client,
+            &req,
+            |mut c, r| async move { c.put_rate_limit(r).await },
+        )
+        .await
+        .map(|_| ())
     }
 
     /// The engine's version (GetVersion, a read).
@@ -567,18 +446,19 @@ impl RuntimeHandle {
     ///
     /// Cancel safe.
     pub async fn engine_version(&self) -> Result<String, Error> {
-        let client = self.shared.ctx.dispatcher();
-        self.shared
-            .unary(
-                "/Dispatcher/GetVersion",
-                None,
-                None,
-                &client,
-                &proto::GetVersionRequest {},
-                |mut c, r| async move { c.get_version(r).await },
-            )
-            .await
-            .map(|v| v.version)
+        let conn = &self.inner.conn;
+        let client = conn.dispatcher();
+        conn.unary(
+            "/Dispatcher/GetVersion",
+            None,
+            None,
+            None,
+            &client,
+            &proto::GetVersionRequest {},
+            |mut c, r| async move { c.get_version(r).await },
+        )
+        .await
+        .map(|v| v.version)
     }
 
     /// The run's details (GetRunDetails, a read).
@@ -587,20 +467,21 @@ impl RuntimeHandle {
     ///
     /// Cancel safe.
     pub async fn run_details(&self, run_id: &str) -> Result<v1::GetRunDetailsResponse, Error> {
-        let client = self.shared.ctx.admin();
+        let conn = &self.inner.conn;
+        let client = conn.admin();
         let req = v1::GetRunDetailsRequest {
             external_id: run_id.to_string(),
         };
-        self.shared
-            .unary(
-                "/v1.AdminService/GetRunDetails",
-                None,
-                None,
-                &client,
-                &req,
-                |mut c, r| async move { c.get_run_details(r).await },
-            )
-            .await
+        conn.unary(
+            "/v1.AdminService/GetRunDetails",
+            None,
+            None,
+            None,
+            &client,
+            &req,
+            |mut c, r| async move { c.get_run_details(r).await },
+        )
+        .await
     }
 
     /// The events of one run, as a stream that ends after the run's final event. Reconnects on
@@ -610,7 +491,7 @@ impl RuntimeHandle {
         run_id: &str,
     ) -> impl futures::Stream<Item = crate::client::events::RunEvent> + Send + 'static {
         crate::client::events::subscribe(
-            self.shared.clone(),
+            self.inner.conn.clone(),
             crate::client::events::Follow::Run(run_id.to_string()),
         )
     }
@@ -622,19 +503,20 @@ impl RuntimeHandle {
         value: &str,
     ) -> impl futures::Stream<Item = crate::client::events::RunEvent> + Send + 'static {
         crate::client::events::subscribe(
-            self.shared.clone(),
+            self.inner.conn.clone(),
             crate::client::events::Follow::Metadata(key.to_string(), value.to_string()),
         )
     }
 
     /// REST operations (run details, run lists, crons, schedules, workers, rate limits).
     pub fn api(&self) -> crate::client::api::Api {
-        crate::client::api::Api::new(self.shared.clone())
+        crate::client::api::Api::new(self.inner.conn.clone())
     }
 
     /// Each listener's state, as watch channels.
     pub fn health(&self) -> BTreeMap<ListenerKind, watch::Receiver<ListenerState>> {
-        self.shared
+        self.inner
+            .listeners
             .health
             .iter()
             .map(|(k, h)| (*k, h.subscribe()))
@@ -644,12 +526,13 @@ impl RuntimeHandle {
     /// Task log lines dropped because the engine did not take them fast enough (the queue holds
     /// [`crate::worker::logs::LOG_QUEUE`] lines).
     pub fn logs_dropped(&self) -> u64 {
-        self.shared.logs.get().map_or(0, |q| q.dropped())
+        self.inner.tree.worker.logs.get().map_or(0, |q| q.dropped())
     }
 
     /// Reconnects per listener so far.
     pub fn reconnects(&self) -> BTreeMap<ListenerKind, u64> {
-        self.shared
+        self.inner
+            .listeners
             .health
             .iter()
             .map(|(k, h)| (*k, h.reconnects()))
@@ -658,77 +541,86 @@ impl RuntimeHandle {
 
     /// Attempt counters per method.
     pub fn counters(&self) -> BTreeMap<String, MethodCounters> {
-        self.shared.core().ledger().snapshot()
+        self.inner.conn.grpc_core().ledger().snapshot()
     }
 
     /// Result waiters pending, by run id count.
     pub fn pending_runs(&self) -> usize {
-        self.shared.runs.pending()
+        self.inner.listeners.runs.kind.registry.pending()
     }
 
     /// The worker's current id, once registered.
     pub fn worker_id(&self) -> Option<String> {
-        crate::worker::worker_id(&self.shared)
+        self.inner.tree.worker.identity.get()
     }
 
-    /// Test and chaos hook: makes a listener's actor panic; its supervisor restarts it.
+    /// Test and chaos hook: makes the named listener's actor panic; the stream supervisor
+    /// restarts it with its registry (within the restart intensity limit).
     pub fn crash_listener(&self, kind: ListenerKind) {
-        match kind {
-            ListenerKind::WorkflowRuns => {
-                if let Some(r) = self.shared.runs_ref.lock().as_ref() {
-                    let _ = r.cast(RunsMsg::Crash);
-                }
-            }
-            ListenerKind::DurableTask => {
-                if let Some(r) = self.shared.durable_ref.lock().as_ref() {
-                    let _ = r.cast(DurableMsg::Crash);
-                }
-            }
-            _ => {
-                if let Some(r) = self.shared.worker_ref.lock().as_ref() {
-                    let _ = r.cast(WorkerMsg::CrashActions);
-                }
-            }
+        self.inner.listeners.crash(kind);
+    }
+
+    /// Test and chaos hook: makes the stream supervisor itself panic; the root supervisor
+    /// restarts it, and it brings back every listener, the worker's included.
+    pub fn crash_stream_supervisor(&self) {
+        if let Some(s) = self.inner.tree.stream_sup.lock().as_ref() {
+            let _ = s.cast(StreamSupMsg::Crash);
         }
     }
 
-    /// Shuts down: the worker stops taking work and waits up to `drain` for running tasks (then
-    /// cancels them), every pending waiter fails with the *closed* outcome, every stream closes
-    /// and every actor stops.
+    /// Shuts down: the worker drains (CONTRACT.md §5: paused at the engine, heartbeats going on
+    /// while running tasks finish and report, the rest cancelled after `drain`), every pending
+    /// waiter fails with the *closed* outcome, every stream closes and every actor stops.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: the shutdown is started at once; awaiting only waits for it to finish.
+    /// Cancel safe: the shutdown runs in its own task, started by the first call; dropping this
+    /// future does not stop it, and a later call (with any `drain`) waits for the same shutdown.
     pub async fn shutdown(&self, drain: Duration) {
-        let s = &self.shared;
-        let worker = s.worker_ref.lock().clone();
-        if let Some(w) = worker {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            if w.cast(WorkerMsg::Drain(drain, tx)).is_ok() {
-                let _ = rx.await;
-            }
-        }
-        s.ctx.lifecycle.cancel();
-        s.runs.fail_all(true, |run| closed_error(run));
-        s.events.fail_all(true, |(task, _)| {
-            Error::closed("durable wait").with_detail(format!("task {task}"))
-        });
-        s.durable.close();
-        for h in s.health.values() {
-            h.stopped(None);
-        }
-        let root = s.root.lock().take();
-        if let Some(root) = root {
-            root.stop(None);
-        }
-        let done = s.root_done.lock().take();
-        if let Some(done) = done {
-            let _ = done.await;
-        }
+        let fut = {
+            let mut slot = self.inner.shutdown.lock();
+            slot.get_or_insert_with(|| {
+                let inner = self.inner.clone();
+                let task = tokio::spawn(async move { shut_down(&inner, drain).await });
+                task.map(|_| ()).boxed().shared()
+            })
+            .clone()
+        };
+        fut.await
     }
 
     /// Whether the runtime was shut down.
     pub fn is_closed(&self) -> bool {
-        self.shared.ctx.lifecycle.is_cancelled()
+        self.inner.conn.lifecycle().is_cancelled()
+    }
+}
+
+/// The shutdown itself (see [`RuntimeHandle::shutdown`]).
+async fn shut_down(inner: &Inner, drain: Duration) {
+    let worker = inner.tree.worker_ref.lock().clone();
+    if let Some(w) = worker {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if w.cast(WorkerMsg::Drain(drain, tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+    inner.conn.lifecycle().cancel();
+    let l = &inner.listeners;
+    l.runs.kind.registry.fail_all(true, |run| closed_error(run));
+    l.events.kind.registry.fail_all(true, |(task, _)| {
+        Error::closed("durable wait").with_detail(format!("task {task}"))
+    });
+    l.durable.kind.registry.close();
+    l.stop_all();
+    for h in l.health.values() {
+        h.stopped(None);
+    }
+    let root = inner.root.lock().take();
+    if let Some(root) = root {
+        root.stop(None);
+    }
+    let done = inner.root_done.lock().take();
+    if let Some(done) = done {
+        let _ = done.await;
     }
 }

@@ -1,26 +1,54 @@
 //! The supervision tree: the root supervisor (retry service, stream supervisor, worker) and the
-//! stream supervisor (the listeners), each restarting a crashed child with its state intact.
+//! stream supervisor (the four listeners).
 //!
 //! # Invariants
 //!
 //! 1. Every supervisor overrides `handle_supervisor_evt` (ractor's default stops the supervisor
 //!    when a child fails).
-//! 2. Children keep their state outside the actor (registries in [`Shared`]), so a restart loses
-//!    no waiter, no pending ack and no workflow definition.
-//! 3. After the lifecycle token is cancelled nothing is restarted.
+//! 2. Children keep their state outside the actor: each listener in its [`Home`] (registry,
+//!    generation, reconnect rules, restart history), held by [`Listeners`], which outlives the
+//!    stream supervisor; the worker in its `WorkerCore`. So a restart loses no waiter, no pending
+//!    ack and no workflow definition.
+//! 3. A restarted stream supervisor brings back every listener, the worker-actions listener
+//!    included once the worker has started (its home is in [`Listeners`], not in the
+//!    supervisor's state).
+//! 4. Restarts are limited ([`stream::MAX_RESTARTS`] within [`stream::RESTART_WINDOW`], per
+//!    listener and for the stream supervisor): past the limit the listener is stopped for good,
+//!    `health()` says why and each of its waiters fails with that reason; never a silent, deaf
+//!    listener.
+//! 5. After the lifecycle token is cancelled nothing is restarted.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
+use parking_lot::Mutex;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
+use tokio::time::Instant;
 
-use super::Shared;
+use crate::connection::Connection;
 use crate::error::Error;
-use crate::listener::actions::{ActionsArgs, ActionsListener, ActionsMsg};
-use crate::listener::durable_events::{DurableEventsArgs, DurableEventsListener, DurableEventsMsg};
-use crate::listener::durable_task::{DurableArgs, DurableListener};
+use crate::listener::Listeners;
 use crate::listener::health::ListenerKind;
-use crate::listener::runs::{RunsArgs, RunsListener};
-use crate::worker::WorkerActor;
+use crate::listener::stream::{self, Home, StreamKind};
+use crate::worker::{WorkerActor, WorkerCore};
+
+/// What the supervisors share: the connection, the listeners' homes, the worker's core, and
+/// where the current stream supervisor and worker actor are.
+#[derive(Clone)]
+pub struct Tree {
+    pub(crate) conn: Connection,
+    pub(crate) listeners: Arc<Listeners>,
+    pub(crate) worker: Arc<WorkerCore>,
+    pub(crate) stream_sup: Arc<Mutex<Option<ActorRef<StreamSupMsg>>>>,
+    pub(crate) stream_sup_restarts: Arc<Mutex<VecDeque<Instant>>>,
+    pub(crate) worker_ref: Arc<Mutex<Option<ActorRef<crate::worker::WorkerMsg>>>>,
+}
+
+impl std::fmt::Debug for Tree {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tree").finish_non_exhaustive()
+    }
+}
 
 // ======== retry service ========
 
@@ -31,32 +59,32 @@ pub enum RetryMsg {
     LogCeilings,
 }
 
-/// The retry service: owns the policy, budget and ledger (the shared [`crate::retry::RetryCore`]).
-/// Calls run in their callers' tasks against that core, so the actor never serialises them.
+/// The retry service: owns the policy, budget and ledger (the connection's retry cores). Calls
+/// run in their callers' tasks against those cores, so the actor never serialises them.
 #[derive(Debug, Clone, Copy)]
 pub struct RetryService;
 
 impl Actor for RetryService {
     type Msg = RetryMsg;
-    type State = Arc<Shared>;
-    type Arguments = Arc<Shared>;
+    type State = Connection;
+    type Arguments = Connection;
 
     async fn pre_start(
         &self,
         _: ActorRef<RetryMsg>,
-        shared: Arc<Shared>,
-    ) -> Result<Arc<Shared>, ActorProcessingErr> {
-        Ok(shared)
+        conn: Connection,
+    ) -> Result<Connection, ActorProcessingErr> {
+        Ok(conn)
     }
 
     async fn handle(
         &self,
         _: ActorRef<RetryMsg>,
         msg: RetryMsg,
-        shared: &mut Arc<Shared>,
+        conn: &mut Connection,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            RetryMsg::LogCeilings => crate::retry::log_ceiling_table(shared.core().policy()),
+            RetryMsg::LogCeilings => crate::retry::log_ceiling_table(conn.grpc_core().policy()),
         }
         Ok(())
     }
@@ -65,202 +93,126 @@ impl Actor for RetryService {
 // ======== stream supervisor ========
 
 /// Messages of the stream supervisor.
-pub enum StreamMsg {
-    /// Start the worker's listeners.
-    StartWorker(Box<ActionsArgs>),
-    /// Stop the worker-actions listener (drain: take no more work).
-    StopActions,
-    /// Test hook: crash the actions listener.
-    CrashActions,
-}
-
-impl std::fmt::Debug for StreamMsg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            StreamMsg::StartWorker(_) => "StartWorker",
-            StreamMsg::StopActions => "StopActions",
-            StreamMsg::CrashActions => "CrashActions",
-        })
-    }
-}
-
-/// State of the stream supervisor.
-pub struct StreamState {
-    shared: Arc<Shared>,
-    runs: Option<ActorRef<crate::listener::runs::RunsMsg>>,
-    actions: Option<(ActorRef<ActionsMsg>, ActionsArgs)>,
-    durable: Option<ActorRef<crate::listener::durable_task::DurableMsg>>,
-    events: Option<ActorRef<DurableEventsMsg>>,
+#[derive(Debug)]
+pub enum StreamSupMsg {
+    /// The worker has started: spawn its actions listener (its home is in [`Listeners`]).
+    StartActions,
+    /// Test and chaos hook: panic inside the stream supervisor.
+    Crash,
 }
 
 /// The stream supervisor.
 #[derive(Debug, Clone, Copy)]
 pub struct StreamSupervisor;
 
-impl StreamSupervisor {
-    fn runs_args(shared: &Arc<Shared>) -> RunsArgs {
-        RunsArgs {
-            ctx: shared.ctx.clone(),
-            registry: shared.runs.clone(),
-            health: shared.health[&ListenerKind::WorkflowRuns].clone(),
-        }
+async fn spawn_listener<K: StreamKind>(
+    conn: &Connection,
+    home: &Arc<Home<K>>,
+    me: &ActorRef<StreamSupMsg>,
+) -> Result<(), ActorProcessingErr> {
+    if home.token.is_cancelled() {
+        return Ok(()); // stopped for good, or shut down: not brought back
     }
-
-    fn events_args(shared: &Arc<Shared>) -> DurableEventsArgs {
-        DurableEventsArgs {
-            ctx: shared.ctx.clone(),
-            registry: shared.events.clone(),
-            health: shared.health[&ListenerKind::DurableEvents].clone(),
-        }
-    }
-
-    async fn spawn_events(
-        myself: &ActorRef<StreamMsg>,
-        st: &mut StreamState,
-    ) -> Result<(), ActorProcessingErr> {
-        let (r, _) = Actor::spawn_linked(
-            None,
-            DurableEventsListener::default(),
-            Self::events_args(&st.shared),
-            myself.get_cell(),
-        )
-        .await?;
-        *st.shared.events_ref.lock() = Some(r.clone());
-        st.events = Some(r);
-        Ok(())
-    }
-
-    fn durable_args(shared: &Arc<Shared>) -> DurableArgs {
-        DurableArgs {
-            ctx: shared.ctx.clone(),
-            registry: shared.durable.clone(),
-            health: shared.health[&ListenerKind::DurableTask].clone(),
-            identity: shared.worker.identity.clone(),
-        }
-    }
-
-    async fn spawn_runs(
-        myself: &ActorRef<StreamMsg>,
-        st: &mut StreamState,
-    ) -> Result<(), ActorProcessingErr> {
-        let (r, _) = Actor::spawn_linked(
-            None,
-            RunsListener::default(),
-            Self::runs_args(&st.shared),
-            myself.get_cell(),
-        )
-        .await?;
-        *st.shared.runs_ref.lock() = Some(r.clone());
-        st.runs = Some(r);
-        Ok(())
-    }
-
-    async fn spawn_durable(
-        myself: &ActorRef<StreamMsg>,
-        st: &mut StreamState,
-    ) -> Result<(), ActorProcessingErr> {
-        let (r, _) = Actor::spawn_linked(
-            None,
-            DurableListener,
-            Self::durable_args(&st.shared),
-            myself.get_cell(),
-        )
-        .await?;
-        *st.shared.durable_ref.lock() = Some(r.clone());
-        st.durable = Some(r);
-        Ok(())
-    }
-
-    async fn spawn_actions(
-        myself: &ActorRef<StreamMsg>,
-        st: &mut StreamState,
-        args: ActionsArgs,
-    ) -> Result<(), ActorProcessingErr> {
-        let (r, _) =
-            Actor::spawn_linked(None, ActionsListener, args.clone(), myself.get_cell()).await?;
-        st.actions = Some((r, args));
-        Ok(())
-    }
+    stream::spawn(conn.clone(), home.clone(), Some(me.get_cell())).await?;
+    Ok(())
 }
 
-fn same(cell: &ActorCell, other: Option<ActorCell>) -> bool {
-    other.is_some_and(|o| o.get_id() == cell.get_id())
+fn is<K: StreamKind>(home: &Home<K>, cell: &ActorCell) -> bool {
+    home.actor().is_some_and(|a| a.get_id() == cell.get_id())
+}
+
+/// Restarts the failed listener `home` within its intensity limit, or stops it for good.
+async fn restart<K: StreamKind>(
+    conn: &Connection,
+    home: &Arc<Home<K>>,
+    me: &ActorRef<StreamSupMsg>,
+    kind: ListenerKind,
+    err: &str,
+) -> Result<(), ActorProcessingErr> {
+    if home.restart_allowed() {
+        tracing::error!(
+            listener = kind.as_str(),
+            error = err,
+            "a listener failed; restarting it with its registry"
+        );
+        spawn_listener(conn, home, me).await
+    } else {
+        let why = format!(
+            "the {} listener failed more than {} times in {:?} and was stopped (last failure: {err})",
+            kind.as_str(),
+            stream::MAX_RESTARTS,
+            stream::RESTART_WINDOW
+        );
+        tracing::error!(listener = kind.as_str(), "{why}");
+        home.stop_for_good(&why);
+        Ok(())
+    }
 }
 
 impl Actor for StreamSupervisor {
-    type Msg = StreamMsg;
-    type State = StreamState;
-    type Arguments = Arc<Shared>;
+    type Msg = StreamSupMsg;
+    type State = Tree;
+    type Arguments = Tree;
 
     async fn pre_start(
         &self,
-        myself: ActorRef<StreamMsg>,
-        shared: Arc<Shared>,
-    ) -> Result<StreamState, ActorProcessingErr> {
-        let mut st = StreamState {
-            shared,
-            runs: None,
-            actions: None,
-            durable: None,
-            events: None,
-        };
-        Self::spawn_runs(&myself, &mut st).await?;
-        Self::spawn_durable(&myself, &mut st).await?;
-        Self::spawn_events(&myself, &mut st).await?;
-        Ok(st)
+        myself: ActorRef<StreamSupMsg>,
+        tree: Tree,
+    ) -> Result<Tree, ActorProcessingErr> {
+        let l = &tree.listeners;
+        spawn_listener(&tree.conn, &l.runs, &myself).await?;
+        spawn_listener(&tree.conn, &l.durable, &myself).await?;
+        spawn_listener(&tree.conn, &l.events, &myself).await?;
+        // Invariant 3: a restarted supervisor brings the worker's listener back too.
+        if let Some(actions) = l.actions() {
+            spawn_listener(&tree.conn, &actions, &myself).await?;
+        }
+        Ok(tree)
     }
 
     async fn handle(
         &self,
-        myself: ActorRef<StreamMsg>,
-        msg: StreamMsg,
-        st: &mut StreamState,
+        myself: ActorRef<StreamSupMsg>,
+        msg: StreamSupMsg,
+        tree: &mut Tree,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            StreamMsg::StartWorker(args) => {
-                if st.actions.is_none() {
-                    Self::spawn_actions(&myself, st, *args).await?;
+            StreamSupMsg::StartActions => {
+                if let Some(actions) = tree.listeners.actions()
+                    && actions.actor().is_none()
+                {
+                    spawn_listener(&tree.conn, &actions, &myself).await?;
                 }
             }
-            StreamMsg::StopActions => {
-                if let Some((r, _)) = st.actions.take() {
-                    r.stop(None);
-                }
-            }
-            StreamMsg::CrashActions => {
-                if let Some((r, _)) = &st.actions {
-                    let _ = r.cast(ActionsMsg::Crash);
-                }
-            }
+            StreamSupMsg::Crash => panic!("stream supervisor crash requested by a test"),
         }
         Ok(())
     }
 
     async fn handle_supervisor_evt(
         &self,
-        myself: ActorRef<StreamMsg>,
+        myself: ActorRef<StreamSupMsg>,
         evt: SupervisionEvent,
-        st: &mut StreamState,
+        tree: &mut Tree,
     ) -> Result<(), ActorProcessingErr> {
         let SupervisionEvent::ActorFailed(cell, err) = evt else {
             return Ok(());
         };
-        if st.shared.ctx.lifecycle.is_cancelled() {
+        if tree.conn.lifecycle().is_cancelled() {
             return Ok(());
         }
-        tracing::error!(error = %err, "a listener failed; restarting it with its registry");
-        if same(&cell, st.runs.as_ref().map(|r| r.get_cell())) {
-            Self::spawn_runs(&myself, st).await?;
-        } else if same(&cell, st.durable.as_ref().map(|r| r.get_cell())) {
-            Self::spawn_durable(&myself, st).await?;
-        } else if same(&cell, st.events.as_ref().map(|r| r.get_cell())) {
-            Self::spawn_events(&myself, st).await?;
-        } else if let Some((r, args)) = st.actions.take() {
-            if r.get_id() == cell.get_id() {
-                Self::spawn_actions(&myself, st, args).await?;
-            } else {
-                st.actions = Some((r, args));
-            }
+        let err = err.to_string();
+        let (conn, l) = (&tree.conn, &tree.listeners);
+        if is(&l.runs, &cell) {
+            restart(conn, &l.runs, &myself, ListenerKind::WorkflowRuns, &err).await?;
+        } else if is(&l.durable, &cell) {
+            restart(conn, &l.durable, &myself, ListenerKind::DurableTask, &err).await?;
+        } else if is(&l.events, &cell) {
+            restart(conn, &l.events, &myself, ListenerKind::DurableEvents, &err).await?;
+        } else if let Some(actions) = l.actions()
+            && is(&actions, &cell)
+        {
+            restart(conn, &actions, &myself, ListenerKind::WorkerActions, &err).await?;
         }
         Ok(())
     }
@@ -276,43 +228,43 @@ pub enum RootMsg {}
 #[derive(Debug, Clone, Copy)]
 pub struct Root;
 
-impl Root {
-    async fn spawn_children(
-        myself: &ActorRef<RootMsg>,
-        shared: &Arc<Shared>,
-    ) -> Result<(), ActorProcessingErr> {
-        let (retry, _) =
-            Actor::spawn_linked(None, RetryService, shared.clone(), myself.get_cell()).await?;
-        let _ = retry;
-        let (streams, _) =
-            Actor::spawn_linked(None, StreamSupervisor, shared.clone(), myself.get_cell()).await?;
-        *shared.stream_sup.lock() = Some(streams);
-        let (worker, _) =
-            Actor::spawn_linked(None, WorkerActor, shared.clone(), myself.get_cell()).await?;
-        *shared.worker_ref.lock() = Some(worker);
-        Ok(())
-    }
+async fn spawn_stream_supervisor(
+    tree: &Tree,
+    root: &ActorRef<RootMsg>,
+) -> Result<(), ActorProcessingErr> {
+    let (s, _) = Actor::spawn_linked(None, StreamSupervisor, tree.clone(), root.get_cell()).await?;
+    *tree.stream_sup.lock() = Some(s);
+    Ok(())
+}
+
+async fn spawn_worker(tree: &Tree, root: &ActorRef<RootMsg>) -> Result<(), ActorProcessingErr> {
+    let (w, _) =
+        Actor::spawn_linked(None, WorkerActor, tree.worker.clone(), root.get_cell()).await?;
+    *tree.worker_ref.lock() = Some(w);
+    Ok(())
 }
 
 impl Actor for Root {
     type Msg = RootMsg;
-    type State = Arc<Shared>;
-    type Arguments = Arc<Shared>;
+    type State = Tree;
+    type Arguments = Tree;
 
     async fn pre_start(
         &self,
         myself: ActorRef<RootMsg>,
-        shared: Arc<Shared>,
-    ) -> Result<Arc<Shared>, ActorProcessingErr> {
-        Self::spawn_children(&myself, &shared).await?;
-        Ok(shared)
+        tree: Tree,
+    ) -> Result<Tree, ActorProcessingErr> {
+        Actor::spawn_linked(None, RetryService, tree.conn.clone(), myself.get_cell()).await?;
+        spawn_stream_supervisor(&tree, &myself).await?;
+        spawn_worker(&tree, &myself).await?;
+        Ok(tree)
     }
 
     async fn handle(
         &self,
         _: ActorRef<RootMsg>,
         msg: RootMsg,
-        _: &mut Arc<Shared>,
+        _: &mut Tree,
     ) -> Result<(), ActorProcessingErr> {
         match msg {}
     }
@@ -321,75 +273,54 @@ impl Actor for Root {
         &self,
         myself: ActorRef<RootMsg>,
         evt: SupervisionEvent,
-        shared: &mut Arc<Shared>,
+        tree: &mut Tree,
     ) -> Result<(), ActorProcessingErr> {
-        if let SupervisionEvent::ActorFailed(cell, err) = evt {
-            if shared.ctx.lifecycle.is_cancelled() {
-                return Ok(());
-            }
-            tracing::error!(error = %err, "a runtime actor failed; restarting it");
-            let is_worker = shared
-                .worker_ref
-                .lock()
-                .as_ref()
-                .is_some_and(|w| w.get_id() == cell.get_id());
-            if is_worker {
-                let (worker, _) =
-                    Actor::spawn_linked(None, WorkerActor, shared.clone(), myself.get_cell())
-                        .await?;
-                *shared.worker_ref.lock() = Some(worker);
-            } else if shared
-                .stream_sup
-                .lock()
-                .as_ref()
-                .is_some_and(|s| s.get_id() == cell.get_id())
-            {
-                let (s, _) =
-                    Actor::spawn_linked(None, StreamSupervisor, shared.clone(), myself.get_cell())
-                        .await?;
-                *shared.stream_sup.lock() = Some(s);
+        let SupervisionEvent::ActorFailed(cell, err) = evt else {
+            return Ok(());
+        };
+        if tree.conn.lifecycle().is_cancelled() {
+            return Ok(());
+        }
+        let same = |r: &Option<ActorCell>| r.as_ref().is_some_and(|c| c.get_id() == cell.get_id());
+        if same(&tree.worker_ref.lock().as_ref().map(|w| w.get_cell())) {
+            tracing::error!(error = %err, "the worker actor failed; restarting it");
+            spawn_worker(tree, &myself).await?;
+        } else if same(&tree.stream_sup.lock().as_ref().map(|s| s.get_cell())) {
+            let allowed = stream::restart_allowed(
+                &mut tree.stream_sup_restarts.lock(),
+                Instant::now(),
+                stream::MAX_RESTARTS,
+                stream::RESTART_WINDOW,
+            );
+            if allowed {
+                tracing::error!(error = %err, "the stream supervisor failed; restarting it and every listener");
+                spawn_stream_supervisor(tree, &myself).await?;
             } else {
-                let _ = Actor::spawn_linked(None, RetryService, shared.clone(), myself.get_cell())
-                    .await?;
+                let why = format!(
+                    "the stream supervisor failed more than {} times in {:?} (last failure: {err})",
+                    stream::MAX_RESTARTS,
+                    stream::RESTART_WINDOW
+                );
+                tracing::error!("{why}");
+                tree.listeners.stop_all_for_good(&why);
             }
+        } else {
+            tracing::error!(error = %err, "the retry service failed; restarting it");
+            Actor::spawn_linked(None, RetryService, tree.conn.clone(), myself.get_cell()).await?;
         }
         Ok(())
     }
 }
 
-/// Starts the tree and records the root in `shared`.
+/// Starts the tree; returns the root and its completion handle.
 ///
 /// # Cancel safety
 ///
 /// Not cancel safe: dropping it mid-way may leave part of the tree running.
-pub async fn start(shared: Arc<Shared>) -> Result<(), Error> {
-    let (root, done) = Actor::spawn(None, Root, shared.clone())
+pub(crate) async fn start(
+    tree: Tree,
+) -> Result<(ActorRef<RootMsg>, tokio::task::JoinHandle<()>), Error> {
+    Actor::spawn(None, Root, tree)
         .await
-        .map_err(|e| {
-            Error::new(crate::Outcome::Closed, "spawn runtime").with_detail(e.to_string())
-        })?;
-    *shared.root.lock() = Some(root);
-    *shared.root_done.lock() = Some(done);
-    Ok(())
-}
-
-/// Asks the stream supervisor to start the worker's listeners.
-pub(crate) fn start_worker_listeners(shared: &Shared, args: ActionsArgs) {
-    if let Some(s) = shared.stream_sup.lock().as_ref() {
-        let _ = s.cast(StreamMsg::StartWorker(Box::new(args)));
-    }
-}
-
-/// Asks the stream supervisor to stop the actions listener.
-pub(crate) fn stop_actions(shared: &Shared) {
-    if let Some(s) = shared.stream_sup.lock().as_ref() {
-        let _ = s.cast(StreamMsg::StopActions);
-    }
-}
-
-/// Test hook.
-pub(crate) fn crash_actions(shared: &Shared) {
-    if let Some(s) = shared.stream_sup.lock().as_ref() {
-        let _ = s.cast(StreamMsg::CrashActions);
-    }
+        .map_err(|e| Error::new(crate::Outcome::Closed, "spawn runtime").with_detail(e.to_string()))
 }

@@ -12,7 +12,7 @@ use crate::client::{RunHandle, TriggerOptions};
 use crate::error::{Error, Outcome};
 use crate::listener::durable_task::DurableClient;
 use crate::proto::{self, v1};
-use crate::runtime::Shared;
+use crate::worker::WorkerCore;
 
 /// Decodes an assignment's `action_payload`: the run's input and the parents' outputs. Tolerates
 /// missing, null and extra keys (hatchet-protocol.md §4.1.3); anything that is not a JSON object
@@ -51,7 +51,7 @@ struct Inner {
     parents: serde_json::Map<String, Value>,
     metadata: serde_json::Map<String, Value>,
     cancel: CancellationToken,
-    shared: Arc<Shared>,
+    core: Arc<WorkerCore>,
     durable: Option<DurableClient>,
     child_index: AtomicI32,
     stream_index: AtomicI64,
@@ -72,7 +72,7 @@ impl Context {
     pub(crate) fn new(
         action: proto::AssignedAction,
         cancel: CancellationToken,
-        shared: Arc<Shared>,
+        core: Arc<WorkerCore>,
         durable: Option<DurableClient>,
     ) -> Result<Self, String> {
         let payload: Value = if action.action_payload.trim().is_empty() {
@@ -101,7 +101,7 @@ impl Context {
                 parents,
                 metadata,
                 cancel,
-                shared,
+                core,
                 durable,
                 child_index: AtomicI32::new(0),
                 stream_index: AtomicI64::new(0),
@@ -172,10 +172,9 @@ impl Context {
             metadata: String::new(),
             task_retry_count: Some(self.retry_count()),
         };
-        let shared = &self.inner.shared;
-        shared
-            .logs
-            .get_or_init(|| crate::worker::logs::LogQueue::start(shared))
+        let core = &self.inner.core;
+        core.logs
+            .get_or_init(|| crate::worker::logs::LogQueue::start(core.conn()))
             .push(req);
     }
 
@@ -186,16 +185,26 @@ impl Context {
     /// Cancel safe: the chunk is sent or not.
     pub async fn put_stream(&self, chunk: impl Into<Vec<u8>>) -> Result<(), Error> {
         let index = self.inner.stream_index.fetch_add(1, Ordering::Relaxed);
-        self.inner
-            .shared
-            .put_stream(proto::PutStreamEventRequest {
-                task_run_external_id: self.task_run_id().to_string(),
-                created_at: Some(proto::timestamp_now()),
-                message: chunk.into(),
-                metadata: String::new(),
-                event_index: Some(index),
-            })
-            .await
+        let conn = self.inner.core.conn();
+        let req = proto::PutStreamEventRequest {
+            task_run_external_id: self.task_run_id().to_string(),
+            created_at: Some(proto::timestamp_now()),
+            message: chunk.into(),
+            metadata: String::new(),
+            event_index: Some(index),
+        };
+        let client = conn.events();
+        conn.unary(
+            "/EventsService/PutStreamEvent",
+            None,
+            None,
+            Some(self.inner.cancel.clone()),
+            &client,
+            &req,
+            |mut c, r| async move { c.put_stream_event(r).await },
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Spawns a child run. The child index counts spawns in this task, so a retried task that
@@ -219,7 +228,8 @@ impl Context {
             ..TriggerOptions::default()
         };
         self.inner
-            .shared
+            .core
+            .client()
             .run_no_wait_with(workflow, input, opts)
             .await
     }
@@ -267,7 +277,7 @@ impl Context {
     /// Cancel safe: a replay finds the same wait.
     pub async fn wait_for_event(&self, key: &str) -> Result<Value, Error> {
         let (d, inv) = self.durable()?;
-        let key = self.inner.shared.config.namespaced(key);
+        let key = self.inner.core.conn().config().namespaced(key);
         let cond = v1::DurableEventListenerConditions {
             sleep_conditions: vec![],
             user_event_conditions: vec![v1::UserEventMatchCondition {
@@ -295,7 +305,9 @@ impl Context {
     /// durable-events listener delivers the signal.
     async fn wait_legacy(&self, cond: v1::DurableEventListenerConditions) -> Result<Value, Error> {
         const PATH: &str = "/v1.V1Dispatcher/RegisterDurableEvent";
-        let shared = &self.inner.shared;
+        let core = &self.inner.core;
+        let conn = core.conn();
+        let events = &core.listeners().events;
         let signal = format!(
             "wait:{}",
             self.inner.legacy_signal.fetch_add(1, Ordering::Relaxed)
@@ -305,33 +317,27 @@ impl Context {
             signal_key: signal.clone(),
             conditions: Some(cond),
         };
-        let client = shared.ctx.v1_dispatcher();
-        crate::retry::grpc::call_unary(
-            shared.core(),
+        let client = conn.v1_dispatcher();
+        conn.unary(
             PATH,
             None,
             None,
             Some(self.inner.cancel.clone()),
-            |t| {
-                let mut c = client.clone();
-                let req = req.clone();
-                async move {
-                    c.register_durable_event(crate::retry::grpc::request_with_timeout(req, t))
-                        .await
-                        .map(|_| ())
-                }
-            },
+            &client,
+            &req,
+            |mut c, r| async move { c.register_durable_event(r).await },
         )
         .await?;
         let key = (self.task_run_id().to_string(), signal);
-        let (waiter, rx, arm) = shared.events.add(&key, || Error::closed("durable wait"))?;
+        let registry = &events.kind.registry;
+        let (waiter, rx, arm) = registry.add(&key, || Error::closed("durable wait"))?;
         if arm {
-            shared.ensure_events_stream();
+            events.ensure();
         }
         let ev = tokio::select! {
             r = rx => r.map_err(|_| Error::closed("durable wait"))??,
             _ = self.inner.cancel.cancelled() => {
-                shared.events.remove(&key, waiter);
+                registry.remove(&key, waiter);
                 return Err(Error::new(Outcome::Cancelled, "durable wait"));
             }
         };
@@ -346,7 +352,7 @@ impl Context {
         inv: i32,
         cond: v1::DurableEventListenerConditions,
     ) -> Result<Value, Error> {
-        if self.inner.shared.legacy_durable.load(Ordering::Relaxed) {
+        if self.inner.core.legacy_durable.load(Ordering::Relaxed) {
             return self.wait_legacy(cond).await;
         }
         // Biased: an answer the engine already gave (an eviction, say) wins over the cancellation

@@ -8,14 +8,13 @@
 //! 2. One shipper per runtime sends at most [`LOG_SENDS`] lines at once, each a unary
 //!    `PutLog` under the retry core (an idempotent write); it stops with the runtime.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::StreamExt as _;
 use tokio::sync::mpsc;
 
+use crate::connection::Connection;
 use crate::proto;
-use crate::runtime::Shared;
 
 /// Lines waiting to be sent.
 pub const LOG_QUEUE: usize = 1024;
@@ -30,20 +29,29 @@ pub(crate) struct LogQueue {
 }
 
 impl LogQueue {
-    /// Starts the shipper for `shared` (it ends with the runtime's lifecycle).
-    pub(crate) fn start(shared: &Arc<Shared>) -> LogQueue {
+    /// Starts the shipper on `conn` (it ends with the runtime's lifecycle).
+    pub(crate) fn start(conn: &Connection) -> LogQueue {
         let (tx, rx) = mpsc::channel(LOG_QUEUE);
-        let life = shared.ctx.lifecycle.clone();
-        let sender = Arc::downgrade(shared);
+        let conn = conn.clone();
+        let life = conn.lifecycle().clone();
         tokio::spawn(async move {
+            let client = conn.events();
             let ship = tokio_stream::wrappers::ReceiverStream::new(rx).for_each_concurrent(
                 LOG_SENDS,
                 |req| {
-                    let sender = sender.clone();
+                    let (conn, client) = (&conn, &client);
                     async move {
-                        if let Some(shared) = sender.upgrade() {
-                            let _ = shared.put_log(req).await;
-                        }
+                        let _ = conn
+                            .unary(
+                                "/EventsService/PutLog",
+                                None,
+                                None,
+                                None,
+                                client,
+                                &req,
+                                |mut c, r| async move { c.put_log(r).await },
+                            )
+                            .await;
                     }
                 },
             );

@@ -2,20 +2,27 @@
 //!
 //! # Invariants
 //!
-//! 1. Registration is a message to the worker actor: PutWorkflow for each workflow, then Register
-//!    (through the actions listener) with the slot config.
+//! 1. Registration is a message to the worker actor: PutWorkflow for each workflow; starting the
+//!    worker registers it (Register, bounded like every synchronous path) before it returns, then
+//!    hands the id to the actions listener. The worker owns its heartbeat ([`heartbeat`]): it
+//!    runs from registration to the end of a drain, independent of the actions stream.
 //! 2. Each assigned action runs in its own task, bounded by the slots (a semaphore), with its own
 //!    cancellation token (a child of the worker's): CANCEL_STEP_RUN and shutdown fire it.
 //! 3. One STARTED, then one COMPLETED or FAILED per attempt. The final event is retried until it
 //!    is delivered or its attempt is stale (no heartbeat for [`STALE_AFTER`]: the engine has
 //!    reassigned it); a transient outage never drops it.
 //! 4. A panic in user code becomes a FAILED event; the worker lives on.
+//! 6. A drain pauses the worker at the engine first (no new assignments), keeps heartbeating
+//!    while running tasks finish and report their final events, then cancels what is left,
+//!    stops the heartbeat and the actions listener, and unsubscribes (CONTRACT.md §5).
 //! 5. Running attempts are keyed by (task run id, durable invocation, retry count): a repeated
 //!    assignment of an attempt that already runs is ignored; CANCEL_STEP_RUN cancels every
 //!    attempt of the task; a server eviction cancels the evicted invocation and older ones only
 //!    (a newer invocation of the same task may run on this worker at the same time).
 
 pub mod context;
+mod drain;
+pub mod heartbeat;
 pub mod logs;
 pub mod task;
 
@@ -30,17 +37,19 @@ use std::time::Duration;
 use futures::FutureExt as _;
 use parking_lot::Mutex;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::client::ClientCore;
+use crate::connection::Connection;
 use crate::error::{Error, Outcome};
-use crate::listener::actions::{ActionsArgs, Registration, WorkerIdentity};
+use crate::listener::Listeners;
+use crate::listener::actions::{self, ActionsKind, Registration, WorkerIdentity};
 use crate::listener::durable_task::DurableClient;
 use crate::listener::health::ListenerKind;
+use crate::listener::stream::Home;
 use crate::proto::{self, ActionType, StepActionEventType as E};
-use crate::retry::grpc::request_with_timeout;
-use crate::runtime::{Shared, supervisor};
 
 /// After this long without a successful heartbeat, the engine has reassigned our attempts.
 pub const STALE_AFTER: Duration = Duration::from_secs(30);
@@ -88,7 +97,83 @@ fn running_key(a: &proto::AssignedAction) -> RunningKey {
     )
 }
 
+/// The worker's state; lives outside the worker actor so an actor restart keeps it.
+pub struct WorkerCore {
+    conn: Connection,
+    client: Arc<ClientCore>,
+    listeners: Arc<Listeners>,
+    /// Asks the stream supervisor to spawn the actions listener (its home is in `listeners`).
+    spawn_actions: Box<dyn Fn() + Send + Sync>,
+    handlers: Mutex<HashMap<String, TaskDef>>,
+    pub(crate) identity: Arc<WorkerIdentity>,
+    running: Mutex<HashMap<RunningKey, CancellationToken>>,
+    /// Signalled whenever a running attempt ends (the drain waits on it).
+    attempt_ended: Notify,
+    tracker: TaskTracker,
+    /// Cancels running tasks and the dispatch loop (end of a drain, shutdown).
+    stop: CancellationToken,
+    /// Ends the heartbeat (after the drain, once every final event is reported).
+    heartbeat_stop: CancellationToken,
+    started: AtomicBool,
+    /// The engine is older than v0.80.0: durable waits use the legacy event path.
+    pub(crate) legacy_durable: AtomicBool,
+    /// Task log lines on their way to the engine (started on first use).
+    pub(crate) logs: std::sync::OnceLock<logs::LogQueue>,
+}
+
+impl std::fmt::Debug for WorkerCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerCore")
+            .field("running", &self.running.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl WorkerCore {
+    /// A worker that reaches the engine through `conn`, triggers children through `client`, and
+    /// its listeners through `listeners`; `spawn_actions` starts the actions listener.
+    pub(crate) fn new(
+        conn: Connection,
+        client: Arc<ClientCore>,
+        listeners: Arc<Listeners>,
+        identity: Arc<WorkerIdentity>,
+        spawn_actions: Box<dyn Fn() + Send + Sync>,
+    ) -> Self {
+        let stop = conn.lifecycle().child_token();
+        let heartbeat_stop = conn.lifecycle().child_token();
+        WorkerCore {
+            conn,
+            client,
+            listeners,
+            spawn_actions,
+            handlers: Mutex::default(),
+            identity,
+            running: Mutex::default(),
+            attempt_ended: Notify::new(),
+            tracker: TaskTracker::new(),
+            stop,
+            heartbeat_stop,
+            started: AtomicBool::new(false),
+            legacy_durable: AtomicBool::new(false),
+            logs: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The connection.
+    pub(crate) fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// The client (child runs).
+    pub(crate) fn client(&self) -> &Arc<ClientCore> {
+        &self.client
+    }
+
+    /// The listeners (durable streams).
+    pub(crate) fn listeners(&self) -> &Arc<Listeners> {
+        &self.listeners
+    }
+
     /// Cancels the running invocations of `task` that `which` selects.
     fn cancel_running(&self, task: &str, which: impl Fn(i32) -> bool) {
         for ((t, inv, _), token) in self.running.lock().iter() {
@@ -97,25 +182,16 @@ impl WorkerCore {
             }
         }
     }
-}
 
-/// The worker's state; lives in the runtime's shared state so an actor restart keeps it.
-#[derive(Default)]
-pub struct WorkerCore {
-    handlers: Mutex<HashMap<String, TaskDef>>,
-    pub(crate) identity: Arc<WorkerIdentity>,
-    running: Mutex<HashMap<RunningKey, CancellationToken>>,
-    tracker: TaskTracker,
-    stop: CancellationToken,
-    started: AtomicBool,
-    accepting: AtomicBool,
-}
+    /// Running attempts.
+    fn running(&self) -> usize {
+        self.running.lock().len()
+    }
 
-impl std::fmt::Debug for WorkerCore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WorkerCore")
-            .field("running", &self.running.lock().len())
-            .finish_non_exhaustive()
+    /// An attempt ended (finished, cancelled): forget it and wake a waiting drain.
+    fn ended(&self, key: &RunningKey) {
+        self.running.lock().remove(key);
+        self.attempt_ended.notify_waiters();
     }
 }
 
@@ -147,21 +223,14 @@ mod version_tests {
     }
 }
 
-/// The worker's id, once registered.
-pub(crate) fn worker_id(shared: &Shared) -> Option<String> {
-    shared.worker.identity.get()
-}
-
 /// Messages of the worker actor.
 pub enum WorkerMsg {
     /// Register a workflow.
     Register(Box<Workflow>, oneshot::Sender<Result<(), Error>>),
-    /// Start taking work.
-    Start(WorkerOptions, oneshot::Sender<Result<(), Error>>),
-    /// Stop taking work and wait up to the duration for running tasks.
+    /// Register the worker and start taking work; answers with the worker id.
+    Start(WorkerOptions, oneshot::Sender<Result<String, Error>>),
+    /// Drain: pause, wait up to the duration for running tasks, then stop.
     Drain(Duration, oneshot::Sender<()>),
-    /// Test hook.
-    CrashActions,
 }
 
 impl std::fmt::Debug for WorkerMsg {
@@ -170,59 +239,58 @@ impl std::fmt::Debug for WorkerMsg {
             WorkerMsg::Register(..) => "Register",
             WorkerMsg::Start(..) => "Start",
             WorkerMsg::Drain(..) => "Drain",
-            WorkerMsg::CrashActions => "CrashActions",
         })
     }
 }
 
-/// The worker actor.
+/// The worker actor: a mailbox in front of [`WorkerCore`]; network work runs in its own tasks,
+/// so the actor never waits on the engine.
 #[derive(Debug, Clone, Copy)]
 pub struct WorkerActor;
 
 impl Actor for WorkerActor {
     type Msg = WorkerMsg;
-    type State = Arc<Shared>;
-    type Arguments = Arc<Shared>;
+    type State = Arc<WorkerCore>;
+    type Arguments = Arc<WorkerCore>;
 
     async fn pre_start(
         &self,
         _: ActorRef<WorkerMsg>,
-        shared: Arc<Shared>,
-    ) -> Result<Arc<Shared>, ActorProcessingErr> {
-        Ok(shared)
+        core: Arc<WorkerCore>,
+    ) -> Result<Arc<WorkerCore>, ActorProcessingErr> {
+        Ok(core)
     }
 
     async fn handle(
         &self,
         _: ActorRef<WorkerMsg>,
         msg: WorkerMsg,
-        shared: &mut Arc<Shared>,
+        core: &mut Arc<WorkerCore>,
     ) -> Result<(), ActorProcessingErr> {
+        let core = core.clone();
         match msg {
             WorkerMsg::Register(wf, reply) => {
-                // PutWorkflow runs in its own task: the actor never waits on the network.
-                let shared = shared.clone();
                 tokio::spawn(async move {
-                    let _ = reply.send(register_workflow(&shared, *wf).await);
+                    let _ = reply.send(register_workflow(&core, *wf).await);
                 });
             }
             WorkerMsg::Start(opts, reply) => {
-                let _ = reply.send(start(shared, opts));
+                tokio::spawn(async move {
+                    let _ = reply.send(start(&core, opts).await);
+                });
             }
             WorkerMsg::Drain(d, reply) => {
-                let shared = shared.clone();
                 tokio::spawn(async move {
-                    drain(&shared, d).await;
+                    drain::drain(&core, d).await;
                     let _ = reply.send(());
                 });
             }
-            WorkerMsg::CrashActions => supervisor::crash_actions(shared),
         }
         Ok(())
     }
 }
 
-async fn register_workflow(shared: &Arc<Shared>, wf: Workflow) -> Result<(), Error> {
+async fn register_workflow(core: &WorkerCore, wf: Workflow) -> Result<(), Error> {
     const PATH: &str = "/v1.AdminService/PutWorkflow";
     if wf.tasks.is_empty() {
         return Err(Error::invalid(
@@ -230,51 +298,74 @@ async fn register_workflow(shared: &Arc<Shared>, wf: Workflow) -> Result<(), Err
             format!("workflow {} has no tasks", wf.name),
         ));
     }
-    let name = shared.config.namespaced(&wf.name);
+    let name = core.conn.config().namespaced(&wf.name);
     let req = wf.to_proto(&name);
-    let client = shared.ctx.admin();
-    shared
-        .unary(PATH, None, None, &client, &req, |mut c, r| async move {
-            c.put_workflow(r).await
-        })
+    let client = core.conn.admin();
+    core.conn
+        .unary(
+            PATH,
+            None,
+            None,
+            None,
+            &client,
+            &req,
+            |mut c, r| async move { c.put_workflow(r).await },
+        )
         .await?;
-    let mut h = shared.worker.handlers.lock();
+    let mut h = core.handlers.lock();
     for t in wf.tasks {
         h.insert(Workflow::action_id(&name, &t.name), t);
     }
     Ok(())
 }
 
-fn start(shared: &Arc<Shared>, opts: WorkerOptions) -> Result<(), Error> {
-    let core = &shared.worker;
+/// Whether the engine predates the DurableTask stream (v0.80.0): durable waits then take the
+/// legacy path.
+async fn engine_is_legacy(conn: &Connection) -> bool {
+    let client = conn.dispatcher();
+    let r = conn
+        .unary(
+            "/Dispatcher/GetVersion",
+            None,
+            None,
+            None,
+            &client,
+            &proto::GetVersionRequest {},
+            |mut c, r| async move { c.get_version(r).await },
+        )
+        .await;
+    match r {
+        Ok(v) => version_below(&v.version, (0, 80, 0)),
+        Err(e) => e
+            .status()
+            .is_some_and(|s| s.code() == tonic::Code::Unimplemented),
+    }
+}
+
+/// Registers the worker and starts taking work: the id once the engine accepted Register.
+async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Error> {
+    const OP: &str = "start worker";
     if core.started.swap(true, Ordering::SeqCst) {
-        return Err(Error::invalid(
-            "start worker",
-            "the worker is already started",
-        ));
+        return Err(Error::invalid(OP, "the worker is already started"));
     }
     let actions: Vec<String> = core.handlers.lock().keys().cloned().collect();
     if actions.is_empty() {
         core.started.store(false, Ordering::SeqCst);
         return Err(Error::invalid(
-            "start worker",
+            OP,
             "register at least one workflow before starting the worker",
         ));
     }
-    core.accepting.store(true, Ordering::SeqCst);
-    // An evicted invocation stops at once, like a cancelled one (nothing is reported: the engine
-    // resumes the task as a new invocation).
-    let evicting = Arc::downgrade(core);
-    shared
-        .durable
-        .set_evict_hook(Arc::new(move |task: &str, invocation: i32| {
-            if let Some(core) = evicting.upgrade() {
-                core.cancel_running(task, |inv| inv <= invocation);
-            }
-        }));
+    let legacy = engine_is_legacy(&core.conn).await;
+    if legacy {
+        tracing::info!(
+            "the engine predates the DurableTask stream (v0.80.0): durable waits use RegisterDurableEvent"
+        );
+    }
+    core.legacy_durable.store(legacy, Ordering::Relaxed);
     let slots = opts.slots.max(1);
     let durable_slots = opts.durable_slots.max(1);
-    let registration = Registration {
+    let registration = Arc::new(Registration {
         name: opts.name.clone(),
         actions,
         slot_config: [
@@ -283,33 +374,63 @@ fn start(shared: &Arc<Shared>, opts: WorkerOptions) -> Result<(), Error> {
         ]
         .into(),
         labels: opts.labels.clone(),
+    });
+    // Registered before this returns (CONTRACT.md §3: a synchronous path, bounded; permanent
+    // refusals such as a bad token fail at once).
+    let worker_id = match actions::register(&core.conn, &registration, &core.identity, None).await {
+        Ok(id) => id,
+        Err(e) => {
+            core.started.store(false, Ordering::SeqCst);
+            return Err(registration_error(e));
+        }
     };
+    // An evicted invocation stops at once, like a cancelled one (nothing is reported: the engine
+    // resumes the task as a new invocation).
+    let evicting = Arc::downgrade(core);
+    core.listeners
+        .durable
+        .kind
+        .registry
+        .set_evict_hook(Arc::new(move |task: &str, invocation: i32| {
+            if let Some(core) = evicting.upgrade() {
+                core.cancel_running(task, |inv| inv <= invocation);
+            }
+        }));
     // Bounded: a flood of assignments waits in the stream (backpressure), not in memory.
     let (tx, rx) = mpsc::channel(slots + durable_slots);
-    supervisor::start_worker_listeners(
-        shared,
-        ActionsArgs {
-            ctx: shared.ctx.clone(),
-            registration: Arc::new(registration),
-            sink: tx,
-            health: shared.health[&ListenerKind::WorkerActions].clone(),
-            identity: core.identity.clone(),
-            legacy: Arc::new(AtomicBool::new(false)),
-            reader: Arc::default(),
-        },
-    );
-    let shared = shared.clone();
+    let health = core.listeners.health[&ListenerKind::WorkerActions].clone();
+    let home = Arc::new(Home::new(
+        ActionsKind::new(registration, tx, core.identity.clone()),
+        Some(health),
+        core.conn.lifecycle(),
+        core.conn.rng("actions"),
+    ));
+    *core.listeners.actions.lock() = Some(home);
+    (core.spawn_actions)();
+    heartbeat::spawn(core.clone());
     let sem = Arc::new(Semaphore::new(slots + durable_slots));
-    core.tracker.spawn(dispatch(shared, rx, sem));
-    Ok(())
+    core.tracker.spawn(dispatch(core.clone(), rx, sem));
+    Ok(worker_id)
+}
+
+/// A registration failure, with what to do about it.
+fn registration_error(e: Error) -> Error {
+    match e.status().map(tonic::Status::code) {
+        Some(tonic::Code::Unauthenticated) => e.with_detail(
+            "the engine refused the API token (HATCHET_CLIENT_TOKEN): check that it is valid and belongs to this tenant",
+        ),
+        Some(tonic::Code::PermissionDenied) => e.with_detail(
+            "the API token (HATCHET_CLIENT_TOKEN) may not register workers on this tenant",
+        ),
+        _ => e,
+    }
 }
 
 async fn dispatch(
-    shared: Arc<Shared>,
+    core: Arc<WorkerCore>,
     mut rx: mpsc::Receiver<proto::AssignedAction>,
     sem: Arc<Semaphore>,
 ) {
-    let core = shared.worker.clone();
     loop {
         let action = tokio::select! {
             a = rx.recv() => match a { Some(a) => a, None => break },
@@ -317,9 +438,6 @@ async fn dispatch(
         };
         match ActionType::try_from(action.action_type) {
             Ok(ActionType::StartStepRun) => {
-                if !core.accepting.load(Ordering::SeqCst) {
-                    continue; // draining: the engine reassigns it once our heartbeats stop
-                }
                 let permit = tokio::select! {
                     p = sem.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
                     _ = core.stop.cancelled() => break,
@@ -336,9 +454,9 @@ async fn dispatch(
                     }
                     running.insert(key, token.clone());
                 }
-                let shared = shared.clone();
+                let core2 = core.clone();
                 core.tracker.spawn(async move {
-                    execute(&shared, action, token).await;
+                    execute(&core2, action, token).await;
                     drop(permit);
                 });
             }
@@ -353,23 +471,18 @@ async fn dispatch(
     }
 }
 
-async fn execute(shared: &Arc<Shared>, action: proto::AssignedAction, token: CancellationToken) {
+async fn execute(core: &Arc<WorkerCore>, action: proto::AssignedAction, token: CancellationToken) {
     let task_id = running_key(&action);
-    let handler = shared
-        .worker
-        .handlers
-        .lock()
-        .get(&action.action_id)
-        .cloned();
+    let handler = core.handlers.lock().get(&action.action_id).cloned();
     let durable = handler.as_ref().filter(|h| h.durable).map(|_| {
-        let s = shared.clone();
+        let home = core.listeners.durable.clone();
         DurableClient {
-            registry: shared.durable.clone(),
-            ensure: Arc::new(move || s.ensure_durable_stream()),
+            registry: home.kind.registry.clone(),
+            ensure: Arc::new(move || home.ensure()),
         }
     });
     send_event(
-        shared,
+        core,
         &action,
         E::StepEventTypeStarted,
         String::new(),
@@ -379,7 +492,7 @@ async fn execute(shared: &Arc<Shared>, action: proto::AssignedAction, token: Can
     .await;
     let result = match (
         handler,
-        Context::new(action.clone(), token.clone(), shared.clone(), durable),
+        Context::new(action.clone(), token.clone(), core.clone(), durable),
     ) {
         (None, _) => Err(TaskError::non_retryable(format!(
             "this worker has no handler for action {}",
@@ -396,7 +509,7 @@ async fn execute(shared: &Arc<Shared>, action: proto::AssignedAction, token: Can
                     // Cancelled while it finished (CANCEL_STEP_RUN, an eviction, shutdown): the
                     // engine no longer expects this attempt's result, so none is reported.
                     _ if token.is_cancelled() => {
-                        shared.worker.running.lock().remove(&task_id);
+                        core.ended(&task_id);
                         return;
                     }
                     Ok(r) => r,
@@ -404,7 +517,7 @@ async fn execute(shared: &Arc<Shared>, action: proto::AssignedAction, token: Can
                 },
                 _ = token.cancelled() => {
                     // Cancelled (CANCEL_STEP_RUN or shutdown): nothing is reported, as SDKs do.
-                    shared.worker.running.lock().remove(&task_id);
+                    core.ended(&task_id);
                     return;
                 }
             }
@@ -426,8 +539,8 @@ async fn execute(shared: &Arc<Shared>, action: proto::AssignedAction, token: Can
         }
         Err(e) => (E::StepEventTypeFailed, e.message, !e.retryable),
     };
-    send_event(shared, &action, kind, payload, no_retry, true).await;
-    shared.worker.running.lock().remove(&task_id);
+    send_event(core, &action, kind, payload, no_retry, true).await;
+    core.ended(&task_id);
 }
 
 fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
@@ -440,7 +553,7 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
 /// Sends a step event. With `until_delivered`, keeps trying through outages until it lands or the
 /// attempt is stale (invariant 3).
 async fn send_event(
-    shared: &Arc<Shared>,
+    core: &WorkerCore,
     a: &proto::AssignedAction,
     kind: E,
     payload: String,
@@ -450,7 +563,7 @@ async fn send_event(
     const PATH: &str = "/Dispatcher/SendStepActionEvent";
     let started = tokio::time::Instant::now();
     loop {
-        let worker_id = shared.worker.identity.get().unwrap_or_default();
+        let worker_id = core.identity.get().unwrap_or_default();
         let req = proto::StepActionEvent {
             worker_id,
             job_id: String::new(),
@@ -464,11 +577,18 @@ async fn send_event(
             retry_count: Some(a.retry_count),
             should_not_retry: no_retry.then_some(true),
         };
-        let client = shared.ctx.dispatcher();
-        let r = shared
-            .unary(PATH, None, None, &client, &req, |mut c, r| async move {
-                c.send_step_action_event(r).await
-            })
+        let client = core.conn.dispatcher();
+        let r = core
+            .conn
+            .unary(
+                PATH,
+                None,
+                None,
+                None,
+                &client,
+                &req,
+                |mut c, r| async move { c.send_step_action_event(r).await },
+            )
             .await
             .map(|_| ());
         let e = match r {
@@ -486,7 +606,7 @@ async fn send_event(
             }
             return;
         }
-        let last_ok = *shared.worker.identity.last_heartbeat_ok.lock();
+        let last_ok = *core.identity.last_heartbeat_ok.lock();
         let silent_for = last_ok
             .map(|t| t.elapsed())
             .unwrap_or_else(|| started.elapsed());
@@ -496,33 +616,7 @@ async fn send_event(
         }
         tokio::select! {
             _ = tokio::time::sleep(REDELIVER_PAUSE) => {}
-            _ = shared.ctx.lifecycle.cancelled() => return,
+            _ = core.conn.lifecycle().cancelled() => return,
         }
-    }
-}
-
-async fn drain(shared: &Arc<Shared>, timeout: Duration) {
-    let core = &shared.worker;
-    core.accepting.store(false, Ordering::SeqCst);
-    supervisor::stop_actions(shared);
-    // Wait for running tasks (the dispatcher loop itself is in the tracker too, so stop it).
-    let running = || core.running.lock().len();
-    let deadline = tokio::time::Instant::now() + timeout;
-    while running() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    core.stop.cancel();
-    core.tracker.close();
-    let _ = tokio::time::timeout(Duration::from_secs(5), core.tracker.wait()).await;
-    if let Some(id) = core.identity.get() {
-        let mut c = shared.ctx.dispatcher();
-        let _ = tokio::time::timeout(
-            Duration::from_secs(2),
-            c.unsubscribe(request_with_timeout(
-                proto::WorkerUnsubscribeRequest { worker_id: id },
-                Duration::from_secs(2),
-            )),
-        )
-        .await;
     }
 }

@@ -33,16 +33,16 @@ pub use client::DurableClient;
 pub use registry::{Ack, Completion, DurableRegistry, EntryKey};
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
 use super::actions::WorkerIdentity;
-use super::health::HealthReporter;
-use super::reconnect::{Next, StreamEnd};
-use super::{ListenerCtx, Phase, StreamSlot, pump};
+use super::reconnect::StreamEnd;
+use super::stream::{EndReport, Flow, Judged, StreamKind};
+use crate::connection::Connection;
+use crate::proto::v1;
 
 /// How long a completion that arrived before its waiter is kept.
 pub const EARLY_COMPLETION_TTL: Duration = Duration::from_secs(10);
@@ -62,178 +62,79 @@ const OPERATION: &str = "/v1.V1Dispatcher/DurableTask";
 /// Called with `(task, invocation)` when the engine evicts that invocation and every older one.
 pub type EvictHook = Arc<dyn Fn(&str, i32) + Send + Sync>;
 
-/// Messages of the durable-task listener.
-#[derive(Debug)]
-pub enum DurableMsg {
-    /// Someone needs the stream.
-    Ensure,
-    /// The stream of `generation` ended.
-    Ended {
-        /// Generation.
-        generation: u64,
-        /// How.
-        end: StreamEnd,
-        /// Progress.
-        progressed: bool,
-        /// Error text.
-        error: String,
-    },
-    /// Backoff elapsed.
-    Reconnect(u64),
-    /// Time to list the pending waits again (invariant 6).
-    StatusTick,
-    /// Test hook.
-    Crash,
-}
-
-/// Arguments, kept across restarts.
-#[derive(Clone)]
-pub struct DurableArgs {
-    /// Shared context.
-    pub ctx: ListenerCtx,
-    /// Registry.
+/// The durable-task listener's kind: its registry and the worker's identity.
+pub struct DurableTaskKind {
+    /// Requests, acks, waits and completions.
     pub registry: Arc<DurableRegistry>,
-    /// Health.
-    pub health: Arc<HealthReporter>,
-    /// The worker's id.
+    /// The worker's id (every stream starts by registering it).
     pub identity: Arc<WorkerIdentity>,
+    /// Set once the stream was first needed: from then on it is wanted while the worker runs.
+    armed: AtomicBool,
 }
 
-/// The actor's state.
-pub struct DurableState {
-    args: DurableArgs,
-    slot: StreamSlot,
+impl DurableTaskKind {
+    /// The kind for `registry`, registering as `identity`'s worker.
+    pub fn new(registry: Arc<DurableRegistry>, identity: Arc<WorkerIdentity>) -> Self {
+        DurableTaskKind {
+            registry,
+            identity,
+            armed: AtomicBool::new(false),
+        }
+    }
 }
 
-/// The durable-task listener actor.
-#[derive(Debug, Clone, Copy)]
-pub struct DurableListener;
+impl StreamKind for DurableTaskKind {
+    type Item = v1::DurableTaskResponse;
+    const NAME: &'static str = OPERATION;
+    const TICK: Option<Duration> = Some(STATUS_EVERY);
 
-impl DurableListener {
-    fn open(myself: &ActorRef<DurableMsg>, st: &mut DurableState) {
-        let Some(worker_id) = st.args.identity.get() else {
-            // Not registered yet: try again shortly.
-            st.slot.phase = Phase::BackingOff;
-            let generation = st.slot.generation;
-            super::later(
-                &st.args.ctx.lifecycle,
-                Duration::from_millis(200),
-                myself,
-                DurableMsg::Reconnect(generation),
-            );
-            return;
-        };
-        let generation = st.args.registry.next_generation();
-        st.slot.opening(generation);
-        let args = st.args.clone();
-        let me = myself.clone();
-        args.health.connecting();
-        tokio::spawn(async move {
-            let (tx, rx) = mpsc::unbounded_channel();
-            args.registry.publish(generation, tx, &worker_id);
-            let started = Instant::now();
-            let mut client = args.ctx.v1_dispatcher();
-            let opened = tokio::select! {
-                r = client.durable_task(tokio_stream::wrappers::UnboundedReceiverStream::new(rx)) => r,
-                _ = args.ctx.lifecycle.cancelled() => return,
-            };
-            let registry = args.registry.clone();
-            let Some(out) = pump(opened, &args.ctx.lifecycle, &args.health, started, |r| {
-                registry.on_response(r)
-            })
+    async fn open(
+        &self,
+        conn: &Connection,
+        generation: u64,
+    ) -> Result<tonic::Streaming<v1::DurableTaskResponse>, tonic::Status> {
+        self.armed.store(true, Ordering::Relaxed);
+        // Not registered (yet, or again after the worker row was lost): a transient end, so the
+        // stream comes back after its backoff once the worker has an id.
+        let worker_id = self.identity.get().ok_or_else(|| {
+            tonic::Status::unavailable("the worker is not registered with the engine yet")
+        })?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.registry.publish(generation, tx, &worker_id);
+        conn.v1_dispatcher()
+            .durable_task(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
             .await
-            else {
-                return;
-            };
-            args.registry.unpublish(generation);
-            args.registry.stream_ended(out.progressed, &out.error);
-            let _ = me.cast(DurableMsg::Ended {
-                generation,
-                end: out.end,
-                progressed: out.progressed,
-                error: out.error,
-            });
-        });
-    }
-}
-
-impl Actor for DurableListener {
-    type Msg = DurableMsg;
-    type State = DurableState;
-    type Arguments = DurableArgs;
-
-    async fn pre_start(
-        &self,
-        myself: ActorRef<DurableMsg>,
-        args: DurableArgs,
-    ) -> Result<DurableState, ActorProcessingErr> {
-        super::every(&args.ctx.lifecycle, STATUS_EVERY, &myself, || {
-            DurableMsg::StatusTick
-        });
-        let slot = StreamSlot::new(args.ctx.rng("durable_task"));
-        let mut st = DurableState { args, slot };
-        if st.args.registry.busy() {
-            Self::open(&myself, &mut st);
-        }
-        Ok(st)
+            .map(tonic::Response::into_inner)
     }
 
-    async fn handle(
-        &self,
-        myself: ActorRef<DurableMsg>,
-        msg: DurableMsg,
-        st: &mut DurableState,
-    ) -> Result<(), ActorProcessingErr> {
-        if st.args.ctx.lifecycle.is_cancelled() {
-            return Ok(());
+    async fn on_message(&self, item: v1::DurableTaskResponse) -> Flow {
+        self.registry.on_response(item);
+        Flow::Continue
+    }
+
+    async fn on_end(&self, _conn: &Connection, generation: u64, report: &EndReport) -> Judged {
+        self.registry.unpublish(generation);
+        self.registry.stream_ended(report.progressed, &report.error);
+        Judged::Decide(report.end)
+    }
+
+    fn wanted(&self) -> bool {
+        // Wanted while the worker runs (CONTRACT.md §3), once first needed.
+        self.armed.load(Ordering::Relaxed)
+    }
+
+    fn backoff(&self, conn: &Connection) -> crate::retry::Backoff {
+        conn.backoff().stream
+    }
+
+    fn on_stop(&self, why: &str, end: Option<StreamEnd>, permanent: bool) {
+        self.registry.stopped(why, end, permanent);
+    }
+
+    fn on_tick(&self) {
+        // Invariant 6: pending waits are listed to the engine every second.
+        if let Some(worker_id) = self.identity.get() {
+            self.registry.send_status(&worker_id);
         }
-        match msg {
-            DurableMsg::Ensure => {
-                if st.slot.phase.opens_on_demand() {
-                    Self::open(&myself, st);
-                }
-            }
-            DurableMsg::Ended {
-                generation,
-                end,
-                progressed,
-                error,
-            } => {
-                if !st.slot.ended(generation) {
-                    return Ok(());
-                }
-                // The durable stream is wanted while the worker runs (CONTRACT.md §3).
-                let backoff = st.args.ctx.backoff.stream;
-                match st.slot.decide(end, progressed, true, true, &backoff) {
-                    Next::Reconnect { delay, attempt } => {
-                        st.args.health.reconnecting(attempt, &error);
-                        super::later(
-                            &st.args.ctx.lifecycle,
-                            delay,
-                            &myself,
-                            DurableMsg::Reconnect(generation),
-                        );
-                    }
-                    Next::Idle => st.args.health.idle(),
-                    Next::Stop { reason } => {
-                        let why = format!("{reason}: {error}");
-                        st.args.registry.stopped(&why, end, &error);
-                        st.args.health.stopped(Some(why));
-                    }
-                }
-            }
-            DurableMsg::Reconnect(generation) => {
-                if st.slot.reconnect_due(generation) {
-                    Self::open(&myself, st);
-                }
-            }
-            DurableMsg::StatusTick => {
-                if let Some(worker_id) = st.args.identity.get() {
-                    st.args.registry.send_status(&worker_id);
-                }
-            }
-            DurableMsg::Crash => panic!("durable listener crash requested by a test"),
-        }
-        Ok(())
     }
 }

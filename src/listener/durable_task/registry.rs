@@ -78,6 +78,8 @@ pub(super) struct Inner {
     waits: HashMap<EntryKey, WaitTx>,
     early: HashMap<EntryKey, (Completion, Instant)>,
     closed: bool,
+    /// The listener was stopped for good: new work is refused with this reason.
+    refused: Option<String>,
 }
 
 /// The typed refusal of an `error` response.
@@ -100,6 +102,16 @@ fn refusal_of(r: &v1::DurableEventLogEntryRef, kind: i32, message: String) -> Du
     }
 }
 
+/// The error of work failed because the durable-task listener stopped for `why`.
+fn stop_error(why: &str, end: Option<StreamEnd>) -> Error {
+    crate::listener::with_end_status(
+        Error::new(Outcome::Rejected, OPERATION)
+            .with_detail(format!("the durable-task stream stopped: {why}")),
+        end,
+        why,
+    )
+}
+
 fn rejected(refusal: DurableError) -> Error {
     Error::new(Outcome::Rejected, OPERATION).with_cause(Cause::Durable(refusal))
 }
@@ -109,8 +121,6 @@ fn rejected(refusal: DurableError) -> Error {
 pub struct DurableRegistry {
     inner: Mutex<Inner>,
     next: AtomicU64,
-    /// Stream generations (see `RunRegistry`): never reused across listener restarts.
-    generations: AtomicU64,
     on_evict: Mutex<Option<EvictHook>>,
 }
 
@@ -207,10 +217,6 @@ impl DurableRegistry {
         }
     }
 
-    pub(super) fn next_generation(&self) -> u64 {
-        self.generations.fetch_add(1, Ordering::Relaxed) + 1
-    }
-
     /// Sends a request that expects an ack; returns the ack receiver and whether a stream must
     /// be armed.
     pub(super) fn send(&self, req: v1::DurableTaskRequest) -> Result<Sent, Error> {
@@ -221,6 +227,9 @@ impl DurableRegistry {
         let mut g = self.inner.lock();
         if g.closed {
             return Err(Error::closed("DurableTask"));
+        }
+        if let Some(why) = &g.refused {
+            return Err(stop_error(why, None));
         }
         g.acks.entry(key).or_default().push_back((id, Some(tx)));
         g.unacked.insert(
@@ -247,6 +256,10 @@ impl DurableRegistry {
         let mut g = self.inner.lock();
         if g.closed {
             let _ = tx.send(Err(Error::closed(OPERATION)));
+            return rx;
+        }
+        if let Some(why) = &g.refused {
+            let _ = tx.send(Err(stop_error(why, None)));
             return rx;
         }
         if let Some((c, at)) = g.early.remove(&key)
@@ -469,26 +482,17 @@ impl DurableRegistry {
         g.unacked.clear();
     }
 
-    /// Fails every pending request and wait with the listener's stop error (new requests re-arm
-    /// the listener).
-    pub(super) fn stopped(&self, why: &str, end: StreamEnd, message: &str) {
+    /// Fails every pending request and wait with the listener's stop error. New requests re-arm
+    /// the listener, unless it was stopped for good (`permanent`): then they are refused too.
+    pub(super) fn stopped(&self, why: &str, end: Option<StreamEnd>, permanent: bool) {
         let mut g = self.inner.lock();
-        let make = || {
-            crate::listener::with_end_status(
-                Error::new(Outcome::Rejected, OPERATION)
-                    .with_detail(format!("the durable-task stream stopped: {why}")),
-                end,
-                message,
-            )
-        };
+        if permanent {
+            g.refused = Some(why.to_string());
+        }
+        let make = || stop_error(why, end);
         g.fail_acks(|_| true, make);
         g.fail_waits(|_| true, make);
         g.unacked.clear();
-    }
-
-    pub(super) fn busy(&self) -> bool {
-        let g = self.inner.lock();
-        !g.acks.is_empty() || !g.waits.is_empty()
     }
 }
 
@@ -703,9 +707,9 @@ mod tests {
         let (_, ack, _) = r.send(wait_req("t", 1)).expect("send");
         let wait = r.wait(("t".into(), 1, 1, 1));
         r.stopped(
-            "permanent: status Unauthenticated",
-            StreamEnd::Code(tonic::Code::Unauthenticated),
-            "no token",
+            "permanent error: Unauthenticated: no token",
+            Some(StreamEnd::Code(tonic::Code::Unauthenticated)),
+            false,
         );
         for e in [
             ack.await.expect("answered").expect_err("failed"),

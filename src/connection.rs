@@ -1,0 +1,236 @@
+//! The connection layer: everything that reaches the engine, as one value handed down to the
+//! listeners, the worker and the client (never a hub they reach back up into).
+//!
+//! A [`Connection`] holds the configuration, the gRPC channel with its auth interceptor, the two
+//! retry cores (gRPC and REST, one budget per endpoint, one ledger), the HTTP client, the
+//! runtime's lifecycle token, the listeners' reconnect backoff and the jitter seed.
+//!
+//! # Invariants
+//!
+//! 1. Every unary gRPC call made through [`Connection::unary`] and every REST call made through
+//!    [`Connection::rest`] runs under a retry core (ledger, deadlines, budget), cancelled by the
+//!    runtime's lifecycle token unless the caller gives its own.
+//! 2. Cloning is cheap (an `Arc`); every clone shares the same channel, cores and token.
+//! 3. Nothing here imports the runtime, the worker, the client or the listeners: this module
+//!    only looks down (config, transport, retry, proto).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+use crate::config::ClientConfig;
+use crate::error::Error;
+use crate::proto::{self, v1};
+use crate::retry::class::ClassOverride;
+use crate::retry::grpc::{call_unary, request_with_timeout};
+use crate::retry::rest::RestResponse;
+use crate::retry::{Backoff, RetryCore};
+use crate::transport::AuthInterceptor;
+
+/// The authenticated channel type every client uses.
+pub type AuthChannel = InterceptedService<Channel, AuthInterceptor>;
+
+/// The two reconnect backoff profiles of the listeners, and the polling fallback's timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamBackoff {
+    /// Listeners in general (1 s base, 30 s cap).
+    pub stream: Backoff,
+    /// The workflow-runs listener while waiters are pending (1 s base, 5 s cap).
+    pub waiters: Backoff,
+    /// Without a result stream this long, waiters are also polled (30 s).
+    pub poll_after: Duration,
+    /// The polling interval then (2 s).
+    pub poll_every: Duration,
+}
+
+/// Without a result stream this long, waiters are polled (CONTRACT.md §4).
+pub const POLL_AFTER: Duration = Duration::from_secs(30);
+/// Poll interval of the fallback.
+pub const POLL_EVERY: Duration = Duration::from_secs(2);
+
+impl Default for StreamBackoff {
+    fn default() -> Self {
+        StreamBackoff {
+            stream: crate::retry::backoff::STREAM_BACKOFF,
+            waiters: crate::retry::backoff::WAITER_STREAM_BACKOFF,
+            poll_after: POLL_AFTER,
+            poll_every: POLL_EVERY,
+        }
+    }
+}
+
+/// What a [`Connection`] is built from.
+pub(crate) struct Parts {
+    pub config: ClientConfig,
+    pub channel: Channel,
+    pub auth: AuthInterceptor,
+    pub grpc: Arc<RetryCore>,
+    pub rest: Arc<RetryCore>,
+    pub http: reqwest::Client,
+    pub lifecycle: CancellationToken,
+    pub backoff: StreamBackoff,
+    pub seed: u64,
+}
+
+/// The connection to one engine. Cheap to clone.
+#[derive(Clone)]
+pub struct Connection {
+    inner: Arc<Parts>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    pub(crate) fn new(parts: Parts) -> Self {
+        Connection {
+            inner: Arc::new(parts),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// The runtime's lifecycle token: cancelled only by shutdown.
+    pub fn lifecycle(&self) -> &CancellationToken {
+        &self.inner.lifecycle
+    }
+
+    /// The gRPC retry core (policy, budget, ledger).
+    pub fn grpc_core(&self) -> &RetryCore {
+        &self.inner.grpc
+    }
+
+    /// The REST retry core.
+    pub fn rest_core(&self) -> &RetryCore {
+        &self.inner.rest
+    }
+
+    /// The HTTP client of the REST API.
+    pub fn http(&self) -> &reqwest::Client {
+        &self.inner.http
+    }
+
+    /// The listeners' reconnect backoff.
+    pub fn backoff(&self) -> StreamBackoff {
+        self.inner.backoff
+    }
+
+    /// A jitter generator for one consumer of randomness: the runtime seed mixed with `name`, so
+    /// a seeded runtime reconnects on a reproducible schedule.
+    pub fn rng(&self, name: &str) -> rand::rngs::StdRng {
+        use rand::SeedableRng as _;
+        let salt = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        rand::rngs::StdRng::seed_from_u64(self.inner.seed ^ salt)
+    }
+
+    fn authed(&self) -> AuthChannel {
+        InterceptedService::new(self.inner.channel.clone(), self.inner.auth.clone())
+    }
+
+    /// A `Dispatcher` client.
+    pub fn dispatcher(&self) -> proto::dispatcher_client::DispatcherClient<AuthChannel> {
+        proto::dispatcher_client::DispatcherClient::new(self.authed())
+    }
+
+    /// A `v1.AdminService` client.
+    pub fn admin(&self) -> v1::admin_service_client::AdminServiceClient<AuthChannel> {
+        v1::admin_service_client::AdminServiceClient::new(self.authed())
+    }
+
+    /// A `v1.V1Dispatcher` client.
+    pub fn v1_dispatcher(&self) -> v1::v1_dispatcher_client::V1DispatcherClient<AuthChannel> {
+        v1::v1_dispatcher_client::V1DispatcherClient::new(self.authed())
+    }
+
+    /// A `WorkflowService` client.
+    pub fn workflows(&self) -> proto::workflow_service_client::WorkflowServiceClient<AuthChannel> {
+        proto::workflow_service_client::WorkflowServiceClient::new(self.authed())
+    }
+
+    /// An `EventsService` client.
+    pub fn events(&self) -> proto::events_service_client::EventsServiceClient<AuthChannel> {
+        proto::events_service_client::EventsServiceClient::new(self.authed())
+    }
+
+    /// Runs one unary call under the gRPC retry core (invariant 1): `call` gets a clone of
+    /// `client` and of `req` (with the attempt's timeout) for every attempt. Cancelled by
+    /// `cancel`, or by the runtime's shutdown when `cancel` is `None`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future abandons the call between attempts or mid-attempt; whether a write
+    /// reached the engine is then unknown, as for any dropped request.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn unary<C, Req, Resp, F, Fut>(
+        &self,
+        path: &'static str,
+        over: Option<ClassOverride>,
+        timeout: Option<Duration>,
+        cancel: Option<CancellationToken>,
+        client: &C,
+        req: &Req,
+        call: F,
+    ) -> Result<Resp, Error>
+    where
+        C: Clone,
+        Req: Clone,
+        F: Fn(C, tonic::Request<Req>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let cancel = cancel.unwrap_or_else(|| self.inner.lifecycle.clone());
+        call_unary(self.grpc_core(), path, over, timeout, Some(cancel), |t| {
+            let fut = call(client.clone(), request_with_timeout(req.clone(), t));
+            async move { fut.await.map(tonic::Response::into_inner) }
+        })
+        .await
+    }
+
+    /// Sends one REST request under the REST retry core (invariant 1), with the token, to
+    /// `path` of the configured server URL.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Connection::unary`].
+    pub async fn rest(
+        &self,
+        method: reqwest::Method,
+        route: &'static str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<RestResponse, Error> {
+        let url = format!("{}{}", self.inner.config.server_url, path);
+        let auth = self.inner.config.token.bearer();
+        let http = self.inner.http.clone();
+        let m = method.clone();
+        crate::retry::rest::send(
+            self.rest_core(),
+            route,
+            method,
+            None,
+            Some(self.inner.lifecycle.clone()),
+            move |_| {
+                let mut r = http
+                    .request(m.clone(), &url)
+                    .header(reqwest::header::AUTHORIZATION, &auth);
+                if let Some(b) = &body {
+                    r = r.json(b);
+                }
+                r
+            },
+        )
+        .await
+    }
+}

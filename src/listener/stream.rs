@@ -1,0 +1,688 @@
+//! The one stream mechanism: a generic actor that owns a stream's generation, opens it, reads it,
+//! reports how it ended, and carries out the reconnect decision. Every stream consumer of the
+//! runtime is an instance: the four listeners (worker actions, workflow runs, durable events,
+//! durable task) and the caller-owned run-event subscriptions. What differs is a
+//! [`StreamKind`]: what to send when a stream opens, how to read a message, what an end means,
+//! whether the stream is still wanted, what to fail when it stops.
+//!
+//! # Shape
+//!
+//! ```text
+//! Home<K>  (kept by whoever spawns the actor: the stream supervisor, or a subscription)
+//!   kind (registry, sink ...), health, lifecycle token (a child of the runtime's),
+//!   reconnect rules (no-progress count, jitter), generation counter, current reader,
+//!   restart history, the current actor (so callers can Ensure/Reopen it)
+//! StreamActor<K>  (a ractor actor; restartable: all it keeps is its phase)
+//!   Ensure | Reopen | Ended{generation, report, judged} | Reconnect(generation) | Poll | Tick | Crash
+//! reader task (one per generation): open -> read -> judge the end -> report to the actor
+//! ```
+//!
+//! # Invariants
+//!
+//! 1. A generation number stamps every stream and comes from the home, so a restarted actor
+//!    never reuses one; an end, a reconnect or an unpublish from an older generation cannot act.
+//! 2. One reader at a time per listener: opening aborts the previous reader (also a crashed
+//!    predecessor's, kept in the home).
+//! 3. Only a closed stream opens on demand ([`Phase::opens_on_demand`]): needs that arrive while a
+//!    stream is open, opening or backing off ride it or the scheduled reconnect.
+//! 4. The reconnect decision is [`reconnect::decide`], applied to the home's rules; it reads
+//!    status codes and types, never error text. The rules outlive actor restarts.
+//! 5. Only the listener's lifecycle token ends it; after it is cancelled nothing is opened,
+//!    scheduled or delivered, and timers stop.
+//! 6. A stream that stops for good tells its kind ([`StreamKind::on_stop`]) so every waiter fails
+//!    at once with the reason, never hangs.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::health::{HealthReporter, ListenerState};
+use super::reconnect::{self, Next, ReconnectState, StreamEnd};
+use super::{Phase, later};
+use crate::connection::Connection;
+use crate::retry::Backoff;
+
+/// Whether to keep reading after a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Read on.
+    Continue,
+    /// The consumer is done (a run's final event; the worker is gone): end without reconnecting.
+    Finish,
+}
+
+/// How one stream generation ended.
+#[derive(Debug, Clone)]
+pub struct EndReport {
+    /// How it ended (or failed to open).
+    pub end: StreamEnd,
+    /// Messages read on it.
+    pub messages: u64,
+    /// Whether it made progress (a message, or open [`reconnect::HEALTHY_STREAM`]).
+    pub progressed: bool,
+    /// The error, for health and logs (never used for decisions).
+    pub error: String,
+    /// Whether the stream opened (an end that is a refusal to open has `opened == false`).
+    pub opened: bool,
+}
+
+/// What an end means to its kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judged {
+    /// Apply the reconnect rules to this end.
+    Decide(StreamEnd),
+    /// The consumer is done: stop without reconnecting.
+    Finish,
+    /// Stop for good with this reason (the kind knows the end is final).
+    Stop(String),
+}
+
+/// What differs between stream consumers.
+pub trait StreamKind: Send + Sync + Sized + 'static {
+    /// A message read from the stream.
+    type Item: Send + 'static;
+    /// Name in logs, and the salt of the jitter generator.
+    const NAME: &'static str;
+    /// Whether pending work is polled while the stream stays down ([`StreamKind::poll`]).
+    const POLLS: bool = false;
+    /// A periodic tick while the listener lives ([`StreamKind::on_tick`]).
+    const TICK: Option<Duration> = None;
+    /// Whether the stream's life ends when the reconnect rules stop it (a caller-owned
+    /// subscription ends; a listener stays, and a new need tries again).
+    const ENDS_ON_STOP: bool = false;
+
+    /// Opens the stream of `generation`: whatever must be sent when a stream opens (registration,
+    /// replay of pending subscriptions) happens here.
+    fn open(
+        &self,
+        conn: &Connection,
+        generation: u64,
+    ) -> impl Future<Output = Result<tonic::Streaming<Self::Item>, tonic::Status>> + Send;
+
+    /// Handles one message. It may wait (backpressure) but never on the actor.
+    fn on_message(&self, item: Self::Item) -> impl Future<Output = Flow> + Send;
+
+    /// The stream of `generation` ended: unpublish it and say what the end means.
+    fn on_end(
+        &self,
+        conn: &Connection,
+        generation: u64,
+        report: &EndReport,
+    ) -> impl Future<Output = Judged> + Send;
+
+    /// Whether anyone needs the stream now (waiters, a running worker).
+    fn wanted(&self) -> bool;
+
+    /// The reconnect backoff.
+    fn backoff(&self, conn: &Connection) -> Backoff;
+
+    /// The stream stopped for good (`permanent`: the listener itself is stopped and refuses new
+    /// work): fail everything waiting on it with `why`.
+    fn on_stop(&self, why: &str, end: Option<StreamEnd>, permanent: bool);
+
+    /// Periodic work ([`StreamKind::TICK`]).
+    fn on_tick(&self) {}
+
+    /// One polling pass over pending work while the stream is down ([`StreamKind::POLLS`]).
+    fn poll(&self, _conn: &Connection) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+}
+
+/// The reconnect rules of one stream: the no-progress count and the jitter generator.
+#[derive(Debug)]
+pub struct ReconnectRules {
+    state: ReconnectState,
+    rng: rand::rngs::StdRng,
+}
+
+impl ReconnectRules {
+    /// Fresh rules drawing jitter from `rng`.
+    pub fn new(rng: rand::rngs::StdRng) -> Self {
+        ReconnectRules {
+            state: ReconnectState::default(),
+            rng,
+        }
+    }
+
+    /// The decision for one end ([`reconnect::decide`]).
+    pub fn decide(
+        &mut self,
+        end: StreamEnd,
+        progressed: bool,
+        wanted: bool,
+        alive: bool,
+        backoff: &Backoff,
+    ) -> Next {
+        reconnect::decide(
+            &mut self.state,
+            end,
+            progressed,
+            wanted,
+            alive,
+            backoff,
+            &mut self.rng,
+        )
+    }
+}
+
+/// Restarts allowed within [`RESTART_WINDOW`] before a listener is stopped for good.
+pub const MAX_RESTARTS: usize = 10;
+/// The window of the restart intensity limit.
+pub const RESTART_WINDOW: Duration = Duration::from_secs(60);
+
+/// The restart intensity rule, as a pure function: records a restart at `now` and says whether it
+/// is allowed (at most `max` within `window`, counting this one).
+pub fn restart_allowed(
+    history: &mut VecDeque<Instant>,
+    now: Instant,
+    max: usize,
+    window: Duration,
+) -> bool {
+    while history
+        .front()
+        .is_some_and(|t| now.saturating_duration_since(*t) >= window)
+    {
+        history.pop_front();
+    }
+    history.push_back(now);
+    history.len() <= max
+}
+
+/// Messages of a stream actor.
+#[derive(Debug)]
+pub enum StreamMsg {
+    /// Someone needs the stream: open one if none is open, opening or scheduled.
+    Ensure,
+    /// Drop the current stream and open a new one now (a heartbeat refused, a re-registration);
+    /// ignored once the reconnect rules stopped the stream.
+    Reopen,
+    /// The stream of `generation` ended.
+    Ended {
+        /// Its generation.
+        generation: u64,
+        /// How.
+        report: EndReport,
+        /// What the kind made of it.
+        judged: Judged,
+    },
+    /// The backoff scheduled after `generation` elapsed.
+    Reconnect(u64),
+    /// Poll pending work (kinds that poll).
+    Poll,
+    /// Periodic tick (kinds with a tick).
+    Tick,
+    /// Test and chaos hook: panic inside the actor.
+    Crash,
+}
+
+/// What survives a stream actor's restart: kept by whoever spawns it.
+pub struct Home<K: StreamKind> {
+    /// The kind (its registry, sink, ...).
+    pub kind: Arc<K>,
+    /// Health, when the stream is one of the runtime's listeners.
+    pub health: Option<Arc<HealthReporter>>,
+    /// This stream's lifecycle: a child of the runtime's, so it can be stopped alone.
+    pub token: CancellationToken,
+    rules: Mutex<ReconnectRules>,
+    generations: AtomicU64,
+    reader: Mutex<Option<AbortHandle>>,
+    actor: Mutex<Option<ActorRef<StreamMsg>>>,
+    restarts: Mutex<VecDeque<Instant>>,
+    stopped: Mutex<Option<String>>,
+}
+
+impl<K: StreamKind> std::fmt::Debug for Home<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Home")
+            .field("stream", &K::NAME)
+            .field("generation", &self.generations.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: StreamKind> Home<K> {
+    /// A home for `kind`, living under `parent` (the runtime's lifecycle token).
+    pub fn new(
+        kind: K,
+        health: Option<Arc<HealthReporter>>,
+        parent: &CancellationToken,
+        rng: rand::rngs::StdRng,
+    ) -> Self {
+        Home {
+            kind: Arc::new(kind),
+            health,
+            token: parent.child_token(),
+            rules: Mutex::new(ReconnectRules::new(rng)),
+            generations: AtomicU64::new(0),
+            reader: Mutex::new(None),
+            actor: Mutex::new(None),
+            restarts: Mutex::new(VecDeque::new()),
+            stopped: Mutex::new(None),
+        }
+    }
+
+    /// Records the actor now serving this home.
+    pub fn set_actor(&self, actor: ActorRef<StreamMsg>) {
+        *self.actor.lock() = Some(actor);
+    }
+
+    /// The actor now serving this home.
+    pub fn actor(&self) -> Option<ActorRef<StreamMsg>> {
+        self.actor.lock().clone()
+    }
+
+    fn send(&self, msg: StreamMsg) {
+        if let Some(a) = self.actor.lock().as_ref() {
+            let _ = a.cast(msg);
+        }
+    }
+
+    /// Asks for the stream (opens it if closed).
+    pub fn ensure(&self) {
+        self.send(StreamMsg::Ensure);
+    }
+
+    /// Asks for a fresh stream now.
+    pub fn reopen(&self) {
+        self.send(StreamMsg::Reopen);
+    }
+
+    /// Makes the actor panic (its supervisor restarts it).
+    pub fn crash(&self) {
+        self.send(StreamMsg::Crash);
+    }
+
+    /// Records a restart of this listener's actor: whether the intensity limit allows it.
+    pub fn restart_allowed(&self) -> bool {
+        restart_allowed(
+            &mut self.restarts.lock(),
+            Instant::now(),
+            MAX_RESTARTS,
+            RESTART_WINDOW,
+        )
+    }
+
+    /// Why the listener stopped for good, if it did.
+    pub fn stopped_reason(&self) -> Option<String> {
+        self.stopped.lock().clone()
+    }
+
+    /// Stops the listener for good: its token is cancelled, its reader aborted, its actor
+    /// stopped, health says why, and every waiter fails with `why` (invariant 6).
+    pub fn stop_for_good(&self, why: &str) {
+        *self.stopped.lock() = Some(why.to_string());
+        self.token.cancel();
+        if let Some(r) = self.reader.lock().take() {
+            r.abort();
+        }
+        if let Some(a) = self.actor.lock().take() {
+            a.stop(None);
+        }
+        if let Some(h) = &self.health {
+            h.stopped(Some(why.to_string()));
+        }
+        self.kind.on_stop(why, None, true);
+    }
+
+    /// Stops the listener quietly (runtime shutdown, end of a drain): nothing is failed here.
+    pub fn stop(&self) {
+        self.token.cancel();
+        if let Some(r) = self.reader.lock().take() {
+            r.abort();
+        }
+        if let Some(a) = self.actor.lock().take() {
+            a.stop(None);
+        }
+    }
+
+    fn abort_reader(&self) {
+        if let Some(r) = self.reader.lock().take() {
+            r.abort();
+        }
+    }
+}
+
+/// The actor's arguments.
+pub struct StreamArgs<K: StreamKind> {
+    /// The connection.
+    pub conn: Connection,
+    /// The home.
+    pub home: Arc<Home<K>>,
+}
+
+/// The actor's state: where the stream is. Everything else lives in the home.
+pub struct StreamState<K: StreamKind> {
+    conn: Connection,
+    home: Arc<Home<K>>,
+    phase: Phase,
+    generation: u64,
+    down_since: Option<Instant>,
+    polling: bool,
+    /// The rules stopped the stream: a reopen request does not revive it (only a new need does).
+    stopped: bool,
+}
+
+/// The generic stream actor.
+pub struct StreamActor<K>(PhantomData<fn() -> K>);
+
+impl<K> Default for StreamActor<K> {
+    fn default() -> Self {
+        StreamActor(PhantomData)
+    }
+}
+
+impl<K: StreamKind> StreamActor<K> {
+    fn open(myself: &ActorRef<StreamMsg>, st: &mut StreamState<K>) {
+        let home = st.home.clone();
+        home.abort_reader(); // invariant 2
+        st.stopped = false;
+        let generation = home.generations.fetch_add(1, Ordering::Relaxed) + 1;
+        st.generation = generation;
+        st.phase = Phase::Open;
+        if let Some(h) = &home.health {
+            h.connecting();
+        }
+        let conn = st.conn.clone();
+        let me = myself.clone();
+        let task_home = home.clone();
+        let task = tokio::spawn(async move {
+            let home = task_home;
+            let token = home.token.clone();
+            let started = Instant::now();
+            let opened = tokio::select! {
+                r = home.kind.open(&conn, generation) => r,
+                _ = token.cancelled() => return,
+            };
+            let mut messages = 0u64;
+            let mut finished = false;
+            let opened_ok = opened.is_ok();
+            let result = match opened {
+                Err(s) => Err(s),
+                Ok(mut stream) => {
+                    if let Some(h) = &home.health {
+                        h.connected();
+                    }
+                    loop {
+                        let m = tokio::select! {
+                            m = stream.message() => m,
+                            _ = token.cancelled() => return,
+                        };
+                        match m {
+                            Ok(Some(item)) => {
+                                messages += 1;
+                                if home.kind.on_message(item).await == Flow::Finish {
+                                    finished = true;
+                                    break Ok(());
+                                }
+                            }
+                            Ok(None) => break Ok(()),
+                            Err(s) => break Err(s),
+                        }
+                    }
+                }
+            };
+            let report = EndReport {
+                end: match &result {
+                    Ok(()) => StreamEnd::Eof,
+                    Err(s) => StreamEnd::Code(s.code()),
+                },
+                messages,
+                progressed: messages > 0 || started.elapsed() >= reconnect::HEALTHY_STREAM,
+                error: match &result {
+                    Ok(()) => "stream ended (EOF)".to_string(),
+                    Err(s) => format!("{:?}: {}", s.code(), s.message()),
+                },
+                opened: opened_ok,
+            };
+            let judged = if finished {
+                Judged::Finish
+            } else {
+                home.kind.on_end(&conn, generation, &report).await
+            };
+            if !token.is_cancelled() {
+                let _ = me.cast(StreamMsg::Ended {
+                    generation,
+                    report,
+                    judged,
+                });
+            }
+        });
+        *home.reader.lock() = Some(task.abort_handle());
+    }
+
+    fn stop_for_now(st: &mut StreamState<K>, why: String, end: Option<StreamEnd>) {
+        st.stopped = true;
+        if let Some(h) = &st.home.health {
+            h.stopped(Some(why.clone()));
+        }
+        st.home.kind.on_stop(&why, end, false);
+        if K::ENDS_ON_STOP {
+            st.home.token.cancel();
+        }
+    }
+
+    fn ended(
+        myself: &ActorRef<StreamMsg>,
+        st: &mut StreamState<K>,
+        generation: u64,
+        report: EndReport,
+        judged: Judged,
+    ) {
+        if generation != st.generation || st.phase != Phase::Open {
+            return; // invariant 1
+        }
+        st.phase = Phase::Closed;
+        *st.home.reader.lock() = None;
+        let end = match judged {
+            Judged::Finish => {
+                // The consumer is done: this stream's life ends with it.
+                st.home.token.cancel();
+                myself.stop(None);
+                return;
+            }
+            Judged::Stop(why) => {
+                Self::stop_for_now(st, why, Some(report.end));
+                return;
+            }
+            Judged::Decide(end) => end,
+        };
+        let wanted = st.home.kind.wanted();
+        let alive = !st.home.token.is_cancelled();
+        let backoff = st.home.kind.backoff(&st.conn);
+        let next = st
+            .home
+            .rules
+            .lock()
+            .decide(end, report.progressed, wanted, alive, &backoff);
+        match next {
+            Next::Reconnect { delay, attempt } => {
+                if let Some(h) = &st.home.health {
+                    h.reconnecting(attempt, &report.error);
+                }
+                st.phase = Phase::BackingOff;
+                let since = *st.down_since.get_or_insert_with(Instant::now);
+                later(
+                    &st.home.token,
+                    delay,
+                    myself,
+                    StreamMsg::Reconnect(generation),
+                );
+                if K::POLLS && !st.polling {
+                    st.polling = true;
+                    let wait = st.conn.backoff().poll_after.saturating_sub(since.elapsed());
+                    later(&st.home.token, wait, myself, StreamMsg::Poll);
+                }
+            }
+            Next::Idle => {
+                st.down_since = None;
+                if let Some(h) = &st.home.health {
+                    h.idle();
+                }
+            }
+            Next::Stop { reason } => {
+                Self::stop_for_now(st, format!("{reason}: {}", report.error), Some(end));
+            }
+        }
+    }
+
+    fn poll(myself: &ActorRef<StreamMsg>, st: &mut StreamState<K>) {
+        let connected = st
+            .home
+            .health
+            .as_ref()
+            .is_some_and(|h| matches!(h.get(), ListenerState::Connected { .. }));
+        let down = st.down_since.is_some() && !connected;
+        if !down || !st.home.kind.wanted() {
+            st.polling = false;
+            st.down_since = None;
+            return;
+        }
+        // The next pass is scheduled when this one ends, so passes never pile up however slow
+        // the engine answers.
+        let (conn, home, me) = (st.conn.clone(), st.home.clone(), myself.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = home.kind.poll(&conn) => {}
+                _ = home.token.cancelled() => return,
+            }
+            later(&home.token, conn.backoff().poll_every, &me, StreamMsg::Poll);
+        });
+    }
+}
+
+impl<K: StreamKind> Actor for StreamActor<K> {
+    type Msg = StreamMsg;
+    type State = StreamState<K>;
+    type Arguments = StreamArgs<K>;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<StreamMsg>,
+        args: StreamArgs<K>,
+    ) -> Result<StreamState<K>, ActorProcessingErr> {
+        if let Some(every) = K::TICK {
+            super::every(&args.home.token, every, &myself, || StreamMsg::Tick);
+        }
+        let mut st = StreamState {
+            conn: args.conn,
+            home: args.home,
+            phase: Phase::Closed,
+            generation: 0,
+            down_since: None,
+            polling: false,
+            stopped: false,
+        };
+        // A restarted listener takes over at once when its stream is still needed.
+        if st.home.kind.wanted() && !st.home.token.is_cancelled() {
+            Self::open(&myself, &mut st);
+        }
+        Ok(st)
+    }
+
+    async fn post_stop(
+        &self,
+        _: ActorRef<StreamMsg>,
+        st: &mut StreamState<K>,
+    ) -> Result<(), ActorProcessingErr> {
+        if st.home.token.is_cancelled() {
+            st.home.abort_reader();
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<StreamMsg>,
+        msg: StreamMsg,
+        st: &mut StreamState<K>,
+    ) -> Result<(), ActorProcessingErr> {
+        if st.home.token.is_cancelled() {
+            st.home.abort_reader(); // invariant 5
+            return Ok(());
+        }
+        match msg {
+            StreamMsg::Ensure => {
+                if st.phase.opens_on_demand() {
+                    Self::open(&myself, st);
+                }
+            }
+            // A stream the rules stopped (a refused token, say) stays stopped: a reopen is for a
+            // stream that looks broken, not for one the engine refused.
+            StreamMsg::Reopen if !st.stopped => Self::open(&myself, st),
+            StreamMsg::Reopen => {}
+            StreamMsg::Ended {
+                generation,
+                report,
+                judged,
+            } => Self::ended(&myself, st, generation, report, judged),
+            StreamMsg::Reconnect(generation) => {
+                if generation == st.generation && st.phase == Phase::BackingOff {
+                    st.phase = Phase::Closed;
+                    if st.home.kind.wanted() {
+                        Self::open(&myself, st);
+                    } else if let Some(h) = &st.home.health {
+                        h.idle();
+                    }
+                }
+            }
+            StreamMsg::Poll => Self::poll(&myself, st),
+            StreamMsg::Tick => st.home.kind.on_tick(),
+            StreamMsg::Crash => panic!("{} stream actor crash requested by a test", K::NAME),
+        }
+        Ok(())
+    }
+}
+
+/// Spawns a stream actor for `home`, linked to `supervisor` when given, and records it in the
+/// home.
+///
+/// # Cancel safety
+///
+/// Not cancel safe: dropping it mid-way may leave an actor that is not recorded in the home.
+pub async fn spawn<K: StreamKind>(
+    conn: Connection,
+    home: Arc<Home<K>>,
+    supervisor: Option<ractor::ActorCell>,
+) -> Result<ActorRef<StreamMsg>, ractor::SpawnErr> {
+    let args = StreamArgs {
+        conn,
+        home: home.clone(),
+    };
+    let (actor, _) = match supervisor {
+        Some(s) => Actor::spawn_linked(None, StreamActor::<K>::default(), args, s).await?,
+        None => Actor::spawn(None, StreamActor::<K>::default(), args).await?,
+    };
+    home.set_actor(actor.clone());
+    Ok(actor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_restart_intensity_limit_counts_restarts_inside_the_window_only() {
+        let mut h = VecDeque::new();
+        let t0 = Instant::now();
+        let w = Duration::from_secs(60);
+        for i in 0..10 {
+            assert!(restart_allowed(&mut h, t0 + Duration::from_secs(i), 10, w));
+        }
+        assert!(
+            !restart_allowed(&mut h, t0 + Duration::from_secs(10), 10, w),
+            "the 11th restart within 60 s is refused"
+        );
+        // 61 s after the first restarts, the window holds fewer than ten again.
+        assert!(restart_allowed(&mut h, t0 + Duration::from_secs(62), 10, w));
+    }
+}

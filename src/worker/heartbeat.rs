@@ -1,0 +1,144 @@
+//! The worker's heartbeat: owned by the worker, not by the actions stream, so it runs from
+//! registration to the end of a drain (CONTRACT.md §3 "Heartbeat", §5 "Drain").
+//!
+//! # Invariants
+//!
+//! 1. One heartbeat every [`HEARTBEAT_EVERY`], each with its own [`HEARTBEAT_DEADLINE`], one at a
+//!    time (a slow engine never piles them up), outside the unary retry layer: the next tick is
+//!    the retry. Each is counted in the ledger as one attempt of one operation.
+//! 2. It stops only when the worker's heartbeat token is cancelled (the end of a drain, after the
+//!    last final event) or the runtime shuts down; the actions stream's state never stops it.
+//! 3. FAILED_PRECONDITION or NOT_FOUND reopens the actions stream; NOT_FOUND, or a refusal that
+//!    continues after a reopen, makes the worker register again (a new worker id).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{Instant, MissedTickBehavior};
+use tonic::Code;
+
+use super::WorkerCore;
+use crate::proto;
+use crate::retry::grpc::request_with_timeout;
+
+/// Heartbeat interval (the engine assigns only to workers heard from in the last 5 s).
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(4);
+/// Heartbeat deadline.
+pub const HEARTBEAT_DEADLINE: Duration = Duration::from_secs(3);
+
+const PATH: &str = "/Dispatcher/Heartbeat";
+
+/// What the worker does after a heartbeat refused with `code`, `refusals` in a row (pure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterRefusal {
+    /// Nothing (a transient failure: the next tick retries).
+    Wait,
+    /// Reopen the actions stream.
+    Reopen,
+    /// Register again (the worker row is gone), then listen.
+    Reregister,
+}
+
+/// The rule of invariant 3.
+pub fn after_refusal(code: Code, refusals: u32) -> AfterRefusal {
+    match code {
+        Code::NotFound => AfterRefusal::Reregister,
+        Code::FailedPrecondition if refusals > 1 => AfterRefusal::Reregister,
+        Code::FailedPrecondition => AfterRefusal::Reopen,
+        _ => AfterRefusal::Wait,
+    }
+}
+
+/// Starts the heartbeat of `core`'s registered worker.
+pub(crate) fn spawn(core: Arc<WorkerCore>) {
+    let stop = core.heartbeat_stop.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut refusals = 0u32;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            let code = tokio::select! {
+                r = beat(&core) => match r {
+                    Ok(()) => {
+                        refusals = 0;
+                        continue;
+                    }
+                    Err(code) => code,
+                },
+                _ = stop.cancelled() => break,
+            };
+            if matches!(code, Code::FailedPrecondition | Code::NotFound) {
+                refusals += 1;
+            }
+            let Some(actions) = core.listeners.actions() else {
+                continue;
+            };
+            match after_refusal(code, refusals) {
+                AfterRefusal::Wait => {}
+                AfterRefusal::Reopen => {
+                    tracing::warn!(?code, "heartbeat refused; reopening the action stream");
+                    actions.reopen();
+                }
+                AfterRefusal::Reregister => {
+                    tracing::warn!(?code, "heartbeats keep being refused; registering again");
+                    refusals = 0;
+                    core.identity.clear();
+                    actions.reopen();
+                }
+            }
+        }
+    });
+}
+
+/// One heartbeat; the refusal's code when it failed.
+async fn beat(core: &WorkerCore) -> Result<(), Code> {
+    let Some(worker_id) = core.identity.get() else {
+        return Ok(()); // registering again: nothing to beat for yet
+    };
+    let mut client = core.conn.dispatcher();
+    let req = proto::HeartbeatRequest {
+        worker_id,
+        heartbeat_at: Some(crate::proto::timestamp_now()),
+    };
+    let ledger = core.conn.grpc_core().ledger();
+    ledger.operation(PATH);
+    ledger.attempt(PATH, false);
+    match client
+        .heartbeat(request_with_timeout(req, HEARTBEAT_DEADLINE))
+        .await
+    {
+        Ok(_) => {
+            *core.identity.last_heartbeat_ok.lock() = Some(Instant::now());
+            ledger.finished(PATH, "ok");
+            Ok(())
+        }
+        Err(s) => {
+            ledger.failure(PATH, &format!("{:?}", s.code()));
+            ledger.finished(PATH, "failed");
+            Err(s.code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_reopen_first_and_register_again_when_they_continue() {
+        assert_eq!(
+            after_refusal(Code::FailedPrecondition, 1),
+            AfterRefusal::Reopen
+        );
+        assert_eq!(
+            after_refusal(Code::FailedPrecondition, 2),
+            AfterRefusal::Reregister
+        );
+        assert_eq!(after_refusal(Code::NotFound, 1), AfterRefusal::Reregister);
+        assert_eq!(after_refusal(Code::Unavailable, 5), AfterRefusal::Wait);
+    }
+}
