@@ -72,6 +72,7 @@ pub(crate) struct Parts {
     pub http: reqwest::Client,
     pub lifecycle: CancellationToken,
     pub backoff: StreamBackoff,
+    pub heartbeat_every: Duration,
     pub seed: u64,
 }
 
@@ -124,6 +125,11 @@ impl Connection {
     /// The listeners' reconnect backoff.
     pub fn backoff(&self) -> StreamBackoff {
         self.inner.backoff
+    }
+
+    /// The worker's heartbeat interval.
+    pub fn heartbeat_every(&self) -> Duration {
+        self.inner.heartbeat_every
     }
 
     /// A jitter generator for one consumer of randomness: the runtime seed mixed with `name`, so

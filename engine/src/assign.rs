@@ -95,6 +95,7 @@ impl State {
                 continue;
             };
             *w.slots_used.entry(slot.clone()).or_default() += 1;
+            w.assignments += 1;
             self.take_rate_limits(&tid, now);
             let run_id = {
                 let t = self.tasks.get_mut(&tid).expect("task exists");

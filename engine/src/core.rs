@@ -402,6 +402,8 @@ impl Engine {
             paused: false,
             created_at: SystemTime::now(),
             last_listener_established: None,
+            assignments: 0,
+            heartbeats: 0,
         };
         self.state.lock().workers.insert(id.clone(), worker);
         Ok(proto::WorkerRegisterResponse {
@@ -491,6 +493,7 @@ impl Engine {
         }
         w.last_heartbeat = Instant::now();
         w.last_heartbeat_at = SystemTime::now();
+        w.heartbeats += 1;
         drop(st);
         self.wake.notify_one();
         Ok(())

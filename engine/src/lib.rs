@@ -73,6 +73,20 @@ pub struct DevEngineOptions {
     pub reassign_after: Option<Duration>,
 }
 
+/// One worker as the engine sees it ([`DevEngine::worker`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerView {
+    /// Paused (REST `PATCH /api/v1/workers/{id}`): assigned nothing new.
+    pub paused: bool,
+    /// Tasks assigned to it, ever.
+    pub assignments: u64,
+    /// Heartbeats accepted from it, ever.
+    pub heartbeats: u64,
+    /// It has an open listener session.
+    pub listening: bool,
+}
+
 /// TLS material of the development engine (PEM).
 #[derive(Clone, Default)]
 pub struct EngineTls {
@@ -510,6 +524,18 @@ impl DevEngine {
     /// control). Returns how many tasks it completed.
     pub fn complete_queued(&self, workflow: &str) -> usize {
         self.engine.state.lock().complete_all_queued(workflow)
+    }
+
+    /// What the engine knows of worker `id`: whether it is paused, and how many tasks it was
+    /// assigned and heartbeats it sent, ever (`None` for an unknown worker).
+    pub fn worker(&self, id: &str) -> Option<WorkerView> {
+        let st = self.engine.state.lock();
+        st.workers.get(id).map(|w| WorkerView {
+            paused: w.paused,
+            assignments: w.assignments,
+            heartbeats: w.heartbeats,
+            listening: !w.sessions.is_empty(),
+        })
     }
 
     /// How many workflow runs the engine holds.

@@ -191,6 +191,10 @@ pub struct Worker {
     pub paused: bool,
     pub created_at: SystemTime,
     pub last_listener_established: Option<SystemTime>,
+    /// Tasks assigned to it, ever (engine-side evidence for tests).
+    pub assignments: u64,
+    /// Heartbeats accepted from it, ever.
+    pub heartbeats: u64,
 }
 
 /// A pushed event.

@@ -238,6 +238,7 @@ pub struct Home<K: StreamKind> {
     reader: Mutex<Option<AbortHandle>>,
     actor: Mutex<Option<ActorRef<StreamMsg>>>,
     restarts: Mutex<VecDeque<Instant>>,
+    restarts_total: AtomicU64,
     stopped: Mutex<Option<String>>,
 }
 
@@ -267,6 +268,7 @@ impl<K: StreamKind> Home<K> {
             reader: Mutex::new(None),
             actor: Mutex::new(None),
             restarts: Mutex::new(VecDeque::new()),
+            restarts_total: AtomicU64::new(0),
             stopped: Mutex::new(None),
         }
     }
@@ -304,12 +306,18 @@ impl<K: StreamKind> Home<K> {
 
     /// Records a restart of this listener's actor: whether the intensity limit allows it.
     pub fn restart_allowed(&self) -> bool {
+        self.restarts_total.fetch_add(1, Ordering::Relaxed);
         restart_allowed(
             &mut self.restarts.lock(),
             Instant::now(),
             MAX_RESTARTS,
             RESTART_WINDOW,
         )
+    }
+
+    /// Restarts (after a crash) so far.
+    pub fn restarts(&self) -> u64 {
+        self.restarts_total.load(Ordering::Relaxed)
     }
 
     /// Why the listener stopped for good, if it did.

@@ -84,6 +84,9 @@ pub struct RuntimeOptions {
     pub seed: Option<u64>,
     /// Listener reconnect backoff (tests scale it down).
     pub stream_backoff: crate::listener::StreamBackoff,
+    /// Heartbeat interval ([`crate::worker::heartbeat::HEARTBEAT_EVERY`] when `None`; tests
+    /// shorten it together with the engine's reassignment window).
+    pub heartbeat_every: Option<Duration>,
 }
 
 impl RuntimeOptions {
@@ -100,6 +103,11 @@ impl RuntimeOptions {
     /// Sets the listeners' reconnect backoff.
     pub fn stream_backoff(mut self, b: crate::listener::StreamBackoff) -> Self {
         self.stream_backoff = b;
+        self
+    }
+    /// Sets the heartbeat interval.
+    pub fn heartbeat_every(mut self, every: Duration) -> Self {
+        self.heartbeat_every = Some(every);
         self
     }
 }
@@ -150,6 +158,9 @@ impl Runtime {
             http,
             lifecycle: CancellationToken::new(),
             backoff: opts.stream_backoff,
+            heartbeat_every: opts
+                .heartbeat_every
+                .unwrap_or(crate::worker::heartbeat::HEARTBEAT_EVERY),
             seed: seed.wrapping_add(2),
         });
         let health: BTreeMap<ListenerKind, Arc<HealthReporter>> = [
@@ -552,6 +563,22 @@ impl RuntimeHandle {
     /// The worker's current id, once registered.
     pub fn worker_id(&self) -> Option<String> {
         self.inner.tree.worker.identity.get()
+    }
+
+    /// Restarts of each listener's actor so far (after a crash), as the stream supervisor
+    /// counted them.
+    pub fn listener_restarts(&self) -> BTreeMap<ListenerKind, u64> {
+        let l = &self.inner.listeners;
+        let mut out = BTreeMap::from([
+            (ListenerKind::WorkflowRuns, l.runs.restarts()),
+            (ListenerKind::DurableEvents, l.events.restarts()),
+            (ListenerKind::DurableTask, l.durable.restarts()),
+            (ListenerKind::WorkerActions, 0),
+        ]);
+        if let Some(a) = l.actions() {
+            out.insert(ListenerKind::WorkerActions, a.restarts());
+        }
+        out
     }
 
     /// Test and chaos hook: makes the named listener's actor panic; the stream supervisor

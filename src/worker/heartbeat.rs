@@ -3,7 +3,7 @@
 //!
 //! # Invariants
 //!
-//! 1. One heartbeat every [`HEARTBEAT_EVERY`], each with its own [`HEARTBEAT_DEADLINE`], one at a
+//! 1. One heartbeat every [`HEARTBEAT_EVERY`] (unless the runtime's options say otherwise), each with its own [`HEARTBEAT_DEADLINE`], one at a
 //!    time (a slow engine never piles them up), outside the unary retry layer: the next tick is
 //!    the retry. Each is counted in the ledger as one attempt of one operation.
 //! 2. It stops only when the worker's heartbeat token is cancelled (the end of a drain, after the
@@ -53,7 +53,7 @@ pub fn after_refusal(code: Code, refusals: u32) -> AfterRefusal {
 pub(crate) fn spawn(core: Arc<WorkerCore>) {
     let stop = core.heartbeat_stop.clone();
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
+        let mut tick = tokio::time::interval(core.conn.heartbeat_every());
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut refusals = 0u32;
         loop {

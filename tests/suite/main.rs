@@ -16,5 +16,6 @@ mod retry_layer;
 mod run_events;
 mod runtime_e2e;
 mod soak;
+mod supervision;
 mod tls;
 mod wire;

@@ -1,0 +1,358 @@
+//! The supervision tree as designed: a crashed stream supervisor brings back every listener, a
+//! listener crashing past the restart intensity limit is stopped with a clear error, a crash hits
+//! the listener it names, `start_worker` means registered, and a drain keeps the worker alive in
+//! the engine's eyes until its last task has reported.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
+use hatchet_runtime::listener::health::{ListenerKind, ListenerState};
+use hatchet_runtime::listener::stream::MAX_RESTARTS;
+use hatchet_runtime::{
+    Context, Outcome, Runtime, RuntimeHandle, RuntimeOptions, TaskError, TaskOptions,
+    WorkerOptions, Workflow,
+};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+use tonic::Code;
+
+use crate::listeners::{fast, until};
+
+const ALL: [ListenerKind; 4] = [
+    ListenerKind::WorkerActions,
+    ListenerKind::WorkflowRuns,
+    ListenerKind::DurableEvents,
+    ListenerKind::DurableTask,
+];
+
+async fn engine(opts: DevEngineOptions) -> DevEngine {
+    DevEngine::start(opts).await.expect("engine")
+}
+
+async fn runtime(e: &DevEngine, opts: RuntimeOptions) -> RuntimeHandle {
+    Runtime::spawn_with(e.client_config(), opts)
+        .await
+        .expect("runtime")
+}
+
+/// `echo` (returns its input) and `nap` (a durable task that sleeps 10 ms).
+async fn register_echo_and_nap(rt: &RuntimeHandle) {
+    rt.register(
+        Workflow::new("echo").task(
+            "t",
+            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+        ),
+    )
+    .await
+    .expect("register echo");
+    rt.register(Workflow::new("nap").durable_task(
+        "d",
+        TaskOptions::default(),
+        |_i: Value, c: Context| async move {
+            c.sleep_for("10ms").await?;
+            Ok::<_, TaskError>(json!({"napped": true}))
+        },
+    ))
+    .await
+    .expect("register nap");
+}
+
+/// Waits (up to 10 s) until `listener`'s restarts reach `n`.
+async fn restarts_reach(rt: &RuntimeHandle, listener: ListenerKind, n: u64) -> bool {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while rt.listener_restarts()[&listener] < n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// Crashes `listener` until its restart count reaches `n` (a crash sent while the previous
+/// restart is still spawning its actor may find no actor: it is sent again).
+async fn crash_until(rt: &RuntimeHandle, listener: ListenerKind, n: u64) {
+    for _ in 0..100 {
+        if rt.listener_restarts()[&listener] >= n {
+            return;
+        }
+        rt.crash_listener(listener);
+        let _ = tokio::time::timeout(Duration::from_millis(200), async {
+            while rt.listener_restarts()[&listener] < n {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+        .await;
+    }
+    panic!("{listener:?} did not reach {n} restarts");
+}
+
+#[tokio::test]
+async fn crash_listener_hits_the_listener_it_names() {
+    let e = engine(DevEngineOptions::default()).await;
+    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    register_echo_and_nap(&rt).await;
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    for (i, kind) in ALL.into_iter().enumerate() {
+        rt.crash_listener(kind);
+        assert!(restarts_reach(&rt, kind, 1).await, "{kind:?} restarted");
+        let restarts = rt.listener_restarts();
+        for other in ALL {
+            let expected = u64::from(ALL[..=i].contains(&other));
+            assert_eq!(
+                restarts[&other], expected,
+                "after crashing {kind:?}: {other:?} restarted {} times",
+                restarts[&other]
+            );
+        }
+    }
+    // Every listener still works after its restart.
+    let out: Value = rt.run("echo", &json!({"x": 1})).await.expect("echo");
+    assert_eq!(out, json!({"x": 1}));
+    let out: Value = rt.run("nap", &json!({})).await.expect("nap");
+    assert_eq!(out, json!({"napped": true}));
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_crashed_stream_supervisor_brings_back_every_listener_the_worker_s_included() {
+    let e = engine(DevEngineOptions::default()).await;
+    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    register_echo_and_nap(&rt).await;
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let out: Value = rt.run("nap", &json!({})).await.expect("nap before");
+    assert_eq!(out, json!({"napped": true}));
+    let listens = e.faults().attempts("/Dispatcher/ListenV2");
+    let durable = e.faults().attempts("/v1.V1Dispatcher/DurableTask");
+
+    rt.crash_stream_supervisor();
+    // The new supervisor spawns the actions listener again, which opens a new ListenV2 (the old
+    // actor died with its supervisor: before the fix the worker went deaf here).
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while e.faults().attempts("/Dispatcher/ListenV2") == listens
+            || e.faults().attempts("/v1.V1Dispatcher/DurableTask") == durable
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the actions and durable-task listeners reopen their streams");
+
+    // A run triggered afterwards is executed and its result delivered; so is a durable one.
+    let out: Value = rt.run("echo", &json!({"after": true})).await.expect("echo");
+    assert_eq!(out, json!({"after": true}));
+    let out: Value = rt.run("nap", &json!({})).await.expect("nap after");
+    assert_eq!(out, json!({"napped": true}));
+    // All four have a live actor under the new supervisor: each one it is asked to crash
+    // is restarted by it.
+    for kind in ALL {
+        let before = rt.listener_restarts()[&kind];
+        rt.crash_listener(kind);
+        assert!(
+            restarts_reach(&rt, kind, before + 1).await,
+            "{kind:?} is supervised again"
+        );
+    }
+    let out: Value = rt.run("echo", &json!({"last": 1})).await.expect("echo");
+    assert_eq!(out, json!({"last": 1}));
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_listener_crashing_past_the_intensity_limit_is_stopped_and_its_waiters_say_why() {
+    let e = engine(DevEngineOptions::default()).await;
+    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    register_echo_and_nap(&rt).await;
+    // No worker: the run stays queued, so its waiter waits.
+    let run = rt.run_no_wait("echo", &json!({})).await.expect("trigger");
+    let waiting = {
+        let run = run.clone();
+        tokio::spawn(async move { run.result::<Value>().await })
+    };
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while rt.pending_runs() == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("the waiter is registered");
+
+    crash_until(&rt, ListenerKind::WorkflowRuns, MAX_RESTARTS as u64).await;
+    assert!(
+        !waiting.is_finished(),
+        "ten restarts keep the waiter (the registry survives)"
+    );
+    crash_until(&rt, ListenerKind::WorkflowRuns, MAX_RESTARTS as u64 + 1).await;
+    until(&rt, ListenerKind::WorkflowRuns, |s| {
+        matches!(s, ListenerState::Stopped { error: Some(_) })
+    })
+    .await;
+    let ListenerState::Stopped { error: Some(why) } =
+        rt.health()[&ListenerKind::WorkflowRuns].borrow().clone()
+    else {
+        panic!("stopped with a reason");
+    };
+    assert!(why.contains("failed more than 10 times"), "{why}");
+
+    let err = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter fails at once")
+        .expect("joined")
+        .expect_err("the listener is gone");
+    assert_eq!(err.run_id(), Some(run.run_id()), "the run id is kept");
+    assert!(
+        err.to_string().contains("failed more than 10 times"),
+        "{err}"
+    );
+    // A new waiter is refused at once with the same reason, never left hanging.
+    let err = tokio::time::timeout(Duration::from_secs(1), run.result::<Value>())
+        .await
+        .expect("refused at once")
+        .expect_err("refused");
+    assert!(
+        err.to_string().contains("failed more than 10 times"),
+        "{err}"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn start_worker_resolves_with_the_registered_id_and_a_refused_token_fails_at_once() {
+    let e = engine(DevEngineOptions::default()).await;
+    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    register_echo_and_nap(&rt).await;
+    e.faults().inject(
+        "/Dispatcher/Register",
+        1,
+        Fault::Fail {
+            code: Code::Unauthenticated as i32,
+            message: "invalid token".into(),
+            pushback_ms: None,
+        },
+    );
+    let err = rt
+        .start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect_err("a refused token fails the start");
+    assert_eq!(
+        e.faults().attempts("/Dispatcher/Register"),
+        1,
+        "one attempt"
+    );
+    assert_eq!(err.outcome(), Outcome::Rejected);
+    assert_eq!(
+        err.status().map(tonic::Status::code),
+        Some(Code::Unauthenticated)
+    );
+    assert!(err.to_string().contains("HATCHET_CLIENT_TOKEN"), "{err}");
+    assert_eq!(rt.worker_id(), None);
+
+    // Once the engine accepts the token, start_worker returns the id the engine registered.
+    let id = rt
+        .start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("started");
+    assert_eq!(rt.worker_id().as_deref(), Some(id.as_str()));
+    assert!(e.worker(&id).is_some(), "the engine knows the worker");
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_drain_longer_than_the_heartbeat_window_keeps_the_task_on_its_worker() {
+    // Scaled down 15x: the engine reassigns a worker's tasks after 2 s without a heartbeat, the
+    // worker heartbeats every 200 ms, the task runs 3 s and the drain allows 5 s. Before the fix
+    // the drain stopped the heartbeat with the actions stream, and the second worker ran the
+    // task again.
+    let e = engine(DevEngineOptions::default().reassign_after(Duration::from_secs(2))).await;
+    let executions: Arc<Mutex<HashMap<i64, u32>>> = Arc::default();
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<i64>();
+    let slow = {
+        let executions = executions.clone();
+        move || {
+            let (executions, started_tx) = (executions.clone(), started_tx.clone());
+            Workflow::new("slow").task("t", move |i: Value, _c: Context| {
+                let (executions, started_tx) = (executions.clone(), started_tx.clone());
+                async move {
+                    let n = i["n"].as_i64().unwrap_or(-1);
+                    *executions.lock().entry(n).or_default() += 1;
+                    let _ = started_tx.send(n);
+                    if n == 1 {
+                        tokio::time::sleep(Duration::from_secs(3)).await;
+                    }
+                    Ok::<_, TaskError>(json!({"n": n}))
+                }
+            })
+        }
+    };
+    let opts = RuntimeOptions::default()
+        .stream_backoff(fast())
+        .heartbeat_every(Duration::from_millis(200));
+    let draining = runtime(&e, opts.clone()).await;
+    draining.register(slow()).await.expect("register");
+    let a = draining
+        .start_worker(WorkerOptions::new("draining", 2))
+        .await
+        .expect("start");
+    let first = draining
+        .run_no_wait("slow", &json!({"n": 1}))
+        .await
+        .expect("trigger");
+    assert_eq!(started.recv().await, Some(1), "the first run starts on A");
+    // Only now a second worker joins: anything the engine takes from A goes to it.
+    let other = runtime(&e, opts).await;
+    other.register(slow()).await.expect("register");
+    other
+        .start_worker(WorkerOptions::new("other", 2))
+        .await
+        .expect("start");
+
+    let drain = {
+        let draining = draining.clone();
+        tokio::spawn(async move { draining.shutdown(Duration::from_secs(5)).await })
+    };
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !e.worker(&a).is_some_and(|w| w.paused) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the drain pauses the worker first");
+    let at_pause = e.worker(&a).expect("known");
+    assert_eq!(at_pause.assignments, 1);
+
+    // A run triggered during the drain goes to the other worker, never to the paused one.
+    let second: Value = other.run("slow", &json!({"n": 2})).await.expect("second");
+    assert_eq!(second, json!({"n": 2}));
+    // The first run's result arrives, and it ran exactly once across both workers.
+    let out: Value = tokio::time::timeout(Duration::from_secs(10), first.result())
+        .await
+        .expect("in time")
+        .expect("the first run completes");
+    assert_eq!(out, json!({"n": 1}));
+    tokio::time::timeout(Duration::from_secs(10), drain)
+        .await
+        .expect("the drain ends")
+        .expect("joined");
+    let after = e.worker(&a).expect("known");
+    assert_eq!(
+        after.assignments, 1,
+        "nothing new was assigned after the pause"
+    );
+    assert!(
+        after.heartbeats >= at_pause.heartbeats + 5,
+        "heartbeats went on through the drain ({} at the pause, {} after)",
+        at_pause.heartbeats,
+        after.heartbeats
+    );
+    assert_eq!(
+        executions.lock().clone(),
+        HashMap::from([(1, 1), (2, 1)]),
+        "each run executed once"
+    );
+    other.shutdown(Duration::from_secs(1)).await;
+}
