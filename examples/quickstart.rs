@@ -2,7 +2,9 @@
 //! durable task, a few hundred concurrent runs, and an engine restart in the middle.
 //!
 //! Run it with `cargo run --example quickstart`. It prints a summary: runs completed, results
-//! lost (must be 0), duplicates (must be 0), network attempts by method, reconnects by listener.
+//! lost (must be 0), duplicates counted where they would happen (task executions per order in
+//! the handlers, runs per trigger at the engine, results per waiter with a second waiter on every
+//! tenth run: all must match), network attempts by method, reconnects by listener.
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -30,28 +32,48 @@ struct Priced {
     total: u64,
 }
 
-fn order_pipeline() -> Workflow {
+/// Task executions per (task, order id), counted in the handlers: where a duplicate would run.
+type Executions = Arc<Mutex<HashMap<(&'static str, usize), usize>>>;
+
+fn count(executions: &Executions, task: &'static str, order: usize) {
+    *executions.lock().entry((task, order)).or_default() += 1;
+}
+
+fn order_pipeline(executions: &Executions) -> Workflow {
+    let (e1, e2, e3) = (executions.clone(), executions.clone(), executions.clone());
     Workflow::new("order-pipeline")
-        .task("validate", |o: Order, _c: Context| async move {
-            if o.amount == 0 {
-                return Err(TaskError::non_retryable("empty order"));
+        .task("validate", move |o: Order, _c: Context| {
+            let e = e1.clone();
+            async move {
+                count(&e, "validate", o.id);
+                if o.amount == 0 {
+                    return Err(TaskError::non_retryable("empty order"));
+                }
+                Ok(json!({"ok": true}))
             }
-            Ok(json!({"ok": true}))
         })
-        .task("price", |o: Order, _c: Context| async move {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            Ok::<_, TaskError>(Priced {
-                total: o.amount * 110 / 100,
-            })
+        .task("price", move |o: Order, _c: Context| {
+            let e = e2.clone();
+            async move {
+                count(&e, "price", o.id);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok::<_, TaskError>(Priced {
+                    total: o.amount * 110 / 100,
+                })
+            }
         })
         .task_with(
             "receipt",
             TaskOptions::default()
                 .parents(["validate", "price"])
                 .retries(2),
-            |o: Order, c: Context| async move {
-                let priced: Priced = c.parent_output("price")?;
-                Ok::<_, TaskError>(json!({"order": o.id, "total": priced.total}))
+            move |o: Order, c: Context| {
+                let e = e3.clone();
+                async move {
+                    count(&e, "receipt", o.id);
+                    let priced: Priced = c.parent_output("price")?;
+                    Ok::<_, TaskError>(json!({"order": o.id, "total": priced.total}))
+                }
             },
         )
 }
@@ -85,7 +107,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let rt = Runtime::spawn(engine.client_config()).await?;
-    rt.register(order_pipeline()).await?;
+    let executions: Executions = Arc::default();
+    rt.register(order_pipeline(&executions)).await?;
     rt.register(approval()).await?;
     rt.start_worker(WorkerOptions::new("quickstart-worker", 64))
         .await?;
@@ -118,15 +141,33 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     return;
                 }
             };
-            match h.result_within::<Value>(Duration::from_secs(120)).await {
-                Ok(_) => {
-                    *received.lock().entry(h.run_id().to_string()).or_default() += 1;
-                    done.fetch_add(1, Ordering::Relaxed);
+            // Every tenth run has a second waiter: a result delivered twice, or to the wrong
+            // waiter, would show as a count that does not match its waiters.
+            let waiters = if id % 10 == 0 { 2 } else { 1 };
+            let results = futures::future::join_all(
+                (0..waiters).map(|_| h.result_within::<Value>(Duration::from_secs(120))),
+            )
+            .await;
+            let mut ok = true;
+            for r in results {
+                match r {
+                    Ok(out) if out["receipt"]["order"] == id => {
+                        *received.lock().entry(h.run_id().to_string()).or_default() += 1;
+                    }
+                    Ok(out) => {
+                        eprintln!("\nrun {id} got another run's result: {out}");
+                        ok = false;
+                    }
+                    Err(e) => {
+                        eprintln!("\nrun failed: {e}");
+                        ok = false;
+                    }
                 }
-                Err(e) => {
-                    eprintln!("\nrun failed: {e}");
-                    failed.fetch_add(1, Ordering::Relaxed);
-                }
+            }
+            if ok {
+                done.fetch_add(1, Ordering::Relaxed);
+            } else {
+                failed.fetch_add(1, Ordering::Relaxed);
             }
         }));
     }
@@ -223,11 +264,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let received = received.lock().clone();
     let completed = done.load(Ordering::Relaxed);
     let lost = total - received.len();
-    let duplicates = received.values().filter(|n| **n > 1).count();
+    // Results per run must equal the run's waiters (1, or 2 for every tenth order run).
+    let expected_results = total + RUNS.div_ceil(10);
+    let results: usize = received.values().sum();
+    let executions = executions.lock().clone();
+    let executed_twice = executions.values().filter(|n| **n > 1).count();
+    let engine_runs =
+        engine.runs_by_workflow("order-pipeline") + engine.runs_by_workflow("approval");
+    let duplicates = executed_twice
+        + engine_runs.saturating_sub(total)
+        + results.saturating_sub(expected_results);
 
     println!("\nsummary");
     println!("  runs completed      {completed} / {total}");
     println!("  results lost        {lost}");
+    println!(
+        "  task executions     {} for {} tasks ({RUNS} orders x 3); executed twice: {executed_twice}",
+        executions.values().sum::<usize>(),
+        RUNS * 3
+    );
+    println!("  runs at the engine  {engine_runs} for {total} triggers");
+    println!("  results delivered   {results} to {expected_results} waiters");
     println!("  duplicates          {duplicates}");
     println!("  failed              {}", failed.load(Ordering::Relaxed));
     println!("  elapsed             {:.2?}", started.elapsed());
@@ -244,8 +301,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     rt.shutdown(Duration::from_secs(5)).await;
     engine.shutdown().await;
-    if lost > 0 || duplicates > 0 {
-        return Err(format!("{lost} results lost, {duplicates} duplicated").into());
+    let failed = failed.load(Ordering::Relaxed);
+    if lost > 0 || duplicates > 0 || failed > 0 || executions.len() != RUNS * 3 {
+        return Err(format!(
+            "{lost} results lost, {duplicates} duplicated, {failed} failed, {} of {} tasks executed",
+            executions.len(),
+            RUNS * 3
+        )
+        .into());
     }
     Ok(())
 }

@@ -94,6 +94,15 @@ impl State {
                 keep.push_back(tid);
                 continue;
             };
+            if self.duplicate_assignments > 0 {
+                // Fault injection: the same attempt offered twice on the same stream.
+                self.duplicate_assignments -= 1;
+                if let Some(s) = w.sessions.iter().find(|s| s.id == session)
+                    && s.tx.try_send(Ok(action_msg.clone())).is_ok()
+                {
+                    self.duplicated_assignments += 1;
+                }
+            }
             *w.slots_used.entry(slot.clone()).or_default() += 1;
             w.assignments += 1;
             self.take_rate_limits(&tid, now);

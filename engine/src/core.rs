@@ -182,6 +182,10 @@ pub struct State {
     pub mutate_actions: Option<ActionMutator>,
     /// Fault injection: assign beyond the workers' slots (a flood).
     pub over_assign: bool,
+    /// Fault injection: send the next this many assignments twice (the same attempt).
+    pub duplicate_assignments: u32,
+    /// Duplicate assignments sent so far.
+    pub duplicated_assignments: u64,
     /// Deadlines of running attempts, earliest first (see `expire_timeouts`).
     pub deadlines: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
 }

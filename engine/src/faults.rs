@@ -39,6 +39,12 @@ pub enum Fault {
         /// Milliseconds.
         ms: u64,
     },
+    /// Run the call, then hold its answer back this long: the effect happens even when the
+    /// client gives up meanwhile (a write whose answer is lost).
+    DelayAnswer {
+        /// Milliseconds.
+        ms: u64,
+    },
     /// Never answer (until the client cancels or the connection drops).
     Hang,
     /// Let a stream send `after` messages, then end it with `code` (or OK when absent).
@@ -72,6 +78,8 @@ pub struct Faults {
 struct Inner {
     rules: Mutex<Vec<FaultRule>>,
     counters: Mutex<BTreeMap<String, u64>>,
+    /// When each call arrived, for the paths asked for ([`Faults::record_times`]).
+    times: Mutex<BTreeMap<String, Vec<tokio::time::Instant>>>,
     kill: Mutex<CancellationToken>,
     frozen: AtomicBool,
 }
@@ -127,7 +135,7 @@ impl Faults {
         }
     }
 
-    /// Counts a call of `path`.
+    /// Counts a call of `path` (and records its time, when asked for).
     pub fn count(&self, path: &str) {
         *self
             .inner
@@ -135,6 +143,24 @@ impl Faults {
             .lock()
             .entry(path.to_string())
             .or_default() += 1;
+        if let Some(times) = self.inner.times.lock().get_mut(path) {
+            times.push(tokio::time::Instant::now());
+        }
+    }
+
+    /// Records when each later call of `path` arrives (for per-second counts in tests).
+    pub fn record_times(&self, path: &str) {
+        self.inner.times.lock().entry(path.to_string()).or_default();
+    }
+
+    /// When each call of `path` arrived since [`Faults::record_times`].
+    pub fn attempt_times(&self, path: &str) -> Vec<tokio::time::Instant> {
+        self.inner
+            .times
+            .lock()
+            .get(path)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Calls seen for `path` (exact).

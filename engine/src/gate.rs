@@ -104,6 +104,11 @@ where
                     tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
                     inner.call(req).await
                 }
+                Some(Fault::DelayAnswer { ms }) => {
+                    let answer = inner.call(req).await?;
+                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                    Ok(answer)
+                }
                 Some(Fault::Hang) => std::future::pending().await,
                 _ => inner.call(req).await,
             }

@@ -159,6 +159,8 @@ pub struct EngineStats {
     pub run_subscribe_messages: u64,
     /// Messages received on `ListenForDurableEvent` streams, ever.
     pub durable_event_listen_messages: u64,
+    /// Assignments sent a second time by [`DevEngine::duplicate_next_assignments`].
+    pub duplicated_assignments: u64,
 }
 
 struct Serving {
@@ -487,6 +489,13 @@ impl DevEngine {
         self.engine.wake.notify_one();
     }
 
+    /// Fault injection: sends each of the next `n` assignments twice on the same stream (the
+    /// same attempt, as a broken stream's re-offer would); see
+    /// [`EngineStats::duplicated_assignments`].
+    pub fn duplicate_next_assignments(&self, n: u32) {
+        self.engine.state.lock().duplicate_assignments = n;
+    }
+
     /// Counts of what the engine holds, for tests and leak checks.
     pub fn stats(&self) -> EngineStats {
         let st = self.engine.state.lock();
@@ -506,6 +515,7 @@ impl DevEngine {
                 .sum(),
             run_subscribe_messages: st.run_subscribe_messages,
             durable_event_listen_messages: st.durable_event_listen_messages,
+            duplicated_assignments: st.duplicated_assignments,
         }
     }
 

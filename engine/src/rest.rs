@@ -621,6 +621,11 @@ async fn gate(AxState(s): AxState<Rest>, req: Request, next: Next) -> Response {
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
             next.run(req).await
         }
+        Some(Fault::DelayAnswer { ms }) => {
+            let answer = next.run(req).await;
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            answer
+        }
         Some(Fault::Hang) => std::future::pending().await,
         _ => next.run(req).await,
     }

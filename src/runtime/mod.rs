@@ -282,7 +282,9 @@ impl RuntimeHandle {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: PutWorkflow is idempotent; the worker keeps the definition either way.
+    /// Cancel safe: once the first poll has handed the workflow to the worker, dropping the
+    /// future only loses the answer; PutWorkflow goes on, and a later `start_worker` waits for
+    /// it and includes the workflow. PutWorkflow is idempotent, so registering again is safe.
     pub async fn register(&self, workflow: Workflow) -> Result<(), Error> {
         let worker = self.worker("register")?;
         let (tx, rx) = tokio::sync::oneshot::channel();

@@ -53,7 +53,7 @@ struct Inner {
     cancel: CancellationToken,
     core: Arc<WorkerCore>,
     durable: Option<DurableClient>,
-    child_index: AtomicI32,
+    child_index: super::child_index::ChildIndexes,
     stream_index: AtomicI64,
     /// Legacy durable waits, in call order: their signal keys (`wait:0`, `wait:1`, ...).
     legacy_signal: AtomicI32,
@@ -103,7 +103,7 @@ impl Context {
                 cancel,
                 core,
                 durable,
-                child_index: AtomicI32::new(0),
+                child_index: Default::default(),
                 stream_index: AtomicI64::new(0),
                 legacy_signal: AtomicI32::new(0),
             }),
@@ -212,26 +212,30 @@ impl Context {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: a repeat after cancellation returns the same child.
+    /// Cancel safe: an index is spent only when the spawn succeeds, so calling it again after a
+    /// dropped (or failed) call uses the same index and the engine answers with the same child.
     pub async fn spawn_child<I: serde::Serialize>(
         &self,
         workflow: &str,
         input: &I,
     ) -> Result<RunHandle, Error> {
-        let index = self.inner.child_index.fetch_add(1, Ordering::Relaxed);
+        let index = self.inner.child_index.take();
         let opts = TriggerOptions {
             parent: Some((
                 self.workflow_run_id().to_string(),
                 self.task_run_id().to_string(),
-                index,
+                index.index,
             )),
             ..TriggerOptions::default()
         };
-        self.inner
+        let child = self
+            .inner
             .core
             .client()
             .run_no_wait_with(workflow, input, opts)
-            .await
+            .await?;
+        index.spend();
+        Ok(child)
     }
 
     fn durable(&self) -> Result<(&DurableClient, i32), Error> {

@@ -20,6 +20,7 @@
 //!    attempt of the task; a server eviction cancels the evicted invocation and older ones only
 //!    (a newer invocation of the same task may run on this worker at the same time).
 
+mod child_index;
 pub mod context;
 mod drain;
 pub mod heartbeat;
@@ -115,6 +116,9 @@ pub struct WorkerCore {
     /// Ends the heartbeat (after the drain, once every final event is reported).
     heartbeat_stop: CancellationToken,
     started: AtomicBool,
+    /// Workflow registrations in progress: a start waits for them, so a workflow whose
+    /// `register` call was dropped after it was sent is still part of the worker.
+    registering: tokio::sync::watch::Sender<usize>,
     /// The engine is older than v0.80.0: durable waits use the legacy event path.
     pub(crate) legacy_durable: AtomicBool,
     /// Task log lines on their way to the engine (started on first use).
@@ -154,6 +158,7 @@ impl WorkerCore {
             stop,
             heartbeat_stop,
             started: AtomicBool::new(false),
+            registering: tokio::sync::watch::Sender::new(0),
             legacy_durable: AtomicBool::new(false),
             logs: std::sync::OnceLock::new(),
         }
@@ -270,8 +275,11 @@ impl Actor for WorkerActor {
         let core = core.clone();
         match msg {
             WorkerMsg::Register(wf, reply) => {
+                core.registering.send_modify(|n| *n += 1);
                 tokio::spawn(async move {
-                    let _ = reply.send(register_workflow(&core, *wf).await);
+                    let r = register_workflow(&core, *wf).await;
+                    core.registering.send_modify(|n| *n -= 1);
+                    let _ = reply.send(r);
                 });
             }
             WorkerMsg::Start(opts, reply) => {
@@ -348,6 +356,8 @@ async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Er
     if core.started.swap(true, Ordering::SeqCst) {
         return Err(Error::invalid(OP, "the worker is already started"));
     }
+    // Registrations sent before the start are part of it, answered or not.
+    let _ = core.registering.subscribe().wait_for(|n| *n == 0).await;
     let actions: Vec<String> = core.handlers.lock().keys().cloned().collect();
     if actions.is_empty() {
         core.started.store(false, Ordering::SeqCst);

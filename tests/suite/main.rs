@@ -1,6 +1,7 @@
 //! The integration test suite: one binary, one module per area (one binary links faster than many).
 
 mod bad_input;
+mod cancel_safety;
 mod chaos;
 mod concurrency;
 mod config_env;

@@ -507,3 +507,65 @@ async fn an_already_cancelled_operation_makes_no_attempt() {
     assert_eq!((err.outcome(), err.attempts()), (Outcome::Cancelled, 0));
     assert_eq!(n.load(Ordering::SeqCst), 0, "no attempt was started");
 }
+
+#[tokio::test]
+async fn twenty_reads_at_an_outage_s_start_retry_at_the_reserve_rate_counted_at_the_engine() {
+    use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
+    const PATH: &str = "/Dispatcher/GetVersion";
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let rt = hatchet_runtime::Runtime::spawn_with(
+        engine.client_config(),
+        hatchet_runtime::RuntimeOptions::default().seed(SEED),
+    )
+    .await
+    .expect("runtime");
+    // The outage outlasts every read (each ends within its 5 attempts' backoff, about 4 s).
+    engine.faults().inject(
+        PATH,
+        u32::MAX,
+        Fault::Fail {
+            code: Code::Unavailable as i32,
+            message: "outage".into(),
+            pushback_ms: None,
+        },
+    );
+    engine.faults().record_times(PATH);
+    let reads: Vec<_> = (0..20)
+        .map(|_| {
+            let rt = rt.clone();
+            tokio::spawn(async move { rt.engine_version().await })
+        })
+        .collect();
+    let mut per_read = Vec::new();
+    for r in reads {
+        let err = r.await.expect("task").expect_err("outage");
+        per_read.push(err.attempts());
+    }
+    let times = engine.faults().attempt_times(PATH);
+    assert_eq!(times.len() as u32, per_read.iter().sum::<u32>());
+    // The 20 first attempts arrive together; retries may add 10 + 10% of 20 = 12 in any second.
+    // Before the reserve became a rate, the first second saw 79 attempts: every read made 5.
+    for (i, t) in times.iter().enumerate() {
+        let in_second = times[i..]
+            .iter()
+            .take_while(|u| u.duration_since(*t) < Duration::from_secs(1))
+            .count();
+        assert!(
+            in_second <= 20 + 12,
+            "{in_second} attempts in the second after attempt {i}"
+        );
+    }
+    let total = times.len();
+    eprintln!("20 reads in an outage: {total} attempts at the engine, per read {per_read:?}");
+    assert!(
+        total <= 20 + 12 * 5,
+        "{total} attempts for 20 reads ({per_read:?})"
+    );
+    assert!(
+        per_read.iter().filter(|n| **n < 5).count() >= 10,
+        "most reads stop early on the budget: {per_read:?}"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}

@@ -266,9 +266,28 @@ async fn cancelling_a_result_wait_removes_only_that_waiter() {
         .await
         .expect("start");
     let h = rt.run_no_wait("slow", &json!({})).await.expect("trigger");
+    // A waiter that stays, and one that gives up: dropping it removes it and nothing else.
+    let stays = tokio::spawn({
+        let h = h.clone();
+        async move { h.result::<Value>().await }
+    });
     let short = tokio::time::timeout(Duration::from_millis(100), h.result::<Value>()).await;
     assert!(short.is_err(), "timed out: its future was dropped");
-    let out: Value = h.result().await.expect("another waiter still gets it");
+    assert_eq!(
+        rt.pending_runs(),
+        1,
+        "the other waiter keeps the run pending"
+    );
+    stays.abort();
+    let _ = stays.await;
+    // With both gone, nothing is left: a leaking drop guard would keep the run pending here
+    // (before the run finishes, so delivery cannot be what clears it).
+    assert_eq!(
+        rt.pending_runs(),
+        0,
+        "dropped waiters leave no entry behind"
+    );
+    let out: Value = h.result().await.expect("a new waiter still gets it");
     assert_eq!(out["done"], true);
     assert_eq!(rt.pending_runs(), 0);
     rt.shutdown(Duration::from_secs(1)).await;
@@ -384,4 +403,46 @@ fn definitions_carry_retries_timeouts_triggers_slots_concurrency_and_durability(
         p.concurrency_arr[0].limit_strategy,
         Some(ConcurrencyLimitStrategy::GroupRoundRobin as i32)
     );
+}
+
+#[tokio::test]
+async fn an_attempt_assigned_twice_is_executed_once() {
+    // The worker contract (worker invariant 5): a repeated assignment of an attempt that already
+    // runs is ignored. The engine sends each of the next 20 assignments twice.
+    let (e, rt) = setup().await;
+    let executions: Arc<parking_lot::Mutex<std::collections::HashMap<i64, u32>>> = Arc::default();
+    let counted = executions.clone();
+    rt.register(Workflow::new("once").task("t", move |i: Num, _c: Context| {
+        let counted = counted.clone();
+        async move {
+            *counted.lock().entry(i.n).or_default() += 1;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok::<_, TaskError>(i)
+        }
+    }))
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 32))
+        .await
+        .expect("start");
+    e.duplicate_next_assignments(20);
+    let handles = rt
+        .run_many("once", &(0..20).map(|n| Num { n }).collect::<Vec<_>>())
+        .await;
+    for h in handles {
+        let _: Num = h.expect("trigger").result().await.expect("result");
+    }
+    assert_eq!(
+        e.stats().duplicated_assignments,
+        20,
+        "the engine offered every attempt twice"
+    );
+    let executions = executions.lock().clone();
+    assert_eq!(executions.len(), 20);
+    assert!(
+        executions.values().all(|n| *n == 1),
+        "each attempt executed once: {executions:?}"
+    );
+    assert_eq!(e.runs_by_workflow("once"), 20, "one run per trigger");
+    rt.shutdown(Duration::from_secs(1)).await;
 }

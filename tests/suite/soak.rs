@@ -8,7 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
-use hatchet_runtime::{Context, Runtime, TaskError, WorkerOptions, Workflow};
+use std::collections::HashMap;
+
+use hatchet_runtime::{Context, Outcome, Runtime, TaskError, WorkerOptions, Workflow};
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 fn rss_kib() -> u64 {
@@ -38,11 +41,21 @@ async fn soak_with_periodic_restarts_keeps_tasks_and_memory_flat() {
     let rt = Runtime::spawn(engine.client_config())
         .await
         .expect("runtime");
+    // Executions per input, counted in the handler: where a duplicate would happen.
+    let executions: Arc<Mutex<HashMap<(u64, u64), u32>>> = Arc::default();
+    let counted = executions.clone();
     rt.register(
-        Workflow::new("soak").task(
-            "t",
-            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
-        ),
+        Workflow::new("soak").task("t", move |i: Value, _c: Context| {
+            let counted = counted.clone();
+            async move {
+                let key = (
+                    i["c"].as_u64().unwrap_or(u64::MAX),
+                    i["i"].as_u64().unwrap_or(u64::MAX),
+                );
+                *counted.lock().entry(key).or_default() += 1;
+                Ok::<_, TaskError>(i)
+            }
+        }),
     )
     .await
     .expect("register");
@@ -52,21 +65,29 @@ async fn soak_with_periodic_restarts_keeps_tasks_and_memory_flat() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
-    let failed = Arc::new(AtomicU64::new(0));
+    let lost_results = Arc::new(AtomicU64::new(0));
+    let cut_triggers = Arc::new(AtomicU64::new(0));
     let mut load = Vec::new();
-    for c in 0..16 {
-        let (rt, stop, done, failed) = (rt.clone(), stop.clone(), done.clone(), failed.clone());
+    for c in 0..16u64 {
+        let (rt, stop, done) = (rt.clone(), stop.clone(), done.clone());
+        let (lost_results, cut_triggers) = (lost_results.clone(), cut_triggers.clone());
         load.push(tokio::spawn(async move {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 i += 1;
                 match rt.run_no_wait("soak", &json!({"c": c, "i": i})).await {
                     Ok(h) => match h.result_within::<Value>(Duration::from_secs(60)).await {
-                        Ok(_) => done.fetch_add(1, Ordering::Relaxed),
-                        Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                        Ok(out) if out == json!({"c": c, "i": i}) => {
+                            done.fetch_add(1, Ordering::Relaxed)
+                        }
+                        // A wait never fails through restarts, and a result is its own run's.
+                        _ => lost_results.fetch_add(1, Ordering::Relaxed),
                     },
                     // A trigger cut by a restart is reported, never silently retried.
-                    Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                    Err(e) => {
+                        assert_eq!(e.outcome(), Outcome::MaybeExecuted, "{e}");
+                        cut_triggers.fetch_add(1, Ordering::Relaxed)
+                    }
                 };
             }
         }));
@@ -97,6 +118,28 @@ async fn soak_with_periodic_restarts_keeps_tasks_and_memory_flat() {
     assert!(
         results > secs * 20,
         "the load made progress: {results} results in {secs} s"
+    );
+    assert_eq!(
+        lost_results.load(Ordering::Relaxed),
+        0,
+        "every accepted run's result arrived"
+    );
+    // Only the triggers in flight when the engine restarted may be cut: 16 callers per restart.
+    let restarts = (secs.saturating_sub(1) / 4).max(1);
+    let cut = cut_triggers.load(Ordering::Relaxed);
+    assert!(
+        cut <= 16 * restarts,
+        "{cut} triggers cut by {restarts} restarts"
+    );
+    let twice: Vec<_> = executions
+        .lock()
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(k, n)| (*k, *n))
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "inputs executed more than once: {twice:?}"
     );
     // Tasks: the later half never exceeds the earlier half's peak by more than the load's
     // in-flight work (16 callers, 32 slots) plus listener reconnect timers.

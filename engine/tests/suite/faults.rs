@@ -254,7 +254,14 @@ async fn a_connection_dropped_under_a_request_is_lost_not_cancelled() {
         .inject("/Dispatcher/GetVersion", 1, Fault::Hang);
     let mut d = h.dispatcher();
     let call = tokio::spawn(async move { d.get_version(proto::GetVersionRequest {}).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Drop the connection only once the engine holds the call (counted at its gate).
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while h.engine.faults().attempts("/Dispatcher/GetVersion") == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("the call reaches the engine");
     h.engine.faults().drop_connections();
     let e = tokio::time::timeout(Duration::from_secs(5), call)
         .await
