@@ -19,8 +19,9 @@ use crate::config::ConfigError;
 /// What happened to an operation that did not succeed, from the caller's point of view.
 ///
 /// The first seven are the classes of CONTRACT.md §2; [`Outcome::Exhausted`] and
-/// [`Outcome::Invalid`] name the two remaining cases (every attempt failed transiently; the caller's
-/// input was refused before anything was sent).
+/// [`Outcome::Invalid`] name two more cases of a call (every attempt failed transiently; the
+/// caller's input was refused before anything was sent). [`Outcome::RunFailed`] is not about a
+/// call at all: the engine accepted the run and the *workflow* failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Outcome {
@@ -47,6 +48,10 @@ pub enum Outcome {
     /// The caller's input was refused locally (bad configuration, unserializable input); nothing
     /// was sent.
     Invalid,
+    /// The run was accepted and ran, and it failed: a task returned an error (or ran out of
+    /// retries). The tasks' errors are in [`Error::run_failures`]. Not a refused call: triggering
+    /// again runs the workflow again.
+    RunFailed,
 }
 
 impl Outcome {
@@ -62,6 +67,7 @@ impl Outcome {
             Outcome::Closed => "closed",
             Outcome::Exhausted => "exhausted",
             Outcome::Invalid => "invalid",
+            Outcome::RunFailed => "run_failed",
         }
     }
 
@@ -83,6 +89,9 @@ impl Outcome {
                 "the engine stayed unavailable through every allowed attempt; try again later"
             }
             Outcome::Invalid => "the input was refused before sending; fix it and call again",
+            Outcome::RunFailed => {
+                "the workflow ran and failed; read run_failures() for each task's error, fix the cause, then run it again"
+            }
         }
     }
 
@@ -121,6 +130,25 @@ pub enum Cause {
     Json(serde_json::Error),
     /// The engine refused a durable-task operation (nondeterministic replay, eviction, ...).
     Durable(DurableError),
+    /// The run failed: the error of each task that failed.
+    RunFailed(Vec<TaskFailure>),
+}
+
+/// One failed task of a failed run ([`Outcome::RunFailed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskFailure {
+    /// The task's name in its workflow.
+    pub task: String,
+    /// The task run id.
+    pub task_run_id: String,
+    /// The error the task reported.
+    pub error: String,
+}
+
+impl fmt::Display for TaskFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "task {} failed: {}", self.task, self.error)
+    }
 }
 
 /// Why the engine refused a durable-task operation, with the entry it concerns.
@@ -214,6 +242,10 @@ impl fmt::Display for Cause {
             Cause::Config(e) => write!(f, "{e}"),
             Cause::Json(e) => write!(f, "json: {e}"),
             Cause::Durable(e) => write!(f, "{e}"),
+            Cause::RunFailed(tasks) => {
+                let all: Vec<String> = tasks.iter().map(ToString::to_string).collect();
+                f.write_str(&all.join("; "))
+            }
         }
     }
 }
@@ -227,7 +259,7 @@ impl std::error::Error for Cause {
             Cause::Config(e) => Some(e),
             Cause::Json(e) => Some(e),
             Cause::Durable(e) => Some(e),
-            Cause::HttpStatus { .. } => None,
+            Cause::HttpStatus { .. } | Cause::RunFailed(_) => None,
         }
     }
 }
@@ -322,6 +354,14 @@ impl Error {
         }
     }
 
+    /// The failed tasks of a failed run ([`Outcome::RunFailed`]); empty otherwise.
+    pub fn run_failures(&self) -> &[TaskFailure] {
+        match self.cause() {
+            Some(Cause::RunFailed(t)) => t,
+            _ => &[],
+        }
+    }
+
     /// The engine's refusal of a durable-task operation, when the failure was one.
     pub fn durable(&self) -> Option<&DurableError> {
         match &self.0.cause {
@@ -384,7 +424,7 @@ impl std::error::Error for Error {
             Some(Cause::Config(e)) => Some(e),
             Some(Cause::Json(e)) => Some(e),
             Some(Cause::Durable(e)) => Some(e),
-            Some(c @ Cause::HttpStatus { .. }) => Some(c),
+            Some(c @ (Cause::HttpStatus { .. } | Cause::RunFailed(_))) => Some(c),
             None => None,
         }
     }

@@ -15,6 +15,6 @@ pub mod worker;
 
 pub use client::{RunHandle, TriggerOptions};
 pub use config::{ClientConfig, ConfigError, TlsStrategy};
-pub use error::{Error, Outcome, Result};
+pub use error::{Error, Outcome, Result, TaskFailure};
 pub use runtime::{Runtime, RuntimeHandle, RuntimeOptions};
 pub use worker::{Context, TaskError, TaskOptions, WorkerOptions, Workflow};

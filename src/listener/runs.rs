@@ -10,7 +10,7 @@
 use super::keyed::{Keyed, KeyedRegistry};
 use super::subscriptions::{KeyedKind, KeyedStream};
 use crate::connection::Connection;
-use crate::error::{Cause, Error, Outcome};
+use crate::error::{Cause, Error, Outcome, TaskFailure};
 use crate::proto::{self, v1};
 
 pub use crate::connection::{POLL_AFTER, POLL_EVERY};
@@ -136,9 +136,21 @@ pub fn outputs_of(
     run_id: &str,
     ev: &proto::WorkflowRunEvent,
 ) -> Result<serde_json::Map<String, serde_json::Value>, Error> {
-    if let Some(err) = ev.results.iter().find_map(|r| r.error.clone()) {
-        return Err(Error::new(Outcome::Rejected, "run")
-            .with_detail(format!("the run failed: {err}"))
+    let failures: Vec<TaskFailure> = ev
+        .results
+        .iter()
+        .filter_map(|r| {
+            r.error.as_ref().map(|e| TaskFailure {
+                task: r.task_name.clone(),
+                task_run_id: r.task_run_external_id.clone(),
+                error: e.clone(),
+            })
+        })
+        .collect();
+    if !failures.is_empty() {
+        return Err(Error::new(Outcome::RunFailed, "run")
+            .with_detail("the run failed")
+            .with_cause(Cause::RunFailed(failures))
             .with_run_id(run_id));
     }
     let mut out = serde_json::Map::new();

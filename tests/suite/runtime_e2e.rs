@@ -134,9 +134,16 @@ async fn failures_retries_non_retryable_errors_and_panics() {
         .run::<_, Value>("fatal", &json!({}))
         .await
         .expect_err("fails");
-    assert_eq!(err.outcome(), Outcome::Rejected);
+    // A failed run has its own outcome, distinct from a refused call, with each task's error.
+    assert_eq!(err.outcome(), Outcome::RunFailed);
     assert!(err.to_string().contains("bad input, do not retry"), "{err}");
+    assert!(err.to_string().contains("run_failed"), "{err}");
     assert!(err.run_id().is_some(), "the error carries the run id");
+    let failures = err.run_failures();
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].task, "t");
+    assert!(failures[0].error.contains("bad input, do not retry"));
+    assert!(!failures[0].task_run_id.is_empty());
     let err = rt
         .run::<_, Value>("panics", &json!({}))
         .await
