@@ -1,0 +1,183 @@
+//! Baselines measured with the official Python SDK (PyPI `hatchet-sdk`) in the same run, when
+//! the benchmark is given a Python with the SDK (`HATCHET_BENCH_PYTHON`, set by `scripts/bench.sh`
+//! from the interop virtualenv), and process-level baselines of our example worker
+//! (`HATCHET_RUST_WORKER_BIN`). Without them the rows say so instead of showing a number.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use hatchet_dev_engine::DevEngine;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::{Child, Command};
+
+/// The Python that has the SDK, if the benchmark was given one.
+pub fn python() -> Option<PathBuf> {
+    std::env::var_os("HATCHET_BENCH_PYTHON").map(PathBuf::from)
+}
+
+/// Our example worker binary, if the benchmark was given one.
+pub fn rust_worker() -> Option<PathBuf> {
+    std::env::var_os("HATCHET_RUST_WORKER_BIN").map(PathBuf::from)
+}
+
+fn bench_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/python")
+}
+
+fn command(program: &PathBuf, engine: &DevEngine) -> Command {
+    let mut c = Command::new(program);
+    for (k, v) in engine.client_config().env_lines() {
+        c.env(k, v);
+    }
+    // Its own process group, so the SDK's child processes go with it.
+    c.kill_on_drop(true)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null());
+    c
+}
+
+/// Kills the process group a [`command`] started.
+async fn kill_group(child: &mut Child) {
+    if let Some(pid) = child.id() {
+        let _ = Command::new("kill")
+            .args(["-KILL", &format!("-{pid}")])
+            .status()
+            .await;
+    }
+    let _ = child.kill().await;
+}
+
+/// Benchmark 3 for the Python SDK: engine back -> every subscription replayed at the engine, and
+/// runs completed -> every result delivered; `(replay, delivery, delivered, errors)`.
+pub async fn reconnect(
+    engine: &DevEngine,
+    ids: &[String],
+) -> Option<(Duration, Duration, u64, u64)> {
+    let python = python()?;
+    let file = std::env::temp_dir().join(format!("hatchet-bench-ids-{}", std::process::id()));
+    std::fs::write(&file, ids.join("\n")).ok()?;
+    let mut child: Child = command(&python, engine)
+        .arg(bench_dir().join("reconnect_waiter.py"))
+        .arg(&file)
+        .stdout(Stdio::piped())
+        .spawn()
+        .ok()?;
+    let mut lines = BufReader::new(child.stdout.take()?).lines();
+    let n = ids.len();
+    let ready = tokio::time::timeout(Duration::from_secs(120), async {
+        while lines.next_line().await.ok()?? != "waiting" {}
+        while engine.pending_run_subscriptions() < n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Some(())
+    })
+    .await;
+    if !matches!(ready, Ok(Some(()))) {
+        let _ = std::fs::remove_file(&file);
+        kill_group(&mut child).await;
+        return None;
+    }
+    engine.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(500)).await; // the SDK sees its stream end
+    engine.start_again().await.ok()?;
+    let back = Instant::now();
+    let replayed = tokio::time::timeout(Duration::from_secs(120), async {
+        while engine.pending_run_subscriptions() < n {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .map(|_| back.elapsed())
+    .unwrap_or(Duration::MAX);
+    engine.complete_queued("noop");
+    let completed = Instant::now();
+    let done = tokio::time::timeout(Duration::from_secs(120), lines.next_line()).await;
+    let delivery = completed.elapsed();
+    let _ = std::fs::remove_file(&file);
+    kill_group(&mut child).await;
+    let line = done.ok()?.ok()??;
+    let mut words = line.split_whitespace().skip(1);
+    let delivered = words.next()?.parse().ok()?;
+    let errors = words.next()?.parse().ok()?;
+    Some((replayed, delivery, delivered, errors))
+}
+
+/// Resident memory (KiB) and threads of process `pid` and every descendant.
+fn tree_usage(pid: u32) -> (u64, u64) {
+    let mut pids = vec![pid];
+    let mut i = 0;
+    while i < pids.len() {
+        let parent = pids[i];
+        if let Ok(dir) = std::fs::read_dir("/proc") {
+            for e in dir.flatten() {
+                let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                    continue;
+                };
+                let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+                // The parent pid is the second field after the parenthesised command name.
+                let ppid = stat
+                    .rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                    .and_then(|s| s.parse::<u32>().ok());
+                if ppid == Some(parent) && !pids.contains(&p) {
+                    pids.push(p);
+                }
+            }
+        }
+        i += 1;
+    }
+    let field = |p: u32, name: &str| {
+        std::fs::read_to_string(format!("/proc/{p}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    pids.iter().fold((0, 0), |(rss, threads), p| {
+        (rss + field(*p, "VmRSS:"), threads + field(*p, "Threads:"))
+    })
+}
+
+/// An idle worker process: started against `engine`, registered and listening, then left idle
+/// `secs`; its resident memory (KiB) and threads, with its children.
+pub async fn idle_worker(
+    program: PathBuf,
+    args: &[PathBuf],
+    engine: &DevEngine,
+    secs: u64,
+) -> Option<(u64, u64)> {
+    let sessions = engine.stats().listener_sessions;
+    let mut child = command(&program, engine)
+        .args(args)
+        .env("WORKER_SLOTS", "8")
+        .env("BENCH_SLOTS", "8")
+        .stdout(Stdio::null())
+        .spawn()
+        .ok()?;
+    let listening = tokio::time::timeout(Duration::from_secs(120), async {
+        while engine.stats().listener_sessions <= sessions {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    if listening.is_err() {
+        kill_group(&mut child).await;
+        return None;
+    }
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    let usage = child.id().map(tree_usage);
+    kill_group(&mut child).await;
+    usage
+}
+
+/// The Python SDK's bench worker (`benches/python/echo_worker.py`).
+pub fn python_worker() -> Option<(PathBuf, Vec<PathBuf>)> {
+    Some((python()?, vec![bench_dir().join("echo_worker.py")]))
+}
