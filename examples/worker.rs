@@ -1,6 +1,7 @@
 //! A worker against any engine configured by the environment (`HATCHET_CLIENT_TOKEN`, ...):
 //! registers `rust-echo` (returns its input with a marker) and `rust-dag` (two tasks), then
-//! serves until Ctrl-C, draining running tasks for up to 10 s.
+//! serves until SIGTERM or SIGINT, draining running tasks for up to 10 s (a second signal stops
+//! at once).
 //!
 //! `cargo run --example worker` (with the variables the dev engine binary prints).
 
@@ -45,8 +46,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or(16);
     rt.start_worker(WorkerOptions::new("rust-worker", slots))
         .await?;
-    println!("worker ready (rust-echo, rust-dag), {slots} slots; Ctrl-C to stop");
-    tokio::signal::ctrl_c().await?;
-    rt.shutdown(Duration::from_secs(10)).await;
+    println!("worker ready (rust-echo, rust-dag), {slots} slots; SIGTERM or Ctrl-C to stop");
+    // Under systemd or Kubernetes: SIGTERM drains (up to 10 s), a second signal stops at once.
+    let signal = rt.run_until_signal(Duration::from_secs(10)).await?;
+    println!("stopped on {signal:?}");
     Ok(())
 }

@@ -15,7 +15,7 @@ rm -f target/bench-report/python.md
 timeout 900 scripts/bench_python.sh
 export HATCHET_BENCH_PYTHON="$ROOT/tests/interop/.venv/bin/python"
 export HATCHET_RUST_WORKER_BIN="$ROOT/target/release/examples/worker"
-timeout 1800 cargo bench --bench side_by_side "$@"
+timeout 1800 cargo bench --bench side_by_side -- "$@"
 {
   echo
   echo "## 6. End-to-end throughput against the official Python SDK"

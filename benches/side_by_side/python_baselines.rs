@@ -30,21 +30,33 @@ fn command(program: &PathBuf, engine: &DevEngine) -> Command {
     for (k, v) in engine.client_config().env_lines() {
         c.env(k, v);
     }
-    // Its own process group, so the SDK's child processes go with it.
-    c.kill_on_drop(true)
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null());
+    // Its error output goes to a log file, named in the report when a baseline fails.
+    let stderr = std::fs::File::create(log_path())
+        .map(Stdio::from)
+        .unwrap_or_else(|_| Stdio::null());
+    c.kill_on_drop(true).stdin(Stdio::null()).stderr(stderr);
     c
 }
 
-/// Kills the process group a [`command`] started.
+/// Where the baselines' processes write their error output.
+pub fn log_path() -> PathBuf {
+    std::env::temp_dir().join("hatchet-bench-baseline.log")
+}
+
+/// Stops a process a [`command`] started: SIGTERM first (the SDK's worker stops its children
+/// on it), then SIGKILL after 10 s.
 async fn kill_group(child: &mut Child) {
     if let Some(pid) = child.id() {
         let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{pid}")])
+            .args(["-TERM", &pid.to_string()])
             .status()
             .await;
+        if tokio::time::timeout(Duration::from_secs(10), child.wait())
+            .await
+            .is_ok()
+        {
+            return;
+        }
     }
     let _ = child.kill().await;
 }
@@ -57,7 +69,10 @@ pub async fn reconnect(
 ) -> Option<(Duration, Duration, u64, u64)> {
     let python = python()?;
     let file = std::env::temp_dir().join(format!("hatchet-bench-ids-{}", std::process::id()));
-    std::fs::write(&file, ids.join("\n")).ok()?;
+    why(
+        std::fs::write(&file, ids.join("\n")).ok(),
+        "writing the run ids",
+    )?;
     let mut child: Child = command(&python, engine)
         .arg(bench_dir().join("reconnect_waiter.py"))
         .arg(&file)
@@ -74,14 +89,19 @@ pub async fn reconnect(
         Some(())
     })
     .await;
-    if !matches!(ready, Ok(Some(()))) {
+    if why(
+        matches!(ready, Ok(Some(()))).then_some(()),
+        "the SDK's subscriptions",
+    )
+    .is_none()
+    {
         let _ = std::fs::remove_file(&file);
         kill_group(&mut child).await;
         return None;
     }
     engine.shutdown().await;
     tokio::time::sleep(Duration::from_millis(500)).await; // the SDK sees its stream end
-    engine.start_again().await.ok()?;
+    why(engine.start_again().await.ok(), "restarting the engine")?;
     let back = Instant::now();
     let replayed = tokio::time::timeout(Duration::from_secs(120), async {
         while engine.pending_run_subscriptions() < n {
@@ -93,15 +113,39 @@ pub async fn reconnect(
     .unwrap_or(Duration::MAX);
     engine.complete_queued("noop");
     let completed = Instant::now();
-    let done = tokio::time::timeout(Duration::from_secs(120), lines.next_line()).await;
+    // The SDK logs to stdout too: the answer is the line that starts with `done `.
+    let done = tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            match lines.next_line().await {
+                Ok(Some(l)) if l.starts_with("done ") => return Ok(Some(l)),
+                Ok(Some(_)) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await;
     let delivery = completed.elapsed();
     let _ = std::fs::remove_file(&file);
     kill_group(&mut child).await;
-    let line = done.ok()?.ok()??;
+    let line = why(
+        done.ok().and_then(|l| l.ok().flatten()),
+        "the SDK's `done` line",
+    )?;
     let mut words = line.split_whitespace().skip(1);
-    let delivered = words.next()?.parse().ok()?;
-    let errors = words.next()?.parse().ok()?;
+    let delivered = why(words.next().and_then(|w| w.parse().ok()), &line)?;
+    let errors = why(words.next().and_then(|w| w.parse().ok()), &line)?;
     Some((replayed, delivery, delivered, errors))
+}
+
+/// `o`, saying on stderr what was missing when it is `None`.
+fn why<T>(o: Option<T>, what: &str) -> Option<T> {
+    if o.is_none() {
+        eprintln!(
+            "python baseline: {what} failed (see {})",
+            log_path().display()
+        );
+    }
+    o
 }
 
 /// Resident memory (KiB) and threads of process `pid` and every descendant.

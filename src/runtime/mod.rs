@@ -26,7 +26,10 @@
 //!    `rest`), except the heartbeat, which is its own retry (one attempt per tick, counted in
 //!    the ledger); streams go through the stream actors only.
 
+mod signals;
 pub mod supervisor;
+
+pub use signals::StopSignal;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -8,7 +8,8 @@
 //! 2. The heartbeat goes on until every running task has ended and reported its final event (or
 //!    was cancelled at the drain's deadline): a drain longer than the engine's heartbeat window
 //!    never gets a running task reassigned and run twice.
-//! 3. At the deadline, what still runs is cancelled (a cancelled task reports nothing); then the
+//! 3. At the deadline (or at once when the drain is cut: a second signal), what still runs is
+//!    cancelled (a cancelled task reports nothing); then the
 //!    heartbeat and the actions listener stop and the worker unsubscribes.
 
 use std::sync::Arc;
@@ -42,6 +43,7 @@ pub(crate) async fn drain(core: &Arc<WorkerCore>, timeout: Duration) {
         tokio::select! {
             _ = ended => {}
             _ = tokio::time::sleep_until(deadline) => break,
+            _ = core.drain_cut.cancelled() => break,
         }
     }
     core.stop.cancel();

@@ -115,6 +115,8 @@ pub struct WorkerCore {
     stop: CancellationToken,
     /// Ends the heartbeat (after the drain, once every final event is reported).
     heartbeat_stop: CancellationToken,
+    /// Cuts a drain short: running tasks are cancelled at once (a second signal).
+    drain_cut: CancellationToken,
     started: AtomicBool,
     /// Workflow registrations in progress: a start waits for them, so a workflow whose
     /// `register` call was dropped after it was sent is still part of the worker.
@@ -157,6 +159,7 @@ impl WorkerCore {
             tracker: TaskTracker::new(),
             stop,
             heartbeat_stop,
+            drain_cut: CancellationToken::new(),
             started: AtomicBool::new(false),
             registering: tokio::sync::watch::Sender::new(0),
             legacy_durable: AtomicBool::new(false),
@@ -186,6 +189,11 @@ impl WorkerCore {
                 token.cancel();
             }
         }
+    }
+
+    /// Cuts a drain in progress (or the next one) short: what still runs is cancelled now.
+    pub(crate) fn cut_drain(&self) {
+        self.drain_cut.cancel();
     }
 
     /// Running attempts.

@@ -10,7 +10,8 @@ worker (interop_worker.py) and our Rust example worker (examples/worker.rs: `rus
   i1. our Rust client binary triggers the SDK-declared `interop-echo` task (its registered,
       namespaced name) and prints the Python worker's output as JSON on stdout;
   i2. the Rust client exits 1 with the engine's reason for an unknown workflow name;
-  h3. the Rust worker exits 0 after SIGINT (it drains, then stops).
+  h3. the Rust worker exits 0 after SIGTERM (a process manager's stop): it pauses itself at the
+      engine (the worker row reads PAUSED), drains, then stops.
 Env: HATCHET_DEV_ENGINE_BIN, HATCHET_RUST_WORKER_BIN, HATCHET_RUST_CLIENT_BIN (required),
 INTEROP_PIDFILE (optional, for run.sh's trap), INTEROP_KEEP=1 to keep the work dir.
 """
@@ -116,20 +117,23 @@ def run_checks(hs: dict[str, str], work: Path, py_worker: subprocess.Popen[bytes
         expect(out.strip() == "", f"printed a result: {out.strip()!r}")
         expect("interop-no-such-workflow" in err, f"the error lacks the name: {err.strip()!r}")
 
-    def h3_rust_worker_exits_on_sigint() -> None:
-        os.killpg(rust_worker.pid, signal.SIGINT)
+    def h3_rust_worker_exits_on_sigterm() -> None:
+        os.killpg(rust_worker.pid, signal.SIGTERM)
         try:
             rc = rust_worker.wait(20)  # drains for up to 10 s
         except subprocess.TimeoutExpired:
-            raise AssertionError("still running 20s after SIGINT") from None
+            raise AssertionError("still running 20s after SIGTERM") from None
         expect(rc == 0, f"exit code {rc}")
+        rows = rest_get(hs, f"/api/v1/tenants/{hs['tenant_id']}/worker")["rows"]
+        statuses = [w.get("status") for w in rows if w["name"] == RUST_WORKER]
+        expect(statuses == ["PAUSED"], f"the drained worker's row reads {statuses}")
 
     check("h1 Rust worker runs rust-echo triggered by the SDK (run, aio_run)",
           h1_rust_worker_runs_sdk_triggered_echo)
     check("h2 Rust worker runs rust-dag triggered by the SDK", h2_rust_worker_runs_sdk_triggered_dag)
     check("i1 Rust client runs the SDK worker's interop-echo", i1_rust_client_runs_python_task)
     check("i2 Rust client exits 1 for an unknown workflow", i2_rust_client_unknown_workflow)
-    check("h3 Rust worker exits 0 on SIGINT", h3_rust_worker_exits_on_sigint)
+    check("h3 Rust worker pauses, drains and exits 0 on SIGTERM", h3_rust_worker_exits_on_sigterm)
 
 
 def main() -> int:

@@ -106,3 +106,83 @@ async fn the_token_never_appears_in_trace_logs() {
         );
     }
 }
+
+#[tokio::test]
+async fn every_unary_call_the_engine_sees_is_in_the_runtime_s_ledger() {
+    use hatchet_runtime::retry::class::UNARY_METHODS;
+    // A workload that makes every kind of unary call the runtime makes: registration, triggers,
+    // step events, logs, stream chunks, child runs, durable and legacy-free waits, pushes, rate
+    // limits, reads, heartbeats, the drain's unsubscribe. Then the engine's count of each unary
+    // method must equal the ledger's: a call that bypassed the retry core would show here.
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let rt = Runtime::spawn(engine.client_config())
+        .await
+        .expect("runtime");
+    rt.register(
+        Workflow::new("kid").task(
+            "k",
+            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+        ),
+    )
+    .await
+    .expect("register");
+    rt.register(
+        Workflow::new("busy").task("t", |_i: Value, c: Context| async move {
+            c.log("a line");
+            c.put_stream("a chunk").await?;
+            let kid: Value = c
+                .spawn_child("kid", &json!({"k": 1}))
+                .await?
+                .result()
+                .await?;
+            Ok::<_, TaskError>(json!({"kid": kid}))
+        }),
+    )
+    .await
+    .expect("register");
+    rt.register(Workflow::new("nap").durable_task(
+        "d",
+        TaskOptions::default(),
+        |_i: Value, c: Context| async move {
+            c.sleep_for("10ms").await?;
+            Ok::<_, TaskError>(json!({}))
+        },
+    ))
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let h = rt.run_no_wait("busy", &json!({})).await.expect("trigger");
+    let _: Value = h.result().await.expect("busy");
+    let _: Value = rt.run("nap", &json!({})).await.expect("nap");
+    rt.push("some:event", &json!({})).await.expect("push");
+    rt.put_rate_limit(
+        "k",
+        5,
+        hatchet_runtime::proto::v1::RateLimitDuration::Second,
+    )
+    .await
+    .expect("rate limit");
+    rt.run_details(h.run_id()).await.expect("details");
+    rt.shutdown(Duration::from_secs(2)).await;
+
+    let ledger = rt.counters();
+    let seen = engine.faults().counters();
+    let mut checked = 0;
+    for (path, _, _) in UNARY_METHODS {
+        let at_engine = seen.get(*path).copied().unwrap_or(0);
+        let in_ledger = ledger.get(*path).map_or(0, |c| c.attempts);
+        assert_eq!(
+            at_engine, in_ledger,
+            "{path}: engine {at_engine}, ledger {in_ledger}"
+        );
+        checked += u64::from(at_engine > 0);
+    }
+    assert!(
+        checked >= 10,
+        "the workload made {checked} kinds of unary call"
+    );
+}

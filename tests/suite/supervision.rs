@@ -356,3 +356,76 @@ async fn a_drain_longer_than_the_heartbeat_window_keeps_the_task_on_its_worker()
     );
     other.shutdown(Duration::from_secs(1)).await;
 }
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_and_a_second_signal_stops_at_once() {
+    use tokio::signal::unix::{SignalKind, signal};
+    // A SIGTERM handler of our own first: from here on the signal can never take its default
+    // action (ending the test process), whoever listens.
+    let _guard = signal(SignalKind::terminate()).expect("handler");
+    let sigterm = || {
+        std::process::Command::new("kill")
+            .args(["-TERM", &std::process::id().to_string()])
+            .status()
+            .expect("kill")
+    };
+    let e = engine(DevEngineOptions::default()).await;
+    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (cancelled_tx, mut cancelled) = tokio::sync::mpsc::unbounded_channel::<()>();
+    rt.register(
+        Workflow::new("stuck").task("t", move |_i: Value, c: Context| {
+            let (started_tx, cancelled_tx) = (started_tx.clone(), cancelled_tx.clone());
+            async move {
+                let _ = started_tx.send(());
+                // Runs until cancelled: only the second signal can end the drain early.
+                c.cancellation().cancelled().await;
+                let _ = cancelled_tx.send(());
+                Ok::<_, TaskError>(json!({}))
+            }
+        }),
+    )
+    .await
+    .expect("register");
+    let id = rt
+        .start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    rt.run_no_wait("stuck", &json!({})).await.expect("trigger");
+    started.recv().await.expect("the task runs");
+
+    let serving = {
+        let rt = rt.clone();
+        tokio::spawn(async move { rt.run_until_signal(Duration::from_secs(60)).await })
+    };
+    // The first signal: sent until it is seen (the handler installs as the call starts), which
+    // the engine shows as the worker paused by the drain.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !e.worker(&id).is_some_and(|w| w.paused) {
+            sigterm();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the first SIGTERM starts the drain");
+    assert!(
+        !serving.is_finished(),
+        "the drain waits for the running task"
+    );
+    assert!(!rt.is_closed());
+    // The second signal cancels the running task and ends the shutdown at once (the drain
+    // would otherwise wait 60 s).
+    sigterm();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), serving)
+        .await
+        .expect("stopped at once")
+        .expect("joined")
+        .expect("handlers installed");
+    assert_eq!(stopped, hatchet_runtime::runtime::StopSignal::Terminate);
+    cancelled
+        .recv()
+        .await
+        .expect("the running task was cancelled");
+    assert!(rt.is_closed());
+}
