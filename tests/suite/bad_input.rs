@@ -139,7 +139,11 @@ async fn an_output_over_the_message_limit_is_a_clear_failure() {
         .run::<_, Value>("big", &json!({}))
         .await
         .expect_err("too big");
-    assert_eq!(err.outcome(), Outcome::RunFailed, "the run failed; no call was refused");
+    assert_eq!(
+        err.outcome(),
+        Outcome::RunFailed,
+        "the run failed; no call was refused"
+    );
     assert!(err.to_string().contains("over the"), "{err}");
     assert!(err.run_failures()[0].error.contains("over the"), "{err}");
     rt.shutdown(Duration::from_secs(1)).await;
