@@ -548,6 +548,21 @@ impl DevEngine {
         })
     }
 
+    /// The log lines the engine holds for task run `task_run_id` (PutLog): `(level, message)`, in
+    /// arrival order.
+    pub fn task_logs(&self, task_run_id: &str) -> Vec<(String, String)> {
+        let st = self.engine.state.lock();
+        st.tasks
+            .get(task_run_id)
+            .map(|t| {
+                t.logs
+                    .iter()
+                    .map(|(_, l, m)| (l.clone(), m.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// How many workflow runs the engine holds.
     pub fn run_count(&self) -> usize {
         self.engine.state.lock().runs.len()

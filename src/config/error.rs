@@ -73,6 +73,14 @@ pub enum ConfigError {
         /// `certificate` or `private key`.
         what: &'static str,
     },
+    /// A port variable has a value that is not a port number.
+    #[error("{var} = {value:?} is not a port number: use 1 to 65535 (or 0 for any free port)")]
+    InvalidPort {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
     /// A boolean variable has a value that is neither true nor false.
     #[error("{var} = {value:?} is not a boolean: use true or false")]
     InvalidBool {

@@ -49,7 +49,14 @@ pub mod vars {
     pub const NO_RETRY: &str = "HATCHET_CLIENT_NO_RETRY";
     /// Turns off unary gRPC retries only.
     pub const NO_GRPC_RETRY: &str = "HATCHET_CLIENT_NO_GRPC_RETRY";
+    /// Serves the worker's `/health` and `/metrics` (as the Python SDK does).
+    pub const WORKER_HEALTHCHECK_ENABLED: &str = "HATCHET_CLIENT_WORKER_HEALTHCHECK_ENABLED";
+    /// Their port (8001 by default).
+    pub const WORKER_HEALTHCHECK_PORT: &str = "HATCHET_CLIENT_WORKER_HEALTHCHECK_PORT";
 }
+
+/// The health and metrics port when none is given (the Python SDK's).
+pub const DEFAULT_HEALTHCHECK_PORT: u16 = 8001;
 
 const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
 
@@ -76,6 +83,10 @@ pub struct ClientConfig {
     pub no_grpc_retry: bool,
     /// The token's `exp` claim, in Unix seconds.
     pub token_expires_at: Option<f64>,
+    /// Where the worker serves `GET /health` and `GET /metrics`, when switched on
+    /// (`HATCHET_CLIENT_WORKER_HEALTHCHECK_ENABLED=true`: all interfaces, port
+    /// `HATCHET_CLIENT_WORKER_HEALTHCHECK_PORT` or 8001; or [`ClientConfigBuilder::healthcheck`]).
+    pub healthcheck: Option<std::net::SocketAddr>,
 }
 
 impl ClientConfig {
@@ -108,6 +119,23 @@ impl ClientConfig {
         }
         if let Some(v) = get(vars::NO_GRPC_RETRY) {
             b.no_grpc_retry = parse_bool(vars::NO_GRPC_RETRY, &v)?;
+        }
+        let enabled = match get(vars::WORKER_HEALTHCHECK_ENABLED) {
+            Some(v) => parse_bool(vars::WORKER_HEALTHCHECK_ENABLED, &v)?,
+            None => false,
+        };
+        if enabled {
+            let port = match get(vars::WORKER_HEALTHCHECK_PORT) {
+                Some(v) => v
+                    .trim()
+                    .parse::<u16>()
+                    .map_err(|_| ConfigError::InvalidPort {
+                        var: vars::WORKER_HEALTHCHECK_PORT,
+                        value: v.clone(),
+                    })?,
+                None => DEFAULT_HEALTHCHECK_PORT,
+            };
+            b.healthcheck = Some(std::net::SocketAddr::from(([0, 0, 0, 0], port)));
         }
         b.build()
     }
@@ -164,6 +192,7 @@ pub struct ClientConfigBuilder {
     tls_server_name: Option<String>,
     no_retry: bool,
     no_grpc_retry: bool,
+    healthcheck: Option<std::net::SocketAddr>,
 }
 
 impl ClientConfigBuilder {
@@ -230,6 +259,12 @@ impl ClientConfigBuilder {
     /// Turns off unary gRPC retries.
     pub fn no_grpc_retry(mut self, v: bool) -> Self {
         self.no_grpc_retry = v;
+        self
+    }
+    /// Serves the worker's `/health` and `/metrics` on `addr` (port 0 picks a free one; see
+    /// `RuntimeHandle::ops_addr`).
+    pub fn healthcheck(mut self, addr: std::net::SocketAddr) -> Self {
+        self.healthcheck = Some(addr);
         self
     }
 
@@ -305,6 +340,7 @@ impl ClientConfigBuilder {
             no_retry: self.no_retry,
             no_grpc_retry: self.no_grpc_retry,
             token_expires_at: claims.expires_at,
+            healthcheck: self.healthcheck,
         })
     }
 }

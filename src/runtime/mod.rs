@@ -26,6 +26,7 @@
 //!    `rest`), except the heartbeat, which is its own retry (one attempt per tick, counted in
 //!    the ledger); streams go through the stream actors only.
 
+pub mod ops;
 mod signals;
 pub mod supervisor;
 
@@ -71,6 +72,8 @@ struct Inner {
     root_done: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The shutdown in progress: started once, awaited by every caller (cancel safe).
     shutdown: Mutex<Option<Shared<BoxFuture<'static, ()>>>>,
+    /// Where `/health` and `/metrics` are served, once the worker started with them on.
+    ops_addr: Mutex<Option<std::net::SocketAddr>>,
 }
 
 /// Runtime construction.
@@ -238,6 +241,7 @@ impl Runtime {
                 root: Mutex::new(Some(root)),
                 root_done: Mutex::new(Some(done)),
                 shutdown: Mutex::new(None),
+                ops_addr: Mutex::new(None),
             }),
         })
     }
@@ -310,6 +314,20 @@ impl RuntimeHandle {
     /// failure is logged); only the answer is lost.
     pub async fn start_worker(&self, opts: WorkerOptions) -> Result<String, Error> {
         let worker = self.worker("start worker")?;
+        // The probes first: a port that cannot be bound fails the start before anything runs.
+        if let Some(addr) = self.config().healthcheck
+            && self.inner.ops_addr.lock().is_none()
+        {
+            let bound = ops::serve(self.clone(), addr, self.inner.conn.lifecycle().clone())
+                .await
+                .map_err(|e| {
+                    Error::new(crate::Outcome::Invalid, "start worker").with_detail(format!(
+                        "cannot serve /health and /metrics on {addr}: {e}; free the port or set HATCHET_CLIENT_WORKER_HEALTHCHECK_PORT"
+                    ))
+                })?;
+            tracing::info!(%bound, "serving /health and /metrics");
+            *self.inner.ops_addr.lock() = Some(bound);
+        }
         let (tx, rx) = tokio::sync::oneshot::channel();
         worker
             .cast(WorkerMsg::Start(opts, tx))
@@ -563,6 +581,17 @@ impl RuntimeHandle {
     /// Result waiters pending, by run id count.
     pub fn pending_runs(&self) -> usize {
         self.inner.listeners.runs.kind.registry.pending()
+    }
+
+    /// What the worker has done so far: attempts started, completed, failed, cancelled; slots.
+    pub fn task_counts(&self) -> crate::worker::TaskCounts {
+        self.inner.tree.worker.task_counts()
+    }
+
+    /// Where `/health` and `/metrics` are served, once `start_worker` started them
+    /// ([`ClientConfig::healthcheck`]).
+    pub fn ops_addr(&self) -> Option<std::net::SocketAddr> {
+        *self.inner.ops_addr.lock()
     }
 
     /// The worker's current id, once registered.

@@ -164,18 +164,18 @@ impl Context {
     /// falls behind by [`crate::worker::logs::LOG_QUEUE`] lines, new lines are dropped and
     /// counted ([`crate::RuntimeHandle::logs_dropped`]).
     pub fn log(&self, message: impl Into<String>) {
-        let req = proto::PutLogRequest {
-            task_run_external_id: self.task_run_id().to_string(),
-            created_at: Some(proto::timestamp_now()),
-            message: message.into(),
-            level: Some("INFO".into()),
-            metadata: String::new(),
-            task_retry_count: Some(self.retry_count()),
-        };
-        let core = &self.inner.core;
-        core.logs
-            .get_or_init(|| crate::worker::logs::LogQueue::start(core.conn()))
-            .push(req);
+        self.log_at(tracing::Level::INFO, message);
+    }
+
+    /// [`Context::log`] at `level` (`ERROR`, `WARN`, `INFO`, `DEBUG`, `TRACE`, as the engine
+    /// shows them).
+    pub fn log_at(&self, level: tracing::Level, message: impl Into<String>) {
+        crate::worker::logs::TaskLogTarget {
+            queue: self.inner.core.log_queue().clone(),
+            task_run_id: self.task_run_id().to_string(),
+            retry_count: self.retry_count(),
+        }
+        .log(level.as_str(), message.into());
     }
 
     /// Streams a chunk to subscribers of the run's events (PutStreamEvent).

@@ -7,6 +7,10 @@
 //!    (`RuntimeHandle::logs_dropped`), with a warning on the first drop and every 1,000th.
 //! 2. One shipper per runtime sends at most [`LOG_SENDS`] lines at once, each a unary
 //!    `PutLog` under the retry core (an idempotent write); it stops with the runtime.
+//! 3. [`TaskLogLayer`] (opt-in) forwards the `tracing` events a task's own code emits, while
+//!    its handler runs, as that task's log lines (with their level), through the same queue.
+//!    Events of the runtime itself (`hatchet_runtime::*`) are never forwarded, so shipping a
+//!    line cannot produce another.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -26,6 +30,80 @@ pub const LOG_SENDS: usize = 8;
 pub(crate) struct LogQueue {
     tx: mpsc::Sender<proto::PutLogRequest>,
     dropped: AtomicU64,
+}
+
+/// The task a running handler logs for (set around each handler by the worker).
+#[derive(Clone)]
+pub(crate) struct TaskLogTarget {
+    pub queue: std::sync::Arc<LogQueue>,
+    pub task_run_id: String,
+    pub retry_count: i32,
+}
+
+tokio::task_local! {
+    /// The task whose handler runs in this tokio task.
+    pub(crate) static CURRENT_TASK: TaskLogTarget;
+}
+
+impl TaskLogTarget {
+    /// Queues `message` at `level` as this task's log line.
+    pub(crate) fn log(&self, level: &str, message: String) {
+        self.queue.push(proto::PutLogRequest {
+            task_run_external_id: self.task_run_id.clone(),
+            created_at: Some(proto::timestamp_now()),
+            message,
+            level: Some(level.to_string()),
+            metadata: String::new(),
+            task_retry_count: Some(self.retry_count),
+        });
+    }
+}
+
+/// A `tracing` layer that forwards events emitted inside a task's handler to the engine as
+/// that task's log lines, the way the Python SDK captures a task's `logging` (invariant 3).
+/// Opt-in: add it to your subscriber, e.g.
+/// `tracing_subscriber::registry().with(fmt::layer()).with(TaskLogLayer::default())`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TaskLogLayer;
+
+/// Collects an event's message and fields as one line.
+#[derive(Default)]
+struct Line(String);
+
+impl tracing::field::Visit for Line {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write as _;
+        if field.name() == "message" {
+            let _ = write!(self.0, "{value:?}");
+        } else {
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.0.push_str(value);
+        } else {
+            self.0.push_str(&format!(" {}={value}", field.name()));
+        }
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for TaskLogLayer {
+    fn on_event(
+        &self,
+        event: &tracing::Event<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if event.metadata().target().starts_with("hatchet_runtime") {
+            return;
+        }
+        let _ = CURRENT_TASK.try_with(|task| {
+            let mut line = Line::default();
+            event.record(&mut line);
+            task.log(event.metadata().level().as_str(), line.0.trim().to_string());
+        });
+    }
 }
 
 impl LogQueue {

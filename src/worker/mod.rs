@@ -98,6 +98,33 @@ fn running_key(a: &proto::AssignedAction) -> RunningKey {
     )
 }
 
+/// What the worker has done so far (for metrics).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TaskCounts {
+    /// Attempts started.
+    pub started: u64,
+    /// Attempts that reported COMPLETED.
+    pub completed: u64,
+    /// Attempts that reported FAILED (errors, panics, outputs over the limit).
+    pub failed: u64,
+    /// Attempts cancelled (CANCEL_STEP_RUN, eviction, shutdown): nothing reported.
+    pub cancelled: u64,
+    /// Slots of the worker (default and durable), 0 before it starts.
+    pub slots: u64,
+    /// Attempts running now.
+    pub running: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    started: std::sync::atomic::AtomicU64,
+    completed: std::sync::atomic::AtomicU64,
+    failed: std::sync::atomic::AtomicU64,
+    cancelled: std::sync::atomic::AtomicU64,
+    slots: std::sync::atomic::AtomicU64,
+}
+
 /// The worker's state; lives outside the worker actor so an actor restart keeps it.
 pub struct WorkerCore {
     conn: Connection,
@@ -117,6 +144,7 @@ pub struct WorkerCore {
     heartbeat_stop: CancellationToken,
     /// Cuts a drain short: running tasks are cancelled at once (a second signal).
     drain_cut: CancellationToken,
+    counters: Counters,
     started: AtomicBool,
     /// Workflow registrations in progress: a start waits for them, so a workflow whose
     /// `register` call was dropped after it was sent is still part of the worker.
@@ -124,7 +152,7 @@ pub struct WorkerCore {
     /// The engine is older than v0.80.0: durable waits use the legacy event path.
     pub(crate) legacy_durable: AtomicBool,
     /// Task log lines on their way to the engine (started on first use).
-    pub(crate) logs: std::sync::OnceLock<logs::LogQueue>,
+    pub(crate) logs: std::sync::OnceLock<Arc<logs::LogQueue>>,
 }
 
 impl std::fmt::Debug for WorkerCore {
@@ -160,6 +188,7 @@ impl WorkerCore {
             stop,
             heartbeat_stop,
             drain_cut: CancellationToken::new(),
+            counters: Counters::default(),
             started: AtomicBool::new(false),
             registering: tokio::sync::watch::Sender::new(0),
             legacy_durable: AtomicBool::new(false),
@@ -188,6 +217,25 @@ impl WorkerCore {
             if t == task && which(*inv) {
                 token.cancel();
             }
+        }
+    }
+
+    /// The log queue (its shipper starts on first use).
+    pub(crate) fn log_queue(&self) -> &Arc<logs::LogQueue> {
+        self.logs
+            .get_or_init(|| Arc::new(logs::LogQueue::start(&self.conn)))
+    }
+
+    /// What the worker has done so far.
+    pub(crate) fn task_counts(&self) -> TaskCounts {
+        let c = &self.counters;
+        TaskCounts {
+            started: c.started.load(Ordering::Relaxed),
+            completed: c.completed.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            cancelled: c.cancelled.load(Ordering::Relaxed),
+            slots: c.slots.load(Ordering::Relaxed),
+            running: self.running() as u64,
         }
     }
 
@@ -426,6 +474,9 @@ async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Er
     *core.listeners.actions.lock() = Some(home);
     (core.spawn_actions)();
     heartbeat::spawn(core.clone());
+    core.counters
+        .slots
+        .store((slots + durable_slots) as u64, Ordering::Relaxed);
     let sem = Arc::new(Semaphore::new(slots + durable_slots));
     core.tracker.spawn(dispatch(core.clone(), rx, sem));
     Ok(worker_id)
@@ -499,6 +550,7 @@ async fn execute(core: &Arc<WorkerCore>, action: proto::AssignedAction, token: C
             ensure: Arc::new(move || home.ensure()),
         }
     });
+    core.counters.started.fetch_add(1, Ordering::Relaxed);
     send_event(
         core,
         &action,
@@ -518,7 +570,29 @@ async fn execute(core: &Arc<WorkerCore>, action: proto::AssignedAction, token: C
         ))),
         (_, Err(e)) => Err(TaskError::non_retryable(e)),
         (Some(h), Ok(ctx)) => {
-            let fut = std::panic::AssertUnwindSafe((h.handler)(ctx)).catch_unwind();
+            // One span per execution; the task's own `tracing` events can be forwarded to the
+            // engine as its log lines (`logs::TaskLogLayer`).
+            let span = tracing::info_span!(
+                "task",
+                workflow = %action.action_id.split(':').next().unwrap_or_default(),
+                task = %action.action_id,
+                run_id = %action.workflow_run_id,
+                task_run_id = %action.task_run_external_id,
+                retry_count = action.retry_count,
+                worker_id = %core.identity.get().unwrap_or_default(),
+            );
+            let target = logs::TaskLogTarget {
+                queue: core.log_queue().clone(),
+                task_run_id: action.task_run_external_id.clone(),
+                retry_count: action.retry_count,
+            };
+            let fut = logs::CURRENT_TASK.scope(
+                target,
+                tracing::Instrument::instrument(
+                    std::panic::AssertUnwindSafe((h.handler)(ctx)).catch_unwind(),
+                    span,
+                ),
+            );
             // Biased: the task is polled first, so it observes its own cancellation (and can
             // clean up) before its future is dropped.
             tokio::select! {
@@ -527,6 +601,7 @@ async fn execute(core: &Arc<WorkerCore>, action: proto::AssignedAction, token: C
                     // Cancelled while it finished (CANCEL_STEP_RUN, an eviction, shutdown): the
                     // engine no longer expects this attempt's result, so none is reported.
                     _ if token.is_cancelled() => {
+                        core.counters.cancelled.fetch_add(1, Ordering::Relaxed);
                         core.ended(&task_id);
                         return;
                     }
@@ -535,6 +610,7 @@ async fn execute(core: &Arc<WorkerCore>, action: proto::AssignedAction, token: C
                 },
                 _ = token.cancelled() => {
                     // Cancelled (CANCEL_STEP_RUN or shutdown): nothing is reported, as SDKs do.
+                    core.counters.cancelled.fetch_add(1, Ordering::Relaxed);
                     core.ended(&task_id);
                     return;
                 }
@@ -557,6 +633,12 @@ async fn execute(core: &Arc<WorkerCore>, action: proto::AssignedAction, token: C
         }
         Err(e) => (E::StepEventTypeFailed, e.message, !e.retryable),
     };
+    let counter = if kind == E::StepEventTypeCompleted {
+        &core.counters.completed
+    } else {
+        &core.counters.failed
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
     send_event(core, &action, kind, payload, no_retry, true).await;
     core.ended(&task_id);
 }

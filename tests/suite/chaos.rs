@@ -211,10 +211,32 @@ async fn random_cuts_delays_stalls_and_resets_lose_nothing_and_run_nothing_twice
                 timeout: Some(Duration::from_secs(30)),
                 ..TriggerOptions::default()
             };
-            let h = rt
-                .run_no_wait_with("chaos", &json!({"key": format!("op-{k}")}), opts)
-                .await
-                .expect("idempotent trigger succeeds");
+            // The trigger is idempotent (the workflow's key), so the caller may repeat it
+            // itself when the runtime gives up on it: the engine answers with the same run.
+            // The runtime stops early when the retry budget is spent (a burst of cuts makes
+            // more retries than 10/s + 10%), which is the budget doing its job.
+            let mut tries = 0;
+            let h = loop {
+                tries += 1;
+                match rt
+                    .run_no_wait_with("chaos", &json!({"key": format!("op-{k}")}), opts.clone())
+                    .await
+                {
+                    Ok(h) => break h,
+                    Err(e)
+                        if tries < 20
+                            && matches!(
+                                e.outcome(),
+                                hatchet_runtime::Outcome::BudgetExhausted
+                                    | hatchet_runtime::Outcome::Exhausted
+                                    | hatchet_runtime::Outcome::DeadlineExceeded
+                            ) =>
+                    {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    Err(e) => panic!("idempotent trigger fails after {tries} tries: {e}"),
+                }
+            };
             // Every fifth run has a second waiter: a double delivery would show in the count.
             let waiters = if k % 5 == 0 { 2 } else { 1 };
             let outs =

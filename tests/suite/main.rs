@@ -9,6 +9,7 @@ mod durable_listener;
 mod fuzz_regressions;
 mod hygiene;
 mod listeners;
+mod operations;
 mod properties;
 mod rate_limits;
 mod rest_api;

@@ -1,0 +1,385 @@
+//! The worker's operations endpoints, for probes and dashboards: `GET /health` and
+//! `GET /metrics` (Prometheus / OpenMetrics text), switched on as the official Python SDK switches
+//! them (`HATCHET_CLIENT_WORKER_HEALTHCHECK_ENABLED`, `..._PORT`, or the config builder).
+//!
+//! # Invariants
+//!
+//! 1. What a probe sees is decided by pure functions over snapshots ([`health`],
+//!    [`metrics_text`]); the server only reads snapshots (short locks, no awaits on the network),
+//!    so a probe never blocks the runtime and a slow runtime never blocks a probe.
+//! 2. `/health` is 200 while the worker-actions listener is connected and no listener is
+//!    reconnecting or stopped (a listener nobody needs is idle, and that is healthy); 503
+//!    otherwise, and before the worker has started. The body gives every listener's state.
+//! 3. Other paths are 404; other methods on the two paths are 405 with `Allow: GET`.
+//! 4. The server lives until the runtime's lifecycle token is cancelled.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request, Response, StatusCode};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+
+use super::RuntimeHandle;
+use crate::listener::health::{ListenerKind, ListenerState};
+use crate::retry::MethodCounters;
+use crate::worker::TaskCounts;
+
+/// Everything the two endpoints show, read at once.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Each listener's state.
+    pub listeners: BTreeMap<ListenerKind, ListenerState>,
+    /// Reconnects per listener.
+    pub reconnects: BTreeMap<ListenerKind, u64>,
+    /// The worker's task counts.
+    pub tasks: TaskCounts,
+    /// The worker id, once registered.
+    pub worker_id: Option<String>,
+    /// Attempt counters per method (unary gRPC and REST).
+    pub methods: BTreeMap<String, MethodCounters>,
+    /// Task log lines dropped.
+    pub logs_dropped: u64,
+}
+
+impl Snapshot {
+    /// Reads it from a runtime.
+    pub fn of(rt: &RuntimeHandle) -> Snapshot {
+        Snapshot {
+            listeners: rt
+                .health()
+                .into_iter()
+                .map(|(k, rx)| (k, rx.borrow().clone()))
+                .collect(),
+            reconnects: rt.reconnects(),
+            tasks: rt.task_counts(),
+            worker_id: rt.worker_id(),
+            methods: rt.counters(),
+            logs_dropped: rt.logs_dropped(),
+        }
+    }
+}
+
+fn state_name(s: &ListenerState) -> &'static str {
+    match s {
+        ListenerState::Idle => "idle",
+        ListenerState::Connecting => "connecting",
+        ListenerState::Connected { .. } => "connected",
+        ListenerState::Reconnecting { .. } => "reconnecting",
+        ListenerState::Stopped { .. } => "stopped",
+    }
+}
+
+/// `/health` (invariant 2): the status code and the JSON body.
+pub fn health(s: &Snapshot) -> (StatusCode, serde_json::Value) {
+    let actions_connected = matches!(
+        s.listeners.get(&ListenerKind::WorkerActions),
+        Some(ListenerState::Connected { .. })
+    );
+    let troubled = s.listeners.values().any(|l| {
+        matches!(
+            l,
+            ListenerState::Reconnecting { .. } | ListenerState::Stopped { .. }
+        )
+    });
+    let healthy = actions_connected && !troubled;
+    let listeners: serde_json::Map<String, serde_json::Value> = s
+        .listeners
+        .iter()
+        .map(|(k, l)| {
+            let mut v = serde_json::json!({ "state": state_name(l) });
+            match l {
+                ListenerState::Reconnecting {
+                    attempts,
+                    last_error,
+                    ..
+                } => {
+                    v["attempts"] = (*attempts).into();
+                    v["last_error"] = last_error.clone().into();
+                }
+                ListenerState::Stopped { error: Some(e) } => v["error"] = e.clone().into(),
+                _ => {}
+            }
+            (k.as_str().to_string(), v)
+        })
+        .collect();
+    let body = serde_json::json!({
+        "status": if healthy { "healthy" } else { "unhealthy" },
+        "worker_id": s.worker_id,
+        "slots": { "total": s.tasks.slots, "in_use": s.tasks.running },
+        "listeners": listeners,
+    });
+    let code = if healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, body)
+}
+
+type Labels = Vec<(String, String)>;
+
+fn label(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// `/metrics` (OpenMetrics text, which Prometheus reads), rendered from a snapshot.
+pub fn metrics_text(s: &Snapshot) -> String {
+    let mut r = Registry::with_prefix("hatchet");
+    let tasks = Family::<Labels, Counter>::default();
+    for (outcome, n) in [
+        ("started", s.tasks.started),
+        ("completed", s.tasks.completed),
+        ("failed", s.tasks.failed),
+        ("cancelled", s.tasks.cancelled),
+    ] {
+        tasks.get_or_create(&label(&[("event", outcome)])).inc_by(n);
+    }
+    r.register("tasks", "Task attempts by what happened to them", tasks);
+    let slots = Family::<Labels, Gauge>::default();
+    slots
+        .get_or_create(&label(&[("state", "in_use")]))
+        .set(s.tasks.running as i64);
+    slots
+        .get_or_create(&label(&[("state", "free")]))
+        .set(s.tasks.slots.saturating_sub(s.tasks.running) as i64);
+    r.register("worker_slots", "Worker slots in use and free", slots);
+    let attempts = Family::<Labels, Counter>::default();
+    let retries = Family::<Labels, Counter>::default();
+    let refusals = Family::<Labels, Counter>::default();
+    let outcomes = Family::<Labels, Counter>::default();
+    for (method, c) in &s.methods {
+        attempts
+            .get_or_create(&label(&[("method", method)]))
+            .inc_by(c.attempts);
+        retries
+            .get_or_create(&label(&[("method", method)]))
+            .inc_by(c.retries);
+        refusals
+            .get_or_create(&label(&[("method", method)]))
+            .inc_by(c.budget_refusals);
+        for (outcome, n) in &c.outcomes {
+            outcomes
+                .get_or_create(&label(&[("method", method), ("outcome", outcome)]))
+                .inc_by(*n);
+        }
+    }
+    r.register(
+        "network_attempts",
+        "Network attempts (first attempts and retries) by method",
+        attempts,
+    );
+    r.register("retries", "Retries by method", retries);
+    r.register(
+        "retry_budget_refusals",
+        "Retries refused because the endpoint's retry budget was spent",
+        refusals,
+    );
+    r.register(
+        "operations",
+        "Finished operations by method and outcome",
+        outcomes,
+    );
+    let reconnects = Family::<Labels, Counter>::default();
+    for (k, n) in &s.reconnects {
+        reconnects
+            .get_or_create(&label(&[("listener", k.as_str())]))
+            .inc_by(*n);
+    }
+    r.register(
+        "listener_reconnects",
+        "Stream reconnects by listener",
+        reconnects,
+    );
+    let states = Family::<Labels, Gauge>::default();
+    for (k, l) in &s.listeners {
+        for name in ["idle", "connecting", "connected", "reconnecting", "stopped"] {
+            states
+                .get_or_create(&label(&[("listener", k.as_str()), ("state", name)]))
+                .set(i64::from(state_name(l) == name));
+        }
+    }
+    r.register(
+        "listener_state",
+        "1 for each listener's current state, 0 for the others",
+        states,
+    );
+    let dropped = Counter::<u64>::default();
+    dropped.inc_by(s.logs_dropped);
+    r.register(
+        "log_lines_dropped",
+        "Task log lines dropped because the engine did not take them fast enough",
+        dropped,
+    );
+    let mut out = String::new();
+    // Writing into a String cannot fail; an empty body is the fallback all the same.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &r);
+    out
+}
+
+fn reply(code: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = code;
+    if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+/// Answers one request (invariant 3).
+fn answer(rt: &RuntimeHandle, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+    let path = req.uri().path();
+    if path != "/health" && path != "/metrics" {
+        return reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found: try /health or /metrics\n".into(),
+        );
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut r = reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "only GET is allowed here\n".into(),
+        );
+        r.headers_mut().insert(
+            hyper::header::ALLOW,
+            hyper::header::HeaderValue::from_static("GET"),
+        );
+        return r;
+    }
+    let snapshot = Snapshot::of(rt);
+    if path == "/health" {
+        let (code, body) = health(&snapshot);
+        reply(code, "application/json", body.to_string())
+    } else {
+        reply(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            metrics_text(&snapshot),
+        )
+    }
+}
+
+/// Binds `addr` and serves the endpoints until `life` is cancelled; the bound address.
+///
+/// # Errors
+/// The address cannot be bound (in use, not allowed).
+///
+/// # Cancel safety
+///
+/// Cancel safe: dropping it before it returns binds nothing that outlives it.
+pub(crate) async fn serve(
+    rt: RuntimeHandle,
+    addr: SocketAddr,
+    life: CancellationToken,
+) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = tokio::select! {
+                r = listener.accept() => match r { Ok(s) => s, Err(_) => continue },
+                _ = life.cancelled() => return,
+            };
+            let _ = stream.set_nodelay(true);
+            let (rt, life) = (rt.clone(), life.clone());
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let r = answer(&rt, &req);
+                    async move { Ok::<_, Infallible>(r) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                tokio::select! {
+                    _ = conn => {}
+                    _ = life.cancelled() => {}
+                }
+            });
+        }
+    });
+    Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(actions: ListenerState, runs: ListenerState) -> Snapshot {
+        Snapshot {
+            listeners: BTreeMap::from([
+                (ListenerKind::WorkerActions, actions),
+                (ListenerKind::WorkflowRuns, runs),
+            ]),
+            ..Snapshot::default()
+        }
+    }
+
+    #[test]
+    fn health_needs_the_actions_stream_and_no_troubled_listener() {
+        let connected = ListenerState::Connected {
+            since: tokio::time::Instant::now(),
+        };
+        let (code, body) = health(&snapshot(connected.clone(), ListenerState::Idle));
+        assert_eq!(
+            code,
+            StatusCode::OK,
+            "an idle listener nobody needs is healthy"
+        );
+        assert_eq!(body["status"], "healthy");
+        assert_eq!(body["listeners"]["workflow_runs"]["state"], "idle");
+        let (code, body) = health(&snapshot(
+            connected,
+            ListenerState::Stopped {
+                error: Some("permanent error: Unauthenticated".into()),
+            },
+        ));
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            body["listeners"]["workflow_runs"]["error"],
+            "permanent error: Unauthenticated"
+        );
+        let (code, _) = health(&snapshot(ListenerState::Idle, ListenerState::Idle));
+        assert_eq!(
+            code,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no worker stream yet"
+        );
+    }
+
+    #[test]
+    fn metrics_render_every_family_in_text_format() {
+        let mut s = snapshot(ListenerState::Idle, ListenerState::Idle);
+        s.tasks = TaskCounts {
+            started: 3,
+            completed: 2,
+            failed: 1,
+            slots: 8,
+            running: 1,
+            ..TaskCounts::default()
+        };
+        s.reconnects.insert(ListenerKind::WorkflowRuns, 4);
+        s.logs_dropped = 5;
+        let text = metrics_text(&s);
+        for line in [
+            "hatchet_tasks_total{event=\"completed\"} 2",
+            "hatchet_tasks_total{event=\"failed\"} 1",
+            "hatchet_worker_slots{state=\"free\"} 7",
+            "hatchet_listener_reconnects_total{listener=\"workflow_runs\"} 4",
+            "hatchet_listener_state{listener=\"worker_actions\",state=\"idle\"} 1",
+            "hatchet_log_lines_dropped_total 5",
+            "# EOF",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+}
