@@ -105,6 +105,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         engine.grpc_addr(),
         engine.api_url()
     );
+    // A window into the engine: runs, their DAGs, workers, events (refreshes itself). The URL
+    // carries the dev engine's token in its fragment, which the browser never sends.
+    println!("dashboard: {}", engine.dashboard_url());
 
     let rt = Runtime::spawn(engine.client_config()).await?;
     let executions: Executions = Arc::default();
@@ -298,6 +301,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("  reconnects by listener:");
     for (kind, n) in rt.reconnects() {
         println!("    {:<16} {n}", kind.as_str());
+    }
+    // QUICKSTART_HOLD_SECS=N keeps the engine and the worker up N seconds after the summary, to
+    // look at the dashboard (the browser test uses it).
+    let hold: u64 = std::env::var("QUICKSTART_HOLD_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if hold > 0 {
+        println!("holding for {hold} s: {}", engine.dashboard_url());
+        let _ = std::io::stdout().flush();
+        tokio::time::sleep(Duration::from_secs(hold)).await;
     }
     rt.shutdown(Duration::from_secs(5)).await;
     engine.shutdown().await;

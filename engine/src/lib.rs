@@ -15,6 +15,7 @@ pub mod clients;
 mod concurrency;
 mod core;
 mod cron;
+pub mod dashboard;
 mod durable;
 mod faults;
 mod gate;
@@ -439,6 +440,12 @@ impl DevEngine {
     /// The token clients must present.
     pub fn token(&self) -> &SecretToken {
         &self.token
+    }
+
+    /// The dashboard's URL, with the token in its fragment (browsers never send a fragment to
+    /// the server; the page's script sends the token as a header).
+    pub fn dashboard_url(&self) -> String {
+        format!("{}/dashboard#token={}", self.api_url(), self.token.expose())
     }
 
     /// Authenticated clients of the generated stubs, for tests below the runtime.

@@ -590,6 +590,19 @@ async fn counters(AxState(s): AxState<Rest>) -> Response {
     Json(json!(s.faults.counters())).into_response()
 }
 
+async fn dashboard_page() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        super::dashboard::PAGE,
+    )
+        .into_response()
+}
+
+async fn dashboard_data(AxState(s): AxState<Rest>) -> Response {
+    let data = super::dashboard::data(&s.engine.state.lock(), SystemTime::now());
+    Json(data).into_response()
+}
+
 async fn drop_connections(AxState(s): AxState<Rest>) -> Response {
     s.faults.drop_connections();
     StatusCode::NO_CONTENT.into_response()
@@ -598,6 +611,10 @@ async fn drop_connections(AxState(s): AxState<Rest>) -> Response {
 async fn gate(AxState(s): AxState<Rest>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
     s.faults.count(&path);
+    // The dashboard page holds no data; its data route needs the token like every other.
+    if path == "/dashboard" {
+        return next.run(req).await;
+    }
     let auth = req
         .headers()
         .get("authorization")
@@ -672,6 +689,8 @@ pub fn router(state: Rest) -> axum::Router {
             "/api/v1/tenants/{tenant}/rate-limits",
             get(list_rate_limits),
         )
+        .route("/dashboard", get(dashboard_page))
+        .route("/_dev/dashboard.json", get(dashboard_data))
         .route("/_dev/faults", post(add_fault).delete(clear_faults))
         .route("/_dev/counters", get(counters))
         .route("/_dev/drop-connections", post(drop_connections))
