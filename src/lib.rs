@@ -7,6 +7,8 @@ pub mod config;
 pub mod connection;
 pub mod error;
 pub mod listener;
+#[cfg(feature = "otel")]
+mod otel;
 pub mod proto;
 pub mod retry;
 pub mod runtime;

@@ -48,10 +48,16 @@ impl ClientCore {
         if self.conn.lifecycle().is_cancelled() {
             return Err(Error::closed(PATH));
         }
-        let metadata = opts
-            .metadata
-            .as_ref()
-            .map(|m| serde_json::Value::Object(m.clone()).to_string());
+        #[cfg_attr(not(feature = "otel"), allow(unused_mut))]
+        let mut metadata = opts.metadata.clone();
+        #[cfg(feature = "otel")]
+        let trace = {
+            let mut m = metadata.take().unwrap_or_default();
+            let cx = crate::otel::trigger_span(workflow, &mut m);
+            metadata = (!m.is_empty()).then_some(m);
+            cx
+        };
+        let metadata = metadata.map(|m| serde_json::Value::Object(m).to_string());
         let (parent_id, parent_task, child_index) = match &opts.parent {
             Some((p, t, i)) => (Some(p.clone()), Some(t.clone()), Some(*i)),
             None => (None, None, None),
@@ -89,6 +95,8 @@ impl ClientCore {
             )
             .await
             .map(|r| r.workflow_run_id);
+        #[cfg(feature = "otel")]
+        crate::otel::trigger_done(&trace, res.as_deref());
         match res {
             Ok(id) => Ok(id),
             // An idempotent trigger that collides resolves to the existing run (CONTRACT.md §2).

@@ -560,6 +560,21 @@ async fn execute(core: &Arc<WorkerCore>, action: proto::AssignedAction, token: C
         false,
     )
     .await;
+    #[cfg(feature = "otel")]
+    let otel_cx = {
+        let metadata = action
+            .additional_metadata
+            .as_deref()
+            .and_then(|m| serde_json::from_str(m).ok())
+            .unwrap_or_default();
+        crate::otel::task_context(
+            &action.action_id,
+            &action.workflow_run_id,
+            &action.task_run_external_id,
+            action.retry_count,
+            &metadata,
+        )
+    };
     let result = match (
         handler,
         Context::new(action.clone(), token.clone(), core.clone(), durable),
@@ -586,13 +601,11 @@ async fn execute(core: &Arc<WorkerCore>, action: proto::AssignedAction, token: C
                 task_run_id: action.task_run_external_id.clone(),
                 retry_count: action.retry_count,
             };
-            let fut = logs::CURRENT_TASK.scope(
-                target,
-                tracing::Instrument::instrument(
-                    std::panic::AssertUnwindSafe((h.handler)(ctx)).catch_unwind(),
-                    span,
-                ),
-            );
+            let handler = std::panic::AssertUnwindSafe((h.handler)(ctx)).catch_unwind();
+            #[cfg(feature = "otel")]
+            let handler = opentelemetry::trace::FutureExt::with_context(handler, otel_cx.clone());
+            let fut =
+                logs::CURRENT_TASK.scope(target, tracing::Instrument::instrument(handler, span));
             // Biased: the task is polled first, so it observes its own cancellation (and can
             // clean up) before its future is dropped.
             tokio::select! {
@@ -617,6 +630,8 @@ async fn execute(core: &Arc<WorkerCore>, action: proto::AssignedAction, token: C
             }
         }
     };
+    #[cfg(feature = "otel")]
+    crate::otel::task_done(&otel_cx, result.as_ref().err().map(|e| e.message.as_str()));
     let (kind, payload, no_retry) = match result {
         Ok(v) => {
             let out = v.to_string();

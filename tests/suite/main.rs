@@ -10,6 +10,7 @@ mod fuzz_regressions;
 mod hygiene;
 mod listeners;
 mod operations;
+mod otel;
 mod properties;
 mod rate_limits;
 mod rest_api;
