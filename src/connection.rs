@@ -204,6 +204,28 @@ impl Connection {
         .await
     }
 
+    /// [`Connection::unary`] with the method's own class, no deadline of the caller's and the
+    /// runtime's lifecycle as the cancellation: the common case.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Connection::unary`].
+    pub async fn call<C, Req, Resp, F, Fut>(
+        &self,
+        path: &'static str,
+        client: &C,
+        req: &Req,
+        call: F,
+    ) -> Result<Resp, Error>
+    where
+        C: Clone,
+        Req: Clone,
+        F: Fn(C, tonic::Request<Req>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        self.unary(path, None, None, None, client, req, call).await
+    }
+
     /// Sends one REST request under the REST retry core (invariant 1), with the token, to
     /// `path` of the configured server URL.
     ///

@@ -421,11 +421,8 @@ impl RuntimeHandle {
             scope: None,
         };
         let client = conn.events();
-        conn.unary(
+        conn.call(
             PATH,
-            None,
-            None,
-            None,
             &client,
             &req,
             |mut c, r| async move { c.push(r).await },
@@ -461,15 +458,9 @@ impl RuntimeHandle {
         };
         let conn = &self.inner.conn;
         let client = conn.workflows();
-        conn.unary(
-            PATH,
-            None,
-            None,
-            None,
-            &client,
-            &req,
-            |mut c, r| async move { c.put_rate_limit(r).await },
-        )
+        conn.call(PATH, &client, &req, |mut c, r| async move {
+            c.put_rate_limit(r).await
+        })
         .await
         .map(|_| ())
     }
@@ -482,11 +473,8 @@ impl RuntimeHandle {
     pub async fn engine_version(&self) -> Result<String, Error> {
         let conn = &self.inner.conn;
         let client = conn.dispatcher();
-        conn.unary(
+        conn.call(
             "/Dispatcher/GetVersion",
-            None,
-            None,
-            None,
             &client,
             &proto::GetVersionRequest {},
             |mut c, r| async move { c.get_version(r).await },
@@ -506,11 +494,8 @@ impl RuntimeHandle {
         let req = v1::GetRunDetailsRequest {
             external_id: run_id.to_string(),
         };
-        conn.unary(
+        conn.call(
             "/v1.AdminService/GetRunDetails",
-            None,
-            None,
-            None,
             &client,
             &req,
             |mut c, r| async move { c.get_run_details(r).await },

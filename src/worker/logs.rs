@@ -120,11 +120,8 @@ impl LogQueue {
                     let (conn, client) = (&conn, &client);
                     async move {
                         let _ = conn
-                            .unary(
+                            .call(
                                 "/EventsService/PutLog",
-                                None,
-                                None,
-                                None,
                                 client,
                                 &req,
                                 |mut c, r| async move { c.put_log(r).await },

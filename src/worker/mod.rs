@@ -366,15 +366,9 @@ async fn register_workflow(core: &WorkerCore, wf: Workflow) -> Result<(), Error>
     let req = wf.to_proto(&name);
     let client = core.conn.admin();
     core.conn
-        .unary(
-            PATH,
-            None,
-            None,
-            None,
-            &client,
-            &req,
-            |mut c, r| async move { c.put_workflow(r).await },
-        )
+        .call(PATH, &client, &req, |mut c, r| async move {
+            c.put_workflow(r).await
+        })
         .await?;
     let mut h = core.handlers.lock();
     for t in wf.tasks {
@@ -388,11 +382,8 @@ async fn register_workflow(core: &WorkerCore, wf: Workflow) -> Result<(), Error>
 async fn engine_is_legacy(conn: &Connection) -> bool {
     let client = conn.dispatcher();
     let r = conn
-        .unary(
+        .call(
             "/Dispatcher/GetVersion",
-            None,
-            None,
-            None,
             &client,
             &proto::GetVersionRequest {},
             |mut c, r| async move { c.get_version(r).await },
@@ -695,15 +686,9 @@ async fn send_event(
         let client = core.conn.dispatcher();
         let r = core
             .conn
-            .unary(
-                PATH,
-                None,
-                None,
-                None,
-                &client,
-                &req,
-                |mut c, r| async move { c.send_step_action_event(r).await },
-            )
+            .call(PATH, &client, &req, |mut c, r| async move {
+                c.send_step_action_event(r).await
+            })
             .await
             .map(|_| ());
         let e = match r {
