@@ -19,22 +19,40 @@ impl State {
                 || now.saturating_duration_since(w.last_heartbeat) < live)
     }
 
+    /// Free slots of live workers, all slot types together.
+    fn free_slots(&self, now: Instant, live: Duration) -> i64 {
+        self.workers
+            .values()
+            .filter(|w| Self::worker_is_live(w, now, live))
+            .flat_map(|w| {
+                w.slot_limits.iter().map(|(k, lim)| {
+                    i64::from(*lim) - i64::from(w.slots_used.get(k).copied().unwrap_or(0))
+                })
+            })
+            .map(|free| free.max(0))
+            .sum()
+    }
+
     /// Assigns queued tasks to live workers with free slots, in queue order.
+    ///
+    /// The pass ends as soon as no live worker has a free slot left: the rest of the queue
+    /// keeps its order untouched, so a completion costs one assignment, not a walk over every
+    /// queued task (what made throughput fall as runs accumulated).
     pub fn assign(&mut self, now: Instant, live: Duration) {
         let over_assign = self.over_assign;
+        let mut free = self.free_slots(now, live);
         // Nothing to do unless some live worker has a free slot: skip the queue scan.
-        let capacity = self.workers.values().any(|w| {
-            Self::worker_is_live(w, now, live)
-                && (over_assign
-                    || w.slot_limits
-                        .iter()
-                        .any(|(k, lim)| w.slots_used.get(k).copied().unwrap_or(0) < *lim))
-        });
-        if self.queue.is_empty() || !capacity {
+        if self.queue.is_empty() || (free == 0 && !over_assign) {
             return;
         }
         let mut keep = VecDeque::with_capacity(self.queue.len());
         while let Some(tid) = self.queue.pop_front() {
+            if free <= 0 && !over_assign {
+                // Every slot is taken: the rest waits in order, unexamined.
+                keep.push_back(tid);
+                keep.append(&mut self.queue);
+                break;
+            }
             let Some(task) = self.tasks.get(&tid) else {
                 continue;
             };
@@ -105,6 +123,7 @@ impl State {
             }
             *w.slots_used.entry(slot.clone()).or_default() += 1;
             w.assignments += 1;
+            free -= 1;
             self.take_rate_limits(&tid, now);
             let run_id = {
                 let t = self.tasks.get_mut(&tid).expect("task exists");

@@ -665,3 +665,41 @@ async fn restart_keeps_state_and_ports_and_workers_see_eof() {
     let run = h.trigger("r", "{}").await;
     assert_eq!(next(&mut actions).await.workflow_run_id, run);
 }
+
+#[tokio::test]
+async fn a_full_worker_takes_the_queue_in_order_one_completion_one_assignment() {
+    // The assignment pass stops once no slot is free; what waits keeps its order.
+    let h = H::new().await;
+    h.put("fifo", &[("t", &[], 0, "")], &[]).await;
+    let worker = h.register(&["fifo:t".to_string()], 2).await;
+    let mut actions = h.listen(&worker).await;
+    let mut runs = Vec::new();
+    for i in 0..50 {
+        runs.push(h.trigger("fifo", &format!("{{\"i\":{i}}}")).await);
+    }
+    let first = next(&mut actions).await;
+    let second = next(&mut actions).await;
+    assert_eq!(
+        (
+            first.workflow_run_id.as_str(),
+            second.workflow_run_id.as_str()
+        ),
+        (runs[0].as_str(), runs[1].as_str()),
+        "the two free slots take the two oldest runs"
+    );
+    let stats = h.engine.stats();
+    assert_eq!(
+        (stats.slots_in_use, stats.queued),
+        (2, 48),
+        "nothing more while both slots are taken"
+    );
+    h.event(&worker, &first, E::StepEventTypeCompleted, "{}")
+        .await
+        .expect("complete");
+    let third = next(&mut actions).await;
+    assert_eq!(
+        third.workflow_run_id, runs[2],
+        "the next in line, not any queued run"
+    );
+    assert_eq!(h.engine.stats().queued, 47);
+}
