@@ -1,7 +1,7 @@
 //! Assignment: live workers, slots, the assigned-action payload, requeues of a silent worker's
 //! tasks, and execution timeouts.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
@@ -19,35 +19,40 @@ impl State {
                 || now.saturating_duration_since(w.last_heartbeat) < live)
     }
 
-    /// Free slots of live workers, all slot types together.
-    fn free_slots(&self, now: Instant, live: Duration) -> i64 {
-        self.workers
+    /// Free slots of live workers, by slot type.
+    fn free_slots(&self, now: Instant, live: Duration) -> HashMap<String, i64> {
+        let mut free: HashMap<String, i64> = HashMap::new();
+        for w in self
+            .workers
             .values()
             .filter(|w| Self::worker_is_live(w, now, live))
-            .flat_map(|w| {
-                w.slot_limits.iter().map(|(k, lim)| {
-                    i64::from(*lim) - i64::from(w.slots_used.get(k).copied().unwrap_or(0))
-                })
-            })
-            .map(|free| free.max(0))
-            .sum()
+        {
+            for (k, lim) in &w.slot_limits {
+                let left = i64::from(*lim) - i64::from(w.slots_used.get(k).copied().unwrap_or(0));
+                *free.entry(k.clone()).or_default() += left.max(0);
+            }
+        }
+        free
     }
 
     /// Assigns queued tasks to live workers with free slots, in queue order.
     ///
     /// The pass ends as soon as no live worker has a free slot left: the rest of the queue
     /// keeps its order untouched, so a completion costs one assignment, not a walk over every
-    /// queued task (what made throughput fall as runs accumulated).
+    /// queued task (what made throughput fall as runs accumulated). A task whose slot type has
+    /// no free slot anywhere (nor a default slot to fall back on) is passed over before any
+    /// other work.
     pub fn assign(&mut self, now: Instant, live: Duration) {
         let over_assign = self.over_assign;
         let mut free = self.free_slots(now, live);
+        let mut total: i64 = free.values().sum();
         // Nothing to do unless some live worker has a free slot: skip the queue scan.
-        if self.queue.is_empty() || (free == 0 && !over_assign) {
+        if self.queue.is_empty() || (total == 0 && !over_assign) {
             return;
         }
         let mut keep = VecDeque::with_capacity(self.queue.len());
         while let Some(tid) = self.queue.pop_front() {
-            if free <= 0 && !over_assign {
+            if total <= 0 && !over_assign {
                 // Every slot is taken: the rest waits in order, unexamined.
                 keep.push_back(tid);
                 keep.append(&mut self.queue);
@@ -57,6 +62,11 @@ impl State {
                 continue;
             };
             if task.status != Status::Queued {
+                continue;
+            }
+            let has_room = |t: &str| free.get(t).is_some_and(|n| *n > 0);
+            if !over_assign && !has_room(&task.slot_type) && !has_room("default") {
+                keep.push_back(tid);
                 continue;
             }
             if task.not_before.is_some_and(|t| t > now) {
@@ -123,7 +133,10 @@ impl State {
             }
             *w.slots_used.entry(slot.clone()).or_default() += 1;
             w.assignments += 1;
-            free -= 1;
+            if let Some(n) = free.get_mut(&slot) {
+                *n -= 1;
+            }
+            total -= 1;
             self.take_rate_limits(&tid, now);
             let run_id = {
                 let t = self.tasks.get_mut(&tid).expect("task exists");
