@@ -429,3 +429,27 @@ async fn sigterm_drains_and_a_second_signal_stops_at_once() {
         .expect("the running task was cancelled");
     assert!(rt.is_closed());
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn run_until_signal_dropped_before_a_signal_leaves_the_runtime_serving() {
+    let e = engine(DevEngineOptions::default()).await;
+    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    register_echo_and_nap(&rt).await;
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(50),
+        rt.run_until_signal(Duration::from_secs(1)),
+    )
+    .await;
+    assert!(dropped.is_err(), "no signal came: it was still waiting");
+    assert!(!rt.is_closed(), "dropping it stops nothing");
+    let out: Value = rt
+        .run("echo", &json!({"still": "serving"}))
+        .await
+        .expect("run");
+    assert_eq!(out, json!({"still": "serving"}));
+    rt.shutdown(Duration::from_secs(1)).await;
+}
