@@ -125,11 +125,3 @@ pub(crate) fn every<M: ractor::Message>(
         }
     });
 }
-
-/// A stream end as the reconnect decision sees it.
-pub fn end_of(r: &Result<(), tonic::Status>) -> reconnect::StreamEnd {
-    match r {
-        Ok(()) => reconnect::StreamEnd::Eof,
-        Err(s) => reconnect::StreamEnd::Code(s.code()),
-    }
-}
