@@ -11,6 +11,9 @@ use super::core::*;
 use super::model::*;
 use hatchet_runtime::proto;
 
+/// How long after the first copy a late duplicate assignment is sent.
+const LATE_DUPLICATE_AFTER: Duration = Duration::from_millis(300);
+
 impl State {
     pub(crate) fn worker_is_live(w: &Worker, now: Instant, live: Duration) -> bool {
         !w.paused
@@ -122,6 +125,21 @@ impl State {
                 keep.push_back(tid);
                 continue;
             };
+            if self.late_duplicates > 0 {
+                // Fault injection: the same attempt offered again a while later, after the worker
+                // has most likely finished it (a re-offer racing the worker's final event).
+                self.late_duplicates -= 1;
+                if let Some(s) = w.sessions.iter().find(|s| s.id == session) {
+                    let (tx, msg) = (s.tx.clone(), action_msg.clone());
+                    let sent = self.late_duplicates_sent.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(LATE_DUPLICATE_AFTER).await;
+                        if tx.send(Ok(msg)).await.is_ok() {
+                            sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                    });
+                }
+            }
             if self.duplicate_assignments > 0 {
                 // Fault injection: the same attempt offered twice on the same stream.
                 self.duplicate_assignments -= 1;

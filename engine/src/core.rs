@@ -184,6 +184,10 @@ pub struct State {
     pub over_assign: bool,
     /// Fault injection: send the next this many assignments twice (the same attempt).
     pub duplicate_assignments: u32,
+    /// Fault injection: send the next this many assignments again 300 ms later.
+    pub late_duplicates: u32,
+    /// Late duplicates sent so far (counted once on the stream).
+    pub late_duplicates_sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Duplicate assignments sent so far.
     pub duplicated_assignments: u64,
     /// Deadlines of running attempts, earliest first (see `expire_timeouts`).

@@ -162,6 +162,8 @@ pub struct EngineStats {
     pub durable_event_listen_messages: u64,
     /// Assignments sent a second time by [`DevEngine::duplicate_next_assignments`].
     pub duplicated_assignments: u64,
+    /// Assignments sent again later by [`DevEngine::duplicate_next_assignments_late`].
+    pub late_duplicates_sent: u64,
 }
 
 struct Serving {
@@ -503,6 +505,12 @@ impl DevEngine {
         self.engine.state.lock().duplicate_assignments = n;
     }
 
+    /// Fault injection: sends each of the next `n` assignments again 300 ms later (the same
+    /// attempt, after the worker has most likely finished it: a re-offer racing its final event).
+    pub fn duplicate_next_assignments_late(&self, n: u32) {
+        self.engine.state.lock().late_duplicates = n;
+    }
+
     /// Counts of what the engine holds, for tests and leak checks.
     pub fn stats(&self) -> EngineStats {
         let st = self.engine.state.lock();
@@ -523,6 +531,9 @@ impl DevEngine {
             run_subscribe_messages: st.run_subscribe_messages,
             durable_event_listen_messages: st.durable_event_listen_messages,
             duplicated_assignments: st.duplicated_assignments,
+            late_duplicates_sent: st
+                .late_duplicates_sent
+                .load(std::sync::atomic::Ordering::SeqCst),
         }
     }
 

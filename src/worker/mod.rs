@@ -16,13 +16,15 @@
 //!    while running tasks finish and report their final events, then cancels what is left,
 //!    stops the heartbeat and the actions listener, and unsubscribes (CONTRACT.md §5).
 //! 5. Running attempts are keyed by (task run id, durable invocation, retry count): a repeated
-//!    assignment of an attempt that already runs is ignored; CANCEL_STEP_RUN cancels every
+//!    assignment of an attempt that already runs, or already ran here (the last 10,000), is
+//!    ignored; CANCEL_STEP_RUN cancels every
 //!    attempt of the task; a server eviction cancels the evicted invocation and older ones only
 //!    (a newer invocation of the same task may run on this worker at the same time).
 
 mod child_index;
 pub mod context;
 mod drain;
+mod finished;
 pub mod heartbeat;
 pub mod logs;
 pub mod task;
@@ -135,6 +137,8 @@ pub struct WorkerCore {
     handlers: Mutex<HashMap<String, TaskDef>>,
     pub(crate) identity: Arc<WorkerIdentity>,
     running: Mutex<HashMap<RunningKey, CancellationToken>>,
+    /// Attempts that ran here (invariant 5: the same attempt offered again does not run again).
+    finished: finished::Finished<RunningKey>,
     /// Signalled whenever a running attempt ends (the drain waits on it).
     attempt_ended: Notify,
     tracker: TaskTracker,
@@ -183,6 +187,7 @@ impl WorkerCore {
             handlers: Mutex::default(),
             identity,
             running: Mutex::default(),
+            finished: finished::Finished::default(),
             attempt_ended: Notify::new(),
             tracker: TaskTracker::new(),
             stop,
@@ -251,6 +256,7 @@ impl WorkerCore {
 
     /// An attempt ended (finished, cancelled): forget it and wake a waiting drain.
     fn ended(&self, key: &RunningKey) {
+        self.finished.insert(key.clone());
         self.running.lock().remove(key);
         self.attempt_ended.notify_waiters();
     }
@@ -508,7 +514,7 @@ async fn dispatch(
                     // that broke): it already runs here, so the copy is ignored.
                     let mut running = core.running.lock();
                     let key = running_key(&action);
-                    if running.contains_key(&key) {
+                    if running.contains_key(&key) || core.finished.contains(&key) {
                         tracing::debug!(task = %action.task_run_external_id, "ignoring a repeated assignment");
                         continue;
                     }

@@ -453,3 +453,49 @@ async fn an_attempt_assigned_twice_is_executed_once() {
     assert_eq!(e.runs_by_workflow("once"), 20, "one run per trigger");
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn an_attempt_offered_again_after_it_finished_is_not_run_again() {
+    // The engine re-offers an attempt whose STARTED it never heard (its stream broke); the copy
+    // can arrive after the worker has finished it. It must not run twice (worker invariant 5).
+    let (e, rt) = setup().await;
+    let executions: Arc<parking_lot::Mutex<std::collections::HashMap<i64, u32>>> = Arc::default();
+    let counted = executions.clone();
+    rt.register(Workflow::new("late").task("t", move |i: Num, _c: Context| {
+        let counted = counted.clone();
+        async move {
+            *counted.lock().entry(i.n).or_default() += 1;
+            Ok::<_, TaskError>(i)
+        }
+    }))
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 8))
+        .await
+        .expect("start");
+    e.duplicate_next_assignments_late(10);
+    let handles = rt
+        .run_many("late", &(0..10).map(|n| Num { n }).collect::<Vec<_>>())
+        .await;
+    for h in handles {
+        let _: Num = h.expect("trigger").result().await.expect("result");
+    }
+    // Every late copy is on the stream (the engine counts them as it sends them) ...
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while e.stats().late_duplicates_sent < 10 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the engine sends the late copies");
+    // ... and the worker reads its stream in order: once a run assigned after them has
+    // finished, every copy has been dispatched (and ignored, or run).
+    let _: Num = rt.run("late", &Num { n: 100 }).await.expect("a later run");
+    let executions = executions.lock().clone();
+    assert_eq!(executions.len(), 11);
+    assert!(
+        executions.values().all(|n| *n == 1),
+        "each attempt executed once: {executions:?}"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
