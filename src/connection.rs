@@ -226,6 +226,34 @@ impl Connection {
         self.unary(path, None, None, None, client, req, call).await
     }
 
+    /// GetRunDetails (a read) of `run_id`, bounded by `deadline` when given. The one place the
+    /// runtime reads a run's details: the caller's read, the polling fallback and the run-event
+    /// streams' final-state read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    pub async fn run_details(
+        &self,
+        run_id: &str,
+        deadline: Option<Duration>,
+    ) -> Result<v1::GetRunDetailsResponse, Error> {
+        let client = self.admin();
+        let req = v1::GetRunDetailsRequest {
+            external_id: run_id.to_string(),
+        };
+        self.unary(
+            "/v1.AdminService/GetRunDetails",
+            None,
+            deadline,
+            None,
+            &client,
+            &req,
+            |mut c, r| async move { c.get_run_details(r).await },
+        )
+        .await
+    }
+
     /// Sends one REST request under the REST retry core (invariant 1), with the token, to
     /// `path` of the configured server URL.
     ///

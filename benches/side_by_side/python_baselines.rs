@@ -45,7 +45,7 @@ pub fn log_path() -> PathBuf {
 
 /// Stops a process a [`command`] started: SIGTERM first (the SDK's worker stops its children
 /// on it), then SIGKILL after 10 s.
-async fn kill_group(child: &mut Child) {
+async fn stop_process(child: &mut Child) {
     if let Some(pid) = child.id() {
         let _ = Command::new("kill")
             .args(["-TERM", &pid.to_string()])
@@ -96,7 +96,7 @@ pub async fn reconnect(
     .is_none()
     {
         let _ = std::fs::remove_file(&file);
-        kill_group(&mut child).await;
+        stop_process(&mut child).await;
         return None;
     }
     engine.shutdown().await;
@@ -126,7 +126,7 @@ pub async fn reconnect(
     .await;
     let delivery = completed.elapsed();
     let _ = std::fs::remove_file(&file);
-    kill_group(&mut child).await;
+    stop_process(&mut child).await;
     let line = why(
         done.ok().and_then(|l| l.ok().flatten()),
         "the SDK's `done` line",
@@ -212,12 +212,12 @@ pub async fn idle_worker(
     })
     .await;
     if listening.is_err() {
-        kill_group(&mut child).await;
+        stop_process(&mut child).await;
         return None;
     }
     tokio::time::sleep(Duration::from_secs(secs)).await;
     let usage = child.id().map(tree_usage);
-    kill_group(&mut child).await;
+    stop_process(&mut child).await;
     usage
 }
 

@@ -176,22 +176,7 @@ impl RunEventsKind {
         let Follow::Run(id) = &self.follow else {
             return None;
         };
-        let client = conn.admin();
-        let req = v1::GetRunDetailsRequest {
-            external_id: id.clone(),
-        };
-        let d = conn
-            .unary(
-                "/v1.AdminService/GetRunDetails",
-                None,
-                Some(FINAL_READ_DEADLINE),
-                None,
-                &client,
-                &req,
-                |mut c, r| async move { c.get_run_details(r).await },
-            )
-            .await
-            .ok()?;
+        let d = conn.run_details(id, Some(FINAL_READ_DEADLINE)).await.ok()?;
         final_of(&d).map(|s| (id.clone(), s))
     }
 }

@@ -74,28 +74,12 @@ pub type RunsKind = KeyedKind<RunsStream>;
 /// One polling pass: GetRunDetails (a read, under the retry core, bounded by the poll interval)
 /// for every pending run; finished ones are delivered. A failing engine ends the pass.
 async fn poll_once(conn: &Connection, registry: &RunRegistry) {
-    const PATH: &str = "/v1.AdminService/GetRunDetails";
     let deadline = conn
         .backoff()
         .poll_every
         .max(std::time::Duration::from_secs(1));
-    let client = conn.admin();
     for run_id in registry.pending_keys() {
-        let req = v1::GetRunDetailsRequest {
-            external_id: run_id.clone(),
-        };
-        let Ok(d) = conn
-            .unary(
-                PATH,
-                None,
-                Some(deadline),
-                None,
-                &client,
-                &req,
-                |mut c, r| async move { c.get_run_details(r).await },
-            )
-            .await
-        else {
+        let Ok(d) = conn.run_details(&run_id, Some(deadline)).await else {
             return;
         };
         if d.done {

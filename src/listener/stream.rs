@@ -329,13 +329,7 @@ impl<K: StreamKind> Home<K> {
     /// stopped, health says why, and every waiter fails with `why` (invariant 6).
     pub fn stop_for_good(&self, why: &str) {
         *self.stopped.lock() = Some(why.to_string());
-        self.token.cancel();
-        if let Some(r) = self.reader.lock().take() {
-            r.abort();
-        }
-        if let Some(a) = self.actor.lock().take() {
-            a.stop(None);
-        }
+        self.stop();
         if let Some(h) = &self.health {
             h.stopped(Some(why.to_string()));
         }
@@ -345,9 +339,7 @@ impl<K: StreamKind> Home<K> {
     /// Stops the listener quietly (runtime shutdown, end of a drain): nothing is failed here.
     pub fn stop(&self) {
         self.token.cancel();
-        if let Some(r) = self.reader.lock().take() {
-            r.abort();
-        }
+        self.abort_reader();
         if let Some(a) = self.actor.lock().take() {
             a.stop(None);
         }

@@ -489,18 +489,7 @@ impl RuntimeHandle {
     ///
     /// Cancel safe.
     pub async fn run_details(&self, run_id: &str) -> Result<v1::GetRunDetailsResponse, Error> {
-        let conn = &self.inner.conn;
-        let client = conn.admin();
-        let req = v1::GetRunDetailsRequest {
-            external_id: run_id.to_string(),
-        };
-        conn.call(
-            "/v1.AdminService/GetRunDetails",
-            &client,
-            &req,
-            |mut c, r| async move { c.get_run_details(r).await },
-        )
-        .await
+        self.inner.conn.run_details(run_id, None).await
     }
 
     /// The events of one run, as a stream that ends after the run's final event. Reconnects on

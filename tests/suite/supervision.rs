@@ -59,6 +59,19 @@ async fn register_echo_and_nap(rt: &RuntimeHandle) {
     .expect("register nap");
 }
 
+/// An engine and a runtime (fast reconnects) with `echo` and `nap` and a started worker of 2
+/// slots; the worker id.
+async fn started() -> (DevEngine, RuntimeHandle, String) {
+    let e = engine(DevEngineOptions::default()).await;
+    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    register_echo_and_nap(&rt).await;
+    let id = rt
+        .start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    (e, rt, id)
+}
+
 /// Waits (up to 10 s) until `listener`'s restarts reach `n`.
 async fn restarts_reach(rt: &RuntimeHandle, listener: ListenerKind, n: u64) -> bool {
     tokio::time::timeout(Duration::from_secs(10), async {
@@ -90,12 +103,7 @@ async fn crash_until(rt: &RuntimeHandle, listener: ListenerKind, n: u64) {
 
 #[tokio::test]
 async fn crash_listener_hits_the_listener_it_names() {
-    let e = engine(DevEngineOptions::default()).await;
-    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
-    register_echo_and_nap(&rt).await;
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    let (_e, rt, _) = started().await;
     for (i, kind) in ALL.into_iter().enumerate() {
         rt.crash_listener(kind);
         assert!(restarts_reach(&rt, kind, 1).await, "{kind:?} restarted");
@@ -119,12 +127,7 @@ async fn crash_listener_hits_the_listener_it_names() {
 
 #[tokio::test]
 async fn a_crashed_stream_supervisor_brings_back_every_listener_the_worker_s_included() {
-    let e = engine(DevEngineOptions::default()).await;
-    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
-    register_echo_and_nap(&rt).await;
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    let (e, rt, _) = started().await;
     let out: Value = rt.run("nap", &json!({})).await.expect("nap before");
     assert_eq!(out, json!({"napped": true}));
     let listens = e.faults().attempts("/Dispatcher/ListenV2");
@@ -433,12 +436,7 @@ async fn sigterm_drains_and_a_second_signal_stops_at_once() {
 #[cfg(unix)]
 #[tokio::test]
 async fn run_until_signal_dropped_before_a_signal_leaves_the_runtime_serving() {
-    let e = engine(DevEngineOptions::default()).await;
-    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
-    register_echo_and_nap(&rt).await;
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    let (_e, rt, _) = started().await;
     let dropped = tokio::time::timeout(
         Duration::from_millis(50),
         rt.run_until_signal(Duration::from_secs(1)),
