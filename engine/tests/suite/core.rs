@@ -703,3 +703,44 @@ async fn a_full_worker_takes_the_queue_in_order_one_completion_one_assignment() 
     );
     assert_eq!(h.engine.stats().queued, 47);
 }
+
+#[tokio::test]
+async fn the_dashboard_page_needs_no_token_and_its_data_does() {
+    let h = H::new().await;
+    h.put("shown", &[("t", &[], 0, "")], &[]).await;
+    let run = h.trigger("shown", "{}").await;
+    let http = crate::faults::reqwest_client();
+    let base = h.engine.api_url();
+    let page = http
+        .get(format!("{base}/dashboard"))
+        .send()
+        .await
+        .expect("page");
+    assert_eq!(page.status(), 200);
+    assert!(
+        page.text()
+            .await
+            .expect("html")
+            .contains("hatchet-dev-engine")
+    );
+    let anon = http
+        .get(format!("{base}/_dev/dashboard.json"))
+        .send()
+        .await
+        .expect("data");
+    assert_eq!(anon.status(), 401, "the data needs the token");
+    let url = h.engine.dashboard_url();
+    let token = url.split_once("#token=").expect("fragment").1;
+    let data: serde_json::Value = http
+        .get(format!("{base}/_dev/dashboard.json"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("data")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(data["runs"][0]["id"], run);
+    assert_eq!(data["runs"][0]["workflow"], "shown");
+    assert_eq!(data["runs"][0]["tasks"][0]["status"], "QUEUED");
+}
