@@ -26,7 +26,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 })
                 .await?;
             println!("  [task] waiting 2 s before asking for approval (a durable timer)");
-            ctx.sleep_for("2s").await?;
+            ctx.sleep_for(Duration::from_secs(2)).await?;
             println!("  [task] waiting for the event expense:approved");
             let decision = ctx.wait_for_event("expense:approved").await?;
             Ok::<_, TaskError>(

@@ -83,7 +83,7 @@ fn approval() -> Workflow {
         "await-approval",
         TaskOptions::default(),
         |o: Order, c: Context| async move {
-            c.sleep_for("1s").await?;
+            c.sleep_for(Duration::from_secs(1)).await?;
             let decision = c.wait_for_event(&format!("approval:{}", o.id)).await?;
             Ok::<_, TaskError>(json!({"order": o.id, "decision": decision}))
         },

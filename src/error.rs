@@ -52,6 +52,10 @@ pub enum Outcome {
     /// retries). The tasks' errors are in [`Error::run_failures`]. Not a refused call: triggering
     /// again runs the workflow again.
     RunFailed,
+    /// The run was cancelled (a cancel call, a concurrency strategy, a task cancelling its own
+    /// run). What had finished keeps its output; the rest will not run unless the run is
+    /// replayed.
+    RunCancelled,
 }
 
 impl Outcome {
@@ -68,6 +72,7 @@ impl Outcome {
             Outcome::Exhausted => "exhausted",
             Outcome::Invalid => "invalid",
             Outcome::RunFailed => "run_failed",
+            Outcome::RunCancelled => "run_cancelled",
         }
     }
 
@@ -91,6 +96,9 @@ impl Outcome {
             Outcome::Invalid => "the input was refused before sending; fix it and call again",
             Outcome::RunFailed => {
                 "the workflow ran and failed; read run_failures() for each task's error, fix the cause, then run it again"
+            }
+            Outcome::RunCancelled => {
+                "the run was cancelled; replay it (RunHandle::replay) or trigger a new run if its work is still wanted"
             }
         }
     }
@@ -307,6 +315,12 @@ impl Error {
     /// Adds a human sentence about what went wrong.
     pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
         self.0.detail = Some(detail.into());
+        self
+    }
+
+    /// The same error with another outcome (a failed run found to be cancelled).
+    pub(crate) fn with_outcome(mut self, outcome: Outcome) -> Self {
+        self.0.outcome = outcome;
         self
     }
 

@@ -15,6 +15,10 @@ pub mod runtime;
 pub mod transport;
 pub mod worker;
 
+pub use client::api::RunStatus;
+pub use client::bulk::{BulkEvent, BulkRun};
+pub use client::control::RunFilter;
+pub use client::typed::{Registered, RunView, TaskView, TypedRun, WorkflowRef};
 pub use client::{RunHandle, TriggerOptions};
 pub use config::{ClientConfig, ConfigError, TlsStrategy};
 pub use error::{Error, Outcome, Result, TaskFailure};

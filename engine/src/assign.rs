@@ -14,6 +14,16 @@ use hatchet_runtime::proto;
 /// How long after the first copy a late duplicate assignment is sent.
 const LATE_DUPLICATE_AFTER: Duration = Duration::from_millis(300);
 
+/// What became of one queued task in an assignment pass.
+enum Offer {
+    /// Not queued any more (a stale id) or failed for good: drop it from the queue.
+    Skip,
+    /// Not now (backoff, rate limit, no live worker with its action): keep its place.
+    Wait,
+    /// Sent to a worker, taking a slot of this type.
+    Sent(String),
+}
+
 impl State {
     pub(crate) fn worker_is_live(w: &Worker, now: Instant, live: Duration) -> bool {
         !w.paused
@@ -38,13 +48,13 @@ impl State {
         free
     }
 
-    /// Assigns queued tasks to live workers with free slots, in queue order.
+    /// Assigns queued tasks to live workers with free slots: lanes highest priority first,
+    /// each lane in arrival order (see `queue.rs`).
     ///
-    /// The pass ends as soon as no live worker has a free slot left: the rest of the queue
-    /// keeps its order untouched, so a completion costs one assignment, not a walk over every
-    /// queued task (what made throughput fall as runs accumulated). A task whose slot type has
-    /// no free slot anywhere (nor a default slot to fall back on) is passed over before any
-    /// other work.
+    /// The pass ends as soon as no live worker has a free slot left, and a lane whose slot type
+    /// has no free slot anywhere (nor a default slot to fall back on) is skipped without being
+    /// walked: a completion costs one assignment, not a walk over every queued task (what made
+    /// throughput fall as runs accumulated).
     pub fn assign(&mut self, now: Instant, live: Duration) {
         let over_assign = self.over_assign;
         let mut free = self.free_slots(now, live);
@@ -53,132 +63,148 @@ impl State {
         if self.queue.is_empty() || (total == 0 && !over_assign) {
             return;
         }
-        let mut keep = VecDeque::with_capacity(self.queue.len());
-        while let Some(tid) = self.queue.pop_front() {
+        for lane in self.queue.lane_keys() {
             if total <= 0 && !over_assign {
-                // Every slot is taken: the rest waits in order, unexamined.
-                keep.push_back(tid);
-                keep.append(&mut self.queue);
                 break;
             }
-            let Some(task) = self.tasks.get(&tid) else {
-                continue;
-            };
-            if task.status != Status::Queued {
-                continue;
-            }
-            let has_room = |t: &str| free.get(t).is_some_and(|n| *n > 0);
-            if !over_assign && !has_room(&task.slot_type) && !has_room("default") {
-                keep.push_back(tid);
+            let has_room =
+                |free: &HashMap<String, i64>, t: &str| free.get(t).is_some_and(|n| *n > 0);
+            if !over_assign && !has_room(&free, &lane.slot_type) && !has_room(&free, "default") {
                 continue;
             }
-            if task.not_before.is_some_and(|t| t > now) {
-                keep.push_back(tid);
-                continue;
-            }
-            let action = task.action.clone();
-            let wanted = task.slot_type.clone();
-            match self.rate_limits_allow(&tid, now) {
-                super::rate_limits::Admission::Now => {}
-                super::rate_limits::Admission::Later => {
+            let mut waiting = self.queue.take_lane(&lane);
+            let mut keep = VecDeque::with_capacity(waiting.len());
+            while let Some(tid) = waiting.pop_front() {
+                let room = has_room(&free, &lane.slot_type) || has_room(&free, "default");
+                if (total <= 0 || !room) && !over_assign {
+                    // No slot left for this lane: the rest waits in order, unexamined.
                     keep.push_back(tid);
-                    continue;
+                    keep.append(&mut waiting);
+                    break;
                 }
-                super::rate_limits::Admission::Never(why) => {
-                    self.fail_attempt(&tid, why, true);
-                    continue;
-                }
-            }
-            let chosen = self.workers.values().find_map(|w| {
-                if !w.actions.contains(&action) || !Self::worker_is_live(w, now, live) {
-                    return None;
-                }
-                let slot = if w.slot_limits.contains_key(&wanted) {
-                    wanted.clone()
-                } else {
-                    "default".to_string()
-                };
-                let limit = w.slot_limits.get(&slot).copied().unwrap_or(0);
-                let used = w.slots_used.get(&slot).copied().unwrap_or(0);
-                (used < limit || over_assign).then(|| (w.id.clone(), slot))
-            });
-            let Some((wid, slot)) = chosen else {
-                keep.push_back(tid);
-                continue;
-            };
-            let mut action_msg = self.assigned_action(&tid, proto::ActionType::StartStepRun);
-            if let Some(m) = &mut self.mutate_actions {
-                (m.f)(&mut action_msg);
-                m.remaining -= 1;
-                if m.remaining == 0 {
-                    self.mutate_actions = None;
-                }
-            }
-            let w = self.workers.get_mut(&wid).expect("chosen worker exists");
-            let sent = w
-                .sessions
-                .iter()
-                .rev()
-                .find(|s| s.tx.try_send(Ok(action_msg.clone())).is_ok())
-                .map(|s| s.id);
-            let Some(session) = sent else {
-                keep.push_back(tid);
-                continue;
-            };
-            if self.late_duplicates > 0 {
-                // Fault injection: the same attempt offered again a while later, after the worker
-                // has most likely finished it (a re-offer racing the worker's final event).
-                self.late_duplicates -= 1;
-                if let Some(s) = w.sessions.iter().find(|s| s.id == session) {
-                    let (tx, msg) = (s.tx.clone(), action_msg.clone());
-                    let sent = self.late_duplicates_sent.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(LATE_DUPLICATE_AFTER).await;
-                        if tx.send(Ok(msg)).await.is_ok() {
-                            sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                match self.try_assign(&tid, now, live, over_assign) {
+                    Offer::Skip => {}
+                    Offer::Wait => keep.push_back(tid),
+                    Offer::Sent(slot) => {
+                        if let Some(n) = free.get_mut(&slot) {
+                            *n -= 1;
                         }
-                    });
+                        total -= 1;
+                    }
                 }
             }
-            if self.duplicate_assignments > 0 {
-                // Fault injection: the same attempt offered twice on the same stream.
-                self.duplicate_assignments -= 1;
-                if let Some(s) = w.sessions.iter().find(|s| s.id == session)
-                    && s.tx.try_send(Ok(action_msg.clone())).is_ok()
-                {
-                    self.duplicated_assignments += 1;
-                }
-            }
-            *w.slots_used.entry(slot.clone()).or_default() += 1;
-            w.assignments += 1;
-            if let Some(n) = free.get_mut(&slot) {
-                *n -= 1;
-            }
-            total -= 1;
-            self.take_rate_limits(&tid, now);
-            let run_id = {
-                let t = self.tasks.get_mut(&tid).expect("task exists");
-                t.status = Status::Running;
-                t.worker_id = Some(wid);
-                t.session = Some(session);
-                t.answered = false;
-                t.slot_type = slot;
-                t.slot_held = true;
-                t.deadline = Some(now + t.timeout);
-                t.started_at = Some(SystemTime::now());
-                let run = t.run_id.clone();
-                self.deadlines
-                    .push(std::cmp::Reverse((now + t.timeout, tid.clone())));
-                run
-            };
-            if let Some(r) = self.runs.get_mut(&run_id)
-                && r.status == Status::Queued
-            {
-                r.status = Status::Running;
-                r.started_at = Some(SystemTime::now());
+            self.queue.put_lane(lane, keep);
+        }
+    }
+
+    /// Offers one queued task to a live worker with a free slot of its type.
+    fn try_assign(&mut self, tid: &str, now: Instant, live: Duration, over_assign: bool) -> Offer {
+        let Some(task) = self.tasks.get(tid) else {
+            return Offer::Skip;
+        };
+        if task.status != Status::Queued {
+            return Offer::Skip;
+        }
+        if task.not_before.is_some_and(|t| t > now) {
+            return Offer::Wait;
+        }
+        let action = task.action.clone();
+        let wanted = task.slot_type.clone();
+        match self.rate_limits_allow(tid, now) {
+            super::rate_limits::Admission::Now => {}
+            super::rate_limits::Admission::Later => return Offer::Wait,
+            super::rate_limits::Admission::Never(why) => {
+                self.fail_attempt(tid, why, true);
+                return Offer::Skip;
             }
         }
-        self.queue = keep;
+        let chosen = self.workers.values().find_map(|w| {
+            if !w.actions.contains(&action) || !Self::worker_is_live(w, now, live) {
+                return None;
+            }
+            let slot = if w.slot_limits.contains_key(&wanted) {
+                wanted.clone()
+            } else {
+                "default".to_string()
+            };
+            let limit = w.slot_limits.get(&slot).copied().unwrap_or(0);
+            let used = w.slots_used.get(&slot).copied().unwrap_or(0);
+            (used < limit || over_assign).then(|| (w.id.clone(), slot))
+        });
+        let Some((wid, slot)) = chosen else {
+            return Offer::Wait;
+        };
+        let mut action_msg = self.assigned_action(tid, proto::ActionType::StartStepRun);
+        if let Some(m) = &mut self.mutate_actions {
+            (m.f)(&mut action_msg);
+            m.remaining -= 1;
+            if m.remaining == 0 {
+                self.mutate_actions = None;
+            }
+        }
+        let Some(w) = self.workers.get_mut(&wid) else {
+            return Offer::Wait;
+        };
+        let sent = w
+            .sessions
+            .iter()
+            .rev()
+            .find(|s| s.tx.try_send(Ok(action_msg.clone())).is_ok())
+            .map(|s| s.id);
+        let Some(session) = sent else {
+            return Offer::Wait;
+        };
+        if self.late_duplicates > 0 {
+            // Fault injection: the same attempt offered again a while later, after the worker
+            // has most likely finished it (a re-offer racing the worker's final event).
+            self.late_duplicates -= 1;
+            if let Some(s) = w.sessions.iter().find(|s| s.id == session) {
+                let (tx, msg) = (s.tx.clone(), action_msg.clone());
+                let sent = self.late_duplicates_sent.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(LATE_DUPLICATE_AFTER).await;
+                    if tx.send(Ok(msg)).await.is_ok() {
+                        sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                });
+            }
+        }
+        if self.duplicate_assignments > 0 {
+            // Fault injection: the same attempt offered twice on the same stream.
+            self.duplicate_assignments -= 1;
+            if let Some(s) = w.sessions.iter().find(|s| s.id == session)
+                && s.tx.try_send(Ok(action_msg.clone())).is_ok()
+            {
+                self.duplicated_assignments += 1;
+            }
+        }
+        *w.slots_used.entry(slot.clone()).or_default() += 1;
+        w.assignments += 1;
+        self.take_rate_limits(tid, now);
+        let run_id = {
+            let Some(t) = self.tasks.get_mut(tid) else {
+                return Offer::Skip;
+            };
+            t.status = Status::Running;
+            t.worker_id = Some(wid);
+            t.session = Some(session);
+            t.answered = false;
+            t.slot_type = slot.clone();
+            t.slot_held = true;
+            t.deadline = Some(now + t.timeout);
+            t.started_at = Some(SystemTime::now());
+            let run = t.run_id.clone();
+            self.deadlines
+                .push(std::cmp::Reverse((now + t.timeout, tid.to_string())));
+            run
+        };
+        if let Some(r) = self.runs.get_mut(&run_id)
+            && r.status == Status::Queued
+        {
+            r.status = Status::Running;
+            r.started_at = Some(SystemTime::now());
+        }
+        Offer::Sent(slot)
     }
 
     /// The AssignedAction for a task's current attempt (START increments the invocation count
@@ -201,32 +227,36 @@ impl State {
         }
         let t = &self.tasks[tid];
         let run = &self.runs[&run_id];
+        // Like the real engine, `parents` carries the output of every task of the run that has
+        // completed (a skipped task's is `{"skipped": true}`), not only the declared parents.
         let mut parent_outputs = serde_json::Map::new();
-        for p in &parents {
-            if let Some(pt) = run
-                .tasks
-                .iter()
-                .filter_map(|id| self.tasks.get(id))
-                .find(|x| &x.readable_id == p)
-            {
-                let out = pt
-                    .output
-                    .as_deref()
-                    .and_then(|o| serde_json::from_str(o).ok())
-                    .unwrap_or(Value::Null);
-                parent_outputs.insert(p.clone(), out);
+        for pt in run.tasks.iter().filter_map(|id| self.tasks.get(id)) {
+            let declared = parents.contains(&pt.readable_id);
+            if pt.id == t.id || !(pt.status == Status::Completed || declared) {
+                continue;
             }
+            let out = pt
+                .output
+                .as_deref()
+                .and_then(|o| serde_json::from_str(o).ok())
+                .unwrap_or(Value::Null);
+            parent_outputs.insert(pt.readable_id.clone(), out);
         }
         let payload = if kind == proto::ActionType::StartStepRun {
-            serde_json::json!({
+            let mut p = serde_json::json!({
                 "input": run.input,
                 "parents": parent_outputs,
                 "triggers": {"filter_payload": null},
                 "triggered_by": "manual",
                 "user_data": null,
                 "overrides": null,
-            })
-            .to_string()
+            });
+            if t.on_failure
+                && let Some((name, error)) = &run.first_failure
+            {
+                p["step_run_errors"] = serde_json::json!({ name: error });
+            }
+            p.to_string()
         } else {
             String::new()
         };

@@ -149,7 +149,7 @@ impl State {
                 t.held = true;
             }
         }
-        self.queue.retain(|q| !tasks.contains(q));
+        self.queue.retain(|q| !tasks.iter().any(|t| t == q));
         if let Some((group, _)) = self.full_group(run_id) {
             self.held_runs
                 .entry(group)
@@ -170,7 +170,7 @@ impl State {
             {
                 t.held = false;
                 t.status = Status::Queued;
-                self.queue.push_back(tid.clone());
+                self.enqueue(&tid);
                 self.emit_task_event(&tid, proto::ResourceEventType::Started, String::new());
             }
         }

@@ -42,6 +42,14 @@ pub const SESSION_BUFFER: usize = 1024;
 /// The version GetVersion reports (recent enough for slot_config and the DurableTask stream).
 pub const ENGINE_VERSION: &str = "v0.94.16";
 
+/// The longest log message the engine accepts (characters).
+pub const MAX_LOG_MESSAGE_CHARS: usize = 10_000;
+/// Log levels the engine accepts.
+pub const LOG_LEVELS: [&str; 4] = ["INFO", "ERROR", "WARN", "DEBUG"];
+/// Lines kept per task; later lines are accepted and dropped (the development engine's bound on
+/// memory; the real engine keeps everything).
+pub const MAX_LOG_LINES_PER_TASK: usize = 10_000;
+
 pub(crate) fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
@@ -156,7 +164,7 @@ pub struct State {
     pub runs: HashMap<String, Run>,
     pub run_order: Vec<String>,
     pub tasks: HashMap<String, Task>,
-    pub queue: VecDeque<String>,
+    pub queue: super::queue::TaskQueue,
     pub workers: HashMap<String, Worker>,
     pub run_subs: HashMap<u64, RunSubscriber>,
     pub event_subs: HashMap<u64, EventSubscriber>,
@@ -254,16 +262,29 @@ impl Engine {
             .iter()
             .flat_map(|t| t.concurrency.iter().cloned())
             .collect();
-        let mut tasks = Vec::with_capacity(req.tasks.len());
+        if let Some(p) = req.default_priority
+            && !super::queue::PRIORITY_RANGE.contains(&p)
+        {
+            return Err(GrpcStatus::invalid_argument(format!(
+                "default priority must be between 1 and 3, got {p}"
+            )));
+        }
+        let mut tasks = Vec::with_capacity(req.tasks.len() + 1);
         let ids: HashSet<&str> = req.tasks.iter().map(|t| t.readable_id.as_str()).collect();
-        for t in &req.tasks {
+        let on_failure = req.on_failure_task.take();
+        for (t, is_on_failure) in req
+            .tasks
+            .iter()
+            .map(|t| (t, false))
+            .chain(on_failure.iter().map(|t| (t, true)))
+        {
             if t.readable_id.is_empty() || t.action.is_empty() {
                 return Err(GrpcStatus::invalid_argument(
                     "every task needs readable_id and action",
                 ));
             }
             for p in &t.parents {
-                if !ids.contains(p.as_str()) {
+                if is_on_failure || !ids.contains(p.as_str()) {
                     return Err(GrpcStatus::invalid_argument(format!(
                         "task {} names unknown parent {p}",
                         t.readable_id
@@ -283,6 +304,7 @@ impl Engine {
             tasks.push(TaskDef {
                 readable_id: t.readable_id.clone(),
                 action: t.action.to_lowercase(),
+                // An on_failure task's trigger is any failure, not parents (it must name none).
                 parents: t.parents.clone(),
                 timeout,
                 retries: t.retries.max(0),
@@ -291,6 +313,7 @@ impl Engine {
                 is_durable: t.is_durable,
                 slot_requests: t.slot_requests.clone(),
                 rate_limits: t.rate_limits.clone(),
+                on_failure: is_on_failure,
             });
         }
         let crons = std::mem::take(&mut req.cron_triggers);
@@ -326,6 +349,7 @@ impl Engine {
                         .chain(req.concurrency_arr)
                         .chain(task_limits),
                 ),
+                default_priority: req.default_priority,
                 created_at: SystemTime::now(),
             },
         );
@@ -544,9 +568,11 @@ impl Engine {
         let input = parse_json("input", &req.input)?;
         let meta = parse_metadata(req.additional_metadata.as_deref())?;
         if let Some(p) = req.priority
-            && !(1..=3).contains(&p)
+            && !super::queue::PRIORITY_RANGE.contains(&p)
         {
-            return Err(GrpcStatus::invalid_argument("priority must be 1, 2 or 3"));
+            return Err(GrpcStatus::invalid_argument(format!(
+                "priority must be between 1 and 3, got {p}"
+            )));
         }
         let mut st = self.state.lock();
         let id = st.create_run(
@@ -558,7 +584,7 @@ impl Engine {
                 parent_task: req.parent_task_run_external_id.clone(),
                 child_index: req.child_index,
                 child_key: req.child_key.clone(),
-                priority: req.priority.unwrap_or(1),
+                priority: req.priority,
                 event: None,
             },
         )?;
@@ -602,7 +628,7 @@ impl Engine {
                 meta.clone(),
                 TriggerOpts {
                     event: Some((ev.id.clone(), ev.key.clone())),
-                    priority: req.priority.unwrap_or(1),
+                    priority: req.priority,
                     ..TriggerOpts::default()
                 },
             )?;
@@ -722,19 +748,49 @@ impl Engine {
         Ok(())
     }
 
-    /// `EventsService/PutLog`.
-    pub fn put_log(&self, req: &proto::PutLogRequest) {
-        let mut st = self.state.lock();
-        if let Some(t) = st.tasks.get_mut(&req.task_run_external_id)
-            && t.logs.len() < 1000
-        {
-            let level = req.level.clone().unwrap_or_else(|| "INFO".into());
-            t.logs.push((
-                SystemTime::now(),
-                level,
-                req.message.chars().take(10_000).collect(),
-            ));
+    /// `EventsService/PutLog`, validated the way the real engine validates it.
+    pub fn put_log(&self, req: &proto::PutLogRequest) -> Result<(), GrpcStatus> {
+        check_uuid("task_run_external_id", &req.task_run_external_id)?;
+        let length = req.message.chars().count();
+        if !(1..=MAX_LOG_MESSAGE_CHARS).contains(&length) {
+            return Err(GrpcStatus::invalid_argument(format!(
+                "a log message must have 1 to {MAX_LOG_MESSAGE_CHARS} characters, got {length}"
+            )));
         }
+        let level = req.level.clone().unwrap_or_else(|| "INFO".into());
+        if !LOG_LEVELS.contains(&level.as_str()) {
+            return Err(GrpcStatus::invalid_argument(format!(
+                "log level {level:?} is not one of {LOG_LEVELS:?}"
+            )));
+        }
+        let metadata = if req.metadata.trim().is_empty() {
+            Value::Object(Default::default())
+        } else {
+            match serde_json::from_str::<Value>(&req.metadata) {
+                Ok(v @ Value::Object(_)) => v,
+                _ => {
+                    return Err(GrpcStatus::invalid_argument(
+                        "log metadata must be a JSON object",
+                    ));
+                }
+            }
+        };
+        let mut st = self.state.lock();
+        let t = st
+            .tasks
+            .get_mut(&req.task_run_external_id)
+            .ok_or_else(|| GrpcStatus::not_found("task run not found"))?;
+        if t.logs.len() < MAX_LOG_LINES_PER_TASK {
+            let retry_count = req.task_retry_count.unwrap_or(t.retry_count);
+            t.logs.push(LogLine {
+                at: SystemTime::now(),
+                level,
+                message: req.message.clone(),
+                metadata,
+                retry_count,
+            });
+        }
+        Ok(())
     }
 
     /// `EventsService/PutStreamEvent`: fans a chunk out to the run's event subscribers.
@@ -888,58 +944,6 @@ impl Engine {
                 .into_bytes(),
             is_evicted: false,
         })
-    }
-
-    /// `v1.AdminService/CancelTasks` (by ids; a filter cancels matching tasks too).
-    pub fn cancel_tasks(&self, ids: &[String]) -> Vec<String> {
-        let mut st = self.state.lock();
-        let mut out = Vec::new();
-        for id in ids {
-            // A run id cancels its tasks.
-            let tasks: Vec<String> = match st.runs.get(id) {
-                Some(r) => r.tasks.clone(),
-                None => vec![id.clone()],
-            };
-            for t in tasks {
-                if st.tasks.get(&t).is_some_and(|x| !x.status.is_terminal()) {
-                    st.cancel_task(&t, "task was cancelled");
-                    out.push(t);
-                }
-            }
-        }
-        drop(st);
-        self.wake.notify_one();
-        out
-    }
-
-    /// `v1.AdminService/ReplayTasks`: requeues finished tasks as a new attempt.
-    pub fn replay_tasks(&self, ids: &[String]) -> Vec<String> {
-        let mut st = self.state.lock();
-        let mut out = Vec::new();
-        for id in ids {
-            let Some(t) = st.tasks.get_mut(id) else {
-                continue;
-            };
-            if !t.status.is_terminal() {
-                continue;
-            }
-            t.retry_count += 1;
-            t.status = Status::Queued;
-            t.output = None;
-            t.error = None;
-            t.finished_at = None;
-            t.not_before = None;
-            let run_id = t.run_id.clone();
-            st.queue.push_back(id.clone());
-            if let Some(r) = st.runs.get_mut(&run_id) {
-                r.status = Status::Running;
-                r.finished_at = None;
-            }
-            out.push(id.clone());
-        }
-        drop(st);
-        self.wake.notify_one();
-        out
     }
 
     /// `WorkflowService/PutRateLimit`.

@@ -506,7 +506,7 @@ impl State {
                                     .child_key
                                     .clone()
                                     .or_else(|| Some(format!("durable:{BRANCH}:{node}"))),
-                                priority: opt.priority.unwrap_or(1),
+                                priority: opt.priority,
                                 event: None,
                             };
                             match self.create_run(tenant, &opt.name, input, meta, opts) {
@@ -637,7 +637,7 @@ impl State {
             t.status = Status::Queued;
             t.worker_id = None;
             t.deadline = None;
-            self.queue.push_back(task.to_string());
+            self.enqueue(task);
         }
     }
 

@@ -21,6 +21,20 @@ pub struct Svc {
 
 type R<T> = Result<Response<T>, Status>;
 
+/// The targets of a CancelTasks or ReplayTasks request.
+fn targets(
+    ids: Vec<String>,
+    filter: Option<v1::TasksFilter>,
+) -> Result<super::control::Targets, Status> {
+    Ok(super::control::Targets {
+        ids,
+        filter: filter
+            .as_ref()
+            .map(super::control::RunFilter::from_proto)
+            .transpose()?,
+    })
+}
+
 fn ok<T>(t: T) -> R<T> {
     Ok(Response::new(t))
 }
@@ -178,7 +192,7 @@ impl proto::dispatcher_server::Dispatcher for Svc {
                 t.status = super::model::Status::Queued;
                 t.worker_id = None;
                 t.deadline = None;
-                st.queue.push_back(id);
+                st.enqueue(&id);
                 true
             }
             Some(_) => false,
@@ -249,7 +263,7 @@ impl proto::events_service_server::EventsService for Svc {
     }
 
     async fn put_log(&self, r: Request<proto::PutLogRequest>) -> R<proto::PutLogResponse> {
-        self.engine.put_log(&r.into_inner());
+        self.engine.put_log(&r.into_inner())?;
         ok(proto::PutLogResponse {})
     }
 
@@ -356,14 +370,16 @@ impl v1::admin_service_server::AdminService for Svc {
     }
 
     async fn cancel_tasks(&self, r: Request<v1::CancelTasksRequest>) -> R<v1::CancelTasksResponse> {
+        let r = r.into_inner();
         ok(v1::CancelTasksResponse {
-            cancelled_tasks: self.engine.cancel_tasks(&r.into_inner().external_ids),
+            cancelled_tasks: self.engine.cancel(targets(r.external_ids, r.filter)?)?,
         })
     }
 
     async fn replay_tasks(&self, r: Request<v1::ReplayTasksRequest>) -> R<v1::ReplayTasksResponse> {
+        let r = r.into_inner();
         ok(v1::ReplayTasksResponse {
-            replayed_tasks: self.engine.replay_tasks(&r.into_inner().external_ids),
+            replayed_tasks: self.engine.replay(targets(r.external_ids, r.filter)?)?,
         })
     }
 

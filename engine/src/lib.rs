@@ -13,6 +13,7 @@
 mod assign;
 pub mod clients;
 mod concurrency;
+pub mod control;
 mod core;
 mod cron;
 pub mod dashboard;
@@ -22,6 +23,7 @@ mod gate;
 mod grpc;
 mod io;
 mod model;
+mod queue;
 mod rate_limits;
 mod rest;
 mod runs;
@@ -575,7 +577,7 @@ impl DevEngine {
             .map(|t| {
                 t.logs
                     .iter()
-                    .map(|(_, l, m)| (l.clone(), m.clone()))
+                    .map(|l| (l.level.clone(), l.message.clone()))
                     .collect()
             })
             .unwrap_or_default()

@@ -82,6 +82,9 @@ pub struct TaskDef {
     pub is_durable: bool,
     pub slot_requests: HashMap<String, i32>,
     pub rate_limits: Vec<proto::v1::CreateTaskRateLimit>,
+    /// The workflow's `on_failure` task: queued when another task fails for good, skipped
+    /// (completed with `{"skipped": true}`) when the others all completed or were cancelled.
+    pub on_failure: bool,
 }
 
 /// A workflow: the latest version registered under its name.
@@ -94,6 +97,8 @@ pub struct Workflow {
     pub event_triggers: Vec<String>,
     pub idempotency: Option<proto::v1::IdempotencyConfig>,
     pub concurrency: Vec<super::concurrency::Limit>,
+    /// Priority of a run that names none (1–3).
+    pub default_priority: Option<i32>,
     pub created_at: SystemTime,
 }
 
@@ -133,11 +138,29 @@ pub struct Task {
     pub backoff_max_seconds: Option<i32>,
     /// Children spawned with a child index or key: key → child run id.
     pub children: HashMap<String, String>,
-    pub logs: Vec<(SystemTime, String, String)>,
+    pub logs: Vec<LogLine>,
     /// Parked with its held run (see `concurrency.rs`).
     pub held: bool,
     /// Rate-limit keys and units each attempt takes, and how to create a dynamic key.
     pub rate_limits: Vec<super::rate_limits::RateLimitUse>,
+    /// Its run's priority (its queue lane).
+    pub priority: i32,
+    /// The run's `on_failure` task.
+    pub on_failure: bool,
+}
+
+/// One line a task logged (`EventsService/PutLog`).
+#[derive(Debug, Clone)]
+pub struct LogLine {
+    /// When the engine stored it (the request's `created_at` is ignored, as the real engine
+    /// does).
+    pub at: SystemTime,
+    /// `INFO`, `ERROR`, `WARN` or `DEBUG`.
+    pub level: String,
+    pub message: String,
+    /// A JSON object (`{}` when none was sent).
+    pub metadata: serde_json::Value,
+    pub retry_count: i32,
 }
 
 /// A workflow run.
@@ -163,6 +186,9 @@ pub struct Run {
     pub held: bool,
     /// Its concurrency groups: (limit index, key).
     pub groups: Vec<(usize, String)>,
+    /// The first task to fail for good: (readable id, error). What its `on_failure` task
+    /// receives as `step_run_errors`.
+    pub first_failure: Option<(String, String)>,
 }
 
 /// A listener session of a worker (one ListenV2 or Listen stream).

@@ -18,7 +18,8 @@ pub struct TriggerOpts {
     pub parent_task: Option<String>,
     pub child_index: Option<i32>,
     pub child_key: Option<String>,
-    pub priority: i32,
+    /// The run's own priority; `None` takes the workflow's default, else 1.
+    pub priority: Option<i32>,
     pub event: Option<(String, String)>,
 }
 
@@ -81,6 +82,10 @@ impl State {
         }
 
         let single = wf.tasks.len() == 1;
+        let priority = opts
+            .priority
+            .or(wf.default_priority)
+            .unwrap_or(super::queue::DEFAULT_PRIORITY);
         let run_id = new_id();
         let now = SystemTime::now();
         let mut meta = meta;
@@ -113,7 +118,7 @@ impl State {
                     "default".into()
                 }
             });
-            let status = if def.parents.is_empty() {
+            let status = if def.parents.is_empty() && !def.on_failure {
                 Status::Queued
             } else {
                 Status::Pending
@@ -152,10 +157,12 @@ impl State {
                     logs: Vec::new(),
                     held: false,
                     rate_limits: super::rate_limits::uses_of(&def.rate_limits, &input, &meta),
+                    priority,
+                    on_failure: def.on_failure,
                 },
             );
             if status == Status::Queued {
-                self.queue.push_back(id.clone());
+                self.enqueue(&id);
             }
             task_ids.push(id);
         }
@@ -171,13 +178,14 @@ impl State {
             parent_task_id: opts.parent_task.clone(),
             child_index: opts.child_index,
             child_key: opts.child_key.clone(),
-            priority: opts.priority,
+            priority,
             created_at: now,
             started_at: None,
             finished_at: None,
             triggering_event: opts.event,
             held: false,
             groups: Vec::new(),
+            first_failure: None,
         };
         self.runs.insert(run_id.clone(), run);
         self.run_order.push(run_id.clone());
@@ -223,11 +231,9 @@ impl State {
         for id in &ids {
             self.complete_task(id, "{}".to_string());
         }
-        self.queue.retain(|id| {
-            self.tasks
-                .get(id)
-                .is_some_and(|t| t.status == Status::Queued)
-        });
+        let tasks = &self.tasks;
+        self.queue
+            .retain(|id| tasks.get(id).is_some_and(|t| t.status == Status::Queued));
         ids.len()
     }
 
@@ -269,7 +275,7 @@ impl State {
             if let Some(t) = self.tasks.get_mut(&id) {
                 t.status = Status::Queued;
             }
-            self.queue.push_back(id.clone());
+            self.enqueue(&id);
             self.emit_task_event(&id, proto::ResourceEventType::Started, String::new());
         }
         self.maybe_finish_run(&run_id);
@@ -295,17 +301,85 @@ impl State {
                 Duration::ZERO
             };
             t.not_before = Some(Instant::now() + delay);
-            self.queue.push_back(tid.to_string());
+            self.enqueue(tid);
             return;
         }
         t.status = Status::Failed;
         t.error = Some(error.clone());
         t.finished_at = Some(SystemTime::now());
         let run_id = t.run_id.clone();
+        let first = (!t.on_failure).then(|| (t.readable_id.clone(), error.clone()));
+        if let Some(r) = self.runs.get_mut(&run_id)
+            && r.first_failure.is_none()
+        {
+            r.first_failure = first;
+        }
         self.emit_task_event(tid, proto::ResourceEventType::Failed, error);
         self.durable_task_finished(tid);
         self.cancel_pending_of_run(&run_id);
+        self.queue_on_failure(&run_id);
         self.maybe_finish_run(&run_id);
+    }
+
+    /// Queues the run's pending `on_failure` task once a task has failed for good.
+    fn queue_on_failure(&mut self, run_id: &str) {
+        let Some(run) = self.runs.get(run_id) else {
+            return;
+        };
+        if run.first_failure.is_none() {
+            return;
+        }
+        let waiting: Vec<String> = run
+            .tasks
+            .iter()
+            .filter(|id| {
+                self.tasks
+                    .get(*id)
+                    .is_some_and(|t| t.on_failure && t.status == Status::Pending)
+            })
+            .cloned()
+            .collect();
+        for id in waiting {
+            if let Some(t) = self.tasks.get_mut(&id) {
+                t.status = Status::Queued;
+            }
+            self.enqueue(&id);
+            self.emit_task_event(&id, proto::ResourceEventType::Started, String::new());
+        }
+    }
+
+    /// Skips the run's pending `on_failure` task once every other task completed or was
+    /// cancelled without a failure: it completes with `{"skipped": true}`, as the real engine
+    /// reports it (the run cannot finish before).
+    fn skip_on_failure_if_settled(&mut self, run_id: &str) {
+        let Some(run) = self.runs.get(run_id) else {
+            return;
+        };
+        let (hook, others): (Vec<&Task>, Vec<&Task>) = run
+            .tasks
+            .iter()
+            .filter_map(|id| self.tasks.get(id))
+            .partition(|t| t.on_failure);
+        let settled = others
+            .iter()
+            .all(|t| matches!(t.status, Status::Completed | Status::Cancelled));
+        let pending: Vec<String> = hook
+            .iter()
+            .filter(|t| t.status == Status::Pending)
+            .map(|t| t.id.clone())
+            .collect();
+        if !settled || pending.is_empty() {
+            return;
+        }
+        const SKIPPED: &str = r#"{"skipped":true}"#;
+        for id in pending {
+            if let Some(t) = self.tasks.get_mut(&id) {
+                t.status = Status::Completed;
+                t.output = Some(SKIPPED.to_string());
+                t.finished_at = Some(SystemTime::now());
+            }
+            self.emit_task_event(&id, proto::ResourceEventType::Completed, SKIPPED.into());
+        }
     }
 
     /// Requeues an attempt for an internal reason (send failure, silent worker). Does not use the
@@ -329,7 +403,7 @@ impl State {
         t.worker_id = None;
         t.deadline = None;
         t.not_before = None;
-        self.queue.push_back(tid.to_string());
+        self.enqueue(tid);
     }
 
     /// Puts a running attempt back in the queue as the same attempt (its assignment may never
@@ -348,7 +422,7 @@ impl State {
         if t.is_durable {
             t.invocation_count = (t.invocation_count - 1).max(0);
         }
-        self.queue.push_front(tid.to_string());
+        self.enqueue_front(tid);
     }
 
     /// Cancels a task (and fails its run's pending tasks).
@@ -381,9 +455,9 @@ impl State {
             .tasks
             .iter()
             .filter(|id| {
-                self.tasks
-                    .get(*id)
-                    .is_some_and(|t| matches!(t.status, Status::Pending | Status::Queued))
+                self.tasks.get(*id).is_some_and(|t| {
+                    matches!(t.status, Status::Pending | Status::Queued) && !t.on_failure
+                })
             })
             .cloned()
             .collect();
@@ -397,6 +471,7 @@ impl State {
     }
 
     pub(crate) fn maybe_finish_run(&mut self, run_id: &str) {
+        self.skip_on_failure_if_settled(run_id);
         let Some(run) = self.runs.get(run_id) else {
             return;
         };

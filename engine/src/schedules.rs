@@ -137,7 +137,7 @@ impl State {
                 row["input"].clone(),
                 meta,
                 TriggerOpts {
-                    priority: row["priority"].as_i64().unwrap_or(1) as i32,
+                    priority: row["priority"].as_i64().map(|p| p as i32),
                     ..TriggerOpts::default()
                 },
             );

@@ -23,8 +23,8 @@ pub struct Meta {
     pub created_at: Option<String>,
 }
 
-/// A run's (or task's) status.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+/// A run's (or task's) status. Displays and serializes as the engine spells it (`COMPLETED`).
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum RunStatus {
     /// Waiting for a worker.
@@ -37,6 +37,46 @@ pub enum RunStatus {
     Cancelled,
     /// Failed.
     Failed,
+}
+
+impl RunStatus {
+    /// The engine's spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "QUEUED",
+            RunStatus::Running => "RUNNING",
+            RunStatus::Completed => "COMPLETED",
+            RunStatus::Cancelled => "CANCELLED",
+            RunStatus::Failed => "FAILED",
+        }
+    }
+
+    /// Whether the run has finished (completed, failed or cancelled).
+    pub const fn is_final(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Cancelled | RunStatus::Failed
+        )
+    }
+
+    /// From the gRPC `v1.RunStatus` number.
+    pub fn from_v1(n: i32) -> Option<Self> {
+        use crate::proto::v1::RunStatus as V;
+        Some(match V::try_from(n).ok()? {
+            V::Queued => RunStatus::Queued,
+            // An evicted durable task is still running as far as its run is concerned.
+            V::Running | V::Evicted => RunStatus::Running,
+            V::Completed => RunStatus::Completed,
+            V::Failed => RunStatus::Failed,
+            V::Cancelled => RunStatus::Cancelled,
+        })
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A run, as `GET /api/v1/stable/workflow-runs/{id}` shows it.
@@ -221,14 +261,23 @@ impl Api {
     /// # Cancel safety
     ///
     /// Cancel safe (a read).
-    pub async fn run(&self, run_id: &str) -> Result<RunDetails, Error> {
-        self.json(
-            reqwest::Method::GET,
-            "GET /api/v1/stable/workflow-runs/{id}",
-            &format!("/api/v1/stable/workflow-runs/{run_id}"),
-            None,
-        )
-        .await
+    pub async fn run(&self, run_id: &str) -> Result<crate::RunView, Error> {
+        const ROUTE: &str = "GET /api/v1/stable/workflow-runs/{id}";
+        let v: Value = self
+            .json(
+                reqwest::Method::GET,
+                ROUTE,
+                &format!("/api/v1/stable/workflow-runs/{run_id}"),
+                None,
+            )
+            .await?;
+        crate::RunView::from_rest(&v).map_err(|why| {
+            Error::new(Outcome::Rejected, ROUTE)
+                .with_detail(format!(
+                    "the engine's answer has an unexpected shape: {why}"
+                ))
+                .with_run_id(run_id)
+        })
     }
 
     /// `GET /api/v1/stable/workflow-runs/{id}/status`.

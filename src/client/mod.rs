@@ -8,7 +8,10 @@
 //! 2. [`RunHandle::result`] is cancel safe: dropping the future removes its waiter.
 
 pub mod api;
+pub mod bulk;
+pub mod control;
 pub mod events;
+pub mod typed;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +51,7 @@ impl ClientCore {
         if self.conn.lifecycle().is_cancelled() {
             return Err(Error::closed(PATH));
         }
+        bulk::check_priority(PATH, opts.priority)?;
         #[cfg_attr(not(feature = "otel"), allow(unused_mut))]
         let mut metadata = opts.metadata.clone();
         #[cfg(feature = "otel")]
@@ -57,23 +61,7 @@ impl ClientCore {
             metadata = (!m.is_empty()).then_some(m);
             cx
         };
-        let metadata = metadata.map(|m| serde_json::Value::Object(m).to_string());
-        let (parent_id, parent_task, child_index) = match &opts.parent {
-            Some((p, t, i)) => (Some(p.clone()), Some(t.clone()), Some(*i)),
-            None => (None, None, None),
-        };
-        let req = v1::TriggerWorkflowRequest {
-            name: self.conn.config().namespaced(workflow),
-            input,
-            parent_id,
-            parent_task_run_external_id: parent_task,
-            child_index,
-            child_key: opts.child_key.clone(),
-            additional_metadata: metadata,
-            desired_worker_id: None,
-            priority: opts.priority,
-            desired_worker_labels: Default::default(),
-        };
+        let req = self.trigger_request(workflow, input, &opts, metadata);
         let over = if opts.parent.is_some() {
             Some(ClassOverride::ChildKeyed)
         } else if opts.idempotent {
@@ -105,6 +93,32 @@ impl ClientCore {
                 None => Err(e),
             },
             Err(e) => Err(e),
+        }
+    }
+
+    /// The TriggerWorkflow request of one run (`workflow` namespaced here).
+    pub(crate) fn trigger_request(
+        &self,
+        workflow: &str,
+        input: String,
+        opts: &TriggerOptions,
+        metadata: Option<serde_json::Map<String, Value>>,
+    ) -> v1::TriggerWorkflowRequest {
+        let (parent_id, parent_task, child_index) = match &opts.parent {
+            Some((p, t, i)) => (Some(p.clone()), Some(t.clone()), Some(*i)),
+            None => (None, None, None),
+        };
+        v1::TriggerWorkflowRequest {
+            name: self.conn.config().namespaced(workflow),
+            input,
+            parent_id,
+            parent_task_run_external_id: parent_task,
+            child_index,
+            child_key: opts.child_key.clone(),
+            additional_metadata: metadata.map(|m| Value::Object(m).to_string()),
+            desired_worker_id: None,
+            priority: opts.priority,
+            desired_worker_labels: Default::default(),
         }
     }
 
@@ -209,7 +223,10 @@ impl RunHandle {
             Ok(r) => r?,
             Err(_) => return Err(Error::closed("wait for run").with_run_id(&self.run_id)),
         };
-        outputs_of(&self.run_id, &ev)
+        match outputs_of(&self.run_id, &ev) {
+            Ok(o) => Ok(o),
+            Err(e) => Err(self.client.classify_run_error(&self.run_id, e).await),
+        }
     }
 
     /// Waits for the result and decodes it: a single-task run's output, or for a DAG the object

@@ -45,6 +45,9 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::client::bulk::{BulkEvent, BulkRun};
+use crate::client::control::{RunFilter, Selection};
+use crate::client::typed::{Registered, RunView};
 use crate::client::{ClientCore, RunHandle, TriggerOptions, encode_input};
 use crate::config::ClientConfig;
 use crate::connection::{Connection, Parts};
@@ -56,7 +59,7 @@ use crate::listener::health::{HealthReporter, ListenerKind, ListenerState};
 use crate::listener::runs::closed_error;
 use crate::listener::stream::Home;
 use crate::listener::subscriptions::KeyedKind;
-use crate::proto::{self, v1};
+use crate::proto;
 use crate::retry::{BudgetConfig, Ledger, MethodCounters, RetryCore};
 use crate::transport::{self, AuthInterceptor};
 use crate::worker::{WorkerCore, WorkerMsg, WorkerOptions, Workflow};
@@ -292,13 +295,15 @@ impl RuntimeHandle {
     /// Cancel safe: once the first poll has handed the workflow to the worker, dropping the
     /// future only loses the answer; PutWorkflow goes on, and a later `start_worker` waits for
     /// it and includes the workflow. PutWorkflow is idempotent, so registering again is safe.
-    pub async fn register(&self, workflow: Workflow) -> Result<(), Error> {
+    pub async fn register(&self, workflow: Workflow) -> Result<Registered, Error> {
         let worker = self.worker("register")?;
+        let registered = Registered::new(&workflow, self.inner.client.clone());
         let (tx, rx) = tokio::sync::oneshot::channel();
         worker
             .cast(WorkerMsg::Register(Box::new(workflow), tx))
             .map_err(|_| Error::closed("register"))?;
-        rx.await.map_err(|_| Error::closed("register"))?
+        rx.await.map_err(|_| Error::closed("register"))??;
+        Ok(registered)
     }
 
     /// Starts the worker: registers it with the engine (Register) and starts taking work.
@@ -384,18 +389,94 @@ impl RuntimeHandle {
         h.result().await
     }
 
-    /// Triggers many runs; one result per input, in order (a failed trigger does not stop the
-    /// others).
+    /// Triggers one run per input through BulkTriggerWorkflow (1,000 runs per call); one
+    /// answer per input, in order: its handle, or its own error (an input that does not
+    /// serialize fails alone; a refused call fails the runs of its chunk).
     ///
     /// # Cancel safety
     ///
-    /// As [`RuntimeHandle::run_no_wait`].
+    /// Not cancel safe (writes): a dropped call may have created some of the runs.
     pub async fn run_many<I: Serialize>(
         &self,
         workflow: &str,
         inputs: &[I],
     ) -> Vec<Result<RunHandle, Error>> {
-        futures::future::join_all(inputs.iter().map(|i| self.run_no_wait(workflow, i))).await
+        let defaults = TriggerOptions::default();
+        let items: Vec<(&I, &TriggerOptions)> = inputs.iter().map(|i| (i, &defaults)).collect();
+        self.inner.client.run_many(workflow, &items).await
+    }
+
+    /// [`RuntimeHandle::run_many`] with per-run options (metadata, priority).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RuntimeHandle::run_many`].
+    pub async fn run_many_with<I: Serialize>(
+        &self,
+        workflow: &str,
+        runs: &[BulkRun<I>],
+    ) -> Vec<Result<RunHandle, Error>> {
+        let items: Vec<(&I, &TriggerOptions)> =
+            runs.iter().map(|b| (&b.input, &b.options)).collect();
+        self.inner.client.run_many(workflow, &items).await
+    }
+
+    /// Pushes many events through BulkPush (1,000 per call), each with its own metadata and
+    /// priority; one event id or error per event, in order.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe (writes).
+    pub async fn push_many<P: Serialize>(
+        &self,
+        events: &[BulkEvent<P>],
+    ) -> Vec<Result<String, Error>> {
+        self.inner.client.push_many(events).await
+    }
+
+    /// Cancels runs (or tasks) by id: unfinished tasks are cancelled, running ones get a
+    /// cancellation on their worker. Returns the ids the engine acknowledged.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: cancelling twice is harmless.
+    pub async fn cancel_runs(&self, ids: &[String]) -> Result<Vec<String>, Error> {
+        self.inner.client.cancel(Selection::Ids(ids.to_vec())).await
+    }
+
+    /// Cancels every run the filter selects (at most 20,000); returns their ids.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn cancel_where(&self, filter: &RunFilter) -> Result<Vec<String>, Error> {
+        self.inner
+            .client
+            .cancel(Selection::Filter(filter.clone()))
+            .await
+    }
+
+    /// Replays runs (a run id: its whole DAG; a task id: that task and what follows it):
+    /// failed or cancelled tasks run again with a fresh retry budget. Returns the task ids
+    /// replayed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe (a write).
+    pub async fn replay_runs(&self, ids: &[String]) -> Result<Vec<String>, Error> {
+        self.inner.client.replay(Selection::Ids(ids.to_vec())).await
+    }
+
+    /// Replays every run the filter selects (at most 1,000); returns the task ids replayed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe (a write).
+    pub async fn replay_where(&self, filter: &RunFilter) -> Result<Vec<String>, Error> {
+        self.inner
+            .client
+            .replay(Selection::Filter(filter.clone()))
+            .await
     }
 
     /// A handle for an existing run id.
@@ -488,8 +569,9 @@ impl RuntimeHandle {
     /// # Cancel safety
     ///
     /// Cancel safe.
-    pub async fn run_details(&self, run_id: &str) -> Result<v1::GetRunDetailsResponse, Error> {
-        self.inner.conn.run_details(run_id, None).await
+    pub async fn run_details(&self, run_id: &str) -> Result<RunView, Error> {
+        let d = self.inner.conn.run_details(run_id, None).await?;
+        Ok(RunView::from_grpc(run_id, d))
     }
 
     /// The events of one run, as a stream that ends after the run's final event. Reconnects on

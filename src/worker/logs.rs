@@ -40,19 +40,40 @@ pub(crate) struct TaskLogTarget {
     pub retry_count: i32,
 }
 
+/// The longest log line the engine takes (characters).
+pub const MAX_LOG_CHARS: usize = 10_000;
+
+/// The engine's name for a `tracing` level: it knows `DEBUG`, `INFO`, `WARN` and `ERROR`, so
+/// `TRACE` is sent as `DEBUG`.
+pub fn engine_level(level: tracing::Level) -> &'static str {
+    match level {
+        tracing::Level::TRACE | tracing::Level::DEBUG => "DEBUG",
+        tracing::Level::INFO => "INFO",
+        tracing::Level::WARN => "WARN",
+        tracing::Level::ERROR => "ERROR",
+    }
+}
+
 tokio::task_local! {
     /// The task whose handler runs in this tokio task.
     pub(crate) static CURRENT_TASK: TaskLogTarget;
 }
 
 impl TaskLogTarget {
-    /// Queues `message` at `level` as this task's log line.
-    pub(crate) fn log(&self, level: &str, message: String) {
+    /// Queues `message` at `level` as this task's log line: an empty line is not sent (the
+    /// engine refuses it), a longer one is cut to [`MAX_LOG_CHARS`] characters.
+    pub(crate) fn log(&self, level: tracing::Level, mut message: String) {
+        if message.is_empty() {
+            return;
+        }
+        if let Some((cut, _)) = message.char_indices().nth(MAX_LOG_CHARS) {
+            message.truncate(cut);
+        }
         self.queue.push(proto::PutLogRequest {
             task_run_external_id: self.task_run_id.clone(),
             created_at: Some(proto::timestamp_now()),
             message,
-            level: Some(level.to_string()),
+            level: Some(engine_level(level).to_string()),
             metadata: String::new(),
             task_retry_count: Some(self.retry_count),
         });
@@ -101,7 +122,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for TaskLogLayer {
         let _ = CURRENT_TASK.try_with(|task| {
             let mut line = Line::default();
             event.record(&mut line);
-            task.log(event.metadata().level().as_str(), line.0.trim().to_string());
+            task.log(*event.metadata().level(), line.0.trim().to_string());
         });
     }
 }
@@ -157,5 +178,24 @@ impl LogQueue {
     /// Lines dropped so far.
     pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tracing_level_maps_to_one_the_engine_accepts() {
+        use tracing::Level;
+        let levels = [
+            Level::TRACE,
+            Level::DEBUG,
+            Level::INFO,
+            Level::WARN,
+            Level::ERROR,
+        ];
+        let names: Vec<&str> = levels.into_iter().map(engine_level).collect();
+        assert_eq!(names, ["DEBUG", "DEBUG", "INFO", "WARN", "ERROR"]);
     }
 }

@@ -377,7 +377,7 @@ async fn register_workflow(core: &WorkerCore, wf: Workflow) -> Result<(), Error>
         })
         .await?;
     let mut h = core.handlers.lock();
-    for t in wf.tasks {
+    for t in wf.tasks.into_iter().chain(wf.on_failure) {
         h.insert(Workflow::action_id(&name, &t.name), t);
     }
     Ok(())

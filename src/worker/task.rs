@@ -1,8 +1,10 @@
 //! Workflow and task definitions: typed handlers, DAG parents, retries, timeouts, triggers.
 
+use std::any::TypeId;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -113,8 +115,10 @@ pub struct TaskOptions {
     pub parents: Vec<String>,
     /// Retries after a failure.
     pub retries: i32,
-    /// Execution timeout (`30s`, `5m`); the engine default is 60 s.
-    pub timeout: Option<String>,
+    /// Execution timeout of one attempt; the engine default is 60 s.
+    pub timeout: Option<Duration>,
+    /// How long a run may wait for a worker before it fails; the engine default is 5 minutes.
+    pub schedule_timeout: Option<Duration>,
     /// Exponential retry backoff factor.
     pub backoff_factor: Option<f32>,
     /// Cap of the retry backoff, in seconds.
@@ -144,9 +148,14 @@ impl TaskOptions {
         self.retries = n;
         self
     }
-    /// Sets the timeout.
-    pub fn timeout(mut self, t: impl Into<String>) -> Self {
-        self.timeout = Some(t.into());
+    /// Sets the execution timeout of one attempt (sent as a duration string: `1m30s`).
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = Some(t);
+        self
+    }
+    /// Sets how long the task may wait for a worker before it fails.
+    pub fn schedule_timeout(mut self, t: Duration) -> Self {
+        self.schedule_timeout = Some(t);
         self
     }
     /// Each attempt takes `units` of the rate limit `key` (declared with
@@ -192,6 +201,82 @@ pub struct TaskDef {
     pub durable: bool,
     /// The handler.
     pub handler: TaskFn,
+    /// The input and output types its handler declares (typed workflow handles check them).
+    pub types: TaskTypes,
+}
+
+/// The Rust types a task's handler takes and returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskTypes {
+    /// The input type.
+    pub input: TypeId,
+    /// Its name, for messages.
+    pub input_name: &'static str,
+    /// The output type.
+    pub output: TypeId,
+    /// Its name, for messages.
+    pub output_name: &'static str,
+}
+
+impl TaskTypes {
+    /// The types of a handler `Fn(I, Context) -> Result<O, _>`.
+    pub fn of<I: 'static, O: 'static>() -> Self {
+        TaskTypes {
+            input: TypeId::of::<I>(),
+            input_name: std::any::type_name::<I>(),
+            output: TypeId::of::<O>(),
+            output_name: std::any::type_name::<O>(),
+        }
+    }
+}
+
+impl TaskDef {
+    /// The task's part of the registration request.
+    pub fn to_proto(&self, workflow: &str) -> v1::CreateTaskOpts {
+        let o = &self.options;
+        v1::CreateTaskOpts {
+            readable_id: self.name.clone(),
+            action: Workflow::action_id(workflow, &self.name),
+            timeout: o.timeout.map(wire_duration).unwrap_or_default(),
+            schedule_timeout: o.schedule_timeout.map(wire_duration),
+            parents: o.parents.clone(),
+            retries: o.retries,
+            backoff_factor: o.backoff_factor,
+            backoff_max_seconds: o.backoff_max_seconds,
+            is_durable: self.durable,
+            rate_limits: o.rate_limits.clone(),
+            slot_requests: if o.slot_requests.is_empty() {
+                let kind = if self.durable { "durable" } else { "default" };
+                [(kind.to_string(), 1)].into()
+            } else {
+                o.slot_requests.clone()
+            },
+            ..Default::default()
+        }
+    }
+}
+
+/// A duration as the engine's duration strings spell it (`1h2m3s`, `250ms`): whole seconds
+/// when it has no milliseconds, milliseconds otherwise (rounded up, never `0ms` for a
+/// non-zero duration).
+pub fn wire_duration(d: Duration) -> String {
+    if d.subsec_nanos() != 0 {
+        let ms = d.as_nanos().div_ceil(1_000_000);
+        return format!("{ms}ms");
+    }
+    let s = d.as_secs();
+    let (h, m, s) = (s / 3600, (s / 60) % 60, s % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 || out.is_empty() {
+        out.push_str(&format!("{s}s"));
+    }
+    out
 }
 
 impl std::fmt::Debug for TaskDef {
@@ -221,6 +306,10 @@ pub struct Workflow {
     pub idempotency: Option<(String, std::time::Duration)>,
     /// Concurrency limits: a CEL expression grouping runs, and how many may run per group.
     pub concurrency: Vec<Concurrency>,
+    /// Runs once after any task of a run fails for good (see [`Workflow::on_failure`]).
+    pub on_failure: Option<TaskDef>,
+    /// Priority (1–3) of runs that name none.
+    pub default_priority: Option<i32>,
 }
 
 /// A concurrency limit of a workflow (enforced by the engine).
@@ -245,7 +334,50 @@ impl Workflow {
             cron_input: None,
             idempotency: None,
             concurrency: Vec::new(),
+            on_failure: None,
+            default_priority: None,
         }
+    }
+
+    /// Sets the workflow's `on_failure` task: the engine runs it once per run, as soon as any
+    /// other task has failed for good (retries used up), with the failed task's error in
+    /// [`Context::task_run_errors`]. When every task completes (or the run is cancelled) it is
+    /// skipped. The run still reads as failed whatever this task does.
+    ///
+    /// A workflow with an `on_failure` task is a DAG to the engine (two steps), so its run id
+    /// differs from its task ids; typed handles ([`crate::WorkflowRef`]) return the task you
+    /// name either way.
+    pub fn on_failure<I, O, E, F, Fut>(mut self, name: &str, options: TaskOptions, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + Send + 'static,
+        E: Into<TaskError> + Send + 'static,
+        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, E>> + Send + 'static,
+    {
+        self.on_failure = Some(TaskDef {
+            name: name.to_string(),
+            options: TaskOptions {
+                parents: Vec::new(),
+                ..options
+            },
+            durable: false,
+            handler: typed(f),
+            types: TaskTypes::of::<I, O>(),
+        });
+        self
+    }
+
+    /// Runs that name no priority get `priority` (1 lowest to 3 highest; the engine's default
+    /// is 1). The engine assigns queued tasks highest priority first.
+    pub fn default_priority(mut self, priority: i32) -> Self {
+        self.default_priority = Some(priority);
+        self
+    }
+
+    /// Every task, the `on_failure` task last.
+    pub fn all_tasks(&self) -> impl Iterator<Item = &TaskDef> {
+        self.tasks.iter().chain(self.on_failure.iter())
     }
 
     /// Adds a task with default options.
@@ -274,6 +406,7 @@ impl Workflow {
             options,
             durable: false,
             handler: typed(f),
+            types: TaskTypes::of::<I, O>(),
         });
         self
     }
@@ -292,6 +425,7 @@ impl Workflow {
             options,
             durable: true,
             handler: typed(f),
+            types: TaskTypes::of::<I, O>(),
         });
         self
     }
@@ -347,31 +481,9 @@ impl Workflow {
             event_triggers: self.on_events.clone(),
             cron_triggers: self.on_crons.clone(),
             cron_input: self.cron_input.as_ref().map(|v| v.to_string()),
-            tasks: self
-                .tasks
-                .iter()
-                .map(|t| v1::CreateTaskOpts {
-                    readable_id: t.name.clone(),
-                    action: Self::action_id(name, &t.name),
-                    timeout: t.options.timeout.clone().unwrap_or_default(),
-                    parents: t.options.parents.clone(),
-                    retries: t.options.retries,
-                    backoff_factor: t.options.backoff_factor,
-                    backoff_max_seconds: t.options.backoff_max_seconds,
-                    is_durable: t.durable,
-                    rate_limits: t.options.rate_limits.clone(),
-                    slot_requests: if t.options.slot_requests.is_empty() {
-                        [(
-                            (if t.durable { "durable" } else { "default" }).to_string(),
-                            1,
-                        )]
-                        .into()
-                    } else {
-                        t.options.slot_requests.clone()
-                    },
-                    ..Default::default()
-                })
-                .collect(),
+            tasks: self.tasks.iter().map(|t| t.to_proto(name)).collect(),
+            on_failure_task: self.on_failure.as_ref().map(|t| t.to_proto(name)),
+            default_priority: self.default_priority,
             concurrency_arr: self
                 .concurrency
                 .iter()
@@ -391,5 +503,52 @@ impl Workflow {
                 }),
             ..Default::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_written_as_the_engine_parses_them() {
+        let s = Duration::from_secs;
+        assert_eq!(wire_duration(s(0)), "0s");
+        assert_eq!(wire_duration(s(45)), "45s");
+        assert_eq!(wire_duration(s(90)), "1m30s");
+        assert_eq!(wire_duration(s(3600)), "1h");
+        assert_eq!(wire_duration(s(3723)), "1h2m3s");
+        assert_eq!(wire_duration(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(wire_duration(Duration::from_micros(1)), "1ms");
+    }
+
+    #[test]
+    fn on_failure_and_default_priority_reach_the_registration() {
+        let wf = Workflow::new("w")
+            .task("a", |_: Value, _| async { Ok::<_, TaskError>(1) })
+            .on_failure("cleanup", TaskOptions::default(), |_: Value, _| async {
+                Ok::<_, TaskError>(())
+            })
+            .default_priority(3);
+        let req = wf.to_proto("w");
+        assert_eq!(req.tasks.len(), 1);
+        let hook = req.on_failure_task.expect("on_failure_task is sent");
+        assert_eq!(hook.readable_id, "cleanup");
+        assert_eq!(hook.action, "w:cleanup");
+        assert!(hook.parents.is_empty());
+        assert_eq!(req.default_priority, Some(3));
+        assert_eq!(wf.all_tasks().count(), 2);
+    }
+
+    #[test]
+    fn timeouts_are_durations_on_the_wire_as_strings() {
+        let o = TaskOptions::default()
+            .timeout(Duration::from_secs(90))
+            .schedule_timeout(Duration::from_secs(600));
+        let wf =
+            Workflow::new("w").task_with("a", o, |_: Value, _| async { Ok::<_, TaskError>(1) });
+        let t = &wf.to_proto("w").tasks[0];
+        assert_eq!(t.timeout, "1m30s");
+        assert_eq!(t.schedule_timeout.as_deref(), Some("10m"));
     }
 }

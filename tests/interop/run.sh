@@ -4,7 +4,10 @@
 # then runs scenario.py (checks a-f: worker, run, aio_run, push->on_events, durable sleep +
 # event, stdin-EOF exit), embedded_check.py (check g: Hatchet.from_embedded()) and
 # rust_interop.py (checks h-i: our Rust example worker runs SDK-triggered runs, our Rust
-# example client runs a task on the SDK worker).
+# example client runs a task on the SDK worker); then the TypeScript suite ts/suite.mjs
+# (checks t1-t11 with the official TypeScript SDK, npm @hatchet-dev/typescript-sdk pinned in
+# ts/package.json and ts/package-lock.json; `npm ci` there when node_modules lacks that
+# version). Needs node >= 20 and npm; INTEROP_SKIP_TS=1 skips the TypeScript suite.
 #
 #   tests/interop/run.sh      # builds the engine and the worker/client examples (debug) first
 #   HATCHET_DEV_ENGINE_BIN=/path/to/engine HATCHET_RUST_WORKER_BIN=/path/to/examples/worker \
@@ -16,6 +19,7 @@
 set -euo pipefail
 
 SDK_VERSION=1.43.1
+TS_SDK_VERSION=1.33.2 # must match ts/package.json
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 VENV="$HERE/.venv"
@@ -104,6 +108,32 @@ scenario() {
     fi
 }
 
+# ts_suite NAME SECONDS: run the TypeScript suite and count its PASS / FAIL lines.
+ts_suite() {
+    local name=$1 secs=$2 rc=0 p f
+    run_step "$name" "$secs" env TMPDIR="$TMP" HATCHET_DEV_ENGINE_BIN="$BIN" \
+        HATCHET_RUST_WORKER_BIN="$RUST_WORKER" HATCHET_RUST_CLIENT_BIN="$RUST_CLIENT" \
+        node "$HERE/ts/suite.mjs" || rc=$?
+    p=$(grep -c '^PASS ' "$TMP/$name.log" || true)
+    f=$(grep -c '^FAIL ' "$TMP/$name.log" || true)
+    passed=$((passed + p))
+    failed=$((failed + f))
+    if [[ $rc -ne 0 && $f -eq 0 ]]; then
+        local why="exit code $rc"
+        [[ $rc -eq 124 || $rc -eq 137 ]] && why="timed out after ${secs}s"
+        echo "interop: step '$name' FAILED ($why) before reporting a failed check"
+        failed=$((failed + 1))
+    elif [[ $rc -eq 0 && $f -ne 0 ]]; then
+        echo "interop: step '$name' reported failures but exited 0"
+    fi
+}
+
+# ts_installed: ts/node_modules holds the pinned TypeScript SDK.
+ts_installed() {
+    [[ "$(node -p "require('$HERE/ts/node_modules/@hatchet-dev/typescript-sdk/package.json').version" \
+        2>/dev/null)" == "$TS_SDK_VERSION" ]]
+}
+
 # 1. virtualenv and the pinned SDK
 if [[ ! -x "$VENV/bin/python" ]]; then
     run_step venv 120 python3 -m venv "$VENV" || abort "create virtualenv $VENV" $? 120
@@ -140,5 +170,24 @@ echo "interop: rust worker $RUST_WORKER, rust client $RUST_CLIENT"
 scenario scenario "${INTEROP_SCENARIO_TIMEOUT:-120}" scenario.py
 scenario embedded "${INTEROP_EMBEDDED_TIMEOUT:-60}" embedded_check.py
 scenario rust "${INTEROP_RUST_TIMEOUT:-90}" rust_interop.py
+scenario parity "${INTEROP_PARITY_TIMEOUT:-300}" parity.py
+
+# 4. the TypeScript SDK suite (node_modules from the committed package-lock.json)
+if [[ "${INTEROP_SKIP_TS:-0}" != 1 ]]; then
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+        echo "interop: step 'ts' FAILED (node and npm are needed; INTEROP_SKIP_TS=1 skips it)"
+        failed=$((failed + 1))
+    else
+        ts_ok=1
+        if ! ts_installed; then
+            run_step npm-ci 300 npm ci --prefix "$HERE/ts" --no-audit --no-fund ||
+                { echo "interop: step 'npm-ci' FAILED"; ts_ok=0; failed=$((failed + 1)); }
+        fi
+        if [[ $ts_ok -eq 1 ]]; then
+            echo "interop: @hatchet-dev/typescript-sdk $TS_SDK_VERSION, node $(node --version)"
+            ts_suite ts "${INTEROP_TS_TIMEOUT:-600}"
+        fi
+    fi
+fi
 
 summary_and_exit

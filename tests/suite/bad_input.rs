@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::runtime_e2e::setup;
 
-fn echo(timeout: &str) -> Workflow {
+fn echo(timeout: Duration) -> Workflow {
     Workflow::new("echo").task_with(
         "t",
         TaskOptions::default().timeout(timeout),
@@ -23,7 +23,9 @@ fn echo(timeout: &str) -> Workflow {
 #[tokio::test]
 async fn an_invalid_payload_from_the_engine_fails_the_task_with_a_clear_error() {
     let (e, rt) = setup().await;
-    rt.register(echo("5s")).await.expect("register");
+    rt.register(echo(Duration::from_secs(5)))
+        .await
+        .expect("register");
     rt.start_worker(WorkerOptions::new("w", 2))
         .await
         .expect("start");
@@ -48,7 +50,9 @@ async fn an_invalid_payload_from_the_engine_fails_the_task_with_a_clear_error() 
 #[tokio::test]
 async fn missing_fields_and_unknown_enum_values_never_crash_the_worker() {
     let (e, rt) = setup().await;
-    rt.register(echo("1s")).await.expect("register");
+    rt.register(echo(Duration::from_secs(1)))
+        .await
+        .expect("register");
     rt.start_worker(WorkerOptions::new("w", 2))
         .await
         .expect("start");
@@ -156,7 +160,7 @@ async fn a_handler_that_never_returns_is_cancelled_at_its_timeout_and_frees_its_
     let c2 = cancelled.clone();
     rt.register(Workflow::new("stuck").task_with(
         "t",
-        TaskOptions::default().timeout("1s"),
+        TaskOptions::default().timeout(Duration::from_secs(1)),
         move |i: Value, ctx: Context| {
             let c2 = c2.clone();
             async move {

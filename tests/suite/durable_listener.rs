@@ -42,7 +42,7 @@ fn reporting_napper() -> Workflow {
         "d",
         TaskOptions::default(),
         |_i: Value, c: Context| async move {
-            Ok::<_, TaskError>(match c.sleep_for("10ms").await {
+            Ok::<_, TaskError>(match c.sleep_for(Duration::from_millis(10)).await {
                 Ok(()) => json!({"woke": true}),
                 Err(e) => json!({"outcome": e.outcome().as_str(), "attempts": e.attempts(), "error": e.to_string()}),
             })
@@ -124,7 +124,7 @@ async fn a_nondeterministic_replay_fails_the_task_with_a_typed_error_and_is_not_
             async move {
                 if c.retry_count() == 0 {
                     // Invocation 1 records a sleep at node 1, then fails (retryable).
-                    c.sleep_for("10ms").await?;
+                    c.sleep_for(Duration::from_millis(10)).await?;
                     return Err(TaskError::new("first attempt fails"));
                 }
                 // The replay asks for something else at node 1.
@@ -180,7 +180,7 @@ async fn a_server_eviction_stops_the_evicted_invocation_and_the_next_one_finishe
                 let inv = c.durable_invocation().unwrap_or(0);
                 let _ = started_tx.send((c.task_run_id().to_string(), inv));
                 let _ = gate.wait_for(|open| *open).await;
-                let r = c.sleep_for("10ms").await;
+                let r = c.sleep_for(Duration::from_millis(10)).await;
                 let _ = ended_tx.send((
                     inv,
                     r.as_ref()
@@ -333,7 +333,7 @@ async fn a_retried_durable_task_replays_its_sleep_instead_of_diverging() {
         },
         |_i: Value, c: Context| async move {
             // Each call makes fresh condition-group ids; the replay must still match node 1.
-            c.sleep_for("10ms").await?;
+            c.sleep_for(Duration::from_millis(10)).await?;
             if c.retry_count() == 0 {
                 return Err(TaskError::new("first attempt fails after its sleep"));
             }

@@ -59,7 +59,7 @@ async fn the_token_never_appears_in_trace_logs() {
         "d",
         TaskOptions::default(),
         |_i: Value, c: Context| async move {
-            c.sleep_for("1s").await?;
+            c.sleep_for(Duration::from_secs(1)).await?;
             Ok::<_, TaskError>(json!({}))
         },
     ))
@@ -146,7 +146,7 @@ async fn every_unary_call_the_engine_sees_is_in_the_runtime_s_ledger() {
         "d",
         TaskOptions::default(),
         |_i: Value, c: Context| async move {
-            c.sleep_for("10ms").await?;
+            c.sleep_for(Duration::from_millis(10)).await?;
             Ok::<_, TaskError>(json!({}))
         },
     ))

@@ -476,7 +476,7 @@ async fn crashed_listeners_restart_with_their_waiters() {
         "d",
         Default::default(),
         |_i: Value, c: Context| async move {
-            c.sleep_for("1s").await?;
+            c.sleep_for(Duration::from_secs(1)).await?;
             Ok::<_, TaskError>(json!({"slept": true}))
         },
     ))
@@ -567,7 +567,7 @@ async fn a_durable_stream_cut_after_the_ack_recovers_the_completion() {
         "d",
         Default::default(),
         |_i: Value, c: Context| async move {
-            c.sleep_for("1s").await?;
+            c.sleep_for(Duration::from_secs(1)).await?;
             Ok::<_, TaskError>(json!({"woke": true}))
         },
     ))
@@ -613,7 +613,7 @@ async fn engines_before_v0_80_get_durable_waits_through_the_durable_events_liste
         "d",
         Default::default(),
         |_i: Value, c: Context| async move {
-            c.sleep_for("500ms").await?;
+            c.sleep_for(Duration::from_millis(500)).await?;
             let ev = c.wait_for_event("legacy:go").await?;
             Ok::<_, TaskError>(json!({"event": ev}))
         },
@@ -697,7 +697,7 @@ fn napper() -> Workflow {
         "d",
         Default::default(),
         |_i: Value, c: Context| async move {
-            c.sleep_for("200ms").await?;
+            c.sleep_for(Duration::from_millis(200)).await?;
             Ok::<_, TaskError>(json!({"woke": true}))
         },
     )

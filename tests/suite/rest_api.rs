@@ -32,8 +32,9 @@ async fn typed_reads_of_runs_workers_crons_schedules_and_rate_limits() {
     let _: Value = h.result().await.expect("done");
     let api = rt.api();
     let d = api.run(h.run_id()).await.expect("details");
-    assert_eq!(d.run.status, RunStatus::Completed);
-    assert_eq!(d.run.output["x"], 1);
+    assert_eq!(d.status, RunStatus::Completed);
+    assert_eq!(d.tasks["t"].output, Some(json!({"x": 1})));
+    assert_eq!(d.output::<Value>("t").expect("typed output")["x"], 1);
     assert_eq!(
         api.run_status(h.run_id()).await.expect("status"),
         RunStatus::Completed

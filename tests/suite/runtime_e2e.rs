@@ -162,7 +162,7 @@ async fn durable_tasks_sleep_wait_for_events_and_memoize() {
         TaskOptions::default(),
         |_i: Value, c: Context| async move {
             let stamp: u64 = c.memo("stamp", || async { 7u64 }).await?;
-            c.sleep_for("1s").await?;
+            c.sleep_for(Duration::from_secs(1)).await?;
             let ev = c.wait_for_event("approval:granted").await?;
             Ok::<_, TaskError>(json!({"stamp": stamp, "event": ev}))
         },
@@ -375,7 +375,7 @@ fn definitions_carry_retries_timeouts_triggers_slots_concurrency_and_durability(
             "charge",
             TaskOptions::default()
                 .retries(3)
-                .timeout("30s")
+                .timeout(Duration::from_secs(30))
                 .slots("default", 2),
             |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
         )

@@ -51,7 +51,7 @@ async fn register_echo_and_nap(rt: &RuntimeHandle) {
         "d",
         TaskOptions::default(),
         |_i: Value, c: Context| async move {
-            c.sleep_for("10ms").await?;
+            c.sleep_for(Duration::from_millis(10)).await?;
             Ok::<_, TaskError>(json!({"napped": true}))
         },
     ))

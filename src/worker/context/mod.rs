@@ -14,6 +14,8 @@ use crate::listener::durable_task::DurableClient;
 use crate::proto::{self, v1};
 use crate::worker::WorkerCore;
 
+mod control;
+
 /// Decodes an assignment's `action_payload`: the run's input and the parents' outputs. Tolerates
 /// missing, null and extra keys (hatchet-protocol.md §4.1.3); anything that is not a JSON object
 /// is an error that says so.
@@ -49,6 +51,8 @@ struct Inner {
     action: proto::AssignedAction,
     input: Value,
     parents: serde_json::Map<String, Value>,
+    /// `step_run_errors` of an `on_failure` task: failed task name → error.
+    errors: std::collections::BTreeMap<String, String>,
     metadata: serde_json::Map<String, Value>,
     cancel: CancellationToken,
     core: Arc<WorkerCore>,
@@ -89,6 +93,19 @@ impl Context {
             Some(Value::Object(m)) => m.clone(),
             _ => Default::default(),
         };
+        let errors = match payload.get("step_run_errors") {
+            Some(Value::Object(m)) => m
+                .iter()
+                .map(|(k, v)| {
+                    let text = v
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| v.to_string());
+                    (k.clone(), text)
+                })
+                .collect(),
+            _ => Default::default(),
+        };
         let metadata = action
             .additional_metadata
             .as_deref()
@@ -99,6 +116,7 @@ impl Context {
                 action,
                 input,
                 parents,
+                errors,
                 metadata,
                 cancel,
                 core,
@@ -167,15 +185,16 @@ impl Context {
         self.log_at(tracing::Level::INFO, message);
     }
 
-    /// [`Context::log`] at `level` (`ERROR`, `WARN`, `INFO`, `DEBUG`, `TRACE`, as the engine
-    /// shows them).
+    /// [`Context::log`] at `level`: the engine shows `ERROR`, `WARN`, `INFO` and `DEBUG`
+    /// (`TRACE` lines arrive as `DEBUG`). Lines over 10,000 characters are cut; empty ones are
+    /// not sent.
     pub fn log_at(&self, level: tracing::Level, message: impl Into<String>) {
         crate::worker::logs::TaskLogTarget {
             queue: self.inner.core.log_queue().clone(),
             task_run_id: self.task_run_id().to_string(),
             retry_count: self.retry_count(),
         }
-        .log(level.as_str(), message.into());
+        .log(level, message.into());
     }
 
     /// Streams a chunk to subscribers of the run's events (PutStreamEvent).
@@ -251,14 +270,15 @@ impl Context {
         ))
     }
 
-    /// Sleeps durably for `duration` (`10s`, `5m`): the engine keeps the timer, so a restarted
-    /// worker does not sleep again.
+    /// Sleeps durably for `duration`: the engine keeps the timer, so a restarted worker does not
+    /// sleep again.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: a replay finds the same timer.
-    pub async fn sleep_for(&self, duration: &str) -> Result<(), Error> {
+    pub async fn sleep_for(&self, duration: std::time::Duration) -> Result<(), Error> {
         let (d, inv) = self.durable()?;
+        let duration = crate::worker::task::wire_duration(duration);
         let cond = v1::DurableEventListenerConditions {
             sleep_conditions: vec![v1::SleepMatchCondition {
                 base: Some(v1::BaseMatchCondition {
@@ -267,7 +287,7 @@ impl Context {
                     or_group_id: uuid::Uuid::new_v4().to_string(),
                     expression: String::new(),
                 }),
-                sleep_for: duration.to_string(),
+                sleep_for: duration,
             }],
             user_event_conditions: vec![],
         };

@@ -15,10 +15,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
-use super::core::Engine;
-use super::faults::{Fault, FaultRule, Faults};
-use super::gate::bearer_ok;
-use super::model::{Run, Task};
+mod runs;
+
+use crate::core::Engine;
+use crate::faults::{Fault, FaultRule, Faults};
+use crate::gate::bearer_ok;
 use hatchet_runtime::proto::rfc3339;
 
 /// Shared by the handlers.
@@ -29,7 +30,7 @@ pub struct Rest {
     pub token: Arc<str>,
 }
 
-fn err(status: StatusCode, description: &str) -> Response {
+pub(crate) fn err(status: StatusCode, description: &str) -> Response {
     (
         status,
         Json(json!({"errors": [{"description": description}]})),
@@ -37,7 +38,7 @@ fn err(status: StatusCode, description: &str) -> Response {
         .into_response()
 }
 
-fn meta(id: &str, created: SystemTime) -> Value {
+pub(crate) fn meta(id: &str, created: SystemTime) -> Value {
     json!({"id": id, "createdAt": rfc3339(created), "updatedAt": rfc3339(created)})
 }
 
@@ -48,139 +49,14 @@ fn pagination(total: usize, offset: usize, limit: usize) -> Value {
     json!({"current_page": current, "next_page": if current < pages { current + 1 } else { current }, "num_pages": pages})
 }
 
-/// A stable UUID for a workflow step (the REST models require UUIDs for step ids).
-fn step_id(run: &Run, readable: &str) -> String {
-    uuid::Uuid::new_v5(
-        &uuid::Uuid::NAMESPACE_OID,
-        format!("{}/{readable}", run.workflow_id).as_bytes(),
-    )
-    .to_string()
-}
-
 /// One page of `rows` with its pagination, as every list endpoint answers.
-fn paged(rows: Vec<Value>, offset: usize, limit: usize) -> Response {
+pub(crate) fn paged(rows: Vec<Value>, offset: usize, limit: usize) -> Response {
     let total = rows.len();
     let rows: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
     Json(json!({"rows": rows, "pagination": pagination(total, offset, limit)})).into_response()
 }
 
-fn parse_output(t: &Task) -> Value {
-    t.output
-        .as_deref()
-        .and_then(|o| serde_json::from_str(o).ok())
-        .unwrap_or(Value::Null)
-}
-
-fn run_json(run: &Run, tasks: &[&Task], tenant: &str) -> Value {
-    let output = if tasks.len() == 1 {
-        tasks
-            .first()
-            .map(|t| parse_output(t))
-            .unwrap_or(Value::Null)
-    } else {
-        Value::Object(
-            tasks
-                .iter()
-                .map(|t| (t.readable_id.clone(), parse_output(t)))
-                .collect(),
-        )
-    };
-    let error = tasks.iter().find_map(|t| t.error.clone());
-    let duration = match (run.started_at, run.finished_at) {
-        (Some(a), Some(b)) => b.duration_since(a).map(|d| d.as_millis() as u64).ok(),
-        _ => None,
-    };
-    json!({
-        "metadata": meta(&run.id, run.created_at),
-        "status": run.status.rest(),
-        "output": output,
-        "errorMessage": error,
-        "input": run.input,
-        "additionalMetadata": run.additional_metadata,
-        "displayName": run.workflow_name,
-        "workflowId": run.workflow_id,
-        "workflowVersionId": run.workflow_version_id,
-        "startedAt": run.started_at.map(rfc3339),
-        "finishedAt": run.finished_at.map(rfc3339),
-        "duration": duration,
-        "createdAt": rfc3339(run.created_at),
-        "parentTaskExternalId": run.parent_task_id,
-        "tenantId": tenant,
-    })
-}
-
-fn task_json(t: &Task, run: &Run, tenant: &str) -> Value {
-    json!({
-        "metadata": meta(&t.id, t.created_at),
-        "taskExternalId": t.id,
-        "workflowRunExternalId": t.run_id,
-        "status": t.status.rest(),
-        "output": parse_output(t),
-        "input": run.input,
-        "errorMessage": t.error,
-        "displayName": t.readable_id,
-        "actionId": t.action,
-        "retryCount": t.retry_count,
-        "attempt": t.retry_count + 1,
-        "isDurable": t.is_durable,
-        "isEvicted": t.evicted,
-        "startedAt": t.started_at.map(rfc3339),
-        "finishedAt": t.finished_at.map(rfc3339),
-        "additionalMetadata": run.additional_metadata,
-        "workflowId": run.workflow_id,
-        "workflowName": run.workflow_name,
-        "type": if run.tasks.len() > 1 { "DAG" } else { "TASK" },
-        "children": [],
-        "numSpawnedChildren": t.children.len(),
-        "parentTaskExternalId": run.parent_task_id,
-        "stepId": step_id(run, &t.readable_id),
-        "createdAt": rfc3339(t.created_at),
-        "taskId": 0,
-        "taskInsertedAt": rfc3339(t.created_at),
-        "tenantId": tenant,
-    })
-}
-
-async fn run_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
-    let st = s.engine.state.lock();
-    let Some(run) = st.runs.get(&id) else {
-        return err(StatusCode::NOT_FOUND, "workflow run not found");
-    };
-    let tasks: Vec<&Task> = run.tasks.iter().filter_map(|t| st.tasks.get(t)).collect();
-    let task_list: Vec<Value> = tasks
-        .iter()
-        .map(|t| task_json(t, run, &s.engine.tenant_id))
-        .collect();
-    let shape: Vec<Value> = tasks
-        .iter()
-        .map(|t| json!({"stepId": t.readable_id, "taskExternalId": t.id, "taskName": t.readable_id, "childrenStepIds": []}))
-        .collect();
-    Json(
-        json!({"run": run_json(run, &tasks, &s.engine.tenant_id), "taskEvents": [], "shape": shape, "tasks": task_list}),
-    )
-    .into_response()
-}
-
-async fn run_status(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
-    let st = s.engine.state.lock();
-    match st.runs.get(&id) {
-        Some(r) => Json(Value::String(r.status.rest().into())).into_response(),
-        None => err(StatusCode::NOT_FOUND, "workflow run not found"),
-    }
-}
-
-async fn task_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
-    let st = s.engine.state.lock();
-    let Some(t) = st.tasks.get(&id) else {
-        return err(StatusCode::NOT_FOUND, "task not found");
-    };
-    let Some(run) = st.runs.get(&t.run_id) else {
-        return err(StatusCode::NOT_FOUND, "task not found");
-    };
-    Json(task_json(t, run, &s.engine.tenant_id)).into_response()
-}
-
-fn page(q: &Value) -> (usize, usize) {
+pub(crate) fn page(q: &Value) -> (usize, usize) {
     let n = |k: &str, d: usize| {
         q.get(k)
             .and_then(|v| v.as_str())
@@ -190,7 +66,7 @@ fn page(q: &Value) -> (usize, usize) {
     (n("offset", 0), n("limit", 50).min(1000))
 }
 
-fn tenant_ok(s: &Rest, tenant: &str) -> Option<Response> {
+pub(crate) fn tenant_ok(s: &Rest, tenant: &str) -> Option<Response> {
     (tenant != s.engine.tenant_id).then(|| {
         err(
             StatusCode::FORBIDDEN,
@@ -199,57 +75,38 @@ fn tenant_ok(s: &Rest, tenant: &str) -> Option<Response> {
     })
 }
 
-async fn list_runs(
-    AxState(s): AxState<Rest>,
-    Path(tenant): Path<String>,
-    Query(q): Query<Vec<(String, String)>>,
-) -> Response {
+/// A `Workflow` object as the SDKs' strict models take it: every version entry has `order` and
+/// `workflowId`.
+fn workflow_json(w: &crate::model::Workflow, tenant: &str) -> Value {
+    let version = json!({"metadata": meta(&w.version_id, w.created_at), "version": w.version_id,
+                         "order": 1, "workflowId": w.id});
+    json!({"metadata": meta(&w.id, w.created_at), "name": w.name, "description": "", "isPaused": false,
+           "versions": [version], "tags": [], "tenantId": tenant})
+}
+
+/// `GET /api/v1/tenants/{tenant}`: the tenant, on the v1 engine (the TypeScript SDK reads
+/// `version` at start and warns about anything but `V1`).
+async fn get_tenant(AxState(s): AxState<Rest>, Path(tenant): Path<String>) -> Response {
     if let Some(r) = tenant_ok(&s, &tenant) {
         return r;
     }
-    let get = |k: &str| q.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone());
-    let all = |k: &str| {
-        q.iter()
-            .filter(|(a, _)| a == k || a == &format!("{k}[]"))
-            .map(|(_, v)| v.clone())
-            .collect::<Vec<_>>()
-    };
-    if get("since").is_none() || get("only_tasks").is_none() {
-        return err(StatusCode::BAD_REQUEST, "since and only_tasks are required");
-    }
-    let statuses = all("statuses");
-    let metas = all("additional_metadata");
-    let wf_ids = all("workflow_ids");
-    let offset_limit = page(&Value::Object(
-        q.iter()
-            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-            .collect(),
-    ));
+    let id = &s.engine.tenant_id;
+    Json(json!({"metadata": meta(id, SystemTime::UNIX_EPOCH), "name": "development", "slug": "development",
+                "analyticsOptOut": true, "alertMemberEmails": false, "version": "V1"}))
+    .into_response()
+}
+
+/// `GET /api/v1/workflows/{workflow}`: one workflow by id (400 for a malformed id, 404 unknown).
+async fn get_workflow(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
     let st = s.engine.state.lock();
-    let rows: Vec<Value> = st
-        .run_order
-        .iter()
-        .rev()
-        .filter_map(|id| st.runs.get(id))
-        .filter(|r| statuses.is_empty() || statuses.iter().any(|x| x == r.status.rest()))
-        .filter(|r| wf_ids.is_empty() || wf_ids.contains(&r.workflow_id))
-        .filter(|r| {
-            metas.iter().all(|kv| {
-                let (k, v) = kv.split_once(':').unwrap_or((kv, ""));
-                r.additional_metadata
-                    .get(k)
-                    .is_some_and(|x| x.as_str() == Some(v) || *x == v)
-            })
-        })
-        .filter_map(|r| {
-            r.tasks
-                .first()
-                .and_then(|t| st.tasks.get(t))
-                .map(|t| task_json(t, r, &s.engine.tenant_id))
-        })
-        .collect();
-    let (offset, limit) = offset_limit;
-    paged(rows, offset, limit)
+    match st.workflows.values().find(|w| w.id == id) {
+        Some(w) => Json(workflow_json(w, &s.engine.tenant_id)).into_response(),
+        None if uuid::Uuid::parse_str(&id).is_err() => err(
+            StatusCode::BAD_REQUEST,
+            &format!("invalid workflow id {id:?}"),
+        ),
+        None => err(StatusCode::NOT_FOUND, "workflow not found"),
+    }
 }
 
 async fn list_workflows(
@@ -261,29 +118,26 @@ async fn list_workflows(
         return r;
     }
     let (offset, limit) = page(&q);
+    // The real engine matches `name` as a case-insensitive substring (ILIKE).
     let name = q
         .get("name")
         .and_then(|v| v.as_str())
         .unwrap_or("")
-        .to_string();
+        .to_lowercase();
     let st = s.engine.state.lock();
     let mut rows: Vec<Value> = st
         .workflows
         .values()
-        .filter(|w| name.is_empty() || w.name.contains(&name))
-        .map(|w| {
-            json!({"metadata": meta(&w.id, w.created_at), "name": w.name, "description": "", "isPaused": false,
-                   "versions": [{"metadata": meta(&w.version_id, w.created_at), "version": ""}], "tags": [], "jobs": [],
-                   "tenantId": s.engine.tenant_id})
-        })
+        .filter(|w| name.is_empty() || w.name.to_lowercase().contains(&name))
+        .map(|w| workflow_json(w, &s.engine.tenant_id))
         .collect();
     rows.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
     paged(rows, offset, limit)
 }
 
 /// The common part of a cron or schedule created through the API, from its request body.
-fn planned(s: &Rest, workflow: &str, body: &Value) -> super::schedules::Planned {
-    super::schedules::Planned {
+fn planned(s: &Rest, workflow: &str, body: &Value) -> crate::schedules::Planned {
+    crate::schedules::Planned {
         tenant: s.engine.tenant_id.clone(),
         workflow: workflow.to_string(),
         input: body.get("input").cloned().unwrap_or(json!({})),
@@ -402,7 +256,7 @@ fn get_row(
     s: &Rest,
     tenant: &str,
     what: &str,
-    view: impl FnOnce(&super::core::State) -> Option<Value>,
+    view: impl FnOnce(&crate::core::State) -> Option<Value>,
 ) -> Response {
     if let Some(r) = tenant_ok(s, tenant) {
         return r;
@@ -419,7 +273,7 @@ fn delete_row(
     tenant: &str,
     id: &str,
     what: &str,
-    rows: impl FnOnce(&mut super::core::State) -> &mut Vec<Value>,
+    rows: impl FnOnce(&mut crate::core::State) -> &mut Vec<Value>,
 ) -> Response {
     if let Some(r) = tenant_ok(s, tenant) {
         return r;
@@ -476,7 +330,7 @@ fn label_id(worker: &str, key: &str) -> String {
     .to_string()
 }
 
-fn worker_json(w: &super::model::Worker, tenant: &str) -> Value {
+fn worker_json(w: &crate::model::Worker, tenant: &str) -> Value {
     let status = if w.paused {
         "PAUSED"
     } else if w.sessions.is_empty() {
@@ -593,13 +447,13 @@ async fn counters(AxState(s): AxState<Rest>) -> Response {
 async fn dashboard_page() -> Response {
     (
         [(axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        super::dashboard::PAGE,
+        crate::dashboard::PAGE,
     )
         .into_response()
 }
 
 async fn dashboard_data(AxState(s): AxState<Rest>) -> Response {
-    let data = super::dashboard::data(&s.engine.state.lock(), SystemTime::now());
+    let data = crate::dashboard::data(&s.engine.state.lock(), SystemTime::now());
     Json(data).into_response()
 }
 
@@ -651,14 +505,10 @@ async fn gate(AxState(s): AxState<Rest>, req: Request, next: Next) -> Response {
 /// The REST router.
 pub fn router(state: Rest) -> axum::Router {
     axum::Router::new()
-        .route("/api/v1/stable/workflow-runs/{run}", get(run_details))
-        .route("/api/v1/stable/workflow-runs/{run}/status", get(run_status))
-        .route("/api/v1/stable/tasks/{task}", get(task_details))
-        .route(
-            "/api/v1/stable/tenants/{tenant}/workflow-runs",
-            get(list_runs),
-        )
+        .merge(runs::routes())
         .route("/api/v1/tenants/{tenant}/workflows", get(list_workflows))
+        .route("/api/v1/workflows/{workflow}", get(get_workflow))
+        .route("/api/v1/tenants/{tenant}", get(get_tenant))
         .route("/api/v1/tenants/{tenant}/workflows/crons", get(list_crons))
         .route(
             "/api/v1/tenants/{tenant}/workflows/{wf}/crons",

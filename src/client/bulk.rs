@@ -1,0 +1,280 @@
+//! Bulk work: many runs through `WorkflowService/BulkTriggerWorkflow`, many events through
+//! `EventsService/BulkPush`, in chunks the engine takes.
+//!
+//! # Invariants
+//!
+//! 1. One answer per item, in input order: a run handle (or event id), or that item's own
+//!    error. An item refused locally (input that does not serialize, a priority out of range)
+//!    fails alone and is never sent.
+//! 2. The engine validates a bulk call all or nothing, so an item's remote error is its chunk's
+//!    error; other chunks are unaffected.
+//! 3. Bulk calls are writes: retried only when provably not sent (CONTRACT.md §2), so a chunk
+//!    whose answer was lost fails with `MaybeExecuted` rather than creating its runs twice.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{ClientCore, RunHandle, TriggerOptions, encode_input};
+use crate::error::Error;
+use crate::proto;
+
+/// Items per BulkTriggerWorkflow or BulkPush call (the official SDKs' chunk; the engine
+/// refuses more than 1,000 events per BulkPush).
+pub const BULK_CHUNK: usize = 1_000;
+
+/// One run of a bulk trigger: its input and options (metadata, priority).
+#[derive(Debug, Clone)]
+pub struct BulkRun<I> {
+    /// The run's input.
+    pub input: I,
+    /// Its options (`metadata`, `priority`; parent fields are ignored).
+    pub options: TriggerOptions,
+}
+
+impl<I> BulkRun<I> {
+    /// A run with default options.
+    pub fn new(input: I) -> Self {
+        BulkRun {
+            input,
+            options: TriggerOptions::default(),
+        }
+    }
+
+    /// With a priority (1–3).
+    pub fn priority(mut self, p: i32) -> Self {
+        self.options.priority = Some(p);
+        self
+    }
+
+    /// With additional metadata.
+    pub fn metadata(mut self, m: serde_json::Map<String, Value>) -> Self {
+        self.options.metadata = Some(m);
+        self
+    }
+}
+
+/// One event of a bulk push.
+#[derive(Debug, Clone)]
+pub struct BulkEvent<P> {
+    /// The event key (namespaced by the runtime).
+    pub key: String,
+    /// Its payload.
+    pub payload: P,
+    /// Additional metadata, copied onto the runs it triggers.
+    pub metadata: Option<serde_json::Map<String, Value>>,
+    /// Priority (1–3) of the runs it triggers.
+    pub priority: Option<i32>,
+}
+
+/// A chunk's error, once per item of the chunk (invariant 2): same outcome, the same words,
+/// the same gRPC status.
+fn shared(e: &Error, op: &'static str) -> Error {
+    let copy = Error::new(e.outcome(), op).with_detail(e.to_string());
+    match e.status() {
+        Some(s) => copy.with_cause(crate::error::Cause::Status(s.clone())),
+        None => copy,
+    }
+}
+
+/// A priority outside 1–3, refused locally.
+pub(crate) fn check_priority(op: &'static str, p: Option<i32>) -> Result<(), Error> {
+    match p {
+        Some(p) if !(1..=3).contains(&p) => Err(Error::invalid(
+            op,
+            format!("priority must be between 1 (lowest) and 3 (highest), got {p}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Sends the prepared items in chunks of [`BULK_CHUNK`] and answers one result per item, in
+/// order (invariants 1 and 2): an item refused while preparing keeps its own error; a chunk's
+/// error, or an answer of the wrong length, is given to every item of that chunk.
+async fn in_chunks<R, A, F, Fut>(
+    op: &'static str,
+    prepared: Vec<Result<R, Error>>,
+    send: F,
+) -> Vec<Result<A, Error>>
+where
+    F: Fn(Vec<R>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<A>, Error>>,
+{
+    let mut answers: Vec<Option<Result<A, Error>>> = Vec::with_capacity(prepared.len());
+    let mut ready: Vec<(usize, R)> = Vec::new();
+    for (i, p) in prepared.into_iter().enumerate() {
+        match p {
+            Ok(r) => {
+                ready.push((i, r));
+                answers.push(None);
+            }
+            Err(e) => answers.push(Some(Err(e))),
+        }
+    }
+    let mut ready = ready.into_iter().peekable();
+    while ready.peek().is_some() {
+        let (slots, chunk): (Vec<usize>, Vec<R>) = ready.by_ref().take(BULK_CHUNK).unzip();
+        let sent = chunk.len();
+        match send(chunk).await {
+            Ok(got) if got.len() == sent => {
+                for (i, a) in slots.into_iter().zip(got) {
+                    answers[i] = Some(Ok(a));
+                }
+            }
+            Ok(got) => {
+                let e = Error::new(crate::Outcome::MaybeExecuted, op).with_detail(format!(
+                    "the engine answered {} items for {sent}; list what exists before sending again",
+                    got.len()
+                ));
+                for i in slots {
+                    answers[i] = Some(Err(shared(&e, op)));
+                }
+            }
+            Err(e) => {
+                for i in slots {
+                    answers[i] = Some(Err(shared(&e, op)));
+                }
+            }
+        }
+    }
+    answers
+        .into_iter()
+        .map(|a| a.unwrap_or_else(|| Err(Error::invalid(op, "item was not sent"))))
+        .collect()
+}
+
+impl ClientCore {
+    /// Triggers one run per item (invariants 1–3).
+    pub(crate) async fn run_many<I: Serialize>(
+        self: &Arc<Self>,
+        workflow: &str,
+        items: &[(&I, &TriggerOptions)],
+    ) -> Vec<Result<RunHandle, Error>> {
+        const PATH: &str = "/WorkflowService/BulkTriggerWorkflow";
+        let prepared = items
+            .iter()
+            .map(|(input, opts)| {
+                check_priority(PATH, opts.priority)
+                    .and_then(|()| encode_input(PATH, input))
+                    .map(|input| self.trigger_request(workflow, input, opts, opts.metadata.clone()))
+            })
+            .collect();
+        let ids = in_chunks(PATH, prepared, |workflows| async move {
+            let req = proto::BulkTriggerWorkflowRequest { workflows };
+            let client = self.conn.workflows();
+            self.conn
+                .call(PATH, &client, &req, |mut c, r| async move {
+                    c.bulk_trigger_workflow(r).await
+                })
+                .await
+                .map(|r| r.workflow_run_ids)
+        })
+        .await;
+        ids.into_iter()
+            .map(|r| r.map(|id| RunHandle::new(id, self.clone())))
+            .collect()
+    }
+
+    /// Pushes one event per item (invariants 1–3); returns event ids.
+    pub(crate) async fn push_many<P: Serialize>(
+        &self,
+        events: &[BulkEvent<P>],
+    ) -> Vec<Result<String, Error>> {
+        const PATH: &str = "/EventsService/BulkPush";
+        let prepared = events
+            .iter()
+            .map(|ev| {
+                check_priority(PATH, ev.priority)
+                    .and_then(|()| encode_input(PATH, &ev.payload))
+                    .map(|payload| proto::PushEventRequest {
+                        key: self.conn.config().namespaced(&ev.key),
+                        payload,
+                        event_timestamp: Some(proto::timestamp_now()),
+                        additional_metadata: ev
+                            .metadata
+                            .clone()
+                            .map(|m| Value::Object(m).to_string()),
+                        priority: ev.priority,
+                        scope: None,
+                    })
+            })
+            .collect();
+        in_chunks(PATH, prepared, |events| async move {
+            let req = proto::BulkPushEventRequest { events };
+            let client = self.conn.events();
+            self.conn
+                .call(PATH, &client, &req, |mut c, r| async move {
+                    c.bulk_push(r).await
+                })
+                .await
+                .map(|r| r.events.into_iter().map(|e| e.event_id).collect())
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn chunks_answer_per_item_in_order_and_local_refusals_stay_local() {
+        let sent = std::sync::Mutex::new(Vec::new());
+        let prepared: Vec<Result<usize, Error>> = (0..2_500)
+            .map(|i| {
+                if i == 7 {
+                    Err(Error::invalid("x", "bad item"))
+                } else {
+                    Ok(i)
+                }
+            })
+            .collect();
+        let answers = in_chunks("x", prepared, |chunk: Vec<usize>| {
+            sent.lock().unwrap().push(chunk.len());
+            async move {
+                if chunk.contains(&2_400) {
+                    Err(Error::new(crate::Outcome::Rejected, "x").with_detail("refused"))
+                } else {
+                    Ok(chunk.iter().map(|i| i * 10).collect())
+                }
+            }
+        })
+        .await;
+        assert_eq!(*sent.lock().unwrap(), [1_000, 1_000, 499]);
+        assert_eq!(answers.len(), 2_500);
+        assert_eq!(answers[3].as_ref().ok(), Some(&30));
+        assert_eq!(
+            answers[7].as_ref().unwrap_err().outcome(),
+            crate::Outcome::Invalid
+        );
+        // The third chunk was refused: each of its items says so, the others are unaffected.
+        assert_eq!(
+            answers[2_499].as_ref().unwrap_err().outcome(),
+            crate::Outcome::Rejected
+        );
+        assert_eq!(answers[1_999].as_ref().ok(), Some(&19_990));
+    }
+
+    #[tokio::test]
+    async fn a_short_answer_fails_its_chunk_as_maybe_executed() {
+        let answers = in_chunks("x", vec![Ok(1), Ok(2)], |_c: Vec<i32>| async {
+            Ok::<Vec<i32>, Error>(vec![1])
+        })
+        .await;
+        assert!(
+            answers
+                .iter()
+                .all(|a| a.as_ref().unwrap_err().outcome() == crate::Outcome::MaybeExecuted)
+        );
+    }
+
+    #[test]
+    fn priorities_outside_one_to_three_are_refused_with_the_range() {
+        assert!(check_priority("x", None).is_ok());
+        assert!(check_priority("x", Some(3)).is_ok());
+        let e = check_priority("x", Some(4)).unwrap_err();
+        assert_eq!(e.outcome(), crate::Outcome::Invalid);
+        assert!(e.to_string().contains("between 1 (lowest) and 3 (highest)"));
+    }
+}

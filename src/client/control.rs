@@ -1,0 +1,232 @@
+//! Run control: cancel and replay runs by id or by a filter (`v1.AdminService/CancelTasks` and
+//! `ReplayTasks`), and what a waiter sees when its run was cancelled.
+//!
+//! # Invariants
+//!
+//! 1. Ids and a filter are never sent together (the engine refuses it); an empty id list sends
+//!    nothing and answers empty.
+//! 2. A cancel is an idempotent write and is retried like one; a replay is a write (a lost
+//!    answer is `MaybeExecuted`, never a second replay behind the caller's back).
+//! 3. A waiter whose run finished with errors asks the engine for the run's status once: a
+//!    cancelled run resolves to [`Outcome::RunCancelled`], a failed one stays
+//!    [`Outcome::RunFailed`].
+
+use std::time::{Duration, SystemTime};
+
+use super::api::RunStatus;
+use super::{ClientCore, RunHandle};
+use crate::error::{Error, Outcome};
+use crate::proto::{self, v1};
+
+/// How long a waiter spends asking whether a finished-with-errors run was cancelled.
+const STATUS_CHECK_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Runs selected by creation time, status, workflow and metadata (all given criteria must
+/// hold). Used by [`crate::RuntimeHandle::cancel_where`] and
+/// [`crate::RuntimeHandle::replay_where`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunFilter {
+    /// Created at or after.
+    pub since: SystemTime,
+    /// Created at or before.
+    pub until: Option<SystemTime>,
+    /// Any of these statuses (all when empty).
+    pub statuses: Vec<RunStatus>,
+    /// Any of these workflow ids (all when empty).
+    pub workflow_ids: Vec<String>,
+    /// Every one of these additional-metadata pairs.
+    pub metadata: Vec<(String, String)>,
+}
+
+impl RunFilter {
+    /// Runs created at or after `since`.
+    pub fn since(since: SystemTime) -> Self {
+        RunFilter {
+            since,
+            until: None,
+            statuses: Vec::new(),
+            workflow_ids: Vec::new(),
+            metadata: Vec::new(),
+        }
+    }
+
+    /// Only runs created at or before `until`.
+    pub fn until(mut self, until: SystemTime) -> Self {
+        self.until = Some(until);
+        self
+    }
+
+    /// Only runs with this status (call again to allow several).
+    pub fn status(mut self, status: RunStatus) -> Self {
+        self.statuses.push(status);
+        self
+    }
+
+    /// Only runs of this workflow id (call again to allow several).
+    pub fn workflow_id(mut self, id: impl Into<String>) -> Self {
+        self.workflow_ids.push(id.into());
+        self
+    }
+
+    /// Only runs whose additional metadata has `key` = `value`.
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.push((key.into(), value.into()));
+        self
+    }
+
+    /// The wire form.
+    pub fn to_proto(&self) -> v1::TasksFilter {
+        v1::TasksFilter {
+            statuses: self.statuses.iter().map(|s| s.to_string()).collect(),
+            since: Some(proto::timestamp(self.since)),
+            until: self.until.map(proto::timestamp),
+            workflow_ids: self.workflow_ids.clone(),
+            additional_metadata: self
+                .metadata
+                .iter()
+                .map(|(k, v)| format!("{k}:{v}"))
+                .collect(),
+        }
+    }
+}
+
+/// What to cancel or replay.
+#[derive(Debug, Clone)]
+pub(crate) enum Selection {
+    Ids(Vec<String>),
+    Filter(RunFilter),
+}
+
+impl Selection {
+    fn split(self) -> (Vec<String>, Option<v1::TasksFilter>) {
+        match self {
+            Selection::Ids(ids) => (ids, None),
+            Selection::Filter(f) => (Vec::new(), Some(f.to_proto())),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        matches!(self, Selection::Ids(ids) if ids.is_empty())
+    }
+}
+
+impl ClientCore {
+    /// CancelTasks: answers the ids the engine reports (the run ids given, or found).
+    pub(crate) async fn cancel(&self, what: Selection) -> Result<Vec<String>, Error> {
+        const PATH: &str = "/v1.AdminService/CancelTasks";
+        if what.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (external_ids, filter) = what.split();
+        let req = v1::CancelTasksRequest {
+            external_ids,
+            filter,
+        };
+        let client = self.conn.admin();
+        self.conn
+            .call(PATH, &client, &req, |mut c, r| async move {
+                c.cancel_tasks(r).await
+            })
+            .await
+            .map(|r| r.cancelled_tasks)
+    }
+
+    /// ReplayTasks: answers the task ids the engine replays.
+    pub(crate) async fn replay(&self, what: Selection) -> Result<Vec<String>, Error> {
+        const PATH: &str = "/v1.AdminService/ReplayTasks";
+        if what.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (external_ids, filter) = what.split();
+        let req = v1::ReplayTasksRequest {
+            external_ids,
+            filter,
+        };
+        let client = self.conn.admin();
+        self.conn
+            .call(PATH, &client, &req, |mut c, r| async move {
+                c.replay_tasks(r).await
+            })
+            .await
+            .map(|r| r.replayed_tasks)
+    }
+
+    /// Invariant 3: turns a run failure into a cancellation when the engine says so.
+    pub(crate) async fn classify_run_error(&self, run_id: &str, e: Error) -> Error {
+        if e.outcome() != Outcome::RunFailed {
+            return e;
+        }
+        match self
+            .conn
+            .run_details(run_id, Some(STATUS_CHECK_DEADLINE))
+            .await
+        {
+            Ok(d) if d.status == v1::RunStatus::Cancelled as i32 => e
+                .with_outcome(Outcome::RunCancelled)
+                .with_detail("the run was cancelled"),
+            _ => e,
+        }
+    }
+}
+
+impl RunHandle {
+    /// Cancels this run: every task not yet finished is cancelled (a running one gets a
+    /// cancellation on its worker), and waiters resolve with [`Outcome::RunCancelled`].
+    /// Cancelling a finished run changes nothing.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped cancel may or may not have happened; cancelling again is
+    /// harmless.
+    pub async fn cancel(&self) -> Result<(), Error> {
+        self.client
+            .cancel(Selection::Ids(vec![self.run_id.clone()]))
+            .await
+            .map(|_| ())
+    }
+
+    /// Replays this run: its failed or cancelled tasks (and everything downstream of them)
+    /// run again as a new attempt with their full retries, on the input the run was created
+    /// with. Running tasks are left alone. Returns the task ids replayed; wait with
+    /// [`RunHandle::result`] again for the new outcome.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: a dropped replay may have happened (it is a write).
+    pub async fn replay(&self) -> Result<Vec<String>, Error> {
+        self.client
+            .replay(Selection::Ids(vec![self.run_id.clone()]))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_reach_the_wire_with_the_engine_spellings() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let f = RunFilter::since(t)
+            .until(t + Duration::from_secs(60))
+            .status(RunStatus::Failed)
+            .status(RunStatus::Cancelled)
+            .workflow_id("wf")
+            .metadata("customer", "acme:eu")
+            .to_proto();
+        assert_eq!(f.statuses, ["FAILED", "CANCELLED"]);
+        assert_eq!(f.since.map(|s| s.seconds), Some(1_700_000_000));
+        assert_eq!(f.until.map(|s| s.seconds), Some(1_700_000_060));
+        assert_eq!(f.workflow_ids, ["wf"]);
+        assert_eq!(f.additional_metadata, ["customer:acme:eu"]);
+    }
+
+    #[test]
+    fn ids_and_filters_never_travel_together() {
+        let (ids, filter) = Selection::Ids(vec!["a".into()]).split();
+        assert_eq!((ids.len(), filter.is_none()), (1, true));
+        let (ids, filter) = Selection::Filter(RunFilter::since(SystemTime::now())).split();
+        assert_eq!((ids.len(), filter.is_some()), (0, true));
+        assert!(Selection::Ids(Vec::new()).is_empty());
+    }
+}

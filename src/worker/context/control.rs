@@ -1,0 +1,119 @@
+//! What a task can do about its own attempt: read the errors an `on_failure` task was started
+//! for, extend its timeout, give its slot back, cancel its own run.
+//!
+//! # Invariants
+//!
+//! 1. Every call names this attempt's task run id; none of them can reach another task.
+//! 2. The calls go through the retry core with their contract classes (RefreshTimeout,
+//!    ReleaseSlot and CancelTasks are idempotent writes), bounded by the task's cancellation
+//!    token: a cancelled task's call ends at once.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use super::Context;
+use crate::error::Error;
+use crate::proto::{self, v1};
+use crate::worker::task::wire_duration;
+
+impl Context {
+    /// In an `on_failure` task: the errors of the tasks whose failure started it, by task name
+    /// (the engine sends the first task that failed for good). Empty in any other task.
+    pub fn task_run_errors(&self) -> &BTreeMap<String, String> {
+        &self.inner.errors
+    }
+
+    /// The error of the failed task `task`, if it is one of [`Context::task_run_errors`].
+    pub fn task_run_error(&self, task: &str) -> Option<&str> {
+        self.inner.errors.get(task).map(String::as_str)
+    }
+
+    /// Extends this attempt's execution timeout by `by` (added to the current deadline, not to
+    /// now). Returns the new deadline as the engine reports it; the engine may coalesce calls
+    /// made within half a second and answer with the previous deadline.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe in the strict sense: a dropped call may or may not have extended the
+    /// deadline. Calling again extends it again.
+    pub async fn refresh_timeout(&self, by: Duration) -> Result<SystemTime, Error> {
+        const PATH: &str = "/Dispatcher/RefreshTimeout";
+        if by.is_zero() {
+            return Err(Error::invalid(
+                PATH,
+                "refresh the timeout by more than zero",
+            ));
+        }
+        let conn = self.inner.core.conn();
+        let req = proto::RefreshTimeoutRequest {
+            task_run_external_id: self.task_run_id().to_string(),
+            increment_timeout_by: wire_duration(by),
+        };
+        let client = conn.dispatcher();
+        let r = conn
+            .unary(
+                PATH,
+                None,
+                None,
+                Some(self.inner.cancel.clone()),
+                &client,
+                &req,
+                |mut c, r| async move { c.refresh_timeout(r).await },
+            )
+            .await?;
+        Ok(r.timeout_at
+            .map(|t| {
+                SystemTime::UNIX_EPOCH
+                    + Duration::new(t.seconds.max(0) as u64, t.nanos.max(0) as u32)
+            })
+            .unwrap_or_else(SystemTime::now))
+    }
+
+    /// Gives this attempt's worker slot back while the task keeps running (a task that waits
+    /// on something slow and wants its worker to take other work). The engine then no longer
+    /// counts the task against the worker; the task's result is still reported as usual.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: releasing twice is harmless.
+    pub async fn release_slot(&self) -> Result<(), Error> {
+        const PATH: &str = "/Dispatcher/ReleaseSlot";
+        let conn = self.inner.core.conn();
+        let req = proto::ReleaseSlotRequest {
+            task_run_external_id: self.task_run_id().to_string(),
+        };
+        let client = conn.dispatcher();
+        conn.unary(
+            PATH,
+            None,
+            None,
+            Some(self.inner.cancel.clone()),
+            &client,
+            &req,
+            |mut c, r| async move { c.release_slot(r).await },
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Cancels this task's whole run (CancelTasks with the run id). The engine sends this
+    /// attempt a cancellation, so [`Context::cancellation`] fires soon after: return then.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: cancelling twice is harmless.
+    pub async fn cancel_run(&self) -> Result<(), Error> {
+        const PATH: &str = "/v1.AdminService/CancelTasks";
+        let conn = self.inner.core.conn();
+        let req = v1::CancelTasksRequest {
+            external_ids: vec![self.workflow_run_id().to_string()],
+            filter: None,
+        };
+        let client = conn.admin();
+        conn.call(PATH, &client, &req, |mut c, r| async move {
+            c.cancel_tasks(r).await
+        })
+        .await
+        .map(|_| ())
+    }
+}

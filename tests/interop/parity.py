@@ -1,0 +1,637 @@
+"""SDK parity (1): the official Python SDK's run-management and task-context features against
+hatchet-dev-engine, one counted check each:
+  p1. on_failure: a workflow whose task always fails (non-retryable) runs its on_failure task,
+      which reads the failed task's error (ctx.task_run_errors, ctx.fetch_task_run_error); the
+      run reads back FAILED;
+  p2. `hatchet.runs.cancel(run_id)` of a running slow task: the worker sees the cancellation
+      (marker file), the status reads back CANCELLED;
+  p3. the run reference has no cancel, so by filter on additional metadata: two runs by
+      `runs.bulk_cancel(filters=...)`, one by `runs.bulk_cancel_by_filters_with_pagination`; a
+      fourth run (other metadata) keeps running;
+  p4. a task that fails on its first execution is replayed after FAILED with
+      `runs.replay(run_id)`, two more with `runs.bulk_replay(filters=...)` and one with
+      `runs.bulk_replay_by_filters_with_pagination`; all complete with their output;
+  p5. `run_many` of 20 bulk items returns every output; `event.bulk_push` with additional
+      metadata triggers the on_events task once per event (and the run sees that metadata);
+  p6. priority: with no worker serving `parity-prio`, runs at priorities 1, 3, 2 and one at the
+      workflow's default_priority (2) are queued; a 1-slot worker started then runs them
+      highest priority first (FIFO within a priority);
+  p7. `ctx.log()` lines read back through `hatchet.logs.list(task_run_id)`;
+  p8. strict reads: `runs.get`, `runs.get_status`, `runs.get_task_run`, `runs.get_result`,
+      `runs.list` (since/until, statuses, workflow_ids, additional_metadata, only_tasks, limit)
+      and `workflows.list/get` validate through the SDK's pydantic models for runs queued (no
+      worker), running, failed, cancelled, completed and a failed two-task DAG (on_failure),
+      and the filters filter;
+  p9. task context: `ctx.refresh_timeout` lets a 2 s-timeout task run 4 s (a twin without the
+      refresh is timed out); on a 1-slot worker a task that keeps its slot delays the next run
+      while one that calls `ctx.release_slot()` lets it start; `ctx.additional_metadata` shows
+      the trigger's metadata.
+Env: HATCHET_DEV_ENGINE_BIN (required), INTEROP_PIDFILE (optional, for run.sh's trap),
+INTEROP_KEEP=1 to keep the work dir, PARITY_ONLY=p1,p5 to run only some checks.
+"""
+
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from pathlib import Path
+
+from interop_util import (bounded, check, dump_logs, expect, failures, forget_pid, log,
+                          remember_pid, stop, wait_until)
+from scenario import rest_get, start_engine
+
+HERE = Path(__file__).resolve().parent
+UTC = datetime.timezone.utc
+
+
+def start_worker(which: str, work: Path) -> subprocess.Popen[bytes]:
+    # The worker keeps the SDK's default REST retries; the client (this process) uses fewer,
+    # so a missing endpoint fails fast instead of backing off for ~15 s.
+    env = {**os.environ, "HATCHET_CLIENT_TENACITY_MAX_ATTEMPTS": "5"}
+    proc = subprocess.Popen([sys.executable, str(HERE / "parity_worker.py"), which],
+                            start_new_session=True, env=env, stdin=subprocess.DEVNULL,
+                            stdout=open(work / f"worker-{which}.log", "wb"),
+                            stderr=subprocess.STDOUT)
+    remember_pid(f"-{proc.pid}")
+    return proc
+
+
+def wait_registered(hs: dict[str, str], name: str, actions: set[str],
+                    proc: subprocess.Popen[bytes], timeout: float) -> None:
+    def registered() -> bool:
+        expect(proc.poll() is None, f"worker {name} exited with {proc.returncode}")
+        rows = rest_get(hs, f"/api/v1/tenants/{hs['tenant_id']}/worker")["rows"]
+        return any(w["name"] == name and w.get("status") == "ACTIVE"
+                   and actions <= set(w.get("actions") or []) for w in rows)
+
+    wait_until(f"worker {name} ACTIVE with {sorted(actions)}", registered, timeout, 0.3)
+
+
+def short(e: BaseException, limit: int = 600) -> str:
+    text = f"{type(e).__name__}: {e}".replace("\n", " | ")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    import parity_tasks as t  # builds Hatchet() from the env set by main()
+    from hatchet_sdk import BulkPushEventWithMetadata, Priority
+    from hatchet_sdk.clients.rest.models.v1_task_status import V1TaskStatus as S
+    from hatchet_sdk.features.runs import BulkCancelReplayOpts, RunFilter
+
+    h = t.hatchet
+    only = {x.strip() for x in os.environ.get("PARITY_ONLY", "").split(",") if x.strip()}
+
+    def mark(name: str) -> Path:
+        return markers / name
+
+    def status(run_id: str) -> str:
+        return str(bounded(lambda: h.runs.get_status(run_id), 30)).split(".")[-1]
+
+    def wait_status(run_id: str, want: str, timeout: float) -> None:
+        seen: list[str] = []
+
+        def reached() -> bool:
+            s = status(run_id)
+            if not seen or seen[-1] != s:
+                seen.append(s)
+            return s == want
+
+        try:
+            wait_until(f"run {run_id} {want}", reached, timeout, 0.3)
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}; statuses seen {seen}") from None
+
+    def trigger(task, inp, **kw):
+        return bounded(lambda: task.run(inp, wait_for_result=False, **kw), 15)
+
+    def output_of(run_id: str) -> dict:
+        """The run's outputs by task name, read over gRPC (GetRunDetails), not REST."""
+        d = bounded(lambda: h.runs.get_details(run_id), 15)
+        return {k: v.output for k, v in d.task_runs.items()}
+
+    # ----- p1 -----
+    def p1_on_failure() -> None:
+        nonce = uuid.uuid4().hex
+        ref = trigger(t.on_failure_wf, t.Msg(nonce=nonce))
+        try:
+            wait_until("the on_failure task's marker", mark(f"onfail-{nonce}").exists, 30)
+        except TimeoutError:
+            raise AssertionError(
+                f"the on_failure task never ran (run status {status(ref.workflow_run_id)})"
+            ) from None
+        got = json.loads(mark(f"onfail-{nonce}").read_text())
+        log("p1 on_failure saw task_run_errors " + json.dumps(
+            {k: v.splitlines()[0] for k, v in got["errors"].items()}))
+        errors, one = got["errors"], got["one"]
+        expect(set(errors) == {"always_fails"},
+               f"ctx.task_run_errors keys are {sorted(errors)}, want ['always_fails']")
+        expect(one and t.FAIL_MESSAGE in one and nonce in one,
+               f"fetch_task_run_error(always_fails) = {one!r}")
+        expect("NonRetryableException" in one, f"the error lacks its type: {one!r}")
+        wait_status(ref.workflow_run_id, "FAILED", 20)
+
+    # ----- p2 -----
+    def p2_cancel_by_id() -> None:
+        nonce = uuid.uuid4().hex
+        ref = trigger(t.slow, t.Msg(nonce=nonce))
+        wait_until("the slow task to start", mark(f"slow-started-{nonce}").exists, 20)
+        bounded(lambda: h.runs.cancel(ref.workflow_run_id), 20)
+        wait_until("the worker to see the cancellation",
+                   mark(f"slow-cancelled-{nonce}").exists, 20)
+        log(f"p2 worker saw: {mark(f'slow-cancelled-{nonce}').read_text()}")
+        wait_status(ref.workflow_run_id, "CANCELLED", 20)
+
+    # ----- p3 -----
+    def p3_bulk_cancel_by_metadata() -> None:
+        from hatchet_sdk.workflow_run import WorkflowRunRef
+        expect(not hasattr(WorkflowRunRef, "cancel"), "WorkflowRunRef grew a cancel(): use it")
+        # two by `bulk_cancel(filters=...)` (one POST tasks/cancel with a filter), one by
+        # `bulk_cancel_by_filters_with_pagination` (GET workflow-runs/external-ids, then POST
+        # tasks/cancel with the ids); a fourth run with other metadata keeps running
+        tags = {"filter": uuid.uuid4().hex, "paged": uuid.uuid4().hex, "other": uuid.uuid4().hex}
+        since = datetime.datetime.now(UTC) - datetime.timedelta(seconds=5)
+        runs = {f"{kind}-{i}": trigger(t.slow, t.Msg(nonce=f"{tag}-{i}"),
+                                        additional_metadata={"p3": tag})
+                for kind, tag in tags.items() for i in range(2 if kind == "filter" else 1)}
+        nonce_of = {name: f"{tags[name.split('-')[0]]}-{name.split('-')[1]}" for name in runs}
+        for name in runs:
+            wait_until(f"slow task {name} to start",
+                       mark(f"slow-started-{nonce_of[name]}").exists, 20)
+
+        def cancelled(names: list[str]) -> None:
+            for name in names:
+                wait_until(f"the worker to see {name} cancelled",
+                           mark(f"slow-cancelled-{nonce_of[name]}").exists, 20)
+                wait_status(runs[name].workflow_run_id, "CANCELLED", 20)
+
+        try:
+            bounded(lambda: h.runs.bulk_cancel(BulkCancelReplayOpts(filters=RunFilter(
+                since=since, statuses=[S.RUNNING, S.QUEUED],
+                additional_metadata={"p3": tags["filter"]}))), 20)
+            cancelled(["filter-0", "filter-1"])
+            bounded(lambda: h.runs.bulk_cancel_by_filters_with_pagination(
+                sleep_time=0, since=since, additional_metadata={"p3": tags["paged"]}), 20)
+            cancelled(["paged-0"])
+            time.sleep(1.0)
+            expect(not mark(f"slow-cancelled-{nonce_of['other-0']}").exists(),
+                   "the run with other metadata was cancelled too")
+            s = status(runs["other-0"].workflow_run_id)
+            expect(s == "RUNNING", f"the run with other metadata is {s}")
+        finally:
+            try:
+                bounded(lambda: h.runs.cancel(runs["other-0"].workflow_run_id), 20)
+            except Exception:  # noqa: BLE001 - cleanup only
+                pass
+
+    # ----- p4 -----
+    def p4_replay() -> None:
+        nonce = uuid.uuid4().hex
+        ref = trigger(t.flaky, t.Msg(nonce=nonce))
+        wait_status(ref.workflow_run_id, "FAILED", 20)
+        bounded(lambda: h.runs.replay(ref.workflow_run_id), 20)
+        wait_status(ref.workflow_run_id, "COMPLETED", 20)
+        out = output_of(ref.workflow_run_id)
+        expect(out.get("parity-flaky", {}).get("nonce") == nonce
+               and out["parity-flaky"].get("replayed") is True, f"replayed output {out!r}")
+        # the bulk variants, by filter on additional metadata: one POST tasks/replay with a
+        # filter, and the paginated helper (external-ids, then tasks/replay with the ids)
+        since = datetime.datetime.now(UTC) - datetime.timedelta(seconds=5)
+        for how in ("filter", "paged"):
+            tag = uuid.uuid4().hex
+            refs = [trigger(t.flaky, t.Msg(nonce=f"{tag}-{i}"), additional_metadata={"p4": tag})
+                    for i in range(2 if how == "filter" else 1)]
+            for r in refs:
+                wait_status(r.workflow_run_id, "FAILED", 20)
+            if how == "filter":
+                bounded(lambda: h.runs.bulk_replay(BulkCancelReplayOpts(filters=RunFilter(
+                    since=since, statuses=[S.FAILED], additional_metadata={"p4": tag}))), 20)
+            else:
+                bounded(lambda: h.runs.bulk_replay_by_filters_with_pagination(
+                    sleep_time=0, since=since, additional_metadata={"p4": tag}), 20)
+            for i, r in enumerate(refs):
+                try:
+                    wait_status(r.workflow_run_id, "COMPLETED", 20)
+                except TimeoutError as e:
+                    raise AssertionError(f"bulk replay ({how}): {e}") from None
+                out = output_of(r.workflow_run_id)
+                expect(out.get("parity-flaky", {}).get("nonce") == f"{tag}-{i}",
+                       f"bulk-replayed ({how}) output {out!r}")
+
+    # ----- p5 -----
+    def p5_bulk() -> None:
+        nonce = uuid.uuid4().hex
+        items = [t.double.create_bulk_run_item(t.Num(nonce=nonce, n=i),
+                                               additional_metadata={"p5": nonce})
+                 for i in range(20)]
+        outs = bounded(lambda: t.double.run_many(items), 60)
+        expect(len(outs) == 20, f"run_many returned {len(outs)} results")
+        got = sorted((o["n"], o["double"]) for o in outs if o.get("nonce") == nonce)
+        expect(got == [(i, 2 * i) for i in range(20)], f"run_many outputs {outs!r}")
+        events = [BulkPushEventWithMetadata(key=t.BULK_EVENT_KEY,
+                                            payload={"nonce": f"{nonce}-{i}"},
+                                            additional_metadata={"p5": nonce, "i": str(i)})
+                  for i in range(3)]
+        pushed = bounded(lambda: h.event.bulk_push(events), 20)
+        expect(len(pushed) == 3, f"bulk_push answered {len(pushed)} events")
+        expect(all(e.key == t.BULK_EVENT_KEY for e in pushed),
+               f"bulk_push keys {[e.key for e in pushed]}")
+        for i in range(3):
+            m = mark(f"bulk-event-{nonce}-{i}")
+            wait_until(f"the on_events run for event {i}", m.exists, 20)
+            seen = json.loads(m.read_text())
+            expect(seen["key"] == t.BULK_EVENT_KEY, f"triggering_event_key {seen['key']!r}")
+            expect(seen["meta"].get("p5") == nonce and seen["meta"].get("i") == str(i),
+                   f"the run's additional metadata is {seen['meta']!r}")
+        time.sleep(1.0)
+        extra = sorted(p.name for p in markers.glob(f"bulk-event-{nonce}-*"))
+        expect(len(extra) == 3, f"more runs than events: {extra}")
+
+    # ----- p6 -----
+    def p6_priority() -> None:
+        nonce = uuid.uuid4().hex
+        plan = [("p1", Priority.LOW), ("p3", Priority.HIGH), ("p2", Priority.MEDIUM),
+                ("default", None)]
+        refs = {}
+        for label, prio in plan:
+            kw = {} if prio is None else {"priority": prio}
+            refs[label] = trigger(t.prio_wf, t.Label(nonce=nonce, label=label), **kw)
+            time.sleep(0.05)  # distinct creation times
+        time.sleep(0.5)
+        for label, r in refs.items():
+            s = status(r.workflow_run_id)
+            expect(s == "QUEUED", f"run {label} is {s} with no worker")
+        procs["prio"] = start_worker("prio", work)
+        order_file = mark(f"order-{nonce}")
+
+        def all_ran() -> bool:
+            expect(procs["prio"].poll() is None, "the prio worker exited")
+            return order_file.exists() and len(order_file.read_text().split()) == 4
+
+        wait_until("the 1-slot worker to run all four", all_ran, 40, 0.3)
+        order = order_file.read_text().split()
+        log(f"p6 execution order {order}")
+        outs = {label: bounded(r.result, 20) for label, r in refs.items()}
+        prios = {label: o.get("record_order", {}).get("priority") for label, o in outs.items()}
+        log(f"p6 ctx.priority per run {prios}")
+        expect(order == ["p3", "p2", "default", "p1"],
+               f"execution order {order}, want ['p3', 'p2', 'default', 'p1']")
+        expect(prios == {"p1": 1, "p3": 3, "p2": 2, "default": 2},
+               f"ctx.priority per run {prios}")
+
+    # ----- p7 -----
+    def p7_logs() -> None:
+        nonce = uuid.uuid4().hex
+        out = bounded(lambda: t.logs.run(t.Msg(nonce=nonce)), 30)
+        task_run_id = out["task_run_id"]
+        want = [f"parity line {i} {nonce}" for i in range(3)]
+        last: list[str] = []
+
+        def got_all() -> bool:
+            rows = bounded(lambda: h.logs.list(task_run_id), 30).rows or []
+            last[:] = [r.message for r in rows]
+            return all(w in last for w in want)
+
+        try:
+            wait_until("the three log lines", got_all, 15, 0.5)
+        except TimeoutError:
+            raise AssertionError(f"logs.list answered {last!r}") from None
+
+    # ----- p9 -----
+    def p9_task_context() -> None:
+        nonce = uuid.uuid4().hex
+        problems: list[str] = []
+        # refresh_timeout + additional metadata
+        try:
+            out = bounded(lambda: t.refresh.run(
+                t.Msg(nonce=nonce), additional_metadata={"p9": nonce, "who": "refresh"}), 40)
+            log(f"p9 refresh output {out}")
+            if not (out.get("ran_s", 0) >= 3.9 and out.get("cancelled") is False):
+                problems.append(f"refresh_timeout: the task did not run 4 s uncancelled: {out}")
+            meta = out.get("meta") or {}
+            if meta.get("p9") != nonce or meta.get("who") != "refresh":
+                problems.append(f"ctx.additional_metadata is {meta!r}")
+        except Exception as e:  # noqa: BLE001 - reported below
+            problems.append(f"refresh_timeout run: {short(e)}")
+        # the control: the same task without the refresh is timed out after 2 s
+        try:
+            out = bounded(lambda: t.no_refresh.run(t.Msg(nonce=nonce)), 40)
+            problems.append(f"control without refresh_timeout was not timed out: {out}")
+        except Exception as e:  # noqa: BLE001 - expected: the run failed (timed out)
+            log(f"p9 control failed as expected: {short(e, 200)}")
+        # release_slot on the 1-slot prio worker: another run starts while the first runs
+        if "prio" not in procs:  # p6 starts it; when p6 did not run, start it here
+            procs["prio"] = start_worker("prio", work)
+        if procs["prio"].poll() is not None:
+            problems.append("release_slot: the 1-slot prio worker exited")
+        else:
+            try:  # the control: a task that keeps its slot delays the next run
+                ctl = f"{nonce}-ctl"
+                r = trigger(t.hold, t.Msg(nonce=ctl))
+                wait_until("the holding task to start", mark(f"holding-{ctl}").exists, 20)
+                bounded(lambda: t.quick.run(t.Msg(nonce=ctl)), 30)
+                out = bounded(r.result, 20)
+                if out.get("saw_quick") is not False:
+                    problems.append(f"control: a run started beside a slot-holding task on the "
+                                    f"1-slot worker: {out}")
+            except Exception as e:  # noqa: BLE001 - reported below
+                problems.append(f"release_slot control: {short(e)}")
+            try:
+                r = trigger(t.release, t.Msg(nonce=nonce))
+                wait_until("the task to release its slot", mark(f"released-{nonce}").exists, 20)
+                bounded(lambda: t.quick.run(t.Msg(nonce=nonce)), 20)
+                wait_status(r.workflow_run_id, "COMPLETED", 30)
+                out = output_of(r.workflow_run_id)
+                if out.get("parity-release", {}).get("saw_quick") is not True:
+                    problems.append(f"release_slot: output {out}")
+            except Exception as e:  # noqa: BLE001 - reported below
+                problems.append(f"release_slot: {short(e)}")
+        expect(not problems, "; ".join(problems))
+
+    # ----- p8 -----
+    def p8_strict_reads() -> None:
+        nonce = uuid.uuid4().hex
+        since = datetime.datetime.now(UTC) - datetime.timedelta(seconds=5)
+        problems: list[str] = []
+        # label -> the status it must read back; every run carries {"p8": nonce, "state": label}
+        want_status = {"QUEUED": "QUEUED", "RUNNING": "RUNNING", "FAILED": "FAILED",
+                       "CANCELLED": "CANCELLED", "COMPLETED": "COMPLETED",
+                       "DAG_FAILED": "FAILED"}
+        runs: dict[str, str] = {}  # label -> run id
+
+        def meta(label: str) -> dict[str, str]:
+            return {"p8": nonce, "state": label}
+
+        def add(label: str, task, inp) -> None:
+            try:
+                runs[label] = trigger(task, inp, additional_metadata=meta(label)).workflow_run_id
+            except Exception as e:  # noqa: BLE001
+                problems.append(f"trigger {label}: {short(e)}")
+
+        add("COMPLETED", t.double, t.Num(nonce=nonce, n=1))
+        add("QUEUED", t.orphan, t.Msg(nonce=nonce))  # no worker serves parity-orphan
+        add("RUNNING", t.slow, t.Msg(nonce=f"{nonce}-run"))
+        add("FAILED", t.flaky, t.Msg(nonce=f"{nonce}-fail"))
+        add("CANCELLED", t.slow, t.Msg(nonce=f"{nonce}-cxl"))
+        add("DAG_FAILED", t.on_failure_wf, t.Msg(nonce=f"{nonce}-dag"))
+        try:
+            wait_until("slow runs to start", lambda: mark(f"slow-started-{nonce}-run").exists()
+                       and mark(f"slow-started-{nonce}-cxl").exists(), 20)
+            wait_status(runs["COMPLETED"], "COMPLETED", 20)
+            wait_status(runs["FAILED"], "FAILED", 20)
+            wait_until("the DAG's on_failure task", mark(f"onfail-{nonce}-dag").exists, 20)
+            wait_status(runs["DAG_FAILED"], "FAILED", 20)
+            bounded(lambda: h.runs.cancel(runs["CANCELLED"]), 20)
+            wait_status(runs["CANCELLED"], "CANCELLED", 20)
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"setting up the states: {short(e)}")
+        wf_ids: dict[str, str] = {}
+        try:  # the orphan workflow's id, for the workflow_ids filter
+            rows = bounded(lambda: h.workflows.list(workflow_name="parity-orphan"), 30).rows
+            wf_ids.update({"QUEUED": w.metadata.id for w in rows or []
+                           if w.name == "parity-orphan"})
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"workflows.list(workflow_name=parity-orphan): {short(e)}")
+        # runs.get / get_task_run / get_status per run
+        for label, run_id in runs.items():
+            st = want_status[label]
+            try:
+                d = bounded(lambda: h.runs.get(run_id), 30)
+                got = str(d.run.status).split(".")[-1]
+                if got != st:
+                    problems.append(f"runs.get {label}: status {got}")
+                if d.run.metadata.id != run_id:
+                    problems.append(f"runs.get {label}: run.metadata.id {d.run.metadata.id}")
+                if (d.run.additional_metadata or {}).get("p8") != nonce:
+                    problems.append(f"runs.get {label}: additionalMetadata "
+                                    f"{d.run.additional_metadata}")
+                wf_ids.setdefault(label, d.run.workflow_id)
+                if label == "COMPLETED" and d.run.output in (None, {}):
+                    problems.append(f"runs.get COMPLETED: output {d.run.output!r}")
+                if label == "DAG_FAILED":
+                    log(f"p8 DAG details: shape {[x.task_name for x in d.shape]}, tasks "
+                        f"{[(x.display_name, str(x.status).split('.')[-1]) for x in d.tasks]}")
+                    if len(d.shape) != 2:
+                        problems.append(f"runs.get DAG_FAILED: shape has {len(d.shape)} items")
+                if d.tasks:
+                    task_id = d.tasks[0].task_external_id
+                    tr = bounded(lambda: h.runs.get_task_run(task_id), 30)
+                    if label != "DAG_FAILED" and str(tr.status).split(".")[-1] != st:
+                        problems.append(f"runs.get_task_run {label}: status {tr.status}")
+                elif label != "QUEUED":
+                    problems.append(f"runs.get {label}: no tasks")
+            except Exception as e:  # noqa: BLE001
+                problems.append(f"runs.get/get_task_run {label}: {short(e)}")
+            try:
+                got = status(run_id)
+                if got != st:
+                    problems.append(f"runs.get_status {label}: {got}")
+            except Exception as e:  # noqa: BLE001
+                problems.append(f"runs.get_status {label}: {short(e)}")
+        try:
+            out = bounded(lambda: h.runs.get_result(runs["COMPLETED"]), 30)
+            if out.get("double") != 2:
+                problems.append(f"runs.get_result COMPLETED: {out!r}")
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"runs.get_result: {short(e)}")
+
+        # runs.list: one row per run (only_tasks=False), with the right status; the filters filter
+        def listed(**kw) -> list:
+            return bounded(lambda: h.runs.list(since=since, additional_metadata={"p8": nonce},
+                                               **kw), 30).rows or []
+
+        try:
+            rows = listed()
+            by_label = {(r.additional_metadata or {}).get("state"): r for r in rows}
+            if len(rows) != len(want_status) or set(by_label) != set(want_status):
+                problems.append(f"runs.list(additional_metadata): {len(rows)} rows, states "
+                                f"{sorted(map(str, by_label))}")
+            for label, row in by_label.items():
+                got = str(row.status).split(".")[-1]
+                if label in want_status and got != want_status[label]:
+                    problems.append(f"runs.list row {label} has status {got}")
+                if label in runs and row.workflow_run_external_id != runs[label]:
+                    problems.append(f"runs.list row {label}: workflowRunExternalId "
+                                    f"{row.workflow_run_external_id}, want {runs[label]}")
+            dag = by_label.get("DAG_FAILED")
+            if dag is not None:
+                if str(dag.type).split(".")[-1] != "DAG":
+                    problems.append(f"runs.list DAG row: type {dag.type}")
+                if dag.metadata.id != runs.get("DAG_FAILED"):
+                    problems.append(f"runs.list DAG row: metadata.id {dag.metadata.id} is not "
+                                    "the run's id")
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"runs.list(additional_metadata): {short(e)}")
+        filters = [
+            ("statuses=[FAILED]", dict(statuses=[S.FAILED]), {"FAILED", "DAG_FAILED"}),
+            ("statuses=[RUNNING,QUEUED]", dict(statuses=[S.RUNNING, S.QUEUED]),
+             {"RUNNING", "QUEUED"}),
+            ("statuses=[CANCELLED]", dict(statuses=[S.CANCELLED]), {"CANCELLED"}),
+            ("statuses=[COMPLETED]", dict(statuses=[S.COMPLETED]), {"COMPLETED"}),
+            ("workflow_ids=[orphan]", dict(workflow_ids=[wf_ids.get("QUEUED", "")]),
+             {"QUEUED"}),
+        ]
+        if not wf_ids.get("QUEUED"):
+            problems.append("no workflow id for parity-orphan: workflow_ids filter not tried")
+            filters = [f for f in filters if not f[0].startswith("workflow_ids")]
+        for what, kw, want in filters:
+            try:
+                got = {(r.additional_metadata or {}).get("state") for r in listed(**kw)}
+                if got != want:
+                    problems.append(f"runs.list({what}) gave {sorted(map(str, got))}")
+            except Exception as e:  # noqa: BLE001
+                problems.append(f"runs.list({what}): {short(e)}")
+        try:  # only_tasks=True: task rows; the DAG's failed task among them
+            rows = listed(only_tasks=True)
+            labels = sorted(str((r.additional_metadata or {}).get("state")) for r in rows)
+            log(f"p8 only_tasks=True rows by state {labels}")
+            if not set(want_status) <= set(labels):
+                problems.append(f"runs.list(only_tasks=True) gave {labels}")
+            if any(str(r.type).split(".")[-1] != "TASK" for r in rows
+                   if (r.additional_metadata or {}).get("state") != "DAG_FAILED"):
+                problems.append("runs.list(only_tasks=True): a single-task row is not TASK")
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"runs.list(only_tasks=True): {short(e)}")
+        try:  # pagination
+            page = bounded(lambda: h.runs.list(since=since, additional_metadata={"p8": nonce},
+                                               limit=2, offset=0), 30)
+            if len(page.rows or []) != 2:
+                problems.append(f"runs.list(limit=2) gave {len(page.rows or [])} rows")
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"runs.list(limit=2): {short(e)}")
+        try:  # time windows that hold none of our runs
+            rows = bounded(lambda: h.runs.list(
+                since=since - datetime.timedelta(hours=1), until=since,
+                additional_metadata={"p8": nonce}), 30).rows or []
+            if rows:
+                problems.append(f"runs.list(until before the runs) gave {len(rows)} rows")
+            rows = bounded(lambda: h.runs.list(
+                since=datetime.datetime.now(UTC) + datetime.timedelta(minutes=1),
+                additional_metadata={"p8": nonce}), 30).rows or []
+            if rows:
+                problems.append(f"runs.list(since after the runs) gave {len(rows)} rows")
+            other = bounded(lambda: h.runs.list(since=since,
+                                                additional_metadata={"p8": "nope"}), 30)
+            if other.rows:
+                problems.append(f"runs.list(other metadata) gave {len(other.rows)} rows")
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"runs.list(since/until): {short(e)}")
+        # workflows
+        try:
+            wl = bounded(lambda: h.workflows.list(workflow_name="parity-"), 30)
+            names = sorted(w.name for w in wl.rows or [])
+            for want in ("parity-slow", "parity-orphan", "parity-on-failure", "parity-prio"):
+                if want not in names:
+                    problems.append(f"workflows.list lacks {want}: {names}")
+            if any(not n.startswith("parity-") for n in names):
+                problems.append(f"workflows.list(workflow_name=parity-) gave {names}")
+            everything = bounded(h.workflows.list, 30)
+            if len(everything.rows or []) < len(names):
+                problems.append("workflows.list() shows fewer workflows than a name filter")
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"workflows.list: {short(e)}")
+        for label, wid in sorted(wf_ids.items()):
+            try:
+                w = bounded(lambda: h.workflows.get(wid), 30)
+                if w.metadata.id != wid:
+                    problems.append(f"workflows.get({label}) answered id {w.metadata.id}")
+            except Exception as e:  # noqa: BLE001
+                problems.append(f"workflows.get({label}): {short(e)}")
+                break
+        try:
+            bounded(lambda: h.runs.cancel(runs["RUNNING"]), 20)
+        except Exception:  # noqa: BLE001 - cleanup only
+            pass
+        expect(not problems, "\n    ".join([f"{len(problems)} problem(s):"] + problems))
+
+    checks = [
+        ("p1", "p1 on_failure task runs and reads the error", p1_on_failure),
+        ("p2", "p2 runs.cancel(run_id) cancels a running task", p2_cancel_by_id),
+        ("p3", "p3 runs.bulk_cancel by additional-metadata filter", p3_bulk_cancel_by_metadata),
+        ("p4", "p4 runs.replay / bulk_replay re-run a failed run", p4_replay),
+        ("p5", "p5 run_many and event.bulk_push", p5_bulk),
+        ("p6", "p6 queued runs execute highest priority first", p6_priority),
+        ("p7", "p7 ctx.log lines read back with logs.list", p7_logs),
+        ("p9", "p9 refresh_timeout, release_slot, additional_metadata", p9_task_context),
+        ("p8", "p8 strict REST reads in every run state", p8_strict_reads),
+    ]
+    for key, name, fn in checks:
+        if not only or key in only:
+            check(name, fn)
+
+
+def main() -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    work = Path(tempfile.mkdtemp(prefix="hatchet-parity-"))
+    markers = work / "markers"
+    markers.mkdir()
+    os.chdir(work)  # the SDK reads .env files from the current directory: keep it clean
+    log(f"work dir {work}")
+    engine = None
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        try:
+            engine, hs = start_engine(work)
+        except Exception as e:  # noqa: BLE001 - a failed setup step is a counted failure
+            failures.append("setup")
+            print(f"FAIL setup: engine start: {type(e).__name__}: {e}", flush=True)
+            return 1
+        log(f"engine up: grpc {hs['grpc_address']}, api {hs['api_url']}")
+        os.environ.update(
+            HATCHET_CLIENT_TOKEN=hs["token"],
+            HATCHET_CLIENT_HOST_PORT=hs["grpc_address"],
+            HATCHET_CLIENT_SERVER_URL=hs["api_url"],
+            HATCHET_CLIENT_TLS_STRATEGY="none",
+            HATCHET_CLIENT_TENACITY_MAX_ATTEMPTS="2",
+            INTEROP_MARKER_DIR=str(markers),
+            PYTHONPATH=str(HERE),
+        )
+        procs["main"] = start_worker("main", work)
+
+        def setup() -> None:
+            import parity_tasks as t
+            wait_registered(hs, "parity-main", {"parity-slow:parity-slow"}, procs["main"], 40)
+            # Workflows no worker serves yet: registered the way a worker registers them.
+            for wf in (t.prio_wf, t.release, t.hold, t.quick, t.orphan):
+                bounded(lambda wf=wf: t.hatchet._client.admin.put_workflow(wf.to_proto()), 15)
+
+        try:
+            setup()
+        except Exception as e:  # noqa: BLE001 - a failed setup step is a counted failure
+            failures.append("setup")
+            print(f"FAIL setup: {short(e)}", flush=True)
+            return 1
+        run_checks(work, markers, procs)
+    except Exception:  # noqa: BLE001
+        failures.append("scenario")
+        print("FAIL scenario crashed:\n" + traceback.format_exc(), flush=True)
+    finally:
+        for name, proc in procs.items():
+            stop(proc, f"{name} worker", grace=15)
+        if engine is not None:
+            engine.stdin.close()
+            try:
+                engine.wait(10)
+            except subprocess.TimeoutExpired:
+                engine.kill()
+                engine.wait(5)
+            forget_pid(str(engine.pid))
+        if failures:
+            dump_logs(*(work / f"worker-{n}.log" for n in procs), work / "engine.log")
+        if failures or os.environ.get("INTEROP_KEEP") == "1":
+            log(f"kept work dir {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    os._exit(code)  # threads of a timed-out SDK call must not keep the process alive

@@ -1,0 +1,624 @@
+// Interop proof: the official TypeScript SDK (@hatchet-dev/typescript-sdk, pinned in
+// package.json) against hatchet-dev-engine, plus our Rust example worker and client.
+//
+// Starts the engine as the Python scenarios do (`-handshake-file F -grpc-port 0 -api-port 0`,
+// stdin a pipe), points the SDK at it with HATCHET_CLIENT_* env, starts TS workers (worker.mjs)
+// and our Rust example worker, then runs one counted check each (lines `PASS <id> ...` /
+// `FAIL <id> ...`, each bounded by a timeout):
+//   t1  a TS worker registers its tasks; the TS client `run`s ts-echo and gets its output
+//   t2  the ts-dag run returns both task outputs
+//   t3  ts-fails: its on-failure task runs and sees the failed task's error via ctx.errors()
+//   t4  ts-slow run with runNoWait, cancelled with hatchet.runs.cancel({ids}): the abort signal
+//       fires in the worker and the run reads CANCELLED
+//   t4b the same through the run reference's cancel()
+//   t5  ts-flaky fails its first run; hatchet.runs.replay({ids}) makes the run complete
+//   t6  runMany of N inputs returns N results, in order
+//   t7  ts-logger logs through ctx.log (levels); hatchet.logs.list(taskRunId) reads them back
+//   t8  runs.get / get_status / runs.list for runs queued, running, failed, cancelled, completed
+//   t9  runs queued with priorities LOW/MEDIUM/HIGH while no worker serves them run highest first
+//   t10 our Rust client runs ts-echo on the TS worker; the TS client runs the Rust worker's
+//       rust-echo
+//   t11 the engine exits when its stdin closes
+// Env: HATCHET_DEV_ENGINE_BIN (required), HATCHET_RUST_WORKER_BIN, HATCHET_RUST_CLIENT_BIN
+// (t10), INTEROP_PIDFILE (optional, for run.sh's trap), INTEROP_KEEP=1 keeps the work dir.
+// Every REST call the SDK makes is logged to <work>/rest.log; failed ones are also printed.
+
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import {
+  appendFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { isDeepStrictEqual } from 'node:util';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import {
+  bounded,
+  check,
+  describe,
+  expect,
+  failures,
+  forgetPid,
+  log,
+  rememberPid,
+  sleep,
+  stopChild,
+  tail,
+  Timeout,
+  waitUntil,
+} from './util.mjs';
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const TS_WORKER = 'ts-interop-worker';
+const RUST_WORKER = 'rust-worker'; // the name examples/worker.rs registers with
+
+const work = mkdtempSync(join(process.env.TMPDIR || tmpdir(), 'hatchet-interop-ts-'));
+const markers = join(work, 'markers');
+mkdirSync(markers);
+process.chdir(work); // the SDK reads .hatchet.yaml from the current directory: keep it clean
+log(`work dir ${work}`);
+
+const children = []; // [child, name], stopped in reverse order at the end
+let engine = null;
+let hs = null;
+let exiting = false;
+
+function startEngine() {
+  const hsPath = join(work, 'handshake.json');
+  const child = spawn(
+    process.env.HATCHET_DEV_ENGINE_BIN,
+    ['-handshake-file', hsPath, '-grpc-port', '0', '-api-port', '0'],
+    { stdio: ['pipe', 'ignore', openSync(join(work, 'engine.log'), 'w')] },
+  );
+  rememberPid(child.pid);
+  return [child, hsPath];
+}
+
+function startChild(name, argv, env) {
+  const out = openSync(join(work, `${name}.log`), 'w');
+  const child = spawn(argv[0], argv.slice(1), {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', out, out],
+  });
+  rememberPid(child.pid);
+  children.push([child, name]);
+  return child;
+}
+
+function startTsWorker(name, set, slots) {
+  return startChild(name, [process.execPath, join(HERE, 'worker.mjs')], {
+    INTEROP_TS_SET: set,
+    INTEROP_TS_WORKER_NAME: name,
+    INTEROP_TS_SLOTS: String(slots),
+  });
+}
+
+async function stopNamed(child) {
+  const i = children.findIndex(([c]) => c === child);
+  if (i < 0) return;
+  const [, name] = children[i];
+  children.splice(i, 1);
+  await stopChild(child, name, 10000);
+}
+
+async function restGet(path) {
+  const res = await fetch(hs.api_url + path, {
+    headers: { Authorization: `Bearer ${hs.token}` },
+    signal: AbortSignal.timeout(5000),
+  });
+  if (!res.ok) throw new Error(`GET ${path}: HTTP ${res.status} ${await res.text()}`);
+  return res.json();
+}
+
+async function workerRows() {
+  return (await restGet(`/api/v1/tenants/${hs.tenant_id}/worker`)).rows || [];
+}
+
+async function waitRegistered(name, actions, proc, ms) {
+  await waitUntil(
+    `worker ${name} ACTIVE with ${actions.join(', ')}`,
+    async () => {
+      expect(proc.exitCode === null, `${name} exited with ${proc.exitCode}`);
+      const rows = await workerRows();
+      return rows.some(
+        (w) =>
+          w.name === name &&
+          w.status === 'ACTIVE' &&
+          actions.every((a) => (w.actions || []).includes(a)),
+      );
+    },
+    ms,
+    300,
+  );
+}
+
+function rustClient(args, ms = 60000) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.env.HATCHET_RUST_CLIENT_BIN, args, {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    rememberPid(child.pid);
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    const timer = setTimeout(() => {
+      stopChild(child, 'rust client', 5000).finally(() =>
+        reject(new Error(`the Rust client did not exit within ${ms / 1000}s: ${err.slice(-500)}`)),
+      );
+    }, ms);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      forgetPid(child.pid);
+      resolve({ code, out, err });
+    });
+  });
+}
+
+/** Log every REST call of the SDK (method, url, query, body, status) to rest.log. */
+function traceRest(api) {
+  const restLog = join(work, 'rest.log');
+  const line = (cfg, status, data) => {
+    const q = cfg.params ? ` query=${JSON.stringify(cfg.params)}` : '';
+    const b = cfg.data ? ` body=${typeof cfg.data === 'string' ? cfg.data : JSON.stringify(cfg.data)}` : '';
+    const d = data === undefined ? '' : ` -> ${JSON.stringify(data).slice(0, 400)}`;
+    return `${cfg.method?.toUpperCase()} ${cfg.url}${q}${b} => ${status}${d}`;
+  };
+  api.instance.interceptors.response.use(
+    (res) => {
+      appendFileSync(restLog, line(res.config, res.status, res.data) + '\n');
+      return res;
+    },
+    (e) => {
+      const cfg = e.config || {};
+      const l = line(cfg, e.response?.status ?? e.code, e.response?.data);
+      appendFileSync(restLog, l + '\n');
+      log(`[rest] ${l}`);
+      return Promise.reject(e);
+    },
+  );
+}
+
+const statusOf = async (t, id) => String(await bounded(t.hatchet.runs.get_status(id), 10000, 'runs.get_status'));
+
+async function runChecks() {
+  const t = await import('./tasks.mjs'); // builds the client from the env set by main()
+  const { hatchet } = t;
+  const Priority = (await import('@hatchet-dev/typescript-sdk')).default.Priority;
+  traceRest(hatchet.api);
+
+  const tsWorker = startTsWorker(TS_WORKER, 'main', 20);
+  let rustWorker = null;
+  if (process.env.HATCHET_RUST_WORKER_BIN) {
+    rustWorker = startChild('rust-worker', [process.env.HATCHET_RUST_WORKER_BIN], {});
+  }
+  const mainActions = [
+    'ts-echo:ts-echo',
+    'ts-dag:first',
+    'ts-dag:second',
+    'ts-fails:boom',
+    'ts-fails:on-failure-task',
+    'ts-slow:ts-slow',
+    'ts-flaky:ts-flaky',
+    'ts-logger:ts-logger',
+  ];
+
+  const nonce = () => randomUUID().replaceAll('-', '');
+  const seen = (name) => existsSync(join(markers, name));
+  const readMarker = (name) => readFileSync(join(markers, name), 'utf8');
+
+  await check('t1', 'TS worker registers tasks; run() returns ts-echo output', 60000, async () => {
+    await waitRegistered(TS_WORKER, mainActions, tsWorker, 40000);
+    const names = ((await bounded(hatchet.workers.list(), 10000, 'workers.list')).rows || []).map((w) => w.name);
+    expect(names.includes(TS_WORKER), `workers.list() shows only ${JSON.stringify(names)}`);
+    const n = nonce();
+    const out = await bounded(t.echo.run({ nonce: n }), 30000, 'ts-echo run');
+    expect(isDeepStrictEqual(out, { nonce: n, mark: t.ECHO_MARK }), `unexpected output ${JSON.stringify(out)}`);
+  });
+
+  await check('t2', 'ts-dag returns both task outputs', 30000, async () => {
+    const out = await bounded(t.dag.run({ n: 4 }), 25000, 'ts-dag run');
+    log(`ts-dag output ${JSON.stringify(out)}`);
+    expect(
+      out?.first?.n === 5 && out?.second?.n === 50,
+      `unexpected output ${JSON.stringify(out)}`,
+    );
+  });
+
+  await check('t3', 'on-failure task runs and sees the failed task error via ctx.errors()', 40000, async () => {
+    const n = nonce();
+    const ref = await bounded(t.failing.runNoWait({ nonce: n }), 10000, 'ts-fails runNoWait');
+    const runId = await ref.getWorkflowRunId();
+    let rejected = null;
+    try {
+      const out = await bounded(ref.output, 25000, 'ts-fails result');
+      log(`ts-fails resolved (not rejected) with ${JSON.stringify(out)}`);
+    } catch (e) {
+      rejected = e;
+      log(`ts-fails result rejected: ${describe(e)}`);
+    }
+    await waitUntil(`the on-failure marker of run ${runId}`, () => seen(`onfailure-${n}`), 15000);
+    const got = JSON.parse(readMarker(`onfailure-${n}`));
+    log(`on-failure saw errors=${JSON.stringify(got.errors)}`);
+    log(`on-failure action payload: ${got.actionPayload}`);
+    const errs = got.errors || {};
+    const keys = Object.keys(errs);
+    expect(keys.length > 0, 'ctx.errors() is empty in the on-failure task');
+    expect(
+      keys.some((k) => k.includes('boom') && String(errs[k]).includes(`boom ${n}`)),
+      `ctx.errors() lacks boom's error: ${JSON.stringify(errs)}`,
+    );
+    expect(rejected !== null, 'the failed run resolved instead of rejecting');
+    const status = await statusOf(t, runId);
+    expect(status === 'FAILED', `the run reads ${status}, not FAILED`);
+  });
+
+  const slowRun = async () => {
+    const n = nonce();
+    const ref = await bounded(t.slow.runNoWait({ nonce: n }), 10000, 'ts-slow runNoWait');
+    const id = await ref.getWorkflowRunId();
+    await waitUntil('ts-slow to start', () => seen(`slow-started-${n}`), 20000);
+    return { n, ref, id };
+  };
+  const expectCancelled = async ({ n, id, ref }) => {
+    await waitUntil('the abort signal to fire in the worker', () => seen(`slow-aborted-${n}`), 15000);
+    await waitUntil(
+      'the run to read CANCELLED',
+      async () => {
+        const s = await statusOf(t, id);
+        return s === 'CANCELLED';
+      },
+      10000,
+      300,
+    );
+    const run = await bounded(hatchet.runs.get(id), 10000, 'runs.get');
+    expect(run?.run?.status === 'CANCELLED', `runs.get(id).run.status is ${run?.run?.status}`);
+    // the run reference's result must not resolve as a success
+    let outcome;
+    try {
+      outcome = `resolved with ${JSON.stringify(await bounded(ref.output, 10000, 'the cancelled run result'))}`;
+    } catch (e) {
+      if (e instanceof Timeout) throw e;
+      outcome = null;
+      log(`the cancelled run's result rejected: ${describe(e)}`);
+    }
+    expect(outcome === null, `the cancelled run's result ${outcome}`);
+  };
+
+  await check('t4', 'runs.cancel({ids}) fires the abort signal; run reads CANCELLED', 50000, async () => {
+    const r = await slowRun();
+    const res = await bounded(hatchet.runs.cancel({ ids: [r.id] }), 10000, 'runs.cancel');
+    log(`runs.cancel answered HTTP ${res.status} ${JSON.stringify(res.data)}`);
+    await expectCancelled(r);
+  });
+
+  await check('t4b', 'run reference cancel() fires the abort signal; run reads CANCELLED', 50000, async () => {
+    const r = await slowRun();
+    await bounded(r.ref.cancel(), 10000, 'ref.cancel');
+    await expectCancelled(r);
+  });
+
+  await check('t5', 'runs.replay({ids}) re-runs a failed run to completion', 50000, async () => {
+    const n = nonce();
+    const ref = await bounded(t.flaky.runNoWait({ nonce: n }), 10000, 'ts-flaky runNoWait');
+    const id = await ref.getWorkflowRunId();
+    await waitUntil('the first run to fail', async () => (await statusOf(t, id)) === 'FAILED', 20000, 300);
+    const res = await bounded(hatchet.runs.replay({ ids: [id] }), 10000, 'runs.replay');
+    log(`runs.replay answered HTTP ${res.status} ${JSON.stringify(res.data)}`);
+    await waitUntil('the replayed run to complete', async () => (await statusOf(t, id)) === 'COMPLETED', 20000, 300);
+    expect(readMarker(`flaky-${n}`).includes('succeeded'), 'the task did not run again');
+    const run = await bounded(hatchet.runs.get(id), 10000, 'runs.get');
+    const outs = (run.tasks || []).map((x) => x.output);
+    expect(
+      outs.some((o) => o && o.recovered === true && o.nonce === n),
+      `runs.get(id).tasks[].output lacks the replayed output: ${JSON.stringify(outs)}`,
+    );
+  });
+
+  await check('t6', 'runMany of N inputs returns N results in order', 45000, async () => {
+    const N = 6;
+    const inputs = Array.from({ length: N }, (_, i) => ({ nonce: nonce(), i }));
+    const outs = await bounded(t.echo.runMany(inputs.map((input) => ({ input }))), 40000, 'runMany');
+    expect(Array.isArray(outs) && outs.length === N, `got ${JSON.stringify(outs)?.slice(0, 300)}`);
+    outs.forEach((o, i) =>
+      expect(
+        o?.nonce === inputs[i].nonce && o?.i === i && o?.mark === t.ECHO_MARK,
+        `result ${i} is ${JSON.stringify(o)}`,
+      ),
+    );
+    // run() with an array of inputs is the other bulk form
+    const outs2 = await bounded(t.echo.run(inputs.slice(0, 3)), 30000, 'run([...])');
+    expect(
+      Array.isArray(outs2) && outs2.length === 3 && outs2.every((o, i) => o?.nonce === inputs[i].nonce),
+      `run([..]) gave ${JSON.stringify(outs2)?.slice(0, 300)}`,
+    );
+  });
+
+  await check('t7', 'ctx.log lines (with levels) are read back through hatchet.logs.list', 40000, async () => {
+    const n = nonce();
+    const out = await bounded(t.logger.run({ nonce: n }), 25000, 'ts-logger run');
+    const taskId = out.taskRunExternalId;
+    expect(typeof taskId === 'string' && taskId.length > 0, `no task run id in ${JSON.stringify(out)}`);
+    const want = {
+      [`plain line ${n}`]: 'INFO',
+      [`info line ${n}`]: 'INFO',
+      [`debug line ${n}`]: 'DEBUG',
+      [`warn line ${n}`]: 'WARN',
+      [`error line ${n}`]: 'ERROR',
+      [`logger.info line ${n}`]: 'INFO',
+    };
+    let rows = [];
+    await waitUntil(
+      'all six log lines',
+      async () => {
+        const list = await bounded(hatchet.logs.list(taskId, { limit: 100 }), 10000, 'logs.list');
+        rows = list.rows || [];
+        return Object.keys(want).every((m) => rows.some((r) => r.message === m));
+      },
+      10000,
+      500,
+    );
+    for (const [m, level] of Object.entries(want)) {
+      const row = rows.find((r) => r.message === m);
+      expect(row.level === level, `"${m}" has level ${row.level}, not ${level}`);
+    }
+    const warnOnly = await bounded(hatchet.logs.list(taskId, { levels: ['WARN'] }), 10000, 'logs.list levels');
+    const msgs = (warnOnly.rows || []).map((r) => r.message);
+    expect(
+      msgs.length === 1 && msgs[0] === `warn line ${n}`,
+      `levels=[WARN] filter answered ${JSON.stringify(msgs)}`,
+    );
+  });
+
+  await check('t8', 'runs.get / get_status / runs.list for queued, running, failed, cancelled, completed', 90000, async () => {
+    // the orphan (queued) and prio (t9) workflows: registered by a worker that then leaves
+    const reg = startTsWorker('ts-registrar', 'registrar', 1);
+    await waitRegistered('ts-registrar', ['ts-orphan:ts-orphan', 'ts-prio:ts-prio'], reg, 40000);
+    await stopNamed(reg);
+    const tag = nonce();
+    const meta = { additionalMetadata: { t8: tag } };
+    const runs = {};
+    const problems = [];
+    const step = async (what, fn) => {
+      try {
+        await fn();
+      } catch (e) {
+        problems.push(`${what}: ${describe(e)}`);
+      }
+    };
+    await step('queued', async () => {
+      const ref = await t.orphan.runNoWait({ nonce: nonce() }, meta);
+      runs.QUEUED = await ref.getWorkflowRunId();
+    });
+    await step('completed', async () => {
+      const ref = await t.echo.runNoWait({ nonce: nonce() }, meta);
+      runs.COMPLETED = await ref.getWorkflowRunId();
+      await bounded(ref.output, 20000, 'ts-echo result');
+    });
+    await step('failed', async () => {
+      const ref = await t.flaky.runNoWait({ nonce: nonce() }, meta);
+      runs.FAILED = await ref.getWorkflowRunId();
+      await waitUntil('the run to fail', async () => (await statusOf(t, runs.FAILED)) === 'FAILED', 20000, 300);
+    });
+    let running = null;
+    await step('running', async () => {
+      const n = nonce();
+      const ref = await t.slow.runNoWait({ nonce: n }, meta);
+      running = await ref.getWorkflowRunId();
+      runs.RUNNING = running;
+      await waitUntil('ts-slow to start', () => seen(`slow-started-${n}`), 20000);
+    });
+    await step('cancelled', async () => {
+      const n = nonce();
+      const ref = await t.slow.runNoWait({ nonce: n }, meta);
+      const id = await ref.getWorkflowRunId();
+      await waitUntil('ts-slow to start', () => seen(`slow-started-${n}`), 20000);
+      await bounded(hatchet.runs.cancel({ ids: [id] }), 10000, 'runs.cancel');
+      runs.CANCELLED = id;
+      await waitUntil('the run to read CANCELLED', async () => (await statusOf(t, id)) === 'CANCELLED', 10000, 300);
+    });
+    for (const [want, id] of Object.entries(runs)) {
+      await step(`get_status ${want}`, async () => {
+        const s = await statusOf(t, id);
+        expect(s === want, `run ${id} reads ${s}`);
+      });
+      await step(`runs.get ${want}`, async () => {
+        const d = await bounded(hatchet.runs.get(id), 10000, 'runs.get');
+        expect(d?.run?.status === want, `runs.get(${id}).run.status is ${d?.run?.status}`);
+        expect(d?.run?.metadata?.id === id, `runs.get(${id}).run.metadata.id is ${d?.run?.metadata?.id}`);
+        expect(Array.isArray(d?.tasks) && d.tasks.length >= 1, `runs.get(${id}).tasks is ${JSON.stringify(d?.tasks)}`);
+      });
+    }
+    await step('runs.list', async () => {
+      const list = await bounded(hatchet.runs.list({ additionalMetadata: { t8: tag }, limit: 50 }), 10000, 'runs.list');
+      const byRun = Object.fromEntries((list.rows || []).map((r) => [r.workflowRunExternalId ?? r.metadata?.id, r.status]));
+      for (const [want, id] of Object.entries(runs)) {
+        expect(byRun[id] === want, `runs.list shows run ${id} as ${byRun[id]}, not ${want}`);
+      }
+      const q = await bounded(
+        hatchet.runs.list({ additionalMetadata: { t8: tag }, statuses: ['QUEUED'] }),
+        10000,
+        'runs.list statuses',
+      );
+      const ids = (q.rows || []).map((r) => r.workflowRunExternalId ?? r.metadata?.id);
+      expect(
+        ids.length === 1 && ids[0] === runs.QUEUED,
+        `runs.list(statuses=[QUEUED]) answered ${JSON.stringify(ids)}`,
+      );
+      // workflowNames: the SDK looks each name up (GET .../workflows?name=) and sends workflow_ids
+      const w = await bounded(
+        hatchet.runs.list({ additionalMetadata: { t8: tag }, workflowNames: [t.flaky.name] }),
+        10000,
+        'runs.list workflowNames',
+      );
+      const wids = (w.rows || []).map((r) => r.workflowRunExternalId ?? r.metadata?.id);
+      expect(
+        wids.length === 1 && wids[0] === runs.FAILED,
+        `runs.list(workflowNames=[ts-flaky]) answered ${JSON.stringify(wids)}`,
+      );
+    });
+    if (running) {
+      await hatchet.runs.cancel({ ids: [running] }).catch(() => undefined); // let it go
+    }
+    const missing = ['QUEUED', 'RUNNING', 'FAILED', 'CANCELLED', 'COMPLETED'].filter((s) => !runs[s]);
+    expect(problems.length === 0, problems.join(' | '));
+    expect(missing.length === 0, `no run reached ${missing.join(', ')}`);
+  });
+
+  await check('t9', 'runs queued with priorities execute highest first', 70000, async () => {
+    // ts-prio was registered in t8 by a worker that has left; queue runs, then serve them
+    // with a one-slot worker.
+    if (!(await workerRows()).some((w) => (w.actions || []).includes('ts-prio:ts-prio'))) {
+      const reg = startTsWorker('ts-registrar', 'registrar', 1);
+      await waitRegistered('ts-registrar', ['ts-prio:ts-prio'], reg, 40000);
+      await stopNamed(reg);
+    }
+    const batch = nonce();
+    const plan = [
+      ['low-1', Priority.LOW],
+      ['med-1', Priority.MEDIUM],
+      ['high-1', Priority.HIGH],
+      ['low-2', Priority.LOW],
+      ['high-2', Priority.HIGH],
+      ['med-2', Priority.MEDIUM],
+    ];
+    const refs = [];
+    for (const [label, priority] of plan) {
+      refs.push(await bounded(t.prio.runNoWait({ batch, label }, { priority }), 10000, 'ts-prio runNoWait'));
+    }
+    await sleep(500);
+    const ids = await Promise.all(refs.map((r) => r.getWorkflowRunId()));
+    const early = await Promise.all(ids.map((id) => statusOf(t, id)));
+    expect(early.every((s) => s === 'QUEUED'), `runs did not wait for a worker: ${early}`);
+    const pw = startTsWorker('ts-prio-worker', 'prio', 1);
+    try {
+      await Promise.all(refs.map((r) => bounded(r.output, 50000, 'ts-prio result')));
+    } finally {
+      await stopNamed(pw);
+    }
+    const order = readMarker(`prio-order-${batch}`).trim().split('\n');
+    log(`ts-prio start order ${order.join(' ')}`);
+    const rank = (l) => (l.startsWith('high') ? 3 : l.startsWith('med') ? 2 : 1);
+    const ranks = order.map(rank);
+    expect(order.length === plan.length, `ran ${order.length} of ${plan.length}`);
+    expect(
+      ranks.every((r, i) => i === 0 || ranks[i - 1] >= r),
+      `runs did not start highest priority first: ${order.join(' ')}`,
+    );
+  });
+
+  await check('t10', 'Rust client runs ts-echo on the TS worker; TS client runs rust-echo on the Rust worker', 90000, async () => {
+    expect(process.env.HATCHET_RUST_CLIENT_BIN, 'HATCHET_RUST_CLIENT_BIN is not set');
+    expect(rustWorker, 'HATCHET_RUST_WORKER_BIN is not set');
+    const n = nonce();
+    const { code, out, err } = await rustClient([t.echo.name, JSON.stringify({ nonce: n })], 45000);
+    log(`rust client: exit ${code}, stdout ${JSON.stringify(out.trim())}`);
+    expect(code === 0, `rust client exit code ${code}, stderr ${JSON.stringify(err.trim().slice(-500))}`);
+    const got = JSON.parse(out);
+    expect(isDeepStrictEqual(got, { nonce: n, mark: t.ECHO_MARK }), `rust client printed ${out.trim()}`);
+    await waitRegistered(RUST_WORKER, ['rust-echo:echo'], rustWorker, 30000);
+    const sent = { nonce: nonce(), n: 7, nested: { list: [1, 'two', null] } };
+    const res = await bounded(hatchet.run('rust-echo', sent), 30000, "hatchet.run('rust-echo')");
+    log(`rust-echo via hatchet.run: ${JSON.stringify(res)}`);
+    expect(
+      isDeepStrictEqual(res, { echo: { echo: sent, worker: 'rust' } }),
+      `unexpected output ${JSON.stringify(res)}`,
+    );
+  });
+}
+
+async function shutdown() {
+  for (const [child, name] of children.splice(0).reverse()) {
+    await stopChild(child, name, 10000);
+  }
+  if (engine) {
+    try {
+      const counters = await restGet('/_dev/counters');
+      writeFileSync(join(work, 'counters.json'), JSON.stringify(counters, null, 1));
+    } catch {}
+    const eng = engine;
+    engine = null;
+    await check('t11', 'engine exits when its stdin closes', 20000, async () => {
+      eng.stdin.end();
+      try {
+        await waitUntil('the engine to exit', () => eng.exitCode !== null || eng.signalCode !== null, 10000, 100);
+      } finally {
+        await stopChild(eng, 'engine', 3000);
+      }
+    });
+  }
+}
+
+async function main() {
+  if (!process.env.HATCHET_DEV_ENGINE_BIN) {
+    process.stdout.write('FAIL setup: HATCHET_DEV_ENGINE_BIN is not set\n');
+    return 1;
+  }
+  try {
+    let hsPath;
+    try {
+      [engine, hsPath] = startEngine();
+      hs = await waitUntil(
+        "the engine's handshake file",
+        () => {
+          if (engine.exitCode !== null) throw new Error(`engine exited with ${engine.exitCode}`);
+          try {
+            return JSON.parse(readFileSync(hsPath, 'utf8'));
+          } catch {
+            return null;
+          }
+        },
+        20000,
+      );
+    } catch (e) {
+      failures.push('setup');
+      process.stdout.write(`FAIL setup: engine start: ${describe(e)}\n`);
+      return 1;
+    }
+    log(`engine up: grpc ${hs.grpc_address}, api ${hs.api_url}`);
+    Object.assign(process.env, {
+      HATCHET_CLIENT_TOKEN: hs.token,
+      HATCHET_CLIENT_HOST_PORT: hs.grpc_address,
+      HATCHET_CLIENT_API_URL: hs.api_url, // the TS SDK's name
+      HATCHET_CLIENT_SERVER_URL: hs.api_url, // the Rust runtime's and Python SDK's name
+      HATCHET_CLIENT_TLS_STRATEGY: 'none',
+      INTEROP_MARKER_DIR: markers,
+    });
+    await runChecks();
+  } catch (e) {
+    failures.push('setup');
+    process.stdout.write(`FAIL setup: ${describe(e)}\n${e?.stack ?? ''}\n`);
+  } finally {
+    await shutdown();
+    if (failures.length) {
+      for (const f of ['ts-interop-worker.log', 'rust-worker.log', 'ts-prio-worker.log', 'engine.log']) {
+        const s = tail(join(work, f));
+        if (s) process.stdout.write(`----- ${join(work, f)} (tail) -----\n${s}\n`);
+      }
+      process.stdout.write(`interop-ts: kept ${work} (rest.log, counters.json, markers)\n`);
+    } else if (process.env.INTEROP_KEEP !== '1') {
+      rmSync(work, { recursive: true, force: true });
+    }
+  }
+  return failures.length ? 1 : 0;
+}
+
+const stopOnSignal = (sig) => {
+  if (exiting) return;
+  exiting = true;
+  process.stdout.write(`FAIL interrupted: ${sig}\n`);
+  failures.push('interrupted');
+  shutdown().finally(() => process.exit(143));
+};
+process.on('SIGTERM', () => stopOnSignal('SIGTERM'));
+process.on('SIGINT', () => stopOnSignal('SIGINT'));
+
+const code = await main();
+process.exit(code); // SDK streams of a timed-out call must not keep the process alive

@@ -1,0 +1,142 @@
+// The tasks of the TypeScript-SDK interop suite, declared with the official SDK
+// (@hatchet-dev/typescript-sdk). Both the worker (worker.mjs) and the client side (suite.mjs)
+// import this module: the client needs the declarations to run them. The client is built from
+// the HATCHET_CLIENT_* environment, so import this only after that is set.
+//
+// Markers (files under INTEROP_MARKER_DIR) are how a task tells the suite what happened inside
+// the worker process.
+
+import { appendFileSync, existsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import sdk from '@hatchet-dev/typescript-sdk';
+
+const { HatchetClient } = sdk;
+
+export const hatchet = HatchetClient.init();
+
+const MARKERS = process.env.INTEROP_MARKER_DIR || '.';
+export const marker = (name) => join(MARKERS, name);
+export const ECHO_MARK = 'ts-sdk';
+
+/** t1, t6, t10: returns its input with a mark. */
+export const echo = hatchet.task({
+  name: 'ts-echo',
+  retries: 0,
+  fn: async (input) => ({ ...input, mark: ECHO_MARK }),
+});
+
+/** t2: a two-task DAG; `second` reads `first`'s output. */
+export const dag = hatchet.workflow({ name: 'ts-dag' });
+const first = dag.task({
+  name: 'first',
+  fn: async (input) => ({ n: (Number(input.n) || 0) + 1 }),
+});
+dag.task({
+  name: 'second',
+  parents: [first],
+  fn: async (_input, ctx) => {
+    const out = await ctx.parentOutput(first);
+    return { n: out.n * 10 };
+  },
+});
+
+/** t3: `boom` always fails; the on-failure task records what ctx.errors() shows it. */
+export const failing = hatchet.workflow({ name: 'ts-fails' });
+failing.task({
+  name: 'boom',
+  retries: 0,
+  fn: async (input) => {
+    throw new Error(`boom ${input.nonce}`);
+  },
+});
+failing.onFailure({
+  name: 'cleanup',
+  fn: async (input, ctx) => {
+    const errors = ctx.errors();
+    writeFileSync(
+      marker(`onfailure-${input.nonce}`),
+      JSON.stringify({ errors, input, actionPayload: ctx.action?.actionPayload ?? null }),
+    );
+    return { errors };
+  },
+});
+
+/** t4, t8: runs until its abort signal fires (at most 60 s), then records that it did. */
+export const slow = hatchet.task({
+  name: 'ts-slow',
+  retries: 0,
+  executionTimeout: '120s',
+  fn: async (input, ctx) => {
+    writeFileSync(marker(`slow-started-${input.nonce}`), ctx.taskRunExternalId());
+    const signal = ctx.abortController.signal;
+    const aborted = await new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(false), 60_000);
+      const onAbort = () => {
+        clearTimeout(timer);
+        resolve(true);
+      };
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+    });
+    if (aborted) {
+      writeFileSync(marker(`slow-aborted-${input.nonce}`), String(signal.reason ?? 'aborted'));
+      throw new Error('cancelled');
+    }
+    return { finished: true, nonce: input.nonce };
+  },
+});
+
+/** t5, t8: fails the first time it runs for a nonce, succeeds every time after. */
+export const flaky = hatchet.task({
+  name: 'ts-flaky',
+  retries: 0,
+  fn: async (input) => {
+    const m = marker(`flaky-${input.nonce}`);
+    if (!existsSync(m)) {
+      writeFileSync(m, 'failed once');
+      throw new Error(`first attempt of ${input.nonce} fails`);
+    }
+    appendFileSync(m, '\nsucceeded');
+    return { nonce: input.nonce, recovered: true };
+  },
+});
+
+/** t7: logs one line per level through the context; returns its own task run id. */
+export const logger = hatchet.task({
+  name: 'ts-logger',
+  retries: 0,
+  fn: async (input, ctx) => {
+    const n = input.nonce;
+    await ctx.log(`plain line ${n}`); // no level: INFO
+    await ctx.log(`info line ${n}`, 'INFO');
+    await ctx.log(`debug line ${n}`, 'DEBUG');
+    await ctx.log(`warn line ${n}`, 'WARN');
+    await ctx.log(`error line ${n}`, 'ERROR');
+    await ctx.logger.info(`logger.info line ${n}`);
+    return { taskRunExternalId: ctx.taskRunExternalId(), workflowRunId: ctx.workflowRunId() };
+  },
+});
+
+/** t8 (queued): registered by a worker that then leaves, so its runs stay queued. */
+export const orphan = hatchet.task({
+  name: 'ts-orphan',
+  fn: async (input) => ({ ran: true, nonce: input.nonce }),
+});
+
+/** t9: records the order in which runs start; served by a one-slot worker. */
+export const prio = hatchet.task({
+  name: 'ts-prio',
+  retries: 0,
+  fn: async (input) => {
+    appendFileSync(marker(`prio-order-${input.batch}`), `${input.label}\n`);
+    await new Promise((r) => setTimeout(r, 200));
+    return { label: input.label };
+  },
+});
+
+/** What each worker process (worker.mjs INTEROP_TS_SET=...) registers. */
+export const SETS = {
+  main: [echo, dag, failing, slow, flaky, logger],
+  registrar: [orphan, prio],
+  prio: [prio],
+};
