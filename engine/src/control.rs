@@ -95,12 +95,22 @@ impl RunFilter {
             && self.until.is_none_or(|t| run.created_at <= t)
             && (self.statuses.is_empty() || self.statuses.iter().any(|s| s == run.status.rest()))
             && (self.workflow_ids.is_empty() || self.workflow_ids.contains(&run.workflow_id))
-            && self.metadata.iter().all(|(k, v)| {
-                run.additional_metadata
-                    .get(k)
-                    .is_some_and(|x| x.as_str() == Some(v.as_str()) || x.to_string() == *v)
-            })
+            && self.metadata.iter().all(|(k, v)| has_metadata(run, k, v))
     }
+}
+
+/// Whether `run`'s metadata has `key` = `value` (a string value as is, any other JSON value by
+/// its JSON text).
+pub fn has_metadata(run: &Run, key: &str, value: &str) -> bool {
+    run.additional_metadata.get(key).is_some_and(|x| match x {
+        serde_json::Value::String(s) => s == value,
+        other => {
+            serde_json::from_str::<serde_json::Value>(value)
+                .ok()
+                .as_ref()
+                == Some(other)
+        }
+    })
 }
 
 /// `"key:value"` strings split at the first colon; one without a colon is refused.

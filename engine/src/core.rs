@@ -128,6 +128,33 @@ pub(crate) fn parse_metadata(
     }
 }
 
+/// Events per BulkPush call.
+pub const MAX_BULK_EVENTS: usize = 1_000;
+
+/// A run or event priority must be 1–3.
+fn check_priority(p: Option<i32>) -> Result<(), GrpcStatus> {
+    match p {
+        Some(p) if !super::queue::PRIORITY_RANGE.contains(&p) => Err(GrpcStatus::invalid_argument(
+            format!("priority must be between 1 and 3, got {p}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// An event's key, payload, metadata and priority, checked; returns the decoded payload and
+/// metadata.
+fn check_event(
+    req: &proto::PushEventRequest,
+) -> Result<(Value, serde_json::Map<String, Value>), GrpcStatus> {
+    if req.key.is_empty() {
+        return Err(GrpcStatus::invalid_argument("event key is required"));
+    }
+    check_priority(req.priority)?;
+    let payload = parse_json("payload", &req.payload)?;
+    let meta = parse_metadata(req.additional_metadata.as_deref())?;
+    Ok((payload, meta))
+}
+
 fn check_uuid(field: &str, s: &str) -> Result<(), GrpcStatus> {
     uuid::Uuid::parse_str(s)
         .map(|_| ())
@@ -567,13 +594,7 @@ impl Engine {
     pub fn trigger(&self, req: &v1::TriggerWorkflowRequest) -> Result<String, GrpcStatus> {
         let input = parse_json("input", &req.input)?;
         let meta = parse_metadata(req.additional_metadata.as_deref())?;
-        if let Some(p) = req.priority
-            && !super::queue::PRIORITY_RANGE.contains(&p)
-        {
-            return Err(GrpcStatus::invalid_argument(format!(
-                "priority must be between 1 and 3, got {p}"
-            )));
-        }
+        check_priority(req.priority)?;
         let mut st = self.state.lock();
         let id = st.create_run(
             &self.tenant_id,
@@ -594,12 +615,55 @@ impl Engine {
     }
 
     /// `EventsService/Push`: stores the event and starts every workflow it triggers.
-    pub fn push(&self, req: &proto::PushEventRequest) -> Result<proto::Event, GrpcStatus> {
-        if req.key.is_empty() {
-            return Err(GrpcStatus::invalid_argument("event key is required"));
+    /// `WorkflowService/BulkTriggerWorkflow`: every item is checked first (JSON, priority,
+    /// workflow name), so one bad item refuses the whole call and creates nothing, as the real
+    /// engine does.
+    pub fn bulk_trigger(
+        &self,
+        reqs: &[v1::TriggerWorkflowRequest],
+    ) -> Result<Vec<String>, GrpcStatus> {
+        {
+            let st = self.state.lock();
+            for (i, r) in reqs.iter().enumerate() {
+                let item = |e: GrpcStatus| {
+                    GrpcStatus::invalid_argument(format!("workflow {i}: {}", e.message()))
+                };
+                parse_json("input", &r.input).map_err(item)?;
+                parse_metadata(r.additional_metadata.as_deref()).map_err(item)?;
+                check_priority(r.priority).map_err(item)?;
+                if !st.workflows.contains_key(&r.name) {
+                    return Err(GrpcStatus::invalid_argument(format!(
+                        "workflow {i}: workflow names not found: {}",
+                        r.name
+                    )));
+                }
+            }
         }
-        let payload = parse_json("payload", &req.payload)?;
-        let meta = parse_metadata(req.additional_metadata.as_deref())?;
+        reqs.iter().map(|r| self.trigger(r)).collect()
+    }
+
+    /// `EventsService/BulkPush`: 1 to 1,000 events, all checked before any is stored.
+    pub fn bulk_push(
+        &self,
+        reqs: &[proto::PushEventRequest],
+    ) -> Result<Vec<proto::Event>, GrpcStatus> {
+        if reqs.is_empty() {
+            return Err(GrpcStatus::invalid_argument("No events to ingest"));
+        }
+        if reqs.len() > MAX_BULK_EVENTS {
+            return Err(GrpcStatus::invalid_argument(format!(
+                "{} events is over maximum ({MAX_BULK_EVENTS})",
+                reqs.len()
+            )));
+        }
+        for r in reqs {
+            check_event(r)?;
+        }
+        reqs.iter().map(|r| self.push(r)).collect()
+    }
+
+    pub fn push(&self, req: &proto::PushEventRequest) -> Result<proto::Event, GrpcStatus> {
+        let (payload, meta) = check_event(req)?;
         let at = SystemTime::now();
         let mut st = self.state.lock();
         st.event_seq += 1;

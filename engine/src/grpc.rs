@@ -247,15 +247,9 @@ impl proto::events_service_server::EventsService for Svc {
     }
 
     async fn bulk_push(&self, r: Request<proto::BulkPushEventRequest>) -> R<proto::Events> {
-        let r = r.into_inner();
-        if r.events.is_empty() || r.events.len() > 1000 {
-            return Err(Status::invalid_argument("bulk push takes 1 to 1000 events"));
-        }
-        let mut events = Vec::with_capacity(r.events.len());
-        for e in &r.events {
-            events.push(self.engine.push(e)?);
-        }
-        ok(proto::Events { events })
+        ok(proto::Events {
+            events: self.engine.bulk_push(&r.into_inner().events)?,
+        })
     }
 
     async fn replay_single_event(&self, _: Request<proto::ReplayEventRequest>) -> R<proto::Event> {
@@ -342,12 +336,8 @@ impl proto::workflow_service_server::WorkflowService for Svc {
         &self,
         r: Request<proto::BulkTriggerWorkflowRequest>,
     ) -> R<proto::BulkTriggerWorkflowResponse> {
-        let mut ids = Vec::new();
-        for w in r.into_inner().workflows {
-            ids.push(self.engine.trigger(&w)?);
-        }
         ok(proto::BulkTriggerWorkflowResponse {
-            workflow_run_ids: ids,
+            workflow_run_ids: self.engine.bulk_trigger(&r.into_inner().workflows)?,
         })
     }
 

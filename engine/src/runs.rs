@@ -264,6 +264,7 @@ impl State {
             .filter(|id| {
                 self.tasks.get(*id).is_some_and(|t| {
                     t.status == Status::Pending
+                        && !t.on_failure
                         && t.parents
                             .iter()
                             .all(|p| readable.get(p) == Some(&Status::Completed))

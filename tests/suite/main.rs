@@ -16,6 +16,7 @@ mod rate_limits;
 mod rest_api;
 mod retry_decisions;
 mod retry_layer;
+mod run_control;
 mod run_events;
 mod runtime_e2e;
 mod soak;

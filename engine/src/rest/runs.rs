@@ -365,35 +365,27 @@ impl Params {
             .collect()
     }
 
-    fn number(&self, k: &str, default: usize) -> Result<usize, Response> {
+    fn number(&self, k: &str, default: usize) -> Result<usize, String> {
         match self.one(k) {
             None => Ok(default),
-            Some(v) => v.parse().map_err(|_| {
-                super::err(
-                    StatusCode::BAD_REQUEST,
-                    &format!("{k} must be a whole number, got {v:?}"),
-                )
-            }),
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("{k} must be a whole number, got {v:?}")),
         }
     }
 
-    fn time(&self, k: &str) -> Result<Option<SystemTime>, Response> {
+    fn time(&self, k: &str) -> Result<Option<SystemTime>, String> {
         match self.one(k) {
             None => Ok(None),
             Some(v) => hatchet_runtime::calendar::parse_rfc3339(v)
                 .map(Some)
-                .ok_or_else(|| {
-                    super::err(
-                        StatusCode::BAD_REQUEST,
-                        &format!("{k} must be an RFC 3339 time, got {v:?}"),
-                    )
-                }),
+                .ok_or_else(|| format!("{k} must be an RFC 3339 time, got {v:?}")),
         }
     }
 
     /// The run filter of a run list: since/until, statuses, workflows, metadata (`k:v`
     /// strings; one without a colon is ignored, as the real engine does).
-    fn run_filter(&self) -> Result<RunFilter, Response> {
+    fn run_filter(&self) -> Result<RunFilter, String> {
         Ok(RunFilter {
             since: self.time("since")?,
             until: self.time("until")?,
@@ -416,11 +408,7 @@ fn selected<'a>(st: &'a State, p: &Params, filter: &RunFilter) -> Vec<&'a Run> {
     let any_metadata =
         p.one("additional_metadata_operator") == Some("OR") && filter.metadata.len() > 1;
     let by_metadata = |r: &Run| {
-        let hit = |(k, v): &(String, String)| {
-            r.additional_metadata
-                .get(k)
-                .is_some_and(|x| x.as_str() == Some(v.as_str()) || x.to_string() == *v)
-        };
+        let hit = |(k, v): &(String, String)| crate::control::has_metadata(r, k, v);
         if any_metadata {
             filter.metadata.iter().any(hit)
         } else {
@@ -458,19 +446,27 @@ async fn list_runs(
     if p.one("since").is_none() {
         return super::err(StatusCode::BAD_REQUEST, "since is required");
     }
-    let (filter, offset, limit) = match (
-        p.run_filter(),
-        p.number("offset", 0),
-        p.number("limit", DEFAULT_LIMIT),
-    ) {
-        (Ok(f), Ok(o), Ok(l)) => (f, o, l.max(1)),
-        (Err(r), _, _) | (_, Err(r), _) | (_, _, Err(r)) => return r,
+    let parsed = p
+        .run_filter()
+        .and_then(|f| Ok((f, p.number("offset", 0)?, p.number("limit", DEFAULT_LIMIT)?)));
+    let (filter, offset, limit) = match parsed {
+        Ok((f, o, l)) => (f, o, l.max(1)),
+        Err(why) => return super::err(StatusCode::BAD_REQUEST, &why),
     };
     let payloads = p.one("include_payloads") == Some("true");
     let worker = p.one("worker_id");
     let st = s.engine.state.lock();
     let tenant = &s.engine.tenant_id;
-    let runs = selected(&st, &p, &filter);
+    // With only_tasks the statuses select tasks, not runs.
+    let run_filter = if only_tasks {
+        RunFilter {
+            statuses: Vec::new(),
+            ..filter.clone()
+        }
+    } else {
+        filter.clone()
+    };
+    let runs = selected(&st, &p, &run_filter);
     let rows: Vec<Value> = if only_tasks {
         runs.iter()
             .flat_map(|r| tasks_of(&st, r).into_iter().map(move |t| (t, *r)))
@@ -512,7 +508,7 @@ async fn list_run_ids(
     }
     let filter = match p.run_filter() {
         Ok(f) => f,
-        Err(r) => return r,
+        Err(why) => return super::err(StatusCode::BAD_REQUEST, &why),
     };
     let st = s.engine.state.lock();
     let ids: Vec<&str> = selected(&st, &p, &filter)
@@ -523,7 +519,8 @@ async fn list_run_ids(
 }
 
 /// The body of a cancel or replay: `{externalIds?, filter?}`.
-fn targets_of(body: &Value) -> Result<Targets, Response> {
+/// A body that does not bind: the reason (a 400).
+fn targets_of(body: &Value) -> Result<Targets, String> {
     let ids = match body.get("externalIds") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(a)) => a
@@ -532,24 +529,14 @@ fn targets_of(body: &Value) -> Result<Targets, Response> {
                 v.as_str()
                     .filter(|s| uuid::Uuid::parse_str(s).is_ok())
                     .map(str::to_string)
-                    .ok_or_else(|| {
-                        message(
-                            StatusCode::BAD_REQUEST,
-                            &format!("externalIds: {v} is not a UUID"),
-                        )
-                    })
+                    .ok_or_else(|| format!("externalIds: {v} is not a UUID"))
             })
             .collect::<Result<_, _>>()?,
-        Some(_) => {
-            return Err(message(
-                StatusCode::BAD_REQUEST,
-                "externalIds must be an array of UUIDs",
-            ));
-        }
+        Some(_) => return Err("externalIds must be an array of UUIDs".into()),
     };
     let filter = match body.get("filter") {
         None | Some(Value::Null) => None,
-        Some(f) => Some(RunFilter::from_json(f).map_err(|e| message(StatusCode::BAD_REQUEST, &e))?),
+        Some(f) => Some(RunFilter::from_json(f)?),
     };
     Ok(Targets { ids, filter })
 }
@@ -585,7 +572,7 @@ fn control(
     };
     let targets = match targets_of(&body) {
         Ok(t) => t,
-        Err(r) => return r,
+        Err(why) => return message(StatusCode::BAD_REQUEST, &why),
     };
     match run(targets) {
         Ok(ids) => Json(json!({ "ids": ids })).into_response(),
@@ -611,11 +598,11 @@ async fn task_logs(
                 &format!("limit {l} is above {MAX_LOG_LIMIT}"),
             );
         }
-        Err(r) => return r,
+        Err(why) => return super::err(StatusCode::BAD_REQUEST, &why),
     };
     let (since, until) = match (p.time("since"), p.time("until")) {
         (Ok(a), Ok(b)) => (a, b),
-        (Err(r), _) | (_, Err(r)) => return r,
+        (Err(why), _) | (_, Err(why)) => return super::err(StatusCode::BAD_REQUEST, &why),
     };
     let search = p.one("search").map(str::to_lowercase);
     let levels: Vec<String> = p.all("levels").iter().map(|l| l.to_uppercase()).collect();

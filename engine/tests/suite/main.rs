@@ -5,5 +5,6 @@ mod core;
 mod durable;
 mod faults;
 mod lifecycle;
+mod parity;
 mod support;
 mod your_workflow;

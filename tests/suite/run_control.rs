@@ -1,0 +1,672 @@
+//! What users of the official SDKs expect (1), through our public API against the development
+//! engine: on_failure tasks, cancel and replay (by handle, ids and filter), priorities, bulk
+//! triggers and pushes, the task context's run controls, typed workflow references and the one
+//! typed run model. Executions are counted in the handlers, where a duplicate would show.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+use hatchet_runtime::{
+    BulkEvent, BulkRun, Context, Outcome, RunFilter, RunStatus, TaskError, TaskOptions,
+    TriggerOptions, WorkerOptions, Workflow,
+};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use crate::runtime_e2e::setup;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Order {
+    id: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Receipt {
+    order: u32,
+    total: u32,
+}
+
+fn meta(k: &str, v: &str) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    m.insert(k.into(), json!(v));
+    m
+}
+
+/// A task that waits for its cancellation and counts how often it ran and saw the token fire.
+fn slow(name: &str, ran: Arc<AtomicUsize>, saw_cancel: Arc<AtomicUsize>) -> Workflow {
+    Workflow::new(name).task("wait", move |_: Value, c: Context| {
+        let (ran, saw_cancel) = (ran.clone(), saw_cancel.clone());
+        async move {
+            ran.fetch_add(1, Ordering::SeqCst);
+            c.cancellation().cancelled().await;
+            saw_cancel.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, TaskError>(json!({}))
+        }
+    })
+}
+
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test]
+async fn on_failure_runs_once_after_a_final_failure_and_reads_the_error() {
+    let (_e, rt) = setup().await;
+    let charged = Arc::new(AtomicUsize::new(0));
+    let seen: Arc<Mutex<Vec<BTreeMap<String, String>>>> = Arc::default();
+    let (c2, s2) = (charged.clone(), seen.clone());
+    let wf = Workflow::new("checkout")
+        .task_with(
+            "charge",
+            TaskOptions::default().retries(1),
+            move |_: Order, _c: Context| {
+                let c2 = c2.clone();
+                async move {
+                    c2.fetch_add(1, Ordering::SeqCst);
+                    Err::<Receipt, _>(TaskError::new("card declined"))
+                }
+            },
+        )
+        .on_failure(
+            "refund",
+            TaskOptions::default(),
+            move |_: Value, c: Context| {
+                let s2 = s2.clone();
+                async move {
+                    s2.lock().push(c.task_run_errors().clone());
+                    Ok::<_, TaskError>(json!({"refunded": true}))
+                }
+            },
+        );
+    rt.register(wf).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let h = rt
+        .run_no_wait("checkout", &Order { id: 1 })
+        .await
+        .expect("trigger");
+    let err = h.outputs().await.expect_err("the run fails");
+    assert_eq!(err.outcome(), Outcome::RunFailed);
+    assert_eq!(charged.load(Ordering::SeqCst), 2, "one try and one retry");
+    let seen = seen.lock().clone();
+    assert_eq!(seen.len(), 1, "on_failure ran exactly once: {seen:?}");
+    assert!(seen[0]["charge"].contains("card declined"), "{seen:?}");
+    // The run reads FAILED even though on_failure completed.
+    let view = rt.run_details(h.run_id()).await.expect("details");
+    assert_eq!(view.status, RunStatus::Failed);
+    assert_eq!(view.tasks["refund"].status, RunStatus::Completed);
+    assert_eq!(view.tasks["refund"].output, Some(json!({"refunded": true})));
+}
+
+#[tokio::test]
+async fn on_failure_is_skipped_when_every_task_completes_and_a_typed_result_ignores_it() {
+    let (_e, rt) = setup().await;
+    let hooks = Arc::new(AtomicUsize::new(0));
+    let h2 = hooks.clone();
+    let wf = Workflow::new("checkout-ok")
+        .task("charge", |o: Order, _c: Context| async move {
+            Ok::<_, TaskError>(Receipt {
+                order: o.id,
+                total: 10,
+            })
+        })
+        .on_failure(
+            "refund",
+            TaskOptions::default(),
+            move |_: Value, _c: Context| {
+                h2.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, TaskError>(json!({})) }
+            },
+        );
+    let orders = rt
+        .register(wf)
+        .await
+        .expect("register")
+        .returning::<Order, Receipt>("charge")
+        .expect("types match");
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let run = orders.run_no_wait(&Order { id: 7 }).await.expect("trigger");
+    assert_eq!(
+        run.result().await.expect("result"),
+        Receipt {
+            order: 7,
+            total: 10
+        }
+    );
+    assert_eq!(hooks.load(Ordering::SeqCst), 0, "on_failure never runs");
+    let view = rt.run_details(run.run_id()).await.expect("details");
+    assert_eq!(view.status, RunStatus::Completed);
+    assert_eq!(view.tasks["refund"].output, Some(json!({"skipped": true})));
+    // The REST read gives the same model.
+    let rest = rt.api().run(run.run_id()).await.expect("rest read");
+    assert_eq!(rest.status, RunStatus::Completed);
+    assert_eq!(
+        rest.output::<Receipt>("charge").expect("typed"),
+        Receipt {
+            order: 7,
+            total: 10
+        }
+    );
+    assert_eq!(
+        serde_json::to_value(rest.status).expect("ser"),
+        json!("COMPLETED")
+    );
+    assert_eq!(rest.status.to_string(), "COMPLETED");
+}
+
+#[tokio::test]
+async fn typed_references_refuse_types_the_workflow_does_not_declare() {
+    let (_e, rt) = setup().await;
+    let wf = Workflow::new("typed")
+        .task("price", |o: Order, _c: Context| async move {
+            Ok::<_, TaskError>(Receipt {
+                order: o.id,
+                total: 3,
+            })
+        })
+        .task_with(
+            "audit",
+            TaskOptions::default().parents(["price"]),
+            |_: Value, _c: Context| async { Ok::<_, TaskError>(json!("ok")) },
+        );
+    let reg = rt.register(wf).await.expect("register");
+    let wrong_output = reg
+        .returning::<Order, String>("price")
+        .expect_err("wrong O");
+    assert_eq!(wrong_output.outcome(), Outcome::Invalid);
+    assert!(
+        wrong_output.to_string().contains("returns"),
+        "{wrong_output}"
+    );
+    let wrong_input = reg.returning::<u32, Receipt>("price").expect_err("wrong I");
+    assert!(wrong_input.to_string().contains("takes"), "{wrong_input}");
+    let missing = reg
+        .returning::<Order, Receipt>("nope")
+        .expect_err("no task");
+    assert!(missing.to_string().contains("no task"), "{missing}");
+    // Adding "audit" to the DAG did not change what the reference returns.
+    let r = reg.returning::<Order, Receipt>("price").expect("ok");
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    assert_eq!(
+        r.run(&Order { id: 2 }).await.expect("run"),
+        Receipt { order: 2, total: 3 }
+    );
+}
+
+#[tokio::test]
+async fn cancel_fires_the_tasks_token_and_the_waiter_sees_a_cancelled_run() {
+    let (_e, rt) = setup().await;
+    let (ran, saw) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    rt.register(slow("slow", ran.clone(), saw.clone()))
+        .await
+        .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let h = rt.run_no_wait("slow", &json!({})).await.expect("trigger");
+    until("the task to start", || ran.load(Ordering::SeqCst) == 1).await;
+    h.cancel().await.expect("cancel");
+    let err = h.outputs().await.expect_err("cancelled");
+    assert_eq!(err.outcome(), Outcome::RunCancelled, "{err}");
+    until("the handler to see its token", || {
+        saw.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    let view = rt.run_details(h.run_id()).await.expect("details");
+    assert_eq!(view.status, RunStatus::Cancelled);
+    assert_eq!(view.tasks["wait"].status, RunStatus::Cancelled);
+    // Cancelling again is harmless.
+    h.cancel().await.expect("second cancel");
+}
+
+#[tokio::test]
+async fn replay_runs_a_failed_run_again_with_its_input_and_it_completes() {
+    let (_e, rt) = setup().await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r2 = runs.clone();
+    rt.register(
+        Workflow::new("flaky").task("t", move |o: Order, _c: Context| {
+            let n = r2.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n == 0 {
+                    Err(TaskError::non_retryable("first time fails"))
+                } else {
+                    Ok::<_, TaskError>(Receipt {
+                        order: o.id,
+                        total: n as u32,
+                    })
+                }
+            }
+        }),
+    )
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let h = rt
+        .run_no_wait("flaky", &Order { id: 5 })
+        .await
+        .expect("trigger");
+    let err = h.result::<Receipt>().await.expect_err("fails first");
+    assert_eq!(err.outcome(), Outcome::RunFailed);
+    let replayed = h.replay().await.expect("replay");
+    assert_eq!(
+        replayed,
+        [h.run_id().to_string()],
+        "the one task of the run"
+    );
+    let out: Receipt = h.result().await.expect("completes after replay");
+    assert_eq!(out, Receipt { order: 5, total: 1 });
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "exactly one more execution");
+    // Replaying a running or queued run is refused quietly: nothing runs twice.
+    assert_eq!(
+        rt.run_details(h.run_id()).await.expect("d").status,
+        RunStatus::Completed
+    );
+}
+
+#[tokio::test]
+async fn cancel_and_replay_by_filter_select_runs_by_metadata_and_time() {
+    let (_e, rt) = setup().await;
+    let (ran, saw) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    rt.register(slow("batch", ran.clone(), saw.clone()))
+        .await
+        .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 8))
+        .await
+        .expect("start");
+    let since = SystemTime::now() - Duration::from_secs(1);
+    let mut a = Vec::new();
+    for _ in 0..3 {
+        let opts = TriggerOptions {
+            metadata: Some(meta("batch", "a")),
+            ..Default::default()
+        };
+        a.push(
+            rt.run_no_wait_with("batch", &json!({}), opts)
+                .await
+                .expect("a"),
+        );
+    }
+    let opts = TriggerOptions {
+        metadata: Some(meta("batch", "b")),
+        ..Default::default()
+    };
+    let b = rt
+        .run_no_wait_with("batch", &json!({}), opts)
+        .await
+        .expect("b");
+    until("four tasks running", || ran.load(Ordering::SeqCst) == 4).await;
+    let filter = RunFilter::since(since).metadata("batch", "a");
+    let mut cancelled = rt.cancel_where(&filter).await.expect("cancel by filter");
+    cancelled.sort();
+    let mut want: Vec<String> = a.iter().map(|h| h.run_id().to_string()).collect();
+    want.sort();
+    assert_eq!(cancelled, want);
+    for h in &a {
+        let e = h.outputs().await.expect_err("cancelled");
+        assert_eq!(e.outcome(), Outcome::RunCancelled);
+    }
+    assert_eq!(
+        rt.run_details(b.run_id()).await.expect("b").status,
+        RunStatus::Running,
+        "the other batch is untouched"
+    );
+    // Replay what the filter selects among cancelled runs: the three run again.
+    let replayed = rt
+        .replay_where(&filter.clone().status(RunStatus::Cancelled))
+        .await
+        .expect("replay by filter");
+    assert_eq!(replayed.len(), 3);
+    until("three more executions", || ran.load(Ordering::SeqCst) == 7).await;
+    // Ids and a bad id: a clear refusal.
+    let bad = rt
+        .cancel_runs(&["not-a-uuid".to_string()])
+        .await
+        .expect_err("refused");
+    assert_eq!(bad.outcome(), Outcome::Rejected);
+    assert!(rt.cancel_runs(&[]).await.expect("empty").is_empty());
+    rt.cancel_where(&RunFilter::since(since))
+        .await
+        .expect("clean up");
+}
+
+#[tokio::test]
+async fn queued_runs_start_highest_priority_first_and_take_the_workflow_default() {
+    let (_e, rt) = setup().await;
+    let order: Arc<Mutex<Vec<String>>> = Arc::default();
+    let o2 = order.clone();
+    let wf = Workflow::new("prio")
+        .task("t", move |i: Value, _c: Context| {
+            o2.lock().push(i["tag"].as_str().unwrap_or("?").to_string());
+            async { Ok::<_, TaskError>(json!({})) }
+        })
+        .default_priority(2);
+    rt.register(wf).await.expect("register");
+    let mut handles = Vec::new();
+    for (tag, p) in [
+        ("low", Some(1)),
+        ("high", Some(3)),
+        ("default", None),
+        ("low2", Some(1)),
+        ("high2", Some(3)),
+    ] {
+        let opts = TriggerOptions {
+            priority: p,
+            ..Default::default()
+        };
+        handles.push(
+            rt.run_no_wait_with("prio", &json!({"tag": tag}), opts)
+                .await
+                .expect("trigger"),
+        );
+    }
+    // A priority outside 1–3 is refused before sending.
+    let bad = rt
+        .run_no_wait_with(
+            "prio",
+            &json!({}),
+            TriggerOptions {
+                priority: Some(9),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect_err("refused");
+    assert_eq!(bad.outcome(), Outcome::Invalid);
+    rt.start_worker(WorkerOptions::new("one-slot", 1))
+        .await
+        .expect("start");
+    for h in handles {
+        let _: Value = h.result().await.expect("done");
+    }
+    assert_eq!(*order.lock(), ["high", "high2", "default", "low", "low2"]);
+}
+
+#[tokio::test]
+async fn run_many_goes_through_bulk_trigger_and_answers_per_item() {
+    let (e, rt) = setup().await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r2 = runs.clone();
+    let reg = rt
+        .register(
+            Workflow::new("bulk").task("t", move |o: Order, _c: Context| {
+                r2.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    Ok::<_, TaskError>(Receipt {
+                        order: o.id,
+                        total: 0,
+                    })
+                }
+            }),
+        )
+        .await
+        .expect("register");
+    let typed = reg.returning::<Order, Receipt>("t").expect("typed");
+    rt.start_worker(WorkerOptions::new("w", 8))
+        .await
+        .expect("start");
+    e.faults().reset_counters();
+    let mut items: Vec<BulkRun<Order>> = (0..25).map(|id| BulkRun::new(Order { id })).collect();
+    items[3] = BulkRun::new(Order { id: 3 }).priority(5);
+    let answers = typed.run_many(&items).await;
+    assert_eq!(
+        e.faults().attempts("/WorkflowService/BulkTriggerWorkflow"),
+        1,
+        "one bulk call"
+    );
+    assert_eq!(e.faults().attempts("/WorkflowService/TriggerWorkflow"), 0);
+    for (i, a) in answers.into_iter().enumerate() {
+        if i == 3 {
+            assert_eq!(a.expect_err("bad priority").outcome(), Outcome::Invalid);
+            continue;
+        }
+        let out = a.expect("trigger").result().await.expect("result");
+        assert_eq!(out.order, i as u32);
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 24, "each run executed once");
+}
+
+#[tokio::test]
+async fn push_many_triggers_one_run_per_event_with_its_metadata() {
+    let (_e, rt) = setup().await;
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let s2 = seen.clone();
+    rt.register(
+        Workflow::new("on-signup")
+            .task("t", move |_: Value, c: Context| {
+                let who = c
+                    .metadata()
+                    .get("who")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?");
+                s2.lock().push(who.to_string());
+                async { Ok::<_, TaskError>(json!({})) }
+            })
+            .on_events(["user:signup"]),
+    )
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let events: Vec<BulkEvent<Value>> = ["ann", "bob", "cy"]
+        .iter()
+        .map(|who| BulkEvent {
+            key: "user:signup".into(),
+            payload: json!({}),
+            metadata: Some(meta("who", who)),
+            priority: None,
+        })
+        .collect();
+    let ids = rt.push_many(&events).await;
+    assert!(ids.iter().all(|r| r.is_ok()), "{ids:?}");
+    until("three runs", || seen.lock().len() == 3).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut got = seen.lock().clone();
+    got.sort();
+    assert_eq!(got, ["ann", "bob", "cy"], "one run per event, no more");
+}
+
+#[tokio::test]
+async fn refresh_timeout_keeps_a_slow_attempt_alive() {
+    let (_e, rt) = setup().await;
+    let wf = Workflow::new("refresh").task_with(
+        "t",
+        TaskOptions::default().timeout(Duration::from_secs(1)),
+        |extend: bool, c: Context| async move {
+            if extend {
+                let at = c.refresh_timeout(Duration::from_secs(5)).await?;
+                assert!(
+                    at > SystemTime::now() + Duration::from_secs(4),
+                    "deadline moved"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            Ok::<_, TaskError>(json!({}))
+        },
+    );
+    rt.register(wf).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let _: Value = rt
+        .run("refresh", &true)
+        .await
+        .expect("extended attempt completes");
+    let err = rt
+        .run::<_, Value>("refresh", &false)
+        .await
+        .expect_err("the same task without the refresh times out");
+    assert_eq!(err.outcome(), Outcome::RunFailed);
+}
+
+#[tokio::test]
+async fn release_slot_lets_a_one_slot_worker_take_other_work() {
+    let (_e, rt) = setup().await;
+    let go = Arc::new(Notify::new());
+    let released = Arc::new(AtomicUsize::new(0));
+    let (g2, r2) = (go.clone(), released.clone());
+    let wf = Workflow::new("holder").task("t", move |release: bool, c: Context| {
+        let (g2, r2) = (g2.clone(), r2.clone());
+        async move {
+            if release {
+                c.release_slot().await?;
+                r2.fetch_add(1, Ordering::SeqCst);
+                // Waits until the second run has run on the slot it gave back.
+                g2.notified().await;
+            }
+            Ok::<_, TaskError>(json!({}))
+        }
+    });
+    let quick = Workflow::new("quick").task("t", {
+        let go = go.clone();
+        move |_: Value, _c: Context| {
+            go.notify_one();
+            async { Ok::<_, TaskError>(json!({})) }
+        }
+    });
+    rt.register(wf).await.expect("register");
+    rt.register(quick).await.expect("register");
+    rt.start_worker(WorkerOptions::new("one-slot", 1))
+        .await
+        .expect("start");
+    let held = rt.run_no_wait("holder", &true).await.expect("trigger");
+    // Only once the holder runs (and gave its slot back) is the second run triggered: without
+    // the release it would wait for the holder, which waits for it.
+    until("the holder to release its slot", || {
+        released.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let q = rt.run_no_wait("quick", &json!({})).await.expect("trigger");
+    tokio::time::timeout(Duration::from_secs(10), async {
+        let _: Value = q.result().await.expect("quick ran on the released slot");
+        let _: Value = held.result().await.expect("holder finished");
+    })
+    .await
+    .expect("no deadlock: the slot was released");
+}
+
+#[tokio::test]
+async fn a_task_can_cancel_its_own_run() {
+    let (_e, rt) = setup().await;
+    rt.register(
+        Workflow::new("self-cancel").task("t", |_: Value, c: Context| async move {
+            c.cancel_run().await?;
+            c.cancellation().cancelled().await;
+            Ok::<_, TaskError>(json!({}))
+        }),
+    )
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let err = rt
+        .run::<_, Value>("self-cancel", &json!({}))
+        .await
+        .expect_err("cancelled");
+    assert_eq!(err.outcome(), Outcome::RunCancelled, "{err}");
+}
+
+#[tokio::test]
+async fn task_logs_keep_their_levels_and_read_back_over_rest() {
+    let (e, rt) = setup().await;
+    rt.register(
+        Workflow::new("logger").task("t", |_: Value, c: Context| async move {
+            c.log("starting");
+            c.log_at(tracing::Level::WARN, "disk almost full");
+            c.log_at(tracing::Level::TRACE, "fine detail");
+            Ok::<_, TaskError>(json!({}))
+        }),
+    )
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let h = rt.run_no_wait("logger", &json!({})).await.expect("trigger");
+    let _: Value = h.result().await.expect("done");
+    until("three log lines", || e.task_logs(h.run_id()).len() == 3).await;
+    assert_eq!(
+        e.task_logs(h.run_id()),
+        [
+            ("INFO".to_string(), "starting".to_string()),
+            ("WARN".to_string(), "disk almost full".to_string()),
+            ("DEBUG".to_string(), "fine detail".to_string()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn replaying_a_task_of_a_dag_reruns_it_and_what_follows_not_what_came_before() {
+    let (_e, rt) = setup().await;
+    let counts: Arc<Mutex<BTreeMap<&'static str, usize>>> = Arc::default();
+    let step = |name: &'static str, fail_first: bool| {
+        let counts = counts.clone();
+        move |_: Value, _c: Context| {
+            let n = {
+                let mut c = counts.lock();
+                let n = c.entry(name).or_default();
+                *n += 1;
+                *n
+            };
+            async move {
+                if fail_first && n == 1 {
+                    Err(TaskError::non_retryable("not yet"))
+                } else {
+                    Ok::<_, TaskError>(json!({ name: n }))
+                }
+            }
+        }
+    };
+    let wf = Workflow::new("chain")
+        .task("a", step("a", false))
+        .task_with("b", TaskOptions::default().parents(["a"]), step("b", true))
+        .task_with("c", TaskOptions::default().parents(["b"]), step("c", false));
+    rt.register(wf).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let h = rt.run_no_wait("chain", &json!({})).await.expect("trigger");
+    assert_eq!(
+        h.outputs().await.expect_err("b fails").outcome(),
+        Outcome::RunFailed
+    );
+    let b = rt.run_details(h.run_id()).await.expect("details").tasks["b"]
+        .task_run_id
+        .clone();
+    let mut replayed = rt
+        .replay_runs(std::slice::from_ref(&b))
+        .await
+        .expect("replay b");
+    replayed.sort();
+    let view = rt.run_details(h.run_id()).await.expect("details");
+    let mut want = vec![b, view.tasks["c"].task_run_id.clone()];
+    want.sort();
+    assert_eq!(replayed, want, "b and its descendant c");
+    let out = h.outputs().await.expect("completes");
+    assert_eq!(out["c"], json!({"c": 1}));
+    assert_eq!(
+        *counts.lock(),
+        BTreeMap::from([("a", 1), ("b", 2), ("c", 1)]),
+        "a is not run again"
+    );
+}
