@@ -110,6 +110,7 @@ impl State {
         }
         let action = task.action.clone();
         let wanted = task.slot_type.clone();
+        let wish = task.wish.clone();
         match self.rate_limits_allow(tid, now) {
             super::rate_limits::Admission::Now => {}
             super::rate_limits::Admission::Later => return Offer::Wait,
@@ -118,19 +119,27 @@ impl State {
                 return Offer::Skip;
             }
         }
-        let chosen = self.workers.values().find_map(|w| {
-            if !w.actions.contains(&action) || !Self::worker_is_live(w, now, live) {
-                return None;
-            }
-            let slot = if w.slot_limits.contains_key(&wanted) {
-                wanted.clone()
-            } else {
-                "default".to_string()
-            };
-            let limit = w.slot_limits.get(&slot).copied().unwrap_or(0);
-            let used = w.slots_used.get(&slot).copied().unwrap_or(0);
-            (used < limit || over_assign).then(|| (w.id.clone(), slot))
-        });
+        // The best-ranked live worker with the action and a free slot (placement.rs); ties go
+        // to the one with the fewest assignments.
+        let chosen = self
+            .workers
+            .values()
+            .filter_map(|w| {
+                if !w.actions.contains(&action) || !Self::worker_is_live(w, now, live) {
+                    return None;
+                }
+                let rank = super::placement::rank(&wish, &w.id, &w.labels)?;
+                let slot = if w.slot_limits.contains_key(&wanted) {
+                    wanted.clone()
+                } else {
+                    "default".to_string()
+                };
+                let limit = w.slot_limits.get(&slot).copied().unwrap_or(0);
+                let used = w.slots_used.get(&slot).copied().unwrap_or(0);
+                (used < limit || over_assign).then(|| (rank, w.assignments, w.id.clone(), slot))
+            })
+            .max_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)))
+            .map(|(_, _, id, slot)| (id, slot));
         let Some((wid, slot)) = chosen else {
             return Offer::Wait;
         };
@@ -222,7 +231,9 @@ impl State {
             && let Some(t) = self.tasks.get_mut(tid)
             && t.is_durable
         {
-            t.invocation_count += 1;
+            if !std::mem::take(&mut t.reoffered) {
+                t.invocation_count += 1;
+            }
             t.evicted = false;
         }
         let t = &self.tasks[tid];
@@ -242,11 +253,16 @@ impl State {
                 .unwrap_or(Value::Null);
             parent_outputs.insert(pt.readable_id.clone(), out);
         }
+        let mut triggers = t.triggers.clone();
+        triggers.insert(
+            "filter_payload".into(),
+            run.filter_payload.clone().unwrap_or(Value::Null),
+        );
         let payload = if kind == proto::ActionType::StartStepRun {
             let mut p = serde_json::json!({
                 "input": run.input,
                 "parents": parent_outputs,
-                "triggers": {"filter_payload": null},
+                "triggers": triggers,
                 "triggered_by": "manual",
                 "user_data": null,
                 "overrides": null,

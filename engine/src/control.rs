@@ -280,6 +280,14 @@ impl State {
                 } else {
                     Status::Pending
                 };
+                t.triggers = Default::default();
+                // Descendants are re-armed: a fresh matcher (matches.rs), fed below with the
+                // parents outside the replayed set.
+                t.matcher = if rooted {
+                    None
+                } else {
+                    super::matches::Matcher::new(&t.parents, t.conditions.as_ref())
+                };
                 out.push(tid.clone());
                 if rooted {
                     self.enqueue(tid);
@@ -290,6 +298,7 @@ impl State {
                     );
                 }
             }
+            self.feed_outside_parents(&chosen, &names);
             if let Some(r) = self.runs.get_mut(&run_id) {
                 r.status = Status::Queued;
                 r.finished_at = None;
@@ -303,6 +312,44 @@ impl State {
             self.track_metadata_subscribers(&run_id);
         }
         out
+    }
+}
+
+impl State {
+    /// Replayed descendants hear of their parents that were not replayed (those keep their
+    /// results), and start their waits once every parent has completed.
+    fn feed_outside_parents(&mut self, chosen: &[String], names: &HashSet<String>) {
+        for tid in chosen {
+            let Some(t) = self.tasks.get(tid) else {
+                continue;
+            };
+            if t.matcher.is_none() {
+                continue;
+            }
+            let Some(run) = self.runs.get(&t.run_id) else {
+                continue;
+            };
+            let outside: Vec<(String, bool, serde_json::Value)> = run
+                .tasks
+                .iter()
+                .filter_map(|id| self.tasks.get(id))
+                .filter(|p| t.parents.contains(&p.readable_id) && !names.contains(&p.readable_id))
+                .filter(|p| p.status.is_terminal())
+                .map(|p| {
+                    let out = p
+                        .output
+                        .as_deref()
+                        .and_then(|o| serde_json::from_str(o).ok())
+                        .unwrap_or_else(|| serde_json::json!({}));
+                    (p.readable_id.clone(), p.status == Status::Completed, out)
+                })
+                .collect();
+            if let Some(m) = self.tasks.get_mut(tid).and_then(|t| t.matcher.as_mut()) {
+                for (p, completed, out) in &outside {
+                    m.parent_finished(p, *completed, out);
+                }
+            }
+        }
     }
 }
 

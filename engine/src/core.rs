@@ -225,6 +225,12 @@ pub struct State {
     pub late_duplicates_sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Duplicate assignments sent so far.
     pub duplicated_assignments: u64,
+    /// Condition sleeps of pending tasks, earliest first (see `matches.rs`).
+    pub condition_sleeps: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
+    /// Pending tasks whose conditions wait for events.
+    pub event_waiters: HashSet<String>,
+    /// Event filters (see `filters.rs`).
+    pub filters: Vec<super::filters::Filter>,
     /// Deadlines of running attempts, earliest first (see `expire_timeouts`).
     pub deadlines: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
 }
@@ -341,9 +347,18 @@ impl Engine {
                 slot_requests: t.slot_requests.clone(),
                 rate_limits: t.rate_limits.clone(),
                 on_failure: is_on_failure,
+                worker_labels: super::placement::desired_labels(&t.worker_labels),
+                conditions: match &t.conditions {
+                    Some(c) if !is_on_failure => {
+                        super::matches::validate(c)?;
+                        Some(c.clone())
+                    }
+                    _ => None,
+                },
             });
         }
         let crons = std::mem::take(&mut req.cron_triggers);
+        let default_filters = std::mem::take(&mut req.default_filters);
         for c in &crons {
             super::cron::Cron::parse(c).map_err(GrpcStatus::invalid_argument)?;
         }
@@ -377,9 +392,11 @@ impl Engine {
                         .chain(task_limits),
                 ),
                 default_priority: req.default_priority,
+                sticky: super::placement::Sticky::from_proto(req.sticky),
                 created_at: SystemTime::now(),
             },
         );
+        st.set_declarative_filters(&id, &default_filters);
         let planned = super::schedules::Planned {
             tenant: self.tenant_id.clone(),
             workflow: name.clone(),
@@ -433,18 +450,7 @@ impl Engine {
             slot_limits.insert("default".into(), req.slots.unwrap_or(100));
         }
         let id = new_id();
-        let labels = req
-            .labels
-            .iter()
-            .map(|(k, v)| {
-                let val = v
-                    .str_value
-                    .clone()
-                    .or(v.int_value.map(|i| i.to_string()))
-                    .unwrap_or_default();
-                (k.clone(), val)
-            })
-            .collect();
+        let labels = super::placement::worker_labels(&req.labels);
         let now = Instant::now();
         let worker = Worker {
             id: id.clone(),
@@ -577,14 +583,10 @@ impl Engine {
             .workers
             .get_mut(worker_id)
             .ok_or_else(|| GrpcStatus::not_found("worker not found"))?;
-        for (k, v) in labels {
-            let val = v
-                .str_value
-                .clone()
-                .or(v.int_value.map(|i| i.to_string()))
-                .unwrap_or_default();
-            w.labels.insert(k.clone(), val);
-        }
+        // Per-key upsert: other keys are kept; there is no delete.
+        w.labels.extend(super::placement::worker_labels(labels));
+        drop(st);
+        self.wake.notify_one();
         Ok(())
     }
 
@@ -607,6 +609,9 @@ impl Engine {
                 child_key: req.child_key.clone(),
                 priority: req.priority,
                 event: None,
+                desired_worker: req.desired_worker_id.clone(),
+                desired_labels: super::placement::desired_labels(&req.desired_worker_labels),
+                filter_payload: None,
             },
         )?;
         drop(st);
@@ -673,31 +678,52 @@ impl Engine {
             payload: payload.clone(),
             at,
             seq: st.event_seq,
+            scope: req.scope.clone(),
         };
         st.events.push_back(ev.clone());
         if st.events.len() > EVENTS_KEPT {
             st.events.pop_front();
         }
-        let targets: Vec<String> = st
+        let targets: Vec<(String, String)> = st
             .workflows
             .values()
             .filter(|w| w.event_triggers.iter().any(|t| key_matches(t, &req.key)))
-            .map(|w| w.name.clone())
+            .map(|w| (w.name.clone(), w.id.clone()))
             .collect();
-        for name in targets {
-            st.create_run(
-                &self.tenant_id,
-                &name,
-                payload.clone(),
-                meta.clone(),
-                TriggerOpts {
-                    event: Some((ev.id.clone(), ev.key.clone())),
-                    priority: req.priority,
-                    ..TriggerOpts::default()
-                },
-            )?;
+        // Event-triggered runs carry the event's id and key in their metadata.
+        let mut run_meta = meta.clone();
+        run_meta.insert("hatchet__event_id".into(), Value::String(ev.id.clone()));
+        run_meta.insert("hatchet__event_key".into(), Value::String(ev.key.clone()));
+        for (name, workflow_id) in targets {
+            let decision = super::filters::decide(
+                &st.filters,
+                &workflow_id,
+                req.scope.as_deref(),
+                (&ev.key, &ev.id),
+                &payload,
+                &meta,
+            );
+            let payloads = match decision {
+                super::filters::Decision::Once => vec![None],
+                super::filters::Decision::PerFilter(p) => p.into_iter().map(Some).collect(),
+            };
+            for filter_payload in payloads {
+                st.create_run(
+                    &self.tenant_id,
+                    &name,
+                    payload.clone(),
+                    run_meta.clone(),
+                    TriggerOpts {
+                        event: Some((ev.id.clone(), ev.key.clone())),
+                        priority: req.priority,
+                        filter_payload,
+                        ..TriggerOpts::default()
+                    },
+                )?;
+            }
         }
         st.durable_event_pushed(&ev);
+        st.conditions_event(&ev);
         drop(st);
         self.wake.notify_one();
         Ok(proto::Event {
@@ -1047,6 +1073,7 @@ impl Engine {
         st.reap_silent_workers(now, self.reassign_after);
         st.expire_timeouts(now);
         st.durable_tick(now);
+        st.conditions_tick(now);
         st.fire_calendar(SystemTime::now());
         // A worker silent long enough to lose its tasks is never live (matters when tests make
         // the reassignment window shorter than the liveness window).

@@ -38,6 +38,10 @@ enum Cond {
         readable: String,
         after_seq: u64,
         since: Option<SystemTime>,
+        /// Only events pushed with this scope (any scope when unset).
+        scope: Option<String>,
+        /// A CEL expression over the event payload (`input`); empty is true.
+        expression: String,
     },
 }
 
@@ -90,7 +94,10 @@ impl Conditions {
                 key: e.user_event_key.clone(),
                 readable: base.readable_data_key,
                 after_seq: seq,
-                since,
+                // The look-back applies only to a scoped condition (the real engine's rule).
+                since: since.filter(|_| e.event_scope.is_some()),
+                scope: e.event_scope.clone(),
+                expression: base.expression,
             });
         }
         Ok(out)
@@ -142,13 +149,23 @@ impl Conditions {
                     readable,
                     after_seq,
                     since,
+                    scope,
+                    expression,
                 } = c
                 {
                     let in_window = match since {
                         Some(t) => ev.at >= *t,
                         None => ev.seq > *after_seq,
                     };
-                    if in_window && super::core::key_matches(key, &ev.key) {
+                    let in_scope = scope.is_none() || *scope == ev.scope;
+                    let mut vars = serde_json::Map::new();
+                    vars.insert("input".into(), ev.payload.clone());
+                    vars.insert("output".into(), serde_json::json!({}));
+                    if in_window
+                        && in_scope
+                        && super::core::key_matches(key, &ev.key)
+                        && super::expr::condition_holds(expression, &vars)
+                    {
                         self.hits
                             .insert(g.clone(), (readable.clone(), ev.payload.clone()));
                         changed = true;
@@ -508,6 +525,11 @@ impl State {
                                     .or_else(|| Some(format!("durable:{BRANCH}:{node}"))),
                                 priority: opt.priority,
                                 event: None,
+                                desired_worker: opt.desired_worker_id.clone(),
+                                desired_labels: super::placement::desired_labels(
+                                    &opt.desired_worker_labels,
+                                ),
+                                filter_payload: None,
                             };
                             match self.create_run(tenant, &opt.name, input, meta, opts) {
                                 Ok(id) => id,

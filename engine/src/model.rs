@@ -85,6 +85,10 @@ pub struct TaskDef {
     /// The workflow's `on_failure` task: queued when another task fails for good, skipped
     /// (completed with `{"skipped": true}`) when the others all completed or were cancelled.
     pub on_failure: bool,
+    /// Desired worker labels (`CreateTaskOpts.worker_labels`).
+    pub worker_labels: Vec<super::placement::Desired>,
+    /// Its `wait_for` / `skip_if` / `cancel_if` conditions.
+    pub conditions: Option<proto::v1::TaskConditions>,
 }
 
 /// A workflow: the latest version registered under its name.
@@ -99,6 +103,8 @@ pub struct Workflow {
     pub concurrency: Vec<super::concurrency::Limit>,
     /// Priority of a run that names none (1–3).
     pub default_priority: Option<i32>,
+    /// Its sticky strategy (copied onto every task of its runs).
+    pub sticky: super::placement::Sticky,
     pub created_at: SystemTime,
 }
 
@@ -130,6 +136,8 @@ pub struct Task {
     pub not_before: Option<Instant>,
     pub is_durable: bool,
     pub invocation_count: i32,
+    /// Queued again as the same attempt and invocation (see `offer_again`).
+    pub reoffered: bool,
     pub evicted: bool,
     pub created_at: SystemTime,
     pub started_at: Option<SystemTime>,
@@ -147,6 +155,15 @@ pub struct Task {
     pub priority: i32,
     /// The run's `on_failure` task.
     pub on_failure: bool,
+    /// Which worker it wants: sticky target and desired labels.
+    pub wish: super::placement::Wish,
+    /// Its conditions as registered (a replay rebuilds the matcher from them).
+    pub conditions: Option<proto::v1::TaskConditions>,
+    /// What decides when it is queued, skipped or cancelled (a task with parents or
+    /// conditions); see `matches.rs`.
+    pub matcher: Option<super::matches::Matcher>,
+    /// The satisfied sleep and event conditions' data (`action_payload.triggers`).
+    pub triggers: serde_json::Map<String, serde_json::Value>,
 }
 
 /// One line a task logged (`EventsService/PutLog`).
@@ -189,6 +206,8 @@ pub struct Run {
     /// The first task to fail for good: (readable id, error). What its `on_failure` task
     /// receives as `step_run_errors`.
     pub first_failure: Option<(String, String)>,
+    /// The payload of the event filter that started it (`triggers.filter_payload`).
+    pub filter_payload: Option<serde_json::Value>,
 }
 
 /// A listener session of a worker (one ListenV2 or Listen stream).
@@ -212,7 +231,7 @@ pub struct Worker {
     pub last_heartbeat: Instant,
     pub last_heartbeat_at: SystemTime,
     pub ever_listened: bool,
-    pub labels: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, super::placement::LabelValue>,
     pub runtime_info: Option<proto::RuntimeInfo>,
     pub paused: bool,
     pub created_at: SystemTime,
@@ -231,6 +250,8 @@ pub struct StoredEvent {
     pub payload: serde_json::Value,
     pub at: SystemTime,
     pub seq: u64,
+    /// The scope it was pushed with.
+    pub scope: Option<String>,
 }
 
 /// A subscriber of `SubscribeToWorkflowRuns`.

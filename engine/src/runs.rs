@@ -21,6 +21,12 @@ pub struct TriggerOpts {
     /// The run's own priority; `None` takes the workflow's default, else 1.
     pub priority: Option<i32>,
     pub event: Option<(String, String)>,
+    /// The worker its root tasks should stay on (honoured for sticky workflows only).
+    pub desired_worker: Option<String>,
+    /// The payload of the event filter that started it.
+    pub filter_payload: Option<Value>,
+    /// Run-level desired labels: when given, they replace every task's own.
+    pub desired_labels: Vec<super::placement::Desired>,
 }
 
 impl State {
@@ -118,10 +124,15 @@ impl State {
                     "default".into()
                 }
             });
-            let status = if def.parents.is_empty() && !def.on_failure {
-                Status::Queued
+            let matcher = if def.on_failure {
+                None
             } else {
+                super::matches::Matcher::new(&def.parents, def.conditions.as_ref())
+            };
+            let status = if def.on_failure || matcher.is_some() {
                 Status::Pending
+            } else {
+                Status::Queued
             };
             self.tasks.insert(
                 id.clone(),
@@ -147,6 +158,7 @@ impl State {
                     not_before: None,
                     is_durable: def.is_durable,
                     invocation_count: 0,
+                    reoffered: false,
                     evicted: false,
                     created_at: now,
                     started_at: None,
@@ -159,8 +171,23 @@ impl State {
                     rate_limits: super::rate_limits::uses_of(&def.rate_limits, &input, &meta),
                     priority,
                     on_failure: def.on_failure,
+                    wish: super::placement::Wish {
+                        sticky: wf.sticky,
+                        desired_worker: (def.parents.is_empty() && !def.on_failure)
+                            .then(|| opts.desired_worker.clone())
+                            .flatten(),
+                        labels: if opts.desired_labels.is_empty() {
+                            def.worker_labels.clone()
+                        } else {
+                            opts.desired_labels.clone()
+                        },
+                    },
+                    conditions: def.conditions.clone(),
+                    matcher: None,
+                    triggers: Default::default(),
                 },
             );
+            self.start_matcher(&id, matcher);
             if status == Status::Queued {
                 self.enqueue(&id);
             }
@@ -186,6 +213,7 @@ impl State {
             held: false,
             groups: Vec::new(),
             first_failure: None,
+            filter_payload: opts.filter_payload.clone(),
         };
         self.runs.insert(run_id.clone(), run);
         self.run_order.push(run_id.clone());
@@ -251,34 +279,8 @@ impl State {
         };
         self.emit_task_event(tid, proto::ResourceEventType::Completed, output);
         self.durable_task_finished(tid);
-        // Children whose parents are all done become queued.
-        let readable: HashMap<String, Status> = self.runs[&run_id]
-            .tasks
-            .iter()
-            .filter_map(|id| self.tasks.get(id))
-            .map(|t| (t.readable_id.clone(), t.status))
-            .collect();
-        let ready: Vec<String> = self.runs[&run_id]
-            .tasks
-            .iter()
-            .filter(|id| {
-                self.tasks.get(*id).is_some_and(|t| {
-                    t.status == Status::Pending
-                        && !t.on_failure
-                        && t.parents
-                            .iter()
-                            .all(|p| readable.get(p) == Some(&Status::Completed))
-                })
-            })
-            .cloned()
-            .collect();
-        for id in ready {
-            if let Some(t) = self.tasks.get_mut(&id) {
-                t.status = Status::Queued;
-            }
-            self.enqueue(&id);
-            self.emit_task_event(&id, proto::ResourceEventType::Started, String::new());
-        }
+        // Its dependents decide (queued, skipped or cancelled: matches.rs).
+        self.settle_dependents(tid);
         self.maybe_finish_run(&run_id);
     }
 
@@ -317,7 +319,7 @@ impl State {
         }
         self.emit_task_event(tid, proto::ResourceEventType::Failed, error);
         self.durable_task_finished(tid);
-        self.cancel_pending_of_run(&run_id);
+        self.settle_dependents(tid);
         self.queue_on_failure(&run_id);
         self.maybe_finish_run(&run_id);
     }
@@ -404,6 +406,7 @@ impl State {
         t.worker_id = None;
         t.deadline = None;
         t.not_before = None;
+        t.reoffered = false;
         self.enqueue(tid);
     }
 
@@ -418,11 +421,10 @@ impl State {
         t.worker_id = None;
         t.session = None;
         t.deadline = None;
-        // Same attempt, same invocation (assignment counts invocations up again), so a worker
-        // that did get the first copy recognises the second.
-        if t.is_durable {
-            t.invocation_count = (t.invocation_count - 1).max(0);
-        }
+        // Same attempt, same invocation: the next assignment does not count the invocation up,
+        // so a worker that did get the first copy recognises the second, and its durable calls
+        // for that invocation are accepted while the copy waits in the queue.
+        t.reoffered = true;
         self.enqueue_front(tid);
     }
 
@@ -447,28 +449,8 @@ impl State {
         let run_id = t.run_id.clone();
         self.emit_task_event(tid, proto::ResourceEventType::Cancelled, why.to_string());
         self.durable_task_finished(tid);
-        self.cancel_pending_of_run(&run_id);
+        self.settle_dependents(tid);
         self.maybe_finish_run(&run_id);
-    }
-
-    pub(crate) fn cancel_pending_of_run(&mut self, run_id: &str) {
-        let pending: Vec<String> = self.runs[run_id]
-            .tasks
-            .iter()
-            .filter(|id| {
-                self.tasks.get(*id).is_some_and(|t| {
-                    matches!(t.status, Status::Pending | Status::Queued) && !t.on_failure
-                })
-            })
-            .cloned()
-            .collect();
-        for id in pending {
-            if let Some(t) = self.tasks.get_mut(&id) {
-                t.status = Status::Cancelled;
-                t.error = Some("task was cancelled: an upstream task failed".into());
-                t.finished_at = Some(SystemTime::now());
-            }
-        }
     }
 
     pub(crate) fn maybe_finish_run(&mut self, run_id: &str) {

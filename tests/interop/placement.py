@@ -53,6 +53,24 @@ HERE = Path(__file__).resolve().parent
 WORKERS = ("a", "b")
 
 
+class Budget:
+    """A check's time budget: `B(cap)` is the bound for one wait, at most `cap` seconds and
+    never past the check's deadline (TimeoutError once that has passed), so a check ends in
+    its budget even when every call hangs."""
+
+    def __init__(self) -> None:
+        self.end = time.monotonic()
+
+    def reset(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def __call__(self, cap: float) -> float:
+        left = self.end - time.monotonic()
+        if left < 0.5:
+            raise TimeoutError("the check's time budget is used up")
+        return min(cap, left)
+
+
 def start_worker(which: str, work: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "HATCHET_CLIENT_TENACITY_MAX_ATTEMPTS": "5",
            "INTEROP_WORKER_NAME": f"placement-{which}"}
@@ -70,25 +88,26 @@ def run_checks(markers: Path) -> None:
 
     h = t.hatchet
     only = {x.strip() for x in os.environ.get("PLACEMENT_ONLY", "").split(",") if x.strip()}
+    B = Budget()  # every wait of a check draws on that check's budget (set before it runs)
 
     def mark(name: str) -> Path:
         return markers / name
 
     def status(run_id: str) -> str:
-        return str(bounded(lambda: h.runs.get_status(run_id), 30)).split(".")[-1]
+        return str(bounded(lambda: h.runs.get_status(run_id), B(30))).split(".")[-1]
 
     def trigger(task, inp, **kw):
-        return bounded(lambda: task.run(inp, wait_for_result=False, **kw), 15)
+        return bounded(lambda: task.run(inp, wait_for_result=False, **kw), B(15))
 
     def details(run_id: str):
-        return bounded(lambda: h.runs.get_details(run_id), 15)
+        return bounded(lambda: h.runs.get_details(run_id), B(15))
 
     def task_statuses(d) -> dict[str, str]:
         return {k: str(v.status).split(".")[-1] for k, v in sorted(d.task_runs.items())}
 
     def cancel_quietly(run_id: str) -> None:
-        try:
-            bounded(lambda: h.runs.cancel(run_id), 10)
+        try:  # cleanup: outside the budget, short; cancelling a finished run is a no-op
+            bounded(lambda: h.runs.cancel(run_id), 5)
         except Exception:  # noqa: BLE001 - cleanup only
             pass
 
@@ -97,8 +116,8 @@ def run_checks(markers: Path) -> None:
         nonce = uuid.uuid4().hex
         problems: list[str] = []
 
-        def ran_on(refs, timeout: float = 30) -> list[str]:
-            return [bounded(r.result, timeout).get("worker", "?") for r in refs]
+        def ran_on(refs) -> list[str]:
+            return [bounded(r.result, B(30)).get("worker", "?") for r in refs]
 
         try:  # (a) required model=fast, six at once
             refs = [trigger(t.fast_only, t.Msg(nonce=f"{nonce}-fast-{i}")) for i in range(6)]
@@ -124,7 +143,7 @@ def run_checks(markers: Path) -> None:
         zone_queued = False
         try:
             zone_ref = trigger(t.needs_zone, t.Msg(nonce=f"{nonce}-zone"))
-            other = bounded(lambda: t.slow_only.run(t.Msg(nonce=f"{nonce}-other")), 30)
+            other = bounded(lambda: t.slow_only.run(t.Msg(nonce=f"{nonce}-other")), B(30))
             if other.get("worker") != "placement-b":
                 problems.append(f"(c) required model=slow ran on {other.get('worker')}")
             time.sleep(1.0)
@@ -140,7 +159,7 @@ def run_checks(markers: Path) -> None:
                                   (t.prefer_model, "placement-b")):
             try:
                 got = [bounded(lambda i=i: task.run(t.Msg(nonce=f"{nonce}-{task.name}-{i}")),
-                               30).get("worker", "?") for i in range(3)]
+                               B(20)).get("worker", "?") for i in range(3)]
                 log(f"q1 {task.name} ran on {got}")
                 if set(got) != {want_worker}:
                     problems.append(f"(d) {task.name} ran on {got}, want only {want_worker}")
@@ -148,17 +167,17 @@ def run_checks(markers: Path) -> None:
                 problems.append(f"(d) {task.name}: {short(e)}")
         # (e) a task upserts zone=east on its worker: the queued run starts there
         try:
-            out = bounded(lambda: t.relabel.run(t.Msg(nonce=f"{nonce}-relabel")), 30)
+            out = bounded(lambda: t.relabel.run(t.Msg(nonce=f"{nonce}-relabel")), B(30))
             log(f"q1 relabel ran on {out.get('worker')}; its ctx.worker_labels "
                 f"{out.get('labels_now')}")
             try:
-                w = bounded(lambda: h.workers.get(out["worker_id"]), 15)
+                w = bounded(lambda: h.workers.get(out["worker_id"]), B(15))
                 log("q1 REST labels of that worker: "
                     f"{sorted((x.key, x.value) for x in w.labels or [])}")
             except Exception as e:  # noqa: BLE001 - informational
                 log(f"q1 workers.get({out.get('worker_id')}): {short(e, 200)}")
             if zone_ref is not None:
-                zone_out = bounded(zone_ref.result, 20)
+                zone_out = bounded(zone_ref.result, B(20))
                 log(f"q1 the zone=east run ran on {zone_out.get('worker')}")
                 if zone_out.get("worker") != out.get("worker"):
                     problems.append(f"(e) the zone=east run ran on {zone_out.get('worker')}, "
@@ -169,25 +188,21 @@ def run_checks(markers: Path) -> None:
         except Exception as e:  # noqa: BLE001
             problems.append(f"(e) upsert_worker_labels then placement: {short(e)}")
         finally:
-            try:
-                if zone_ref is not None and status(zone_ref.workflow_run_id) in ("QUEUED",
-                                                                                   "RUNNING"):
-                    cancel_quietly(zone_ref.workflow_run_id)
-            except Exception:  # noqa: BLE001 - cleanup only
-                pass
+            if zone_ref is not None:
+                cancel_quietly(zone_ref.workflow_run_id)
         expect(not problems, "; ".join(problems))
 
     # ----- q2 -----
     def q2_sticky() -> None:
         nonce = uuid.uuid4().hex
         problems: list[str] = []
-        ids = {w.name: w.metadata.id for w in bounded(h.workers.list, 15).rows or []
+        ids = {w.name: w.metadata.id for w in bounded(h.workers.list, B(15)).rows or []
                if str(w.status).split(".")[-1] == "ACTIVE"}
         expect({"placement-a", "placement-b"} <= set(ids), f"active workers {sorted(ids)}")
-        # Two runs placed by the engine, then runs whose first task is sent to a chosen worker
+        # One run placed by the engine, then runs whose first task is sent to a chosen worker
         # (the SDK sends TriggerWorkflowRequest.desired_worker_id only with sticky=True): every
         # task and the sticky child must follow the first task.
-        plan = [None, None, "placement-a", "placement-b", "placement-a"]
+        plan = [None, "placement-a", "placement-b", "placement-a", "placement-b"]
         for wf, tag in ((t.sticky_soft, "SOFT"), (t.sticky_hard, "HARD")):
             try:
                 refs = [trigger(wf, t.Msg(nonce=f"{nonce}-{tag}-{i}"))
@@ -197,7 +212,7 @@ def run_checks(markers: Path) -> None:
                         for i, target in enumerate(plan)]
                 firsts = []
                 for i, (target, r) in enumerate(zip(plan, refs)):
-                    out = bounded(r.result, 40)
+                    out = bounded(r.result, B(40))
                     placed = {k: out[k]["worker"] for k in ("first", "second", "third", "fourth")}
                     placed["child"] = out["first"]["child"]["worker"]
                     firsts.append(placed["first"])
@@ -219,22 +234,25 @@ def run_checks(markers: Path) -> None:
         k_yes = trigger(t.cancel_wf, t.Num(nonce=f"{nonce}-k10", n=10))
         k_no = trigger(t.cancel_wf, t.Num(nonce=f"{nonce}-k1", n=1))
         try:
-            wait_until("the DAG's first task", mark(f"cond-start-{nonce}").exists, 20)
+            wait_until("the DAG's first task", mark(f"cond-start-{nonce}").exists, B(20))
             time.sleep(1.5)  # the parent is done; its children's conditions are registered
-            bounded(lambda: h.event.push(t.COND_EVENT, {"go": False, "nonce": nonce}), 15)
+            bounded(lambda: h.event.push(t.COND_EVENT, {"go": False, "nonce": nonce}), B(15))
             time.sleep(1.5)
             if mark(f"cond-event-ran-{nonce}").exists():
                 problems.append("wait_for event: released by a payload failing "
                                 "`input.go == true`")
             pushed_at = time.time()
-            bounded(lambda: h.event.push(t.COND_EVENT, {"go": True, "nonce": nonce}), 15)
+            bounded(lambda: h.event.push(t.COND_EVENT, {"go": True, "nonce": nonce}), B(15))
             out = None
             try:
-                out = bounded(ref.result, 30)
+                out = bounded(ref.result, B(30))
             except Exception as e:  # noqa: BLE001
-                d = details(ref.workflow_run_id)
-                problems.append(f"the DAG run did not complete ({short(e, 200)}); run "
-                                f"{str(d.status).split('.')[-1]}, tasks {task_statuses(d)}")
+                try:
+                    d = details(ref.workflow_run_id)
+                    now = f"run {str(d.status).split('.')[-1]}, tasks {task_statuses(d)}"
+                except Exception as e2:  # noqa: BLE001
+                    now = f"details: {short(e2, 200)}"
+                problems.append(f"the DAG run did not complete ({short(e, 200)}); {now}")
             if out is not None:
                 log("q3 DAG outputs " + json.dumps(out, default=str)[:1500])
                 t0 = out.get("c_start", {}).get("t", 0)
@@ -280,7 +298,7 @@ def run_checks(markers: Path) -> None:
 
             try:
                 d = wait_until("the cancel_if run to finish",
-                               lambda: done(k_yes.workflow_run_id), 20, 0.5)
+                               lambda: done(k_yes.workflow_run_id), B(20), 0.5)
                 ts = task_statuses(d)
                 run_status = str(d.status).split(".")[-1]
                 log(f"q3 cancel_if (true) run {run_status}, tasks {ts}")
@@ -298,18 +316,14 @@ def run_checks(markers: Path) -> None:
             for m in ("cancel-target-ran", "cancel-down-ran"):
                 if mark(f"{m}-{nonce}-k10").exists():
                     problems.append(f"cancel_if true: {m.replace('cancel-', '')} on the worker")
-            out = bounded(k_no.result, 20)
+            out = bounded(k_no.result, B(20))
             if out.get("k_target") != {"ran": True} or out.get("k_down") != {"ran": True}:
                 problems.append(f"cancel_if false: outputs {out}")
         except Exception as e:  # noqa: BLE001
             problems.append(f"cancel_if: {short(e)}")
         finally:
-            for r in (ref, k_yes):
-                try:
-                    if not details(r.workflow_run_id).done:
-                        cancel_quietly(r.workflow_run_id)
-                except Exception:  # noqa: BLE001 - cleanup only
-                    pass
+            for r in (ref, k_yes, k_no):
+                cancel_quietly(r.workflow_run_id)
         expect(not problems, "; ".join(problems))
 
     # ----- q4 -----
@@ -320,10 +334,10 @@ def run_checks(markers: Path) -> None:
         r_sl = trigger(t.durable_or, t.DurableIn(nonce=sl, sleep_s=3))
         try:
             wait_until("the durable task to start waiting", mark(f"durable-waiting-{ev}").exists,
-                       20)
+                       B(20))
             time.sleep(1.5)  # the wait is registered right after the marker
-            bounded(lambda: h.event.push(t.DURABLE_EVENT, {"nonce": ev, "who": "event"}), 15)
-            out = bounded(r_ev.result, 25)
+            bounded(lambda: h.event.push(t.DURABLE_EVENT, {"nonce": ev, "who": "event"}), B(15))
+            out = bounded(r_ev.result, B(25))
             log(f"q4 event side: {out}")
             got = (out.get("result") or {}).get("CREATE") or {}
             if out.get("fired") != [t.DURABLE_EVENT]:
@@ -336,7 +350,7 @@ def run_checks(markers: Path) -> None:
         except Exception as e:  # noqa: BLE001
             problems.append(f"event side: {short(e)}")
         try:
-            out = bounded(r_sl.result, 20)
+            out = bounded(r_sl.result, B(20))
             log(f"q4 sleep side: {out}")
             got = (out.get("result") or {}).get("CREATE") or {}
             if out.get("fired") != ["sleep:3s"]:
@@ -349,11 +363,7 @@ def run_checks(markers: Path) -> None:
             problems.append(f"sleep side: {short(e)}")
         finally:
             for r in (r_ev, r_sl):
-                try:
-                    if status(r.workflow_run_id) in ("QUEUED", "RUNNING"):
-                        cancel_quietly(r.workflow_run_id)
-                except Exception:  # noqa: BLE001 - cleanup only
-                    pass
+                cancel_quietly(r.workflow_run_id)
         expect(not problems, "; ".join(problems))
 
     # ----- q5 -----
@@ -361,31 +371,31 @@ def run_checks(markers: Path) -> None:
         nonce = uuid.uuid4().hex[:12]
         scope = f"scope-{nonce}"
         problems: list[str] = []
-        rows = bounded(lambda: h.workflows.list(workflow_name="placement-filtered"), 30).rows
+        rows = bounded(lambda: h.workflows.list(workflow_name="placement-filtered"), B(30)).rows
         wid = next((w.metadata.id for w in rows or [] if w.name == "placement-filtered"), None)
         expect(wid is not None, "workflows.list() does not show placement-filtered")
 
         # create / get / list / update, through the SDK's pydantic models
         f1 = bounded(lambda: h.filters.create(wid, "input.amount > 10", scope,
-                                              {"tag": "f1", "nonce": nonce}), 15)
+                                              {"tag": "f1", "nonce": nonce}), B(15))
         f2 = bounded(lambda: h.filters.create(wid, "input.amount > 100", scope, {"tag": "f2"}),
-                     15)
-        log(f"q5 created {f1.to_json()}")
+                     B(15))
+        log("q5 created " + json.dumps(f1.to_dict(), default=str))
         if (f1.workflow_id, f1.scope, f1.expression, f1.payload) != (
                 wid, scope, "input.amount > 10", {"tag": "f1", "nonce": nonce}):
             problems.append(f"create answered {f1.to_dict()}")
-        got = bounded(lambda: h.filters.get(f1.metadata.id), 15)
+        got = bounded(lambda: h.filters.get(f1.metadata.id), B(15))
         if got.metadata.id != f1.metadata.id or got.expression != "input.amount > 10":
             problems.append(f"get answered {got.to_dict()}")
-        listed = bounded(lambda: h.filters.list(workflow_ids=[wid], scopes=[scope]), 15)
+        listed = bounded(lambda: h.filters.list(workflow_ids=[wid], scopes=[scope]), B(15))
         ids = {f.metadata.id for f in listed.rows or []}
         if ids != {f1.metadata.id, f2.metadata.id}:
             problems.append(f"list(workflow_ids, scopes) gave {len(ids)} filters, want f1, f2")
-        elsewhere = bounded(lambda: h.filters.list(scopes=[f"nope-{nonce}"]), 15)
+        elsewhere = bounded(lambda: h.filters.list(scopes=[f"nope-{nonce}"]), B(15))
         if elsewhere.rows:
             problems.append(f"list(scopes=[unused]) gave {len(elsewhere.rows)} filters")
         upd = bounded(lambda: h.filters.update(f2.metadata.id, V1UpdateFilterRequest(
-            expression="input.amount > 1000", payload={"tag": "f2", "v": 2})), 15)
+            expression="input.amount > 1000", payload={"tag": "f2", "v": 2})), B(15))
         if (upd.expression, upd.scope, upd.payload) != ("input.amount > 1000", scope,
                                                         {"tag": "f2", "v": 2}):
             problems.append(f"update answered {upd.to_dict()}")
@@ -396,14 +406,14 @@ def run_checks(markers: Path) -> None:
             for name, amount, sc, _ in plan:
                 bounded(lambda: h.event.push(t.FILTER_EVENT,
                                              {"mark": f"{nonce}-{name}", "amount": amount},
-                                             scope=sc), 15)
+                                             scope=sc), B(15))
 
             def unfiltered_all() -> bool:
                 return all(list(markers.glob(f"unfiltered-{nonce}-{name}-*"))
                            for name, *_ in plan)
 
             try:  # the filterless control workflow runs once per event
-                wait_until("placement-unfiltered runs for every event", unfiltered_all, 20, 0.3)
+                wait_until("placement-unfiltered runs for every event", unfiltered_all, B(20), 0.3)
             except TimeoutError as e:
                 problems.append(str(e))
             time.sleep(1.5)  # filtered runs are created with the same push
@@ -432,27 +442,31 @@ def run_checks(markers: Path) -> None:
             ("e5", 5000, scope, ["f1", "f2"]),
         ])
         # delete f1: only f2 (updated) is left
-        gone = bounded(lambda: h.filters.delete(f1.metadata.id), 15)
+        gone = bounded(lambda: h.filters.delete(f1.metadata.id), B(15))
         if gone.metadata.id != f1.metadata.id:
             problems.append(f"delete answered {gone.to_dict()}")
-        listed = bounded(lambda: h.filters.list(workflow_ids=[wid]), 15)
+        listed = bounded(lambda: h.filters.list(workflow_ids=[wid]), B(15))
         if {f.metadata.id for f in listed.rows or []} != {f2.metadata.id}:
             problems.append("after delete, list(workflow_ids) does not show exactly f2")
         push_and_collect([("e6", 5000, scope, ["f2"])])
         # delete f2: a workflow with no filters is triggered once, whatever the scope
-        bounded(lambda: h.filters.delete(f2.metadata.id), 15)
+        bounded(lambda: h.filters.delete(f2.metadata.id), B(15))
         push_and_collect([("e7", 50, scope, ["<none>"])])
         expect(not problems, "; ".join(problems))
 
-    checks = [
-        ("q1", "q1 worker labels steer placement (required, weights, upsert)", q1_worker_labels),
-        ("q2", "q2 sticky SOFT/HARD keep a DAG and its sticky child on one worker", q2_sticky),
-        ("q3", "q3 DAG conditions: wait_for, skip_if, cancel_if, or_ groups", q3_conditions),
-        ("q4", "q4 durable aio_wait_for(or_(sleep, event)) reports which fired", q4_durable_or),
-        ("q5", "q5 event filters: CRUD, scopes, filter payload", q5_filters),
+    checks = [  # (key, name, function, time budget in seconds)
+        ("q1", "q1 worker labels steer placement (required, weights, upsert)", q1_worker_labels,
+         50),
+        ("q2", "q2 sticky SOFT/HARD keep a DAG and its sticky child on one worker", q2_sticky,
+         40),
+        ("q3", "q3 DAG conditions: wait_for, skip_if, cancel_if, or_ groups", q3_conditions, 55),
+        ("q4", "q4 durable aio_wait_for(or_(sleep, event)) reports which fired", q4_durable_or,
+         35),
+        ("q5", "q5 event filters: CRUD, scopes, filter payload", q5_filters, 40),
     ]
-    for key, name, fn in checks:
+    for key, name, fn, budget in checks:
         if not only or key in only:
+            B.reset(budget)
             check(name, fn)
 
 

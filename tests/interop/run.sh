@@ -7,7 +7,8 @@
 # example client runs a task on the SDK worker); then the TypeScript suite ts/suite.mjs
 # (checks t1-t11 with the official TypeScript SDK, npm @hatchet-dev/typescript-sdk pinned in
 # ts/package.json and ts/package-lock.json; `npm ci` there when node_modules lacks that
-# version). Needs node >= 20 and npm; INTEROP_SKIP_TS=1 skips the TypeScript suite.
+# version) and ts/placement.mjs (checks u1a-u5c: worker labels, sticky, DAG conditions, durable
+# OR waits, event filters). Needs node >= 20 and npm; INTEROP_SKIP_TS=1 skips both.
 #
 #   tests/interop/run.sh      # builds the engine and the worker/client examples (debug) first
 #   HATCHET_DEV_ENGINE_BIN=/path/to/engine HATCHET_RUST_WORKER_BIN=/path/to/examples/worker \
@@ -108,12 +109,13 @@ scenario() {
     fi
 }
 
-# ts_suite NAME SECONDS: run the TypeScript suite and count its PASS / FAIL lines.
+# ts_suite NAME SECONDS SCRIPT: run a TypeScript suite (ts/SCRIPT) and count its PASS / FAIL
+# lines.
 ts_suite() {
-    local name=$1 secs=$2 rc=0 p f
+    local name=$1 secs=$2 script=$3 rc=0 p f
     run_step "$name" "$secs" env TMPDIR="$TMP" HATCHET_DEV_ENGINE_BIN="$BIN" \
         HATCHET_RUST_WORKER_BIN="$RUST_WORKER" HATCHET_RUST_CLIENT_BIN="$RUST_CLIENT" \
-        node "$HERE/ts/suite.mjs" || rc=$?
+        node "$HERE/ts/$script" || rc=$?
     p=$(grep -c '^PASS ' "$TMP/$name.log" || true)
     f=$(grep -c '^FAIL ' "$TMP/$name.log" || true)
     passed=$((passed + p))
@@ -171,6 +173,7 @@ scenario scenario "${INTEROP_SCENARIO_TIMEOUT:-120}" scenario.py
 scenario embedded "${INTEROP_EMBEDDED_TIMEOUT:-60}" embedded_check.py
 scenario rust "${INTEROP_RUST_TIMEOUT:-90}" rust_interop.py
 scenario parity "${INTEROP_PARITY_TIMEOUT:-300}" parity.py
+scenario placement "${INTEROP_PLACEMENT_TIMEOUT:-300}" placement.py
 
 # 4. the TypeScript SDK suite (node_modules from the committed package-lock.json)
 if [[ "${INTEROP_SKIP_TS:-0}" != 1 ]]; then
@@ -185,7 +188,8 @@ if [[ "${INTEROP_SKIP_TS:-0}" != 1 ]]; then
         fi
         if [[ $ts_ok -eq 1 ]]; then
             echo "interop: @hatchet-dev/typescript-sdk $TS_SDK_VERSION, node $(node --version)"
-            ts_suite ts "${INTEROP_TS_TIMEOUT:-600}"
+            ts_suite ts "${INTEROP_TS_TIMEOUT:-600}" suite.mjs
+            ts_suite ts-placement "${INTEROP_TS_PLACEMENT_TIMEOUT:-600}" placement.mjs
         fi
     fi
 fi

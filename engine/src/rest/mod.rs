@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
+mod filters;
 mod runs;
 
 use crate::core::Engine;
@@ -352,7 +353,7 @@ fn worker_json(w: &crate::model::Worker, tenant: &str) -> Value {
         "lastHeartbeatAt": rfc3339(w.last_heartbeat_at), "lastListenerEstablished": w.last_listener_established.map(rfc3339),
         "actions": w.actions.iter().collect::<Vec<_>>(), "registeredWorkflows": [], "slots": [], "slotConfig": slot_config,
         "dispatcherId": DISPATCHER_ID,
-        "labels": w.labels.iter().map(|(k, v)| json!({"metadata": meta(&label_id(&w.id, k), w.created_at), "key": k, "value": v})).collect::<Vec<_>>(),
+        "labels": w.labels.iter().map(|(k, v)| json!({"metadata": meta(&label_id(&w.id, k), w.created_at), "key": k, "value": v.to_string()})).collect::<Vec<_>>(),
         "runtimeInfo": w.runtime_info.as_ref().map(|r| json!({"sdkVersion": r.sdk_version, "languageVersion": r.language_version, "os": r.os})),
         "tenantId": tenant})
 }
@@ -506,6 +507,7 @@ async fn gate(AxState(s): AxState<Rest>, req: Request, next: Next) -> Response {
 pub fn router(state: Rest) -> axum::Router {
     axum::Router::new()
         .merge(runs::routes())
+        .merge(filters::routes())
         .route("/api/v1/tenants/{tenant}/workflows", get(list_workflows))
         .route("/api/v1/workflows/{workflow}", get(get_workflow))
         .route("/api/v1/tenants/{tenant}", get(get_tenant))

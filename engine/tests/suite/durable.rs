@@ -290,3 +290,44 @@ async fn legacy_durable_events_are_delivered() {
         .expect_err("bad group");
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
 }
+
+#[tokio::test]
+async fn a_durable_attempt_offered_again_keeps_its_invocation_and_its_waits() {
+    let h = H::new().await;
+    let (wid, actions) = durable_worker(&h, "again").await;
+    h.trigger("again", "{}").await;
+    let mut actions = actions;
+    let a = next(&mut actions).await;
+    assert_eq!(a.durable_task_invocation_count, Some(1));
+    let task = a.task_run_external_id.clone();
+    // The stream ends before the worker said STARTED: the engine offers the attempt again.
+    drop(actions);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while h.engine.stats().queued == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the attempt goes back to the queue");
+    // The worker did get the first copy and waits durably, for invocation 1, while the copy
+    // is queued: accepted (an ack), not an eviction.
+    let (tx, mut resp) = h.durable_stream().await;
+    tx.send(v1::DurableTaskRequest {
+        message: Some(Req::RegisterWorker(v1::DurableTaskRequestRegisterWorker {
+            worker_id: wid.clone(),
+        })),
+    })
+    .expect("send");
+    assert!(matches!(recv(&mut resp).await, Resp::RegisterWorker(_)));
+    tx.send(event_wait(&task, 1, "user:again")).expect("send");
+    assert!(
+        matches!(recv(&mut resp).await, Resp::WaitForAck(_)),
+        "the waiting invocation is still current"
+    );
+    // The second copy carries the same invocation.
+    let mut actions = h.listen(&wid).await;
+    let again = next(&mut actions).await;
+    assert_eq!(again.task_run_external_id, task);
+    assert_eq!(again.durable_task_invocation_count, Some(1));
+    assert_eq!(again.retry_count, a.retry_count);
+}
