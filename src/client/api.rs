@@ -226,7 +226,7 @@ impl Api {
         self.conn.rest(method, route, path, body).await
     }
 
-    async fn json<T: DeserializeOwned>(
+    pub(crate) async fn json<T: DeserializeOwned>(
         &self,
         method: reqwest::Method,
         route: &'static str,
@@ -252,7 +252,11 @@ impl Api {
         })
     }
 
-    fn tenant(&self) -> &str {
+    pub(crate) fn namespaced(&self, name: &str) -> String {
+        self.conn.config().namespaced(name)
+    }
+
+    pub(crate) fn tenant(&self) -> &str {
         &self.conn.config().tenant_id
     }
 

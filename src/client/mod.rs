@@ -11,6 +11,7 @@ pub mod api;
 pub mod bulk;
 pub mod control;
 pub mod events;
+pub mod filters;
 pub mod typed;
 
 use std::sync::Arc;
@@ -116,9 +117,9 @@ impl ClientCore {
             child_index,
             child_key: opts.child_key.clone(),
             additional_metadata: metadata.map(|m| Value::Object(m).to_string()),
-            desired_worker_id: None,
+            desired_worker_id: opts.desired_worker_id.clone(),
             priority: opts.priority,
-            desired_worker_labels: Default::default(),
+            desired_worker_labels: crate::worker::placement::desired_to_proto(&opts.desired_labels),
         }
     }
 
@@ -152,6 +153,22 @@ pub struct TriggerOptions {
     pub child_key: Option<String>,
     /// Deadline of the trigger call.
     pub timeout: Option<Duration>,
+    /// The worker the run should start on (honoured for sticky workflows:
+    /// [`crate::Workflow::sticky`]).
+    pub desired_worker_id: Option<String>,
+    /// Labels the run's workers should have; when given they replace every task's own.
+    pub desired_labels: std::collections::HashMap<String, crate::worker::placement::DesiredLabel>,
+}
+
+/// Options of one event push.
+#[derive(Debug, Clone, Default)]
+pub struct PushOptions {
+    /// Additional metadata, copied onto the runs the event starts.
+    pub metadata: Option<serde_json::Map<String, Value>>,
+    /// Priority (1–3) of the runs it starts.
+    pub priority: Option<i32>,
+    /// Its scope: a workflow with event filters is started only through that scope's filters.
+    pub scope: Option<String>,
 }
 
 /// A triggered run: its id, and a way to await its result.

@@ -35,7 +35,7 @@ pub const EMPTY_ENDS_BEFORE_REREGISTER: u32 = 2;
 const REGISTER: &str = "/Dispatcher/Register";
 
 /// What the worker registers with.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Registration {
     /// Worker name.
     pub name: String,
@@ -43,8 +43,9 @@ pub struct Registration {
     pub actions: Vec<String>,
     /// Slots per slot type (`default`, `durable`).
     pub slot_config: std::collections::HashMap<String, i32>,
-    /// Labels.
-    pub labels: std::collections::HashMap<String, String>,
+    /// Labels; upserts at run time are kept here too, so a re-registration carries them.
+    pub labels:
+        parking_lot::Mutex<std::collections::HashMap<String, crate::worker::placement::LabelValue>>,
 }
 
 /// The worker's identity as the engine knows it: its id, and heartbeat liveness.
@@ -94,19 +95,7 @@ pub async fn register(
         actions: r.actions.clone(),
         services: vec![],
         slots: None,
-        labels: r
-            .labels
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    proto::WorkerLabels {
-                        str_value: Some(v.clone()),
-                        int_value: None,
-                    },
-                )
-            })
-            .collect(),
+        labels: crate::worker::placement::labels_to_proto(&r.labels.lock()),
         webhook_id: None,
         runtime_info: Some(proto::RuntimeInfo {
             sdk_version: Some(env!("CARGO_PKG_VERSION").into()),

@@ -120,14 +120,21 @@ pub fn outputs_of(
     run_id: &str,
     ev: &proto::WorkflowRunEvent,
 ) -> Result<serde_json::Map<String, serde_json::Value>, Error> {
+    // A task with an error failed (or was cancelled with a reason); one with neither an output
+    // nor an error was cancelled by a condition (the engine gives no text then).
     let failures: Vec<TaskFailure> = ev
         .results
         .iter()
         .filter_map(|r| {
-            r.error.as_ref().map(|e| TaskFailure {
+            let error = match (&r.error, &r.output) {
+                (Some(e), _) => e.clone(),
+                (None, None) => "cancelled".to_string(),
+                (None, Some(_)) => return None,
+            };
+            Some(TaskFailure {
                 task: r.task_name.clone(),
                 task_run_id: r.task_run_external_id.clone(),
-                error: e.clone(),
+                error,
             })
         })
         .collect();

@@ -48,7 +48,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::bulk::{BulkEvent, BulkRun};
 use crate::client::control::{RunFilter, Selection};
 use crate::client::typed::{Registered, RunView};
-use crate::client::{ClientCore, RunHandle, TriggerOptions, encode_input};
+use crate::client::{ClientCore, PushOptions, RunHandle, TriggerOptions, encode_input};
 use crate::config::ClientConfig;
 use crate::connection::{Connection, Parts};
 use crate::error::Error;
@@ -490,16 +490,34 @@ impl RuntimeHandle {
     ///
     /// Not cancel safe (a write): a dropped push may or may not have happened.
     pub async fn push<P: Serialize>(&self, key: &str, payload: &P) -> Result<String, Error> {
+        self.push_with(key, payload, PushOptions::default()).await
+    }
+
+    /// [`RuntimeHandle::push`] with metadata (copied onto the runs it starts), a priority for
+    /// those runs, and a scope (which event filters apply).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe (a write).
+    pub async fn push_with<P: Serialize>(
+        &self,
+        key: &str,
+        payload: &P,
+        opts: PushOptions,
+    ) -> Result<String, Error> {
         const PATH: &str = "/EventsService/Push";
         let conn = &self.inner.conn;
+        crate::client::bulk::check_priority(PATH, opts.priority)?;
         let payload = encode_input("push", payload)?;
         let req = proto::PushEventRequest {
             key: conn.config().namespaced(key),
             payload,
             event_timestamp: Some(proto::timestamp_now()),
-            additional_metadata: None,
-            priority: None,
-            scope: None,
+            additional_metadata: opts
+                .metadata
+                .map(|m| serde_json::Value::Object(m).to_string()),
+            priority: opts.priority,
+            scope: opts.scope,
         };
         let client = conn.events();
         conn.call(
@@ -510,6 +528,23 @@ impl RuntimeHandle {
         )
         .await
         .map(|e| e.event_id)
+    }
+
+    /// Sets labels on this runtime's worker at the engine; only the keys given change. Tasks
+    /// that want or require labels ([`crate::TaskOptions::desired_label`]) see them at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an upsert can be repeated.
+    pub async fn upsert_labels<K: Into<String>, V: Into<crate::worker::placement::LabelValue>>(
+        &self,
+        labels: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<(), Error> {
+        let labels = labels
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        self.inner.tree.worker.upsert_labels(labels).await
     }
 
     /// Declares (or changes) the rate limit `key`: `limit` units per `window`, shared by every

@@ -22,11 +22,14 @@
 //!    (a newer invocation of the same task may run on this worker at the same time).
 
 mod child_index;
+pub mod conditions;
 pub mod context;
 mod drain;
 mod finished;
 pub mod heartbeat;
+mod labels;
 pub mod logs;
+pub mod placement;
 pub mod task;
 
 pub use context::Context;
@@ -72,8 +75,8 @@ pub struct WorkerOptions {
     pub slots: usize,
     /// Concurrent durable tasks (durable slots).
     pub durable_slots: usize,
-    /// Labels.
-    pub labels: HashMap<String, String>,
+    /// Labels (tasks can want or require them; see [`placement`]).
+    pub labels: HashMap<String, placement::LabelValue>,
 }
 
 impl WorkerOptions {
@@ -85,6 +88,16 @@ impl WorkerOptions {
             durable_slots: slots,
             labels: HashMap::new(),
         }
+    }
+
+    /// Adds the label `key` = `value` (a string or an int).
+    pub fn label(
+        mut self,
+        key: impl Into<String>,
+        value: impl Into<placement::LabelValue>,
+    ) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
     }
 }
 
@@ -157,6 +170,8 @@ pub struct WorkerCore {
     pub(crate) legacy_durable: AtomicBool,
     /// Task log lines on their way to the engine (started on first use).
     pub(crate) logs: std::sync::OnceLock<Arc<logs::LogQueue>>,
+    /// What the worker registers with (its labels change with upserts), once started.
+    registration: Mutex<Option<Arc<Registration>>>,
 }
 
 impl std::fmt::Debug for WorkerCore {
@@ -186,6 +201,7 @@ impl WorkerCore {
             spawn_actions,
             handlers: Mutex::default(),
             identity,
+            registration: Mutex::default(),
             running: Mutex::default(),
             finished: finished::Finished::default(),
             attempt_ended: Notify::new(),
@@ -369,7 +385,7 @@ async fn register_workflow(core: &WorkerCore, wf: Workflow) -> Result<(), Error>
         ));
     }
     let name = core.conn.config().namespaced(&wf.name);
-    let req = wf.to_proto(&name);
+    let req = wf.to_proto_in(&name, &core.conn.config().namespace);
     let client = core.conn.admin();
     core.conn
         .call(PATH, &client, &req, |mut c, r| async move {
@@ -436,10 +452,11 @@ async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Er
             ("durable".to_string(), durable_slots as i32),
         ]
         .into(),
-        labels: opts.labels.clone(),
+        labels: parking_lot::Mutex::new(opts.labels.clone()),
     });
     // Registered before this returns (CONTRACT.md §3: a synchronous path, bounded; permanent
     // refusals such as a bad token fail at once).
+    *core.registration.lock() = Some(registration.clone());
     let worker_id = match actions::register(&core.conn, &registration, &core.identity, None).await {
         Ok(id) => id,
         Err(e) => {

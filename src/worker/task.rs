@@ -11,7 +11,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::conditions::{AnyOf, ConditionAction};
 use super::context::Context;
+use super::placement::{DesiredLabel, StickyStrategy, desired_to_proto};
 use crate::proto::v1;
 
 /// A task failure. `retryable: false` sets `should_not_retry` (the engine skips the retries left).
@@ -127,6 +129,10 @@ pub struct TaskOptions {
     pub slot_requests: HashMap<String, i32>,
     /// Rate limits each attempt takes units of (see [`TaskOptions::rate_limit`]).
     pub rate_limits: Vec<v1::CreateTaskRateLimit>,
+    /// Labels its worker should have (see [`TaskOptions::desired_label`]).
+    pub desired_labels: HashMap<String, DesiredLabel>,
+    /// Its conditions: what it waits for, what skips it, what cancels it.
+    pub conditions: Vec<(ConditionAction, AnyOf)>,
 }
 
 impl TaskOptions {
@@ -151,6 +157,29 @@ impl TaskOptions {
     /// Sets the execution timeout of one attempt (sent as a duration string: `1m30s`).
     pub fn timeout(mut self, t: Duration) -> Self {
         self.timeout = Some(t);
+        self
+    }
+    /// Wants a worker whose label `key` satisfies `label` (a required label excludes other
+    /// workers; the others add their weight to a worker's score).
+    pub fn desired_label(mut self, key: impl Into<String>, label: DesiredLabel) -> Self {
+        self.desired_labels.insert(key.into(), label);
+        self
+    }
+    /// Runs only once `group` holds (AND-ed with the parents and other `wait_for` groups): a
+    /// sleep, an event, or a parent's output.
+    pub fn wait_for(mut self, group: impl Into<AnyOf>) -> Self {
+        self.conditions.push((ConditionAction::Queue, group.into()));
+        self
+    }
+    /// Is skipped (completes with `{"skipped": true}`) when `group` holds first.
+    pub fn skip_if(mut self, group: impl Into<AnyOf>) -> Self {
+        self.conditions.push((ConditionAction::Skip, group.into()));
+        self
+    }
+    /// Is cancelled when `group` holds first.
+    pub fn cancel_if(mut self, group: impl Into<AnyOf>) -> Self {
+        self.conditions
+            .push((ConditionAction::Cancel, group.into()));
         self
     }
     /// Sets how long the task may wait for a worker before it fails.
@@ -231,10 +260,22 @@ impl TaskTypes {
 }
 
 impl TaskDef {
-    /// The task's part of the registration request.
-    pub fn to_proto(&self, workflow: &str) -> v1::CreateTaskOpts {
+    /// The task's part of the registration request (`namespaced` applies the namespace to
+    /// event keys).
+    pub fn to_proto(
+        &self,
+        workflow: &str,
+        namespaced: &dyn Fn(&str) -> String,
+    ) -> v1::CreateTaskOpts {
         let o = &self.options;
         v1::CreateTaskOpts {
+            worker_labels: desired_to_proto(&o.desired_labels),
+            conditions: super::conditions::task_conditions(
+                workflow,
+                &self.name,
+                &o.conditions,
+                namespaced,
+            ),
             readable_id: self.name.clone(),
             action: Workflow::action_id(workflow, &self.name),
             timeout: o.timeout.map(wire_duration).unwrap_or_default(),
@@ -310,6 +351,10 @@ pub struct Workflow {
     pub on_failure: Option<TaskDef>,
     /// Priority (1–3) of runs that name none.
     pub default_priority: Option<i32>,
+    /// Keep a run's tasks (and its sticky children) on the worker that started it.
+    pub sticky: Option<StickyStrategy>,
+    /// Event filters declared with the workflow: (CEL expression, scope, payload).
+    pub default_filters: Vec<(String, String, Value)>,
 }
 
 /// A concurrency limit of a workflow (enforced by the engine).
@@ -336,7 +381,32 @@ impl Workflow {
             concurrency: Vec::new(),
             on_failure: None,
             default_priority: None,
+            sticky: None,
+            default_filters: Vec::new(),
         }
+    }
+
+    /// Keeps each run's later tasks, and the children it spawns with
+    /// [`Context::spawn_sticky_child`], on the worker that started it: `Hard` waits for that
+    /// worker, `Soft` prefers it and falls back to any.
+    pub fn sticky(mut self, strategy: StickyStrategy) -> Self {
+        self.sticky = Some(strategy);
+        self
+    }
+
+    /// Declares an event filter with the workflow: an event pushed with `scope` starts a run
+    /// only when `expression` (CEL over `input`, `additional_metadata`, `payload`, `event_key`)
+    /// holds, and the run gets `payload` as [`Context::filter_payload`]. Registering a version
+    /// with filters replaces the declared ones; one without keeps them.
+    pub fn default_filter(
+        mut self,
+        expression: impl Into<String>,
+        scope: impl Into<String>,
+        payload: Value,
+    ) -> Self {
+        self.default_filters
+            .push((expression.into(), scope.into(), payload));
+        self
     }
 
     /// Sets the workflow's `on_failure` task: the engine runs it once per run, as soon as any
@@ -474,15 +544,39 @@ impl Workflow {
         format!("{workflow}:{task}").to_lowercase()
     }
 
-    /// The registration request (`v1.AdminService/PutWorkflow`), with `name` namespaced.
+    /// The registration request (`v1.AdminService/PutWorkflow`), with `name` already
+    /// namespaced and no namespace for event keys.
     pub fn to_proto(&self, name: &str) -> v1::CreateWorkflowVersionRequest {
+        self.to_proto_in(name, "")
+    }
+
+    /// The registration request with event keys (triggers and conditions) in `namespace`, as
+    /// [`crate::RuntimeHandle::push`] namespaces the keys it pushes.
+    pub fn to_proto_in(&self, name: &str, namespace: &str) -> v1::CreateWorkflowVersionRequest {
+        let ns = |k: &str| {
+            if namespace.is_empty() || k.starts_with(namespace) {
+                k.to_string()
+            } else {
+                format!("{namespace}{k}")
+            }
+        };
         v1::CreateWorkflowVersionRequest {
             name: name.to_string(),
-            event_triggers: self.on_events.clone(),
+            event_triggers: self.on_events.iter().map(|k| ns(k)).collect(),
+            sticky: self.sticky.map(|s| s as i32),
+            default_filters: self
+                .default_filters
+                .iter()
+                .map(|(expression, scope, payload)| v1::DefaultFilter {
+                    expression: expression.clone(),
+                    scope: scope.clone(),
+                    payload: Some(payload.to_string().into_bytes()),
+                })
+                .collect(),
             cron_triggers: self.on_crons.clone(),
             cron_input: self.cron_input.as_ref().map(|v| v.to_string()),
-            tasks: self.tasks.iter().map(|t| t.to_proto(name)).collect(),
-            on_failure_task: self.on_failure.as_ref().map(|t| t.to_proto(name)),
+            tasks: self.tasks.iter().map(|t| t.to_proto(name, &ns)).collect(),
+            on_failure_task: self.on_failure.as_ref().map(|t| t.to_proto(name, &ns)),
             default_priority: self.default_priority,
             concurrency_arr: self
                 .concurrency

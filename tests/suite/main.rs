@@ -11,6 +11,7 @@ mod hygiene;
 mod listeners;
 mod operations;
 mod otel;
+mod placement;
 mod properties;
 mod rate_limits;
 mod rest_api;

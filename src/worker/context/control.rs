@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 use super::Context;
 use crate::error::Error;
 use crate::proto::{self, v1};
+use crate::worker::placement::LabelValue;
 use crate::worker::task::wire_duration;
 
 impl Context {
@@ -94,6 +95,41 @@ impl Context {
         )
         .await
         .map(|_| ())
+    }
+
+    /// Spawns a child run that stays on this worker when its workflow is sticky
+    /// ([`crate::Workflow::sticky`]): `Hard` waits for this worker, `Soft` prefers it. Same
+    /// child index rules as [`Context::spawn_child`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Context::spawn_child`].
+    pub async fn spawn_sticky_child<I: serde::Serialize>(
+        &self,
+        workflow: &str,
+        input: &I,
+    ) -> Result<crate::RunHandle, Error> {
+        let worker = self.inner.core.identity.get().ok_or_else(|| {
+            Error::invalid("spawn child", "this worker has no id yet (not registered)")
+        })?;
+        self.spawn_child_with(workflow, input, Some(worker)).await
+    }
+
+    /// Sets labels on this task's worker (only the keys given change), as
+    /// [`crate::RuntimeHandle::upsert_labels`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: an upsert can be repeated.
+    pub async fn upsert_labels<K: Into<String>, V: Into<LabelValue>>(
+        &self,
+        labels: impl IntoIterator<Item = (K, V)>,
+    ) -> Result<(), Error> {
+        let labels = labels
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        self.inner.core.upsert_labels(labels).await
     }
 
     /// Cancels this task's whole run (CancelTasks with the run id). The engine sends this

@@ -15,6 +15,7 @@ use crate::proto::{self, v1};
 use crate::worker::WorkerCore;
 
 mod control;
+mod waits;
 
 /// Decodes an assignment's `action_payload`: the run's input and the parents' outputs. Tolerates
 /// missing, null and extra keys (hatchet-protocol.md §4.1.3); anything that is not a JSON object
@@ -53,6 +54,8 @@ struct Inner {
     parents: serde_json::Map<String, Value>,
     /// `step_run_errors` of an `on_failure` task: failed task name → error.
     errors: std::collections::BTreeMap<String, String>,
+    /// `triggers`: the satisfied conditions' data and the filter payload.
+    triggers: serde_json::Map<String, Value>,
     metadata: serde_json::Map<String, Value>,
     cancel: CancellationToken,
     core: Arc<WorkerCore>,
@@ -106,6 +109,10 @@ impl Context {
                 .collect(),
             _ => Default::default(),
         };
+        let triggers = match payload.get("triggers") {
+            Some(Value::Object(m)) => m.clone(),
+            _ => Default::default(),
+        };
         let metadata = action
             .additional_metadata
             .as_deref()
@@ -117,6 +124,7 @@ impl Context {
                 input,
                 parents,
                 errors,
+                triggers,
                 metadata,
                 cancel,
                 core,
@@ -238,6 +246,16 @@ impl Context {
         workflow: &str,
         input: &I,
     ) -> Result<RunHandle, Error> {
+        self.spawn_child_with(workflow, input, None).await
+    }
+
+    /// [`Context::spawn_child`], optionally wanting a worker (sticky children).
+    pub(super) async fn spawn_child_with<I: serde::Serialize>(
+        &self,
+        workflow: &str,
+        input: &I,
+        desired_worker_id: Option<String>,
+    ) -> Result<RunHandle, Error> {
         let index = self.inner.child_index.take();
         let opts = TriggerOptions {
             parent: Some((
@@ -245,6 +263,7 @@ impl Context {
                 self.task_run_id().to_string(),
                 index.index,
             )),
+            desired_worker_id,
             ..TriggerOptions::default()
         };
         let child = self
@@ -257,7 +276,7 @@ impl Context {
         Ok(child)
     }
 
-    fn durable(&self) -> Result<(&DurableClient, i32), Error> {
+    pub(super) fn durable(&self) -> Result<(&DurableClient, i32), Error> {
         let d = self.inner.durable.as_ref().ok_or_else(|| {
             Error::invalid(
                 "durable",
@@ -370,7 +389,7 @@ impl Context {
         })
     }
 
-    async fn wait(
+    pub(super) async fn wait(
         &self,
         d: &DurableClient,
         inv: i32,

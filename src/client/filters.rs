@@ -1,0 +1,179 @@
+//! Event filters over REST: create, list, update, delete. An event pushed with a scope starts a
+//! workflow that has filters only through that scope's filters whose expression holds (see
+//! [`crate::Workflow::default_filter`] for filters declared with the workflow).
+//!
+//! # Invariants
+//!
+//! 1. Creating needs a non-empty scope and expression: refused locally otherwise, nothing sent.
+//! 2. An update changes only the fields it names.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::api::{Api, Meta};
+use crate::error::Error;
+
+/// A stored event filter.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Filter {
+    /// Its id.
+    pub metadata: Meta,
+    /// The workflow it starts.
+    pub workflow_id: String,
+    /// The scope of the events it applies to.
+    pub scope: String,
+    /// CEL over `input`, `additional_metadata`, `payload`, `event_key`.
+    pub expression: String,
+    /// What the runs it starts get as `Context::filter_payload`.
+    #[serde(default)]
+    pub payload: Value,
+    /// Declared with the workflow rather than created here.
+    #[serde(default)]
+    pub is_declarative: Option<bool>,
+}
+
+/// What an update changes (fields left `None` stay).
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FilterUpdate {
+    /// A new expression.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expression: Option<String>,
+    /// A new scope.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    /// A new payload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct FilterList {
+    #[serde(default)]
+    rows: Vec<Filter>,
+}
+
+impl Api {
+    /// Creates a filter for `workflow_id` (see [`Api::workflow_id`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe (a write): a dropped call may have created the filter.
+    pub async fn create_filter(
+        &self,
+        workflow_id: &str,
+        scope: &str,
+        expression: &str,
+        payload: Value,
+    ) -> Result<Filter, Error> {
+        const ROUTE: &str = "POST /api/v1/stable/tenants/{t}/filters";
+        if scope.trim().is_empty() || expression.trim().is_empty() {
+            return Err(Error::invalid(
+                ROUTE,
+                "a filter needs a scope and an expression",
+            ));
+        }
+        let body = json!({"workflowId": workflow_id, "scope": scope, "expression": expression, "payload": payload});
+        let path = format!("/api/v1/stable/tenants/{}/filters", self.tenant());
+        self.json(reqwest::Method::POST, ROUTE, &path, Some(body))
+            .await
+    }
+
+    /// Filters, optionally only those of `workflow_ids` and `scopes`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    pub async fn list_filters(
+        &self,
+        workflow_ids: &[&str],
+        scopes: &[&str],
+    ) -> Result<Vec<Filter>, Error> {
+        const ROUTE: &str = "GET /api/v1/stable/tenants/{t}/filters";
+        let mut q: Vec<String> = workflow_ids
+            .iter()
+            .map(|w| format!("workflowIds={w}"))
+            .collect();
+        q.extend(scopes.iter().map(|s| format!("scopes={}", encode(s))));
+        let path = format!(
+            "/api/v1/stable/tenants/{}/filters?{}",
+            self.tenant(),
+            q.join("&")
+        );
+        let list: FilterList = self.json(reqwest::Method::GET, ROUTE, &path, None).await?;
+        Ok(list.rows)
+    }
+
+    /// Changes a filter (invariant 2).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the same update can be repeated.
+    pub async fn update_filter(&self, id: &str, update: &FilterUpdate) -> Result<Filter, Error> {
+        const ROUTE: &str = "PATCH /api/v1/stable/tenants/{t}/filters/{id}";
+        let body = serde_json::to_value(update).unwrap_or_else(|_| json!({}));
+        let path = format!("/api/v1/stable/tenants/{}/filters/{id}", self.tenant());
+        self.json(reqwest::Method::PATCH, ROUTE, &path, Some(body))
+            .await
+    }
+
+    /// Deletes a filter; returns it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a repeated delete answers "not found".
+    pub async fn delete_filter(&self, id: &str) -> Result<Filter, Error> {
+        const ROUTE: &str = "DELETE /api/v1/stable/tenants/{t}/filters/{id}";
+        let path = format!("/api/v1/stable/tenants/{}/filters/{id}", self.tenant());
+        self.json(reqwest::Method::DELETE, ROUTE, &path, None).await
+    }
+
+    /// The id of the workflow named `name` (namespaced), as filters and run lists want it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    pub async fn workflow_id(&self, name: &str) -> Result<String, Error> {
+        const ROUTE: &str = "GET /api/v1/tenants/{t}/workflows";
+        let name = self.namespaced(name);
+        let path = format!(
+            "/api/v1/tenants/{}/workflows?name={}",
+            self.tenant(),
+            encode(&name)
+        );
+        let v: Value = self.json(reqwest::Method::GET, ROUTE, &path, None).await?;
+        v["rows"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|w| w["name"] == name.as_str())
+            .and_then(|w| w["metadata"]["id"].as_str())
+            .map(str::to_string)
+            .ok_or_else(|| {
+                Error::new(crate::Outcome::Rejected, ROUTE)
+                    .with_detail(format!("no workflow named {name:?}; register it first"))
+            })
+    }
+}
+
+/// Percent-encodes a query value.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(super::encode("a b:c/d"), "a%20b%3Ac%2Fd");
+        assert_eq!(super::encode("plain-name_1.2~"), "plain-name_1.2~");
+    }
+}

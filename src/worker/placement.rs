@@ -1,0 +1,168 @@
+//! Where tasks run: worker labels, the labels a task (or a run) wants, and sticky strategies.
+//! The engine ranks workers by them (see the development engine's `placement.rs`); this module
+//! only says what to ask for.
+//!
+//! # Invariants
+//!
+//! 1. A label is a string or an int, never both; ints compare with ints and strings with
+//!    strings (the engine does not coerce), so `memory = 1024` and `memory = "1024"` differ.
+//! 2. A desired label defaults to what the engine assumes when a field is absent: EQUAL,
+//!    weight 100, not required. Only what differs from the default is sent.
+
+use std::collections::HashMap;
+
+use crate::proto::{self, v1};
+
+pub use crate::proto::v1::StickyStrategy;
+pub use crate::proto::v1::WorkerLabelComparator as Comparator;
+
+/// A worker label's value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum LabelValue {
+    /// A string label (`model = "fast"`).
+    Str(String),
+    /// An int label (`memory = 1024`), comparable with `<`, `>`, ...
+    Int(i32),
+}
+
+impl From<&str> for LabelValue {
+    fn from(s: &str) -> Self {
+        LabelValue::Str(s.to_string())
+    }
+}
+
+impl From<String> for LabelValue {
+    fn from(s: String) -> Self {
+        LabelValue::Str(s)
+    }
+}
+
+impl From<i32> for LabelValue {
+    fn from(i: i32) -> Self {
+        LabelValue::Int(i)
+    }
+}
+
+impl LabelValue {
+    /// The worker label on the wire.
+    pub fn to_proto(&self) -> proto::WorkerLabels {
+        match self {
+            LabelValue::Str(s) => proto::WorkerLabels {
+                str_value: Some(s.clone()),
+                int_value: None,
+            },
+            LabelValue::Int(i) => proto::WorkerLabels {
+                str_value: None,
+                int_value: Some(*i),
+            },
+        }
+    }
+}
+
+/// Worker labels on the wire.
+pub fn labels_to_proto(
+    labels: &HashMap<String, LabelValue>,
+) -> HashMap<String, proto::WorkerLabels> {
+    labels
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_proto()))
+        .collect()
+}
+
+/// A label a task wants its worker to have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredLabel {
+    /// The value compared with the worker's.
+    pub value: LabelValue,
+    /// A worker without it is never used (otherwise it only adds `weight` to a worker's score).
+    pub required: bool,
+    /// How the worker's value compares with `value` (`GreaterThan`: worker > value).
+    pub comparator: Comparator,
+    /// What a satisfied label adds to a worker's score (the highest score wins).
+    pub weight: i32,
+}
+
+impl DesiredLabel {
+    /// The worker's label must equal `value` (preferred, not required, weight 100).
+    pub fn equals(value: impl Into<LabelValue>) -> Self {
+        Self::compare(Comparator::Equal, value)
+    }
+
+    /// The worker's label must compare with `value` by `comparator`.
+    pub fn compare(comparator: Comparator, value: impl Into<LabelValue>) -> Self {
+        DesiredLabel {
+            value: value.into(),
+            required: false,
+            comparator,
+            weight: 100,
+        }
+    }
+
+    /// Never use a worker without it.
+    pub fn required(mut self) -> Self {
+        self.required = true;
+        self
+    }
+
+    /// Its weight in a worker's score.
+    pub fn weight(mut self, weight: i32) -> Self {
+        self.weight = weight;
+        self
+    }
+
+    /// On the wire (invariant 2).
+    pub fn to_proto(&self) -> v1::DesiredWorkerLabels {
+        let (str_value, int_value) = match &self.value {
+            LabelValue::Str(s) => (Some(s.clone()), None),
+            LabelValue::Int(i) => (None, Some(*i)),
+        };
+        v1::DesiredWorkerLabels {
+            str_value,
+            int_value,
+            required: Some(self.required),
+            comparator: (self.comparator != Comparator::Equal).then_some(self.comparator as i32),
+            weight: (self.weight != 100).then_some(self.weight),
+        }
+    }
+}
+
+/// Desired labels on the wire.
+pub fn desired_to_proto(
+    labels: &HashMap<String, DesiredLabel>,
+) -> HashMap<String, v1::DesiredWorkerLabels> {
+    labels
+        .iter()
+        .map(|(k, v)| (k.clone(), v.to_proto()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_keep_their_kind_on_the_wire() {
+        assert_eq!(
+            LabelValue::from("fast").to_proto().str_value.as_deref(),
+            Some("fast")
+        );
+        let int = LabelValue::from(1024).to_proto();
+        assert_eq!((int.str_value, int.int_value), (None, Some(1024)));
+    }
+
+    #[test]
+    fn desired_labels_send_only_what_differs_from_the_engines_defaults() {
+        let d = DesiredLabel::equals("fast").to_proto();
+        assert_eq!(
+            (d.comparator, d.weight, d.required),
+            (None, None, Some(false))
+        );
+        let d = DesiredLabel::compare(Comparator::GreaterThan, 512)
+            .required()
+            .weight(30)
+            .to_proto();
+        assert_eq!(d.int_value, Some(512));
+        assert_eq!(d.comparator, Some(Comparator::GreaterThan as i32));
+        assert_eq!((d.weight, d.required), (Some(30), Some(true)));
+    }
+}
