@@ -14,6 +14,8 @@ use hatchet_runtime::{
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
+use crate::runtime_e2e::until;
+
 /// Where each task ran: (task name, worker id).
 type Places = Arc<Mutex<Vec<(String, String)>>>;
 
@@ -56,16 +58,6 @@ async fn worker(
     }
     let id = rt.start_worker(opts).await.expect("start");
     (rt, id)
-}
-
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..1_000 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for {what}");
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::runtime_e2e::setup;
+use crate::runtime_e2e::{setup, until};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Order {
@@ -47,16 +47,6 @@ fn slow(name: &str, ran: Arc<AtomicUsize>, saw_cancel: Arc<AtomicUsize>) -> Work
             Ok::<_, TaskError>(json!({}))
         }
     })
-}
-
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for {what}");
 }
 
 #[tokio::test]
