@@ -69,16 +69,19 @@ fi
 # 2. the binaries (release unless given)
 if [[ -z "${HATCHET_DEV_ENGINE_BIN:-}" || -z "${HATCHET_RUST_WORKER_BIN:-}" ]]; then
     cd "$ROOT"
-    step 1800 cargo build --release --quiet --bin hatchet-dev-engine --example worker
+    step 1800 cargo build --release --quiet --bin hatchet-dev-engine --example worker \
+        --example bench_driver
 fi
+DRIVER="${HATCHET_RUST_DRIVER_BIN:-$ROOT/target/release/examples/bench_driver}"
 ENGINE="${HATCHET_DEV_ENGINE_BIN:-$ROOT/target/release/hatchet-dev-engine}"
 WORKER="${HATCHET_RUST_WORKER_BIN:-$ROOT/target/release/examples/worker}"
-for b in "$ENGINE" "$WORKER"; do
+for b in "$ENGINE" "$WORKER" "$DRIVER"; do
     [[ -x "$b" ]] || { echo "bench: binary '$b' is missing or not executable" >&2; exit 1; }
 done
 abspath() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 ENGINE="$(abspath "$ENGINE")"
 WORKER="$(abspath "$WORKER")"
+DRIVER="$(abspath "$DRIVER")"
 profile() { case "$1" in */debug/*) echo debug ;; */release/*) echo release ;; *) echo "?" ;; esac; }
 BUILD="engine $(profile "$ENGINE") build, worker $(profile "$WORKER") build"
 [[ "$BUILD" == *debug* ]] &&
@@ -90,17 +93,24 @@ echo "bench: ${BENCH_TASKS:-2000} tasks, ${BENCH_SLOTS:-50} slots per worker, $(
 # 3. one side at a time, each with its own engine; then the table
 export HATCHET_DEV_ENGINE_BIN="$ENGINE" HATCHET_RUST_WORKER_BIN="$WORKER" BENCH_BUILD="$BUILD"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-side_limit=$((${BENCH_SIDE_TIMEOUT:-75} + 60))
-for side in rust python; do
-    echo "bench: side '$side' (limit ${side_limit}s)"
-    rc=0
-    step "$side_limit" "$VENV/bin/python" "$ROOT/benches/python/bench.py" side "$side" \
-        "$TMP/$side.json" || rc=$?
-    if [[ $rc -ne 0 ]]; then
-        echo "bench: side '$side' failed (exit code $rc)" >&2
-        exit 1
-    fi
+# Sizes: BENCH_SIZES (default "2000 10000 50000"); ours runs with our client (BENCH_CLIENT=rust).
+SIZES="${BENCH_SIZES:-2000 10000 50000}"
+export BENCH_CLIENT=rust HATCHET_RUST_DRIVER_BIN="$DRIVER"
+results=()
+for n in $SIZES; do
+    side_limit=$((${BENCH_SIDE_TIMEOUT:-$((n / 150 + 75))} + 60))
+    for side in rust python; do
+        echo "bench: side '$side', $n runs (limit ${side_limit}s)"
+        rc=0
+        BENCH_TASKS="$n" step "$side_limit" "$VENV/bin/python" "$ROOT/benches/python/bench.py" \
+            side "$side" "$TMP/$side-$n.json" || rc=$?
+        if [[ $rc -ne 0 ]]; then
+            echo "bench: side '$side' ($n runs) failed (exit code $rc)" >&2
+            exit 1
+        fi
+        results+=("$TMP/$side-$n.json")
+    done
 done
-"$VENV/bin/python" "$ROOT/benches/python/bench.py" report "$TMP/rust.json" "$TMP/python.json" \
-    "$REPORT"
-echo "bench: appended to $REPORT"
+"$VENV/bin/python" "$ROOT/benches/python/bench.py" sweep "$REPORT" \
+    "$ROOT/target/bench-report/throughput.svg" "${results[@]}"
+echo "bench: appended to $REPORT; plot in target/bench-report/throughput.svg"

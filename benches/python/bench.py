@@ -3,6 +3,9 @@ hatchet-sdk Python worker (echo_worker.py, `py-echo`), each against a fresh hatc
 
   bench.py side rust|python OUT.json   # one side: engine + worker, trigger, measure, stop
   bench.py report RUST.json PY.json MD  # print the Markdown table and append it to MD
+  bench.py sweep MD SVG RESULT.json...  # one table over sizes and sides, and the SVG plot
+With BENCH_CLIENT=rust the rust side triggers and waits with our client
+(HATCHET_RUST_DRIVER_BIN, examples/bench_driver.rs) instead of the SDK driver.
 
 A side: start the engine (handshake file, free ports, stdin pipe), start the worker in its own
 process group with the handshake's HATCHET_CLIENT_* env and BENCH_SLOTS slots, wait until the
@@ -84,7 +87,8 @@ def run_side(side: str, out_path: Path) -> int:
     workflow, worker_name, action = SIDES[side]
     tasks, slots = env_int("BENCH_TASKS", 2000), env_int("BENCH_SLOTS", 50)
     chunk, warmup = env_int("BENCH_CHUNK", 500), env_int("BENCH_WARMUP", 20)
-    side_timeout = float(os.environ.get("BENCH_SIDE_TIMEOUT") or 75)
+    # A bigger load gets more time (the Python side completes ~400 tasks/s here).
+    side_timeout = float(os.environ.get("BENCH_SIDE_TIMEOUT") or max(75, tasks / 150 + 60))
     wait_mode = os.environ.get("BENCH_WAIT") or "refs"
     poll_s = float(os.environ.get("BENCH_POLL_S") or 0.25)
     work = Path(tempfile.mkdtemp(prefix=f"hatchet-bench-{side}-"))
@@ -173,7 +177,38 @@ def run_side(side: str, out_path: Path) -> int:
             cpu1, eng1 = tree_cpu_seconds(worker.pid)[0], tree_cpu_seconds(engine.pid)[0]
             return wall, t_trig, cpu1 - cpu0, eng1 - eng0
 
-        wall, t_trig, cpu, eng = bounded(lambda: asyncio.run(measure()), side_timeout + 45)
+        def measure_rust_client() -> tuple[float, float, float, float]:
+            """Our side with our client: the Rust driver (examples/bench_driver.rs) triggers
+            and waits; CPU is measured around its measured part, as for the SDK driver."""
+            driver = subprocess.Popen(
+                [os.environ["HATCHET_RUST_DRIVER_BIN"]], stdin=subprocess.PIPE,
+                start_new_session=True,
+                stdout=subprocess.PIPE, stderr=open(work / "driver.log", "wb"),
+                env={**os.environ, "BENCH_WORKFLOW": workflow, "BENCH_TASKS": str(tasks),
+                     "BENCH_WARMUP": str(warmup)})
+            remember_pid(f"-{driver.pid}")
+            try:
+                def event() -> dict:
+                    line = driver.stdout.readline()
+                    expect(line, f"the Rust driver exited with {driver.wait()}")
+                    return json.loads(line)
+                warm = event()
+                expect(warm.get("failed") == 0, f"warm-up: {warm}")
+                cpu0, eng0 = tree_cpu_seconds(worker.pid)[0], tree_cpu_seconds(engine.pid)[0]
+                driver.stdin.write(b"go\n")
+                driver.stdin.flush()
+                done = event()
+                cpu1, eng1 = tree_cpu_seconds(worker.pid)[0], tree_cpu_seconds(engine.pid)[0]
+                expect(done.get("failed") == 0, f"the Rust driver saw failures: {done}")
+                return done["wall_s"], done["trigger_s"], cpu1 - cpu0, eng1 - eng0
+            finally:
+                stop(driver, "rust driver", grace=5)
+                forget_pid(f"-{driver.pid}")
+
+        if side == "rust" and os.environ.get("BENCH_CLIENT") == "rust":
+            wall, t_trig, cpu, eng = bounded(measure_rust_client, side_timeout + 45)
+        else:
+            wall, t_trig, cpu, eng = bounded(lambda: asyncio.run(measure()), side_timeout + 45)
         nprocs = tree_cpu_seconds(worker.pid)[1]
         result = {
             "side": side, "workflow": workflow, "tasks": tasks, "slots": slots,
@@ -181,6 +216,8 @@ def run_side(side: str, out_path: Path) -> int:
             "worker_cpu_s": cpu, "cpu_s_per_1k": cpu * 1000 / tasks,
             "engine_cpu_s_per_1k": eng * 1000 / tasks, "worker_procs": nprocs,
             "wait": wait_mode,
+            "client": "rust" if side == "rust" and os.environ.get("BENCH_CLIENT") == "rust"
+            else "python",
         }
         # the engine's own view agrees: every run COMPLETED, none FAILED
         completed, failed = count("COMPLETED"), count("FAILED")
@@ -264,6 +301,93 @@ def report(rust_path: Path, py_path: Path, md_path: Path) -> int:
     return 0
 
 
+def sweep(md_path: Path, svg_path: Path, results: list[Path]) -> int:
+    """The table (one row per side and size, ratios per size) and the throughput-vs-runs plot."""
+    rows = [json.loads(p.read_text()) for p in results]
+    from importlib.metadata import version
+
+    sdk = version("hatchet-sdk")
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    build = os.environ.get("BENCH_BUILD", "unknown build")
+    by = {(r["side"], r["tasks"]): r for r in rows}
+    sizes = sorted({r["tasks"] for r in rows})
+    lines = [
+        f"### Throughput as runs accumulate: ours (Rust worker + Rust client) vs hatchet-sdk "
+        f"{sdk} (Python worker + Python client) ({stamp})",
+        "",
+        f"Binaries: {build}. One fresh hatchet-dev-engine per side and size, one worker "
+        f"process with {rows[0]['slots']} slots. Ours: `examples/bench_driver.rs` triggers with "
+        "`run_many` (BulkTriggerWorkflow, 1,000 per call) and awaits every result; Python: the "
+        "SDK's `aio_run_many` and `aio_result()`. Wall time from the first trigger to the last "
+        "result; CPU from /proc over the same window.",
+        "",
+        "| runs | side | wall s | tasks/s | worker CPU s / 1,000 | engine CPU s / 1,000 | "
+        "ours / python tasks/s |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for n in sizes:
+        r, p = by.get(("rust", n)), by.get(("python", n))
+        for side, x in (("ours", r), ("python", p)):
+            if x is None:
+                continue
+            ratio = (f"**{r['tasks_per_s'] / p['tasks_per_s']:.1f}x**"
+                     if side == "ours" and r and p else "")
+            lines.append(f"| {n} | {side} | {x['wall_s']:.2f} | {x['tasks_per_s']:.0f} | "
+                         f"{x['cpu_s_per_1k']:.3f} | {x['engine_cpu_s_per_1k']:.3f} | {ratio} |")
+    ours = [by[("rust", n)]["tasks_per_s"] for n in sizes if ("rust", n) in by]
+    if len(ours) >= 2:
+        lines += ["", f"Ours at {sizes[-1]} runs is **{ours[-1] / ours[0]:.2f}x** ours at "
+                  f"{sizes[0]} (flat throughput is 1.0). Plot: `{svg_path.name}`."]
+    text = "\n".join(lines + [""])
+    print(text)
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(md_path, "a") as f:
+        f.write(text + "\n")
+    svg_path.write_text(plot(sizes, {"ours (Rust)": [by.get(("rust", n)) for n in sizes],
+                                     f"hatchet-sdk {sdk} (Python)": [by.get(("python", n))
+                                                                     for n in sizes]}))
+    return 0
+
+
+def plot(sizes: list[int], series: dict[str, list]) -> str:
+    """A small SVG line chart: tasks/s (log scale) against runs (log scale)."""
+    import math
+
+    w, h, pad = 640, 360, 60
+    ys = [x["tasks_per_s"] for s in series.values() for x in s if x]
+    lo, hi = math.log10(max(min(ys) / 2, 1)), math.log10(max(ys) * 2)
+    xl, xh = math.log10(sizes[0]), math.log10(sizes[-1]) if len(sizes) > 1 else math.log10(sizes[0]) + 1
+
+    def px(n: int) -> float:
+        return pad + (math.log10(n) - xl) / max(xh - xl, 1e-9) * (w - 2 * pad)
+
+    def py(v: float) -> float:
+        return h - pad - (math.log10(v) - lo) / max(hi - lo, 1e-9) * (h - 2 * pad)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+           'font-family="sans-serif" font-size="12">',
+           f'<rect width="{w}" height="{h}" fill="white"/>',
+           f'<text x="{w / 2}" y="20" text-anchor="middle">tasks/s vs runs outstanding '
+           '(one worker, 50 slots; log scales)</text>',
+           f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>',
+           f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>']
+    for n in sizes:
+        out.append(f'<text x="{px(n)}" y="{h - pad + 16}" text-anchor="middle">{n}</text>')
+    for e in range(int(math.floor(lo)), int(math.ceil(hi)) + 1):
+        v = 10 ** e
+        if lo <= e <= hi:
+            out.append(f'<text x="{pad - 6}" y="{py(v) + 4}" text-anchor="end">{v}</text>')
+    for (name, pts), color, dy in zip(series.items(), ["#1f77b4", "#d62728"], [0, 16]):
+        xy = [(px(n), py(x["tasks_per_s"])) for n, x in zip(sizes, pts) if x]
+        out.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>' % (
+            color, " ".join(f"{a:.1f},{b:.1f}" for a, b in xy)))
+        for a, b in xy:
+            out.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="{color}"/>')
+        out.append(f'<text x="{w - pad - 150}" y="{pad + dy}" fill="{color}">{name}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 terminating = False
 
 
@@ -280,6 +404,8 @@ if __name__ == "__main__":
             code = run_side(sys.argv[2], Path(sys.argv[3]).resolve())
         elif len(sys.argv) == 5 and sys.argv[1] == "report":
             code = report(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]))
+        elif len(sys.argv) >= 5 and sys.argv[1] == "sweep":
+            code = sweep(Path(sys.argv[2]), Path(sys.argv[3]), [Path(p) for p in sys.argv[4:]])
         else:
             print(__doc__, file=sys.stderr)
             code = 2

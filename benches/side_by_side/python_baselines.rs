@@ -225,3 +225,45 @@ pub async fn idle_worker(
 pub fn python_worker() -> Option<(PathBuf, Vec<PathBuf>)> {
     Some((python()?, vec![bench_dir().join("echo_worker.py")]))
 }
+
+/// Benchmark 7 for the Python SDK: its worker (`echo_worker.py`) serving, its client
+/// (`latency.py`) triggering one run at a time and waiting for the result; `(p50, p99)`.
+pub async fn latency(engine: &DevEngine, runs: usize) -> Option<(Duration, Duration)> {
+    let (python, worker_args) = python_worker()?;
+    let sessions = engine.stats().listener_sessions;
+    let mut worker = command(&python, engine)
+        .args(&worker_args)
+        .env("BENCH_SLOTS", "4")
+        .stdout(Stdio::null())
+        .spawn()
+        .ok()?;
+    let listening = tokio::time::timeout(Duration::from_secs(120), async {
+        while engine.stats().listener_sessions <= sessions {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let result = async {
+        listening.ok()?;
+        let out = command(&python, engine)
+            .arg(bench_dir().join("latency.py"))
+            .env("BENCH_LATENCY_RUNS", runs.to_string())
+            .stdout(Stdio::piped())
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(600), out)
+            .await
+            .ok()?
+            .ok()?;
+        let line = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))?
+            .to_string();
+        let v: serde_json::Value = serde_json::from_str(&line).ok()?;
+        let ms = |k: &str| v[k].as_f64().map(|m| Duration::from_secs_f64(m / 1000.0));
+        Some((ms("p50_ms")?, ms("p99_ms")?))
+    }
+    .await;
+    stop_process(&mut worker).await;
+    result
+}

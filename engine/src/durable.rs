@@ -668,7 +668,8 @@ impl State {
         let Some(run) = self.runs.get(run_id) else {
             return;
         };
-        if !run.status.is_terminal() {
+        // Only a child (spawned by a task) can have a durable RUN node waiting on it.
+        if !run.status.is_terminal() || run.parent_task_id.is_none() {
             return;
         }
         let ev = self.run_event(run);

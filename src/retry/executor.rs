@@ -30,7 +30,7 @@ use super::budget::{BudgetConfig, RetryBudget};
 use super::class::RequestClass;
 use super::deadline::Deadline;
 use super::decision::{Decision, Failure, Policy, decide};
-use super::ledger::Ledger;
+use super::ledger::{Ledger, MethodLedger};
 use crate::error::{Cause, Error, Outcome};
 
 /// Resolves when `token` is cancelled; never without a token.
@@ -147,9 +147,9 @@ impl RetryCore {
             attempts = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
-        let method = op.method;
+        let counters = self.ledger.method(op.method);
         let result = self
-            .run_inner(&op, &mut attempt)
+            .run_inner(&op, &counters, &mut attempt)
             .instrument(span.clone())
             .await;
         let (attempts, outcome) = match &result {
@@ -158,13 +158,14 @@ impl RetryCore {
         };
         span.record("attempts", attempts);
         span.record("outcome", outcome);
-        self.ledger.finished(method, outcome);
+        counters.finished(outcome);
         result.map(|(v, _)| v)
     }
 
     async fn run_inner<T, F, Fut>(
         &self,
         op: &Operation<'_>,
+        counters: &MethodLedger,
         attempt_fn: &mut F,
     ) -> Result<(T, u32), Error>
     where
@@ -174,7 +175,7 @@ impl RetryCore {
         let start = Instant::now();
         let deadline = Deadline::new(start, op.timeout);
         let cancel = op.cancel.as_ref();
-        self.ledger.operation(op.method);
+        counters.operation();
         self.budget.deposit();
         let mut n: u32 = 0;
         loop {
@@ -187,7 +188,7 @@ impl RetryCore {
             }
             let now = Instant::now();
             let timeout = deadline.attempt_timeout(now);
-            self.ledger.attempt(op.method, n > 1);
+            counters.attempt(n > 1);
             let res = tokio::select! {
                 biased;
                 _ = cancelled(cancel) => {
@@ -211,7 +212,7 @@ impl RetryCore {
                 },
             };
             let code = err.code_name();
-            self.ledger.failure(op.method, &code);
+            counters.failure(&code);
             let now = Instant::now();
             let decision = {
                 let mut rng = self.rng.lock();
@@ -238,7 +239,7 @@ impl RetryCore {
                     reason,
                 } => {
                     if spends_budget && !self.budget.try_withdraw() {
-                        self.ledger.budget_refusal(op.method);
+                        counters.budget_refusal();
                         tracing::debug!(attempt = n, code = %code, "retry budget spent; stopping");
                         return Err(Error::new(Outcome::BudgetExhausted, op.method.to_string())
                             .with_attempts(n)

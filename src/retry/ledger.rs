@@ -51,7 +51,57 @@ pub struct Ledger {
     methods: RwLock<HashMap<String, Arc<Live>>>,
 }
 
+/// One method's counters, looked up once per operation (the executor counts its operation,
+/// attempts and outcome through it without further map lookups).
+#[derive(Debug, Clone)]
+pub struct MethodLedger(Arc<Live>);
+
+impl MethodLedger {
+    /// An operation started.
+    pub fn operation(&self) {
+        self.0.operations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An attempt is being made; `retry` when it is not the first.
+    pub fn attempt(&self, retry: bool) {
+        self.0.attempts.fetch_add(1, Ordering::Relaxed);
+        if retry {
+            self.0.retries.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// An attempt failed with `code`.
+    pub fn failure(&self, code: &str) {
+        *self
+            .0
+            .rare
+            .lock()
+            .failures
+            .entry(code.to_string())
+            .or_default() += 1;
+    }
+
+    /// A retry was refused by the budget.
+    pub fn budget_refusal(&self) {
+        self.0.budget_refusals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The operation finished with `outcome` (`ok` on success).
+    pub fn finished(&self, outcome: &'static str) {
+        if outcome == "ok" {
+            self.0.ok.fetch_add(1, Ordering::Relaxed);
+        } else {
+            *self.0.rare.lock().outcomes.entry(outcome).or_default() += 1;
+        }
+    }
+}
+
 impl Ledger {
+    /// The counters of `method`.
+    pub fn method(&self, method: &str) -> MethodLedger {
+        MethodLedger(self.live(method))
+    }
+
     fn live(&self, method: &str) -> Arc<Live> {
         if let Some(l) = self.methods.read().get(method) {
             return l.clone();

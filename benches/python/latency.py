@@ -1,0 +1,33 @@
+"""Latency baseline for benchmark 7: the official Python SDK triggers `py-echo` (served by
+echo_worker.py) and waits for its result, one call at a time, BENCH_LATENCY_RUNS times after
+BENCH_LATENCY_WARMUP warm-up calls. Prints one JSON line: {"p50_ms": .., "p99_ms": .., "n": ..}.
+Env: HATCHET_CLIENT_* (the engine).
+"""
+
+import json
+import os
+import time
+
+from hatchet_sdk import EmptyModel, Hatchet
+
+
+def main() -> None:
+    runs = int(os.environ.get("BENCH_LATENCY_RUNS", "300"))
+    warmup = int(os.environ.get("BENCH_LATENCY_WARMUP", "20"))
+    stub = Hatchet().stubs.workflow(name="py-echo")
+    samples = []
+    for i in range(warmup + runs):
+        t0 = time.perf_counter()
+        stub.run(EmptyModel())
+        if i >= warmup:
+            samples.append(time.perf_counter() - t0)
+    samples.sort()
+
+    def pct(p: float) -> float:
+        return samples[min(len(samples) - 1, int(p * len(samples)))] * 1000
+
+    print(json.dumps({"p50_ms": pct(0.5), "p99_ms": pct(0.99), "n": len(samples)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+//! Benchmark 7: trigger -> result of a trivial task, one caller, one run at a time, against one
+//! in-process engine: (a) the protocol's floor, a client and a worker written directly on the
+//! generated stubs with the fewest round trips (TriggerWorkflow; the assignment pushed on
+//! ListenV2; SendStepActionEvent COMPLETED; the result pushed on SubscribeToWorkflowRuns);
+//! (b) our runtime (`run`, our worker); (c) the official Python SDK (its client and worker).
+//! Benchmark 8: cold start, `Runtime::spawn` to the first task executed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use hatchet_dev_engine::{DevEngine, DevEngineOptions};
+use hatchet_runtime::proto::{self, v1};
+use hatchet_runtime::{Context, Runtime, TaskError, WorkerOptions, Workflow};
+use serde_json::Value;
+
+use super::{Report, env_num, pct, python_baselines};
+
+fn trivial(name: &str) -> Workflow {
+    Workflow::new(name).task("t", |_i: Value, _c: Context| async move {
+        Ok::<_, TaskError>(Value::Null)
+    })
+}
+
+/// (a): the floor, on the generated stubs.
+async fn floor(engine: &DevEngine, runs: usize) -> Vec<Duration> {
+    let raw = engine.raw_clients().expect("clients");
+    raw.admin()
+        .put_workflow(v1::CreateWorkflowVersionRequest {
+            name: "floor".into(),
+            tasks: vec![v1::CreateTaskOpts {
+                readable_id: "t".into(),
+                action: "floor:t".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .await
+        .expect("put");
+    let worker_id = raw
+        .dispatcher()
+        .register(proto::WorkerRegisterRequest {
+            worker_name: "floor".into(),
+            actions: vec!["floor:t".into()],
+            slot_config: [("default".to_string(), 4)].into(),
+            ..Default::default()
+        })
+        .await
+        .expect("register")
+        .into_inner()
+        .worker_id;
+    let mut actions = raw
+        .dispatcher()
+        .listen_v2(proto::WorkerListenRequest {
+            worker_id: worker_id.clone(),
+        })
+        .await
+        .expect("listen")
+        .into_inner();
+    let mut dispatcher = raw.dispatcher();
+    dispatcher
+        .heartbeat(proto::HeartbeatRequest {
+            worker_id: worker_id.clone(),
+            heartbeat_at: None,
+        })
+        .await
+        .expect("heartbeat");
+    let (sub_tx, sub_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut results = raw
+        .dispatcher()
+        .subscribe_to_workflow_runs(tokio_stream::wrappers::UnboundedReceiverStream::new(sub_rx))
+        .await
+        .expect("subscribe")
+        .into_inner();
+    let mut workflows = raw.workflows();
+    let mut samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t0 = Instant::now();
+        let run = workflows
+            .trigger_workflow(v1::TriggerWorkflowRequest {
+                name: "floor".into(),
+                input: "{}".into(),
+                ..Default::default()
+            })
+            .await
+            .expect("trigger")
+            .into_inner()
+            .workflow_run_id;
+        let _ = sub_tx.send(proto::SubscribeToWorkflowRunsRequest {
+            workflow_run_id: run.clone(),
+        });
+        let a = actions
+            .next()
+            .await
+            .expect("assignment")
+            .expect("assignment ok");
+        dispatcher
+            .send_step_action_event(proto::StepActionEvent {
+                worker_id: worker_id.clone(),
+                task_run_external_id: a.task_run_external_id.clone(),
+                action_id: a.action_id.clone(),
+                event_type: proto::StepActionEventType::StepEventTypeCompleted as i32,
+                event_payload: "null".into(),
+                retry_count: Some(a.retry_count),
+                ..Default::default()
+            })
+            .await
+            .expect("completed");
+        loop {
+            let ev = results.next().await.expect("result").expect("result ok");
+            if ev.workflow_run_id == run {
+                break;
+            }
+        }
+        samples.push(t0.elapsed());
+    }
+    samples
+}
+
+/// (b): our runtime, client and worker in one process.
+async fn ours(engine: &DevEngine, runs: usize) -> Vec<Duration> {
+    let rt = Runtime::spawn(engine.client_config())
+        .await
+        .expect("runtime");
+    rt.register(trivial("ours")).await.expect("register");
+    rt.start_worker(WorkerOptions::new("ours", 4))
+        .await
+        .expect("start");
+    let mut samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t0 = Instant::now();
+        let _: Value = rt.run("ours", &Value::Null).await.expect("run");
+        samples.push(t0.elapsed());
+    }
+    rt.shutdown(Duration::from_secs(1)).await;
+    samples
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+pub async fn latency(r: &mut Report, smoke: bool) {
+    let runs = env_num("BENCH_LATENCY_RUNS", if smoke { 5 } else { 1000 }) as usize;
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    r.line(&format!(
+        "\n## 7. Latency against the protocol floor: trigger -> result of a trivial task, one caller, sequential ({runs} runs each, warm)\n"
+    ));
+    // Warm both paths, then measure them alternately (drift spreads over both).
+    let _ = floor(&engine, 20.min(runs)).await;
+    let (mut f, mut o) = (Vec::new(), Vec::new());
+    for _ in 0..2 {
+        f.extend(floor(&engine, runs / 2).await);
+        o.extend(ours(&engine, runs / 2).await);
+    }
+    let (f50, f99) = (pct(f.clone(), 0.5), pct(f, 0.99));
+    let (o50, o99) = (pct(o.clone(), 0.5), pct(o, 0.99));
+    r.line("| path | p50 | p99 | p50 / floor p50 |");
+    r.line("|---|---|---|---|");
+    r.line(&format!(
+        "| (a) floor: generated stubs, fewest round trips | {} | {} | 1.00 |",
+        ms(f50),
+        ms(f99)
+    ));
+    r.line(&format!(
+        "| (b) ours: `run()`, our worker | {} | {} | **{:.2}** |",
+        ms(o50),
+        ms(o99),
+        o50.as_secs_f64() / f50.as_secs_f64().max(1e-9)
+    ));
+    let python = if smoke {
+        None
+    } else {
+        python_baselines::latency(&engine, runs.min(300)).await
+    };
+    match python {
+        Some((p50, p99)) => r.line(&format!(
+            "| (c) official Python SDK: `run()`, its worker | {} | {} | {:.2} |",
+            ms(p50),
+            ms(p99),
+            p50.as_secs_f64() / f50.as_secs_f64().max(1e-9)
+        )),
+        None => r.line("| (c) official Python SDK | not measured: run `scripts/bench.sh` (it sets the Python) | | |"),
+    }
+    r.line(&format!(
+        "\nTargets: ours p50 <= 1.2x the floor and <= 0.5 ms; p99 <= 2x our p50 (here {:.2}x).",
+        o99.as_secs_f64() / o50.as_secs_f64().max(1e-9)
+    ));
+}
+
+/// Benchmark 8: `Runtime::spawn` to the first task executed, a fresh runtime each time.
+pub async fn cold_start(r: &mut Report, smoke: bool) {
+    let tries = env_num("BENCH_COLD_STARTS", if smoke { 2 } else { 20 }) as usize;
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let mut samples = Vec::with_capacity(tries);
+    for i in 0..tries {
+        let name = format!("cold-{i}");
+        let first = Arc::new(tokio::sync::Notify::new());
+        let f2 = first.clone();
+        let wf = Workflow::new(&name).task("t", move |_i: Value, _c: Context| {
+            f2.notify_one();
+            async { Ok::<_, TaskError>(Value::Null) }
+        });
+        let t0 = Instant::now();
+        let rt = Runtime::spawn(engine.client_config())
+            .await
+            .expect("runtime");
+        rt.register(wf).await.expect("register");
+        rt.start_worker(WorkerOptions::new(&name, 4))
+            .await
+            .expect("start");
+        let _h = rt.run_no_wait(&name, &Value::Null).await.expect("trigger");
+        first.notified().await;
+        samples.push(t0.elapsed());
+        rt.shutdown(Duration::from_secs(1)).await;
+    }
+    let (p50, max) = (pct(samples.clone(), 0.5), pct(samples, 1.0));
+    r.line(&format!(
+        "\n## 8. Cold start: `Runtime::spawn` -> register -> `start_worker` -> trigger -> first task executed (local engine, {tries} fresh runtimes)\n"
+    ));
+    r.line("| p50 | max | target |");
+    r.line("|---|---|---|");
+    r.line(&format!("| **{}** | {} | <= 50 ms |", ms(p50), ms(max)));
+}
