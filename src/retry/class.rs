@@ -173,10 +173,13 @@ pub const STREAMING_METHODS: &[&str] = &[
 
 /// The class of a unary method path, or `None` for streams and unknown paths.
 pub fn class_of(path: &str) -> Option<RequestClass> {
-    UNARY_METHODS
-        .iter()
-        .find(|(p, _, _)| *p == path)
-        .map(|(_, c, _)| *c)
+    // An index over the one table, built on first use (the hot path looks up every call).
+    static INDEX: std::sync::OnceLock<std::collections::HashMap<&'static str, RequestClass>> =
+        std::sync::OnceLock::new();
+    INDEX
+        .get_or_init(|| UNARY_METHODS.iter().map(|(p, c, _)| (*p, *c)).collect())
+        .get(path)
+        .copied()
 }
 
 /// Whether `path` is a streaming RPC.

@@ -147,7 +147,7 @@ pub struct WorkerCore {
     listeners: Arc<Listeners>,
     /// Asks the stream supervisor to spawn the actions listener (its home is in `listeners`).
     spawn_actions: Box<dyn Fn() + Send + Sync>,
-    handlers: Mutex<HashMap<String, TaskDef>>,
+    handlers: Mutex<HashMap<String, Arc<TaskDef>>>,
     pub(crate) identity: Arc<WorkerIdentity>,
     running: Mutex<HashMap<RunningKey, CancellationToken>>,
     /// Attempts that ran here (invariant 5: the same attempt offered again does not run again).
@@ -394,7 +394,7 @@ async fn register_workflow(core: &WorkerCore, wf: Workflow) -> Result<(), Error>
         .await?;
     let mut h = core.handlers.lock();
     for t in wf.tasks.into_iter().chain(wf.on_failure) {
-        h.insert(Workflow::action_id(&name, &t.name), t);
+        h.insert(Workflow::action_id(&name, &t.name), Arc::new(t));
     }
     Ok(())
 }
@@ -565,15 +565,23 @@ async fn execute(core: &Arc<WorkerCore>, action: proto::AssignedAction, token: C
         }
     });
     core.counters.started.fetch_add(1, Ordering::Relaxed);
-    send_event(
-        core,
-        &action,
-        E::StepEventTypeStarted,
-        String::new(),
-        false,
-        false,
-    )
-    .await;
+    // STARTED goes out alongside the handler instead of before it: the task does not wait a
+    // round trip to begin, and the engine ignores a STARTED that arrives after the attempt's
+    // final event (a finished attempt only moves forward).
+    {
+        let (core2, action2) = (core.clone(), action.clone());
+        core.tracker.spawn(async move {
+            send_event(
+                &core2,
+                &action2,
+                E::StepEventTypeStarted,
+                String::new(),
+                false,
+                false,
+            )
+            .await;
+        });
+    }
     #[cfg(feature = "otel")]
     let otel_cx = {
         let metadata = action
