@@ -190,7 +190,8 @@ def run_side(side: str, out_path: Path) -> int:
             try:
                 def event() -> dict:
                     line = driver.stdout.readline()
-                    expect(line, f"the Rust driver exited with {driver.wait()}")
+                    if not line:  # the driver ended early: say how
+                        expect(False, f"the Rust driver exited with {driver.wait()}")
                     return json.loads(line)
                 warm = event()
                 expect(warm.get("failed") == 0, f"warm-up: {warm}")

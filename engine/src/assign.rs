@@ -1,7 +1,7 @@
 //! Assignment: live workers, slots, the assigned-action payload, requeues of a silent worker's
 //! tasks, and execution timeouts.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
@@ -72,19 +72,20 @@ impl State {
             if !over_assign && !has_room(&free, &lane.slot_type) && !has_room(&free, "default") {
                 continue;
             }
+            // The lane is walked in place: only what is examined moves, so a pass that assigns
+            // one task costs one task, however long the lane (no copy of the rest).
             let mut waiting = self.queue.take_lane(&lane);
-            let mut keep = VecDeque::with_capacity(waiting.len());
+            let mut passed_over = Vec::new();
             while let Some(tid) = waiting.pop_front() {
                 let room = has_room(&free, &lane.slot_type) || has_room(&free, "default");
                 if (total <= 0 || !room) && !over_assign {
                     // No slot left for this lane: the rest waits in order, unexamined.
-                    keep.push_back(tid);
-                    keep.append(&mut waiting);
+                    waiting.push_front(tid);
                     break;
                 }
                 match self.try_assign(&tid, now, live, over_assign) {
                     Offer::Skip => {}
-                    Offer::Wait => keep.push_back(tid),
+                    Offer::Wait => passed_over.push(tid),
                     Offer::Sent(slot) => {
                         if let Some(n) = free.get_mut(&slot) {
                             *n -= 1;
@@ -93,7 +94,11 @@ impl State {
                     }
                 }
             }
-            self.queue.put_lane(lane, keep);
+            // What was passed over keeps its place ahead of the unexamined rest.
+            for tid in passed_over.into_iter().rev() {
+                waiting.push_front(tid);
+            }
+            self.queue.put_lane(lane, waiting);
         }
     }
 
