@@ -242,7 +242,9 @@ impl RunHandle {
         };
         match outputs_of(&self.run_id, &ev) {
             Ok(o) => Ok(o),
-            Err(e) => Err(self.client.classify_run_error(&self.run_id, e).await),
+            // Boxed: the status read is the rare path, and its future is large; a pending
+            // waiter (a million of them, say) stays small.
+            Err(e) => Err(Box::pin(self.client.classify_run_error(&self.run_id, e)).await),
         }
     }
 
