@@ -3,12 +3,15 @@
 //!
 //! `cargo bench --bench side_by_side` runs them all; name some to run a subset:
 //! `cargo bench --bench side_by_side -- unary outage`. Environment knobs (for quick runs):
-//! `BENCH_SECS` (seconds per unary measurement, 2), `BENCH_FANIN` (runs, 100000),
-//! `BENCH_RECONNECT` (waiters, 10000), `BENCH_OUTAGE_SECS` (20), `BENCH_IDLE_SECS` (60).
-//! Baselines, each measured in the same run: raw tonic (1, 2), the official Python SDK (3, 5;
-//! with `HATCHET_BENCH_PYTHON`), the Go SDK's documented retry policy (4), our example worker
-//! as a process (5; with `HATCHET_RUST_WORKER_BIN`). `scripts/bench.sh` sets both and adds
-//! benchmark 6 (end-to-end throughput against the Python SDK's worker).
+//! `BENCH_SECS` (seconds per unary measurement, 2), `BENCH_FANIN` (runs, 1000000),
+//! `BENCH_RECONNECT` (waiters, 10000), `BENCH_OUTAGE_SECS` (20), `BENCH_IDLE_SECS` (60),
+//! `BENCH_LATENCY_RUNS` (1000), `BENCH_COLD_STARTS` (20).
+//! Baselines, each measured in the same run: raw tonic (1, 2, 7: the protocol floor on the
+//! generated stubs), the official Python SDK (3, 5, 7; with `HATCHET_BENCH_PYTHON`), the Go
+//! SDK's documented retry policy (4), our example worker as a process (5; with
+//! `HATCHET_RUST_WORKER_BIN`). Benchmark 8 (cold start) has a target, not a baseline.
+//! `scripts/bench.sh` sets both variables and adds benchmark 6 (end-to-end throughput against
+//! the Python SDK's worker and client).
 //! Under `cargo test --all-targets` (no `--bench` argument) every benchmark runs once at a tiny
 //! size instead: a smoke test, not a measurement.
 //! Writes `target/bench-report/report.md` and `target/bench-report/outage.svg`.

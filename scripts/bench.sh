@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# All six benchmarks, release builds, each side by side with its baseline in one run:
+# All eight benchmarks, release builds, each side by side with its baseline in one run:
 #   1 unary overhead (vs raw tonic), 2 result fan-in (vs a raw stream consumer), 3 reconnect
 #   (vs the official Python SDK), 4 outage amplification (vs the Go SDK's documented retry
-#   policy), 5 at rest (our worker process vs the Python SDK's)   -- cargo bench --bench side_by_side
-#   6 end-to-end throughput against the official Python SDK's worker  -- scripts/bench_python.sh
-# Writes target/bench-report/report.md (all tables), outage.svg and python.md.
+#   policy), 5 at rest (our worker process vs the Python SDK's), 7 latency against the protocol
+#   floor (raw stubs, ours, the Python SDK), 8 cold start   -- cargo bench --bench side_by_side
+#   6 end-to-end throughput at 2,000 / 10,000 / 50,000 runs, our worker and client against the
+#     official Python SDK's  -- scripts/bench_python.sh (BENCH_SIZES to change the sizes)
+# Writes target/bench-report/report.md (all tables), outage.svg, throughput.svg and python.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
