@@ -185,19 +185,12 @@ impl ClientCore {
         let prepared = events
             .iter()
             .map(|ev| {
-                check_priority(PATH, ev.priority)
-                    .and_then(|()| encode_input(PATH, &ev.payload))
-                    .map(|payload| proto::PushEventRequest {
-                        key: self.conn.config().namespaced(&ev.key),
-                        payload,
-                        event_timestamp: Some(proto::timestamp_now()),
-                        additional_metadata: ev
-                            .metadata
-                            .clone()
-                            .map(|m| Value::Object(m).to_string()),
-                        priority: ev.priority,
-                        scope: None,
-                    })
+                let opts = super::PushOptions {
+                    metadata: ev.metadata.clone(),
+                    priority: ev.priority,
+                    scope: None,
+                };
+                self.push_request(PATH, &ev.key, &ev.payload, &opts)
             })
             .collect();
         in_chunks(PATH, prepared, |events| async move {

@@ -123,6 +123,26 @@ impl ClientCore {
         }
     }
 
+    /// The Push request of one event (`key` namespaced here); a priority outside 1–3 or a
+    /// payload that does not serialize is refused locally as `op`.
+    pub(crate) fn push_request<P: Serialize>(
+        &self,
+        op: &'static str,
+        key: &str,
+        payload: &P,
+        opts: &PushOptions,
+    ) -> Result<proto::PushEventRequest, Error> {
+        bulk::check_priority(op, opts.priority)?;
+        Ok(proto::PushEventRequest {
+            key: self.conn.config().namespaced(key),
+            payload: encode_input(op, payload)?,
+            event_timestamp: Some(proto::timestamp_now()),
+            additional_metadata: opts.metadata.clone().map(|m| Value::Object(m).to_string()),
+            priority: opts.priority,
+            scope: opts.scope.clone(),
+        })
+    }
+
     /// Triggers a run and returns its handle.
     pub(crate) async fn run_no_wait_with<I: Serialize>(
         self: &Arc<Self>,

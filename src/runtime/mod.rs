@@ -48,7 +48,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::bulk::{BulkEvent, BulkRun};
 use crate::client::control::{RunFilter, Selection};
 use crate::client::typed::{Registered, RunView};
-use crate::client::{ClientCore, PushOptions, RunHandle, TriggerOptions, encode_input};
+use crate::client::{ClientCore, PushOptions, RunHandle, TriggerOptions};
 use crate::config::ClientConfig;
 use crate::connection::{Connection, Parts};
 use crate::error::Error;
@@ -507,18 +507,7 @@ impl RuntimeHandle {
     ) -> Result<String, Error> {
         const PATH: &str = "/EventsService/Push";
         let conn = &self.inner.conn;
-        crate::client::bulk::check_priority(PATH, opts.priority)?;
-        let payload = encode_input("push", payload)?;
-        let req = proto::PushEventRequest {
-            key: conn.config().namespaced(key),
-            payload,
-            event_timestamp: Some(proto::timestamp_now()),
-            additional_metadata: opts
-                .metadata
-                .map(|m| serde_json::Value::Object(m).to_string()),
-            priority: opts.priority,
-            scope: opts.scope,
-        };
+        let req = self.inner.client.push_request(PATH, key, payload, &opts)?;
         let client = conn.events();
         conn.call(
             PATH,
