@@ -122,6 +122,8 @@ async fn unary(r: &mut Report, smoke: bool) {
         AuthInterceptor::new(&cfg).expect("auth"),
     );
     let rt = Runtime::spawn(cfg).await.expect("runtime");
+    let raw_size = std::mem::size_of_val(&raw.clone().get_version(proto::GetVersionRequest {}));
+    let our_size = std::mem::size_of_val(&rt.engine_version());
     r.line("\n## 1. Unary overhead: GetVersion, runtime path (retry core + ledger + span) vs raw tonic\n");
     r.line(
         "| callers | raw p50 | ours p50 | p50 ratio | raw req/s | ours req/s | throughput ratio |",
@@ -163,7 +165,11 @@ async fn unary(r: &mut Report, smoke: bool) {
             our_thr / raw_thr.max(1e-9)
         ));
     }
-    r.line("\nTargets: p50 ratio <= 1.10 at 1 caller; throughput ratio >= 0.90 at 64 callers.");
+    r.line(&format!(
+        "\nTargets: p50 ratio <= 1.05 and throughput ratio >= 0.95 at every caller count. \
+         Future of one call: raw {raw_size} B, ours {our_size} B (the tonic call is boxed once \
+         instead of being carried by value through every layer of the retry core)."
+    ));
     rt.shutdown(Duration::from_secs(1)).await;
 }
 

@@ -172,8 +172,9 @@ impl Connection {
     }
 
     /// Runs one unary call under the gRPC retry core (invariant 1): `call` gets a clone of
-    /// `client` and of `req` (with the attempt's timeout) for every attempt. Cancelled by
-    /// `cancel`, or by the runtime's shutdown when `cancel` is `None`.
+    /// `client` and of `req` for every attempt; the request carries `grpc-timeout` (what is left
+    /// of `timeout`) only when the caller set `timeout`. Cancelled by `cancel`, or by the
+    /// runtime's shutdown when `cancel` is `None`.
     ///
     /// # Cancel safety
     ///
@@ -196,9 +197,18 @@ impl Connection {
         F: Fn(C, tonic::Request<Req>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
-        let cancel = cancel.unwrap_or_else(|| self.inner.lifecycle.clone());
+        let cancel = cancel.as_ref().unwrap_or(&self.inner.lifecycle);
         call_unary(self.grpc_core(), path, over, timeout, Some(cancel), |t| {
-            let fut = call(client.clone(), request_with_timeout(req.clone(), t));
+            // Only the caller's deadline goes on the wire (CONTRACT.md §1, Timing): the 30 s
+            // backstop is enforced here, and sending it would only arm two more timers per call
+            // (tonic's client side and the server's) for a bound nobody asked the server to keep.
+            let request = match timeout {
+                Some(_) => request_with_timeout(req.clone(), t),
+                None => tonic::Request::new(req.clone()),
+            };
+            // Boxed: tonic's call future is about 1 KiB, and every layer above (the retry loop,
+            // its select and timeout, the span) would otherwise carry and move it by value.
+            let fut = Box::pin(call(client.clone(), request));
             async move { fut.await.map(tonic::Response::into_inner) }
         })
         .await
@@ -276,7 +286,7 @@ impl Connection {
             route,
             method,
             None,
-            Some(self.inner.lifecycle.clone()),
+            Some(&self.inner.lifecycle),
             move |_| {
                 let mut r = http
                     .request(m.clone(), &url)

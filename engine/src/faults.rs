@@ -78,6 +78,8 @@ pub struct Faults {
 struct Inner {
     rules: Mutex<Vec<FaultRule>>,
     counters: Mutex<BTreeMap<String, u64>>,
+    /// Calls that carried a deadline (`grpc-timeout`), per path.
+    deadlines: Mutex<BTreeMap<String, u64>>,
     /// When each call arrived, for the paths asked for ([`Faults::record_times`]).
     times: Mutex<BTreeMap<String, Vec<tokio::time::Instant>>>,
     kill: Mutex<CancellationToken>,
@@ -163,6 +165,22 @@ impl Faults {
             .unwrap_or_default()
     }
 
+    /// Records that a call of `path` carried a deadline (`grpc-timeout`).
+    pub fn count_deadline(&self, path: &str) {
+        *self
+            .inner
+            .deadlines
+            .lock()
+            .entry(path.to_string())
+            .or_default() += 1;
+    }
+
+    /// Calls of `path` (exact) that carried a deadline (`grpc-timeout`): a client sends one
+    /// when its caller bounded the call.
+    pub fn calls_with_deadline(&self, path: &str) -> u64 {
+        self.inner.deadlines.lock().get(path).copied().unwrap_or(0)
+    }
+
     /// Calls seen for `path` (exact).
     pub fn attempts(&self, path: &str) -> u64 {
         self.inner.counters.lock().get(path).copied().unwrap_or(0)
@@ -176,6 +194,7 @@ impl Faults {
     /// Resets every counter.
     pub fn reset_counters(&self) {
         self.inner.counters.lock().clear();
+        self.inner.deadlines.lock().clear();
     }
 
     /// Drops every open connection (clients see a reset).

@@ -69,6 +69,9 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let path = req.uri().path().to_string();
         self.gate.faults.count(&path);
+        if req.headers().contains_key("grpc-timeout") {
+            self.gate.faults.count_deadline(&path);
+        }
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let authorized = bearer_ok(

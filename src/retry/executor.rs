@@ -71,8 +71,9 @@ pub struct Operation<'a> {
     pub class: RequestClass,
     /// The caller's timeout for the whole operation, if any.
     pub timeout: Option<Duration>,
-    /// The caller's cancellation, if any.
-    pub cancel: Option<CancellationToken>,
+    /// The caller's cancellation, if any. Borrowed: cloning a token, and dropping the clone,
+    /// each lock the token's shared node, which every concurrent call would contend on.
+    pub cancel: Option<&'a CancellationToken>,
 }
 
 impl<'a> Operation<'a> {
@@ -93,7 +94,7 @@ impl<'a> Operation<'a> {
     }
 
     /// Sets the caller's cancellation.
-    pub fn cancel(mut self, c: Option<CancellationToken>) -> Self {
+    pub fn cancel(mut self, c: Option<&'a CancellationToken>) -> Self {
         self.cancel = c;
         self
     }
@@ -156,8 +157,10 @@ impl RetryCore {
             Ok((_, n)) => (*n, "ok"),
             Err(e) => (e.attempts(), e.outcome().as_str()),
         };
-        span.record("attempts", attempts);
-        span.record("outcome", outcome);
+        if !span.is_disabled() {
+            span.record("attempts", attempts);
+            span.record("outcome", outcome);
+        }
         counters.finished(outcome);
         result.map(|(v, _)| v)
     }
@@ -174,7 +177,7 @@ impl RetryCore {
     {
         let start = Instant::now();
         let deadline = Deadline::new(start, op.timeout);
-        let cancel = op.cancel.as_ref();
+        let cancel = op.cancel;
         counters.operation();
         self.budget.deposit();
         let mut n: u32 = 0;

@@ -118,7 +118,7 @@ pub async fn call_unary<T, F, Fut>(
     path: &'static str,
     over: Option<ClassOverride>,
     timeout: Option<Duration>,
-    cancel: Option<tokio_util::sync::CancellationToken>,
+    cancel: Option<&tokio_util::sync::CancellationToken>,
     mut call: F,
 ) -> Result<T, Error>
 where

@@ -94,7 +94,7 @@ pub async fn send(
     route: &str,
     method: reqwest::Method,
     timeout: Option<Duration>,
-    cancel: Option<tokio_util::sync::CancellationToken>,
+    cancel: Option<&tokio_util::sync::CancellationToken>,
     build: impl Fn(Duration) -> reqwest::RequestBuilder,
 ) -> Result<RestResponse, Error> {
     let class = class_of_method(&method);

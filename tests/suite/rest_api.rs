@@ -432,7 +432,7 @@ async fn a_rest_call_cancelled_before_it_starts_makes_no_request() {
         "things",
         reqwest::Method::GET,
         None,
-        Some(cancel),
+        Some(&cancel),
         |_| client.get(&url),
     )
     .await

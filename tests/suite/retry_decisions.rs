@@ -416,7 +416,7 @@ async fn cancellation_mid_backoff_starts_no_further_attempt() {
         tokio::time::sleep(Duration::from_millis(1)).await;
         t2.cancel();
     });
-    let op = Operation::new("/m", RequestClass::Read).cancel(Some(token));
+    let op = Operation::new("/m", RequestClass::Read).cancel(Some(&token));
     let err = c
         .run(op, |_| {
             n.fetch_add(1, Ordering::SeqCst);
@@ -496,7 +496,7 @@ async fn an_already_cancelled_operation_makes_no_attempt() {
     let n = AtomicU32::new(0);
     let err = c
         .run(
-            Operation::new("/m", RequestClass::Read).cancel(Some(token)),
+            Operation::new("/m", RequestClass::Read).cancel(Some(&token)),
             |_| {
                 n.fetch_add(1, Ordering::SeqCst);
                 async { Ok::<(), AttemptError>(()) }

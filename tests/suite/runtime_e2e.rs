@@ -510,3 +510,36 @@ async fn an_attempt_offered_again_after_it_finished_is_not_run_again() {
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+/// CONTRACT.md §1 (Timing): the caller's deadline is sent to the server as `grpc-timeout`; the
+/// 30 s backstop of a call without one is kept locally and never sent.
+#[tokio::test]
+async fn only_a_callers_deadline_goes_on_the_wire() {
+    let (engine, rt) = setup().await;
+    const TRIGGER: &str = "/WorkflowService/TriggerWorkflow";
+    let faults = engine.faults();
+    rt.engine_version().await.expect("version");
+    assert_eq!(faults.attempts("/Dispatcher/GetVersion"), 1);
+    assert_eq!(faults.calls_with_deadline("/Dispatcher/GetVersion"), 0);
+
+    // A trigger of an unknown workflow is answered NOT_FOUND; what matters is what it carried.
+    let _ = rt.run_no_wait("no-such-workflow", &json!({})).await;
+    let bounded = TriggerOptions {
+        timeout: Some(Duration::from_secs(5)),
+        ..TriggerOptions::default()
+    };
+    let _ = rt
+        .run_no_wait_with("no-such-workflow", &json!({}), bounded)
+        .await;
+    assert_eq!(
+        faults.attempts(TRIGGER),
+        2,
+        "both triggers reached the engine"
+    );
+    assert_eq!(
+        faults.calls_with_deadline(TRIGGER),
+        1,
+        "only the bounded trigger carried grpc-timeout"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
