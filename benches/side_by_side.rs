@@ -208,10 +208,16 @@ async fn bulk_trigger(engine: &DevEngine, n: usize) -> Vec<String> {
     ids
 }
 
-async fn fanin(r: &mut Report, smoke: bool) {
-    let n = env_num("BENCH_FANIN", if smoke { 100 } else { 1_000_000 }) as usize;
-    r.line(&format!("\n## 2. Result fan-in: {n} runs awaited through one handle vs a raw SubscribeToWorkflowRuns consumer\n"));
-    // Raw consumer.
+/// One side of the fan-in: results delivered, their rate, and resident-set bytes per pending
+/// subscription or waiter.
+struct FaninSide {
+    delivered: usize,
+    rate: f64,
+    bytes_each: f64,
+}
+
+/// The raw consumer: one SubscribeToWorkflowRuns stream, every run id sent on it, messages counted.
+async fn fanin_raw(n: usize) -> FaninSide {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
@@ -226,8 +232,8 @@ async fn fanin(r: &mut Report, smoke: bool) {
         AuthInterceptor::new(&cfg).expect("auth"),
     );
     // The raw consumer's resident-set growth while its subscriptions are registered: what the
-    // in-process engine (and the requests) hold per subscription, subtracted from ours below.
-    let raw_before = rss_kib();
+    // in-process engine (and the requests) hold per subscription, subtracted from ours.
+    let before = rss_kib();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     for id in &ids {
         let _ = tx.send(proto::SubscribeToWorkflowRunsRequest {
@@ -242,7 +248,7 @@ async fn fanin(r: &mut Report, smoke: bool) {
     while engine.pending_run_subscriptions() < n {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let raw_per_sub = (rss_kib().saturating_sub(raw_before)) as f64 * 1024.0 / n as f64;
+    let bytes_each = (rss_kib().saturating_sub(before)) as f64 * 1024.0 / n as f64;
     let t = Instant::now();
     engine.complete_queued("noop");
     let mut got = 0;
@@ -252,12 +258,18 @@ async fn fanin(r: &mut Report, smoke: bool) {
             _ => break,
         }
     }
-    let raw_rate = got as f64 / t.elapsed().as_secs_f64();
+    let rate = got as f64 / t.elapsed().as_secs_f64();
     drop(tx);
     rt.shutdown(Duration::from_secs(1)).await;
-    drop(engine);
+    FaninSide {
+        delivered: got,
+        rate,
+        bytes_each,
+    }
+}
 
-    // Ours: n waiters through one handle.
+/// Ours: n waiters through one handle, as futures on one task (no task per waiter).
+async fn fanin_ours(n: usize) -> FaninSide {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
@@ -266,7 +278,6 @@ async fn fanin(r: &mut Report, smoke: bool) {
         .expect("runtime");
     rt.register(noop()).await.expect("register");
     let ids = bulk_trigger(&engine, n).await;
-    // n waiters as futures on one task (no task per waiter): one handle each, all pending.
     let before = rss_kib();
     let handles: Vec<_> = ids.into_iter().map(|id| rt.run_handle(id)).collect();
     let mut waits: futures::stream::FuturesUnordered<_> =
@@ -284,27 +295,93 @@ async fn fanin(r: &mut Report, smoke: bool) {
             }
         }
     }
-    let per_waiter = (rss_kib().saturating_sub(before)) as f64 * 1024.0 / n as f64;
+    let bytes_each = (rss_kib().saturating_sub(before)) as f64 * 1024.0 / n as f64;
     let t = Instant::now();
     engine.complete_queued("noop");
     while let Some(r) = waits.next().await {
         ours += usize::from(r.is_ok());
     }
-    let our_rate = ours as f64 / t.elapsed().as_secs_f64();
+    let rate = ours as f64 / t.elapsed().as_secs_f64();
+    rt.shutdown(Duration::from_secs(1)).await;
+    FaninSide {
+        delivered: ours,
+        rate,
+        bytes_each,
+    }
+}
+
+/// The environment variable that makes this binary run one fan-in side and print it.
+const FANIN_SIDE: &str = "BENCH_FANIN_SIDE";
+
+/// Runs one side of the fan-in in a child process of this binary and reads its answer.
+fn fanin_side_in_child(side: &str, n: usize) -> FaninSide {
+    let exe = std::env::current_exe().expect("the benchmark's own path");
+    let out = std::process::Command::new(exe)
+        .arg("--bench")
+        .env(FANIN_SIDE, side)
+        .env("BENCH_FANIN", n.to_string())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("the fan-in child runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("FANIN_SIDE "))
+        .unwrap_or_else(|| panic!("the {side} fan-in child printed no answer: {text}"));
+    let f: Vec<f64> = line
+        .split_whitespace()
+        .map(|v| v.parse().expect("a number"))
+        .collect();
+    FaninSide {
+        delivered: f[0] as usize,
+        rate: f[1],
+        bytes_each: f[2],
+    }
+}
+
+/// In a fan-in child: runs the side it was asked for and prints it for the parent.
+async fn fanin_child(side: &str) {
+    let n = env_num("BENCH_FANIN", 1_000_000) as usize;
+    let s = match side {
+        "raw" => fanin_raw(n).await,
+        _ => fanin_ours(n).await,
+    };
+    println!("FANIN_SIDE {} {} {}", s.delivered, s.rate, s.bytes_each);
+}
+
+async fn fanin(r: &mut Report, smoke: bool) {
+    let n = env_num("BENCH_FANIN", if smoke { 100 } else { 1_000_000 }) as usize;
+    r.line(&format!("\n## 2. Result fan-in: {n} runs awaited through one handle vs a raw SubscribeToWorkflowRuns consumer\n"));
+    // Each side runs in a fresh process of this binary: neither inherits the other's heap (a
+    // second side in the same process ran on the first one's freed, fragmented memory, and its
+    // resident-set delta reused that memory instead of measuring its own).
+    let (raw, ours) = if smoke {
+        (fanin_raw(n).await, fanin_ours(n).await)
+    } else {
+        (
+            fanin_side_in_child("raw", n),
+            fanin_side_in_child("ours", n),
+        )
+    };
     r.line("| path | delivered | results/s |");
     r.line("|---|---|---|");
-    r.line(&format!("| raw stream | {got} | {raw_rate:.0} |"));
     r.line(&format!(
-        "| runtime (one `RunHandle::outputs` future each, all on one task) | {ours} | {our_rate:.0} |"
+        "| raw stream | {} | {:.0} |",
+        raw.delivered, raw.rate
+    ));
+    r.line(&format!(
+        "| runtime (one `RunHandle::outputs` future each, all on one task) | {} | {:.0} |",
+        ours.delivered, ours.rate
     ));
     r.line(&format!(
         "\nDelivery-rate ratio **{:.2}** (target >= 0.8). Memory per pending waiter: **{:.0} B** \
-         beyond the raw consumer's {raw_per_sub:.0} B per subscription (ours {per_waiter:.0} B in all; \
+         beyond the raw consumer's {:.0} B per subscription (ours {:.0} B in all; \
          target <= 512 B; resident-set deltas / waiters, the engine in-process on both sides).",
-        our_rate / raw_rate.max(1e-9),
-        (per_waiter - raw_per_sub).max(0.0)
+        ours.rate / raw.rate.max(1e-9),
+        (ours.bytes_each - raw.bytes_each).max(0.0),
+        raw.bytes_each,
+        ours.bytes_each,
     ));
-    rt.shutdown(Duration::from_secs(1)).await;
 }
 
 async fn reconnect(r: &mut Report, smoke: bool) {
@@ -643,6 +720,10 @@ async fn memory(r: &mut Report, smoke: bool) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    if let Ok(side) = std::env::var(FANIN_SIDE) {
+        fanin_child(&side).await;
+        return;
+    }
     let all: Vec<String> = std::env::args().skip(1).collect();
     // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this binary without it:
     // then every benchmark runs once at a tiny size (a smoke test that they still work).

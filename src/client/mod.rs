@@ -260,7 +260,7 @@ impl RunHandle {
             Ok(r) => r?,
             Err(_) => return Err(Error::closed("wait for run").with_run_id(&self.run_id)),
         };
-        match outputs_of(&self.run_id, &ev) {
+        match outputs_of(&self.run_id, ev) {
             Ok(o) => Ok(o),
             // Boxed: the status read is the rare path, and its future is large; a pending
             // waiter (a million of them, say) stays small.

@@ -18,6 +18,7 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::Error;
@@ -32,15 +33,18 @@ pub trait Keyed: Send + Sync + 'static {
     type Resp: Clone + Send + 'static;
     /// The request that subscribes `key`.
     fn request(key: &Self::Key) -> Self::Req;
-    /// The key a reply answers.
-    fn key_of(resp: &Self::Resp) -> Self::Key;
+    /// The key a reply answers: borrowed from the reply where it can be, so delivery copies
+    /// nothing to find its waiters.
+    fn key_of(resp: &Self::Resp) -> std::borrow::Cow<'_, Self::Key>;
     /// The error a waiter of `key` gets when the stream stops for `why`.
     fn stopped_error(key: &Self::Key, why: &str) -> Error;
 }
 
 /// What a waiter receives.
 pub type Outcome<P> = Result<<P as Keyed>::Resp, Error>;
-type Waiters<P> = HashMap<<P as Keyed>::Key, Vec<(u64, oneshot::Sender<Outcome<P>>)>>;
+/// The waiters of one key: almost always one, kept inline (no allocation of its own).
+type KeyWaiters<P> = SmallVec<[(u64, oneshot::Sender<Outcome<P>>); 1]>;
+type Waiters<P> = HashMap<<P as Keyed>::Key, KeyWaiters<P>>;
 
 struct Inner<P: Keyed> {
     waiters: Waiters<P>,
@@ -117,7 +121,7 @@ impl<P: Keyed> KeyedRegistry<P> {
 
     /// Delivers a reply to every waiter of its key (once: they are removed).
     pub fn deliver(&self, resp: P::Resp) {
-        let list = self.inner.lock().waiters.remove(&P::key_of(&resp));
+        let list = self.inner.lock().waiters.remove(P::key_of(&resp).as_ref());
         if let Some(mut list) = list {
             self.delivered
                 .fetch_add(list.len() as u64, Ordering::Relaxed);
@@ -204,8 +208,8 @@ mod tests {
         fn request(key: &String) -> String {
             key.clone()
         }
-        fn key_of(resp: &String) -> String {
-            resp.clone()
+        fn key_of(resp: &String) -> std::borrow::Cow<'_, String> {
+            std::borrow::Cow::Borrowed(resp)
         }
         fn stopped_error(key: &String, why: &str) -> Error {
             Error::closed("t").with_detail(format!("{key}: {why}"))

@@ -33,8 +33,8 @@ impl Keyed for RunsStream {
         }
     }
 
-    fn key_of(resp: &Self::Resp) -> String {
-        resp.workflow_run_id.clone()
+    fn key_of(resp: &Self::Resp) -> std::borrow::Cow<'_, String> {
+        std::borrow::Cow::Borrowed(&resp.workflow_run_id)
     }
 
     fn stopped_error(run: &String, why: &str) -> Error {
@@ -115,37 +115,33 @@ pub fn closed_error(run_id: &str) -> Error {
     Error::closed("wait for run").with_run_id(run_id)
 }
 
-/// Turns a run's result into its outputs or its error.
+/// Turns a run's result into its outputs or its error. Takes the event by value: names and
+/// outputs move out of it (one decoded result costs no copies).
 pub fn outputs_of(
     run_id: &str,
-    ev: &proto::WorkflowRunEvent,
+    ev: proto::WorkflowRunEvent,
 ) -> Result<serde_json::Map<String, serde_json::Value>, Error> {
     // A task with an error failed (or was cancelled with a reason); one with neither an output
     // nor an error was cancelled by a condition (the engine gives no text then).
-    let failures: Vec<TaskFailure> = ev
-        .results
-        .iter()
-        .filter_map(|r| {
-            let error = match (&r.error, &r.output) {
-                (Some(e), _) => e.clone(),
-                (None, None) => "cancelled".to_string(),
-                (None, Some(_)) => return None,
-            };
-            Some(TaskFailure {
-                task: r.task_name.clone(),
-                task_run_id: r.task_run_external_id.clone(),
-                error,
+    let failed = |r: &proto::StepRunResult| r.error.is_some() || r.output.is_none();
+    if ev.results.iter().any(failed) {
+        let failures: Vec<TaskFailure> = ev
+            .results
+            .into_iter()
+            .filter(failed)
+            .map(|r| TaskFailure {
+                task: r.task_name,
+                task_run_id: r.task_run_external_id,
+                error: r.error.unwrap_or_else(|| "cancelled".to_string()),
             })
-        })
-        .collect();
-    if !failures.is_empty() {
+            .collect();
         return Err(Error::new(Outcome::RunFailed, "run")
             .with_detail("the run failed")
             .with_cause(Cause::RunFailed(failures))
             .with_run_id(run_id));
     }
     let mut out = serde_json::Map::new();
-    for r in &ev.results {
+    for r in ev.results {
         let v = match r.output.as_deref() {
             None | Some("") => serde_json::Value::Null,
             Some(o) => serde_json::from_str(o).map_err(|e| {
@@ -158,7 +154,7 @@ pub fn outputs_of(
                     .with_run_id(run_id)
             })?,
         };
-        out.insert(r.task_name.clone(), v);
+        out.insert(r.task_name, v);
     }
     Ok(out)
 }
