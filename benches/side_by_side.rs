@@ -355,26 +355,45 @@ async fn fanin(r: &mut Report, smoke: bool) {
     // Each side runs in a fresh process of this binary: neither inherits the other's heap (a
     // second side in the same process ran on the first one's freed, fragmented memory, and its
     // resident-set delta reused that memory instead of measuring its own).
-    let (raw, ours) = if smoke {
-        (fanin_raw(n).await, fanin_ours(n).await)
-    } else {
-        (
-            fanin_side_in_child("raw", n),
-            fanin_side_in_child("ours", n),
-        )
+    // Two alternating rounds; each side's better round counts (one side's rate varies by up to
+    // a third between fresh processes here, with the machine's other load).
+    let rounds = if smoke { 1 } else { 2 };
+    let (mut raws, mut ourss) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        if smoke {
+            raws.push(fanin_raw(n).await);
+            ourss.push(fanin_ours(n).await);
+        } else {
+            raws.push(fanin_side_in_child("raw", n));
+            ourss.push(fanin_side_in_child("ours", n));
+        }
+    }
+    let rates = |v: &[FaninSide]| {
+        v.iter()
+            .map(|s| format!("{:.0}", s.rate))
+            .collect::<Vec<_>>()
+            .join(" / ")
     };
-    r.line("| path | delivered | results/s |");
+    r.line("| path | delivered | results/s (each round) |");
     r.line("|---|---|---|");
     r.line(&format!(
-        "| raw stream | {} | {:.0} |",
-        raw.delivered, raw.rate
+        "| raw stream | {} | {} |",
+        raws[0].delivered,
+        rates(&raws)
     ));
     r.line(&format!(
-        "| runtime (one `RunHandle::outputs` future each, all on one task) | {} | {:.0} |",
-        ours.delivered, ours.rate
+        "| runtime (one `RunHandle::outputs` future each, all on one task) | {} | {} |",
+        ourss[0].delivered,
+        rates(&ourss)
     ));
+    let best = |v: Vec<FaninSide>| {
+        v.into_iter()
+            .max_by(|a, b| a.rate.total_cmp(&b.rate))
+            .expect("one round at least")
+    };
+    let (raw, ours) = (best(raws), best(ourss));
     r.line(&format!(
-        "\nDelivery-rate ratio **{:.2}** (target >= 0.8). Memory per pending waiter: **{:.0} B** \
+        "\nDelivery-rate ratio, best round of each side, **{:.2}** (target >= 0.8; each side runs in a fresh process). Memory per pending waiter: **{:.0} B** \
          beyond the raw consumer's {:.0} B per subscription (ours {:.0} B in all; \
          target <= 512 B; resident-set deltas / waiters, the engine in-process on both sides).",
         ours.rate / raw.rate.max(1e-9),

@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use crate::connection::Connection;
 use crate::error::{Cause, Error, Outcome};
-use crate::listener::runs::{RunRegistry, RunsKind, outputs_of};
+use crate::listener::runs::{RunKey, RunRegistry, RunsKind, outputs_of};
 use crate::listener::stream::Home;
 use crate::proto::{self, v1};
 use crate::retry::class::ClassOverride;
@@ -206,21 +206,6 @@ impl std::fmt::Debug for RunHandle {
     }
 }
 
-struct WaiterGuard<'a> {
-    registry: &'a RunRegistry,
-    run_id: &'a String,
-    waiter: u64,
-    done: bool,
-}
-
-impl Drop for WaiterGuard<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            self.registry.remove(self.run_id, self.waiter);
-        }
-    }
-}
-
 impl RunHandle {
     pub(crate) fn new(run_id: String, client: Arc<ClientCore>) -> Self {
         RunHandle { run_id, client }
@@ -242,23 +227,15 @@ impl RunHandle {
     /// theirs), and the run keeps running on the engine.
     pub async fn outputs(&self) -> Result<serde_json::Map<String, Value>, Error> {
         let reg = self.client.registry();
-        let (waiter, rx, arm) = reg.add(&self.run_id, || {
+        let (waiter, arm) = reg.wait(RunKey::new(&self.run_id), || {
             Error::closed("wait for run").with_run_id(&self.run_id)
         })?;
-        let mut guard = WaiterGuard {
-            registry: reg,
-            run_id: &self.run_id,
-            waiter,
-            done: false,
-        };
         if arm {
             self.client.runs.ensure();
         }
-        let outcome = rx.await;
-        guard.done = true;
-        let ev = match outcome {
-            Ok(r) => r?,
-            Err(_) => return Err(Error::closed("wait for run").with_run_id(&self.run_id)),
+        let ev = match waiter.await {
+            Some(r) => r?,
+            None => return Err(Error::closed("wait for run").with_run_id(&self.run_id)),
         };
         match outputs_of(&self.run_id, ev) {
             Ok(o) => Ok(o),

@@ -86,6 +86,44 @@ impl<P: Keyed> std::fmt::Debug for KeyedRegistry<P> {
 /// A new waiter: its id, its receiver, and whether a stream must be armed (none published).
 pub type Added<P> = (u64, oneshot::Receiver<Outcome<P>>, bool);
 
+/// One registered waiter as a future: it resolves with its key's reply (`None` when the
+/// registry dropped it unanswered), and dropping it unresolved removes it from the registry
+/// (other waiters of the key keep theirs). It is all a pending wait holds (a few words), so a
+/// million of them stay small.
+pub struct Waiter<'a, P: Keyed> {
+    registry: &'a KeyedRegistry<P>,
+    key: P::Key,
+    id: u64,
+    rx: oneshot::Receiver<Outcome<P>>,
+    done: bool,
+}
+
+impl<P: Keyed> std::future::Future for Waiter<'_, P>
+where
+    P::Key: Unpin,
+{
+    type Output = Option<Outcome<P>>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = &mut *self;
+        std::pin::Pin::new(&mut this.rx).poll(cx).map(|r| {
+            this.done = true;
+            r.ok()
+        })
+    }
+}
+
+impl<P: Keyed> Drop for Waiter<'_, P> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.registry.remove(&self.key, self.id);
+        }
+    }
+}
+
 impl<P: Keyed> KeyedRegistry<P> {
     /// Adds a waiter for `key`; `closed` makes the error when the runtime is shut down.
     pub fn add(&self, key: &P::Key, closed: impl FnOnce() -> Error) -> Result<Added<P>, Error> {
@@ -106,6 +144,26 @@ impl<P: Keyed> KeyedRegistry<P> {
             None => true,
         };
         Ok((id, rx, need_stream))
+    }
+
+    /// Adds a waiter for `key` as a [`Waiter`], and whether a stream must be armed (none
+    /// published); `closed` makes the error when the runtime is shut down.
+    pub fn wait(
+        &self,
+        key: P::Key,
+        closed: impl FnOnce() -> Error,
+    ) -> Result<(Waiter<'_, P>, bool), Error> {
+        let (id, rx, arm) = self.add(&key, closed)?;
+        Ok((
+            Waiter {
+                registry: self,
+                key,
+                id,
+                rx,
+                done: false,
+            },
+            arm,
+        ))
     }
 
     /// Removes one waiter (its caller gave up).

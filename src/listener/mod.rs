@@ -36,6 +36,7 @@ pub mod durable_task;
 pub mod health;
 pub mod keyed;
 pub mod reconnect;
+pub mod run_key;
 pub mod runs;
 mod set;
 pub mod stream;

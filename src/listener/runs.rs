@@ -8,6 +8,7 @@
 //!    the waiters are also polled with GetRunDetails every 2 s, until the stream returns.
 
 use super::keyed::{Keyed, KeyedRegistry};
+pub use super::run_key::RunKey;
 use super::subscriptions::{KeyedKind, KeyedStream};
 use crate::connection::Connection;
 use crate::error::{Cause, Error, Outcome, TaskFailure};
@@ -23,26 +24,26 @@ pub type RunOutcome = Result<proto::WorkflowRunEvent, Error>;
 pub struct RunsStream;
 
 impl Keyed for RunsStream {
-    type Key = String;
+    type Key = RunKey;
     type Req = proto::SubscribeToWorkflowRunsRequest;
     type Resp = proto::WorkflowRunEvent;
 
-    fn request(key: &String) -> Self::Req {
+    fn request(key: &RunKey) -> Self::Req {
         proto::SubscribeToWorkflowRunsRequest {
-            workflow_run_id: key.clone(),
+            workflow_run_id: key.to_string(),
         }
     }
 
-    fn key_of(resp: &Self::Resp) -> std::borrow::Cow<'_, String> {
-        std::borrow::Cow::Borrowed(&resp.workflow_run_id)
+    fn key_of(resp: &Self::Resp) -> std::borrow::Cow<'_, RunKey> {
+        std::borrow::Cow::Owned(RunKey::new(&resp.workflow_run_id))
     }
 
-    fn stopped_error(run: &String, why: &str) -> Error {
+    fn stopped_error(run: &RunKey, why: &str) -> Error {
         Error::new(Outcome::Rejected, Self::OP)
             .with_detail(format!(
                 "the result stream stopped ({why}); the run was triggered"
             ))
-            .with_run_id(run)
+            .with_run_id(run.to_string())
     }
 }
 
@@ -78,7 +79,8 @@ async fn poll_once(conn: &Connection, registry: &RunRegistry) {
         .backoff()
         .poll_every
         .max(std::time::Duration::from_secs(1));
-    for run_id in registry.pending_keys() {
+    for key in registry.pending_keys() {
+        let run_id = key.to_string();
         let Ok(d) = conn.run_details(&run_id, Some(deadline)).await else {
             return;
         };

@@ -747,7 +747,10 @@ async fn shut_down(inner: &Inner, drain: Duration) {
     }
     inner.conn.lifecycle().cancel();
     let l = &inner.listeners;
-    l.runs.kind.registry.fail_all(true, |run| closed_error(run));
+    l.runs
+        .kind
+        .registry
+        .fail_all(true, |run| closed_error(&run.to_string()));
     l.events.kind.registry.fail_all(true, |(task, _)| {
         Error::closed("durable wait").with_detail(format!("task {task}"))
     });
