@@ -12,6 +12,8 @@
 //! 4. Stream generations come from the stream's home ([`super::stream::Home`]), so an old
 //!    reader's `unpublish` cannot clear a newer stream.
 //! 5. A registry whose listener was stopped for good refuses new waiters with the reason.
+//! 6. A [`Waiter`] dropped before its reply removes itself and no other waiter of its key
+//!    (`runtime_e2e::cancelling_a_result_wait_removes_only_that_waiter`).
 
 use std::collections::HashMap;
 use std::hash::Hash;
