@@ -40,6 +40,10 @@ pub trait Keyed: Send + Sync + 'static {
     fn key_of(resp: &Self::Resp) -> std::borrow::Cow<'_, Self::Key>;
     /// The error a waiter of `key` gets when the stream stops for `why`.
     fn stopped_error(key: &Self::Key, why: &str) -> Error;
+    /// Drops the parts of a reply no waiter reads, before delivery: here, on the stream's
+    /// thread that decoded them, freeing is cheap; a waiter on another thread would free them
+    /// through the allocator's slower cross-thread path.
+    fn trim(_resp: &mut Self::Resp) {}
 }
 
 /// What a waiter receives.
@@ -180,9 +184,10 @@ impl<P: Keyed> KeyedRegistry<P> {
     }
 
     /// Delivers a reply to every waiter of its key (once: they are removed).
-    pub fn deliver(&self, resp: P::Resp) {
+    pub fn deliver(&self, mut resp: P::Resp) {
         let list = self.inner.lock().waiters.remove(P::key_of(&resp).as_ref());
         if let Some(mut list) = list {
+            P::trim(&mut resp);
             self.delivered
                 .fetch_add(list.len() as u64, Ordering::Relaxed);
             let last = list.pop();

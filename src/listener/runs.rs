@@ -38,6 +38,19 @@ impl Keyed for RunsStream {
         std::borrow::Cow::Owned(RunKey::new(&resp.workflow_run_id))
     }
 
+    /// A waiter reads each task's name, output and error (and its run id when it failed); the
+    /// run id, job ids and timestamp go.
+    fn trim(ev: &mut proto::WorkflowRunEvent) {
+        ev.workflow_run_id = String::new();
+        ev.event_timestamp = None;
+        for r in &mut ev.results {
+            r.job_run_id = String::new();
+            if r.error.is_none() && r.output.is_some() {
+                r.task_run_external_id = String::new();
+            }
+        }
+    }
+
     fn stopped_error(run: &RunKey, why: &str) -> Error {
         Error::new(Outcome::Rejected, Self::OP)
             .with_detail(format!(
@@ -159,4 +172,47 @@ pub fn outputs_of(
         out.insert(r.task_name, v);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(name: &str, output: Option<&str>, error: Option<&str>) -> proto::StepRunResult {
+        proto::StepRunResult {
+            task_run_external_id: format!("{name}-id"),
+            task_name: name.into(),
+            job_run_id: "job".into(),
+            error: error.map(Into::into),
+            output: output.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn trimming_keeps_what_a_waiter_reads() {
+        let mut ev = proto::WorkflowRunEvent {
+            workflow_run_id: "run".into(),
+            event_type: 0,
+            event_timestamp: Some(proto::timestamp_now()),
+            results: vec![
+                result("ok", Some("{\"a\":1}"), None),
+                result("failed", None, Some("boom")),
+                result("skipped", None, None),
+            ],
+        };
+        RunsStream::trim(&mut ev);
+        assert!(ev.workflow_run_id.is_empty() && ev.event_timestamp.is_none());
+        assert!(ev.results.iter().all(|r| r.job_run_id.is_empty()));
+        let names: Vec<_> = ev.results.iter().map(|r| r.task_name.as_str()).collect();
+        assert_eq!(names, ["ok", "failed", "skipped"]);
+        assert_eq!(ev.results[0].output.as_deref(), Some("{\"a\":1}"));
+        assert_eq!(ev.results[1].error.as_deref(), Some("boom"));
+        // A task that did not succeed keeps its id: the run's error names it.
+        assert_eq!(ev.results[1].task_run_external_id, "failed-id");
+        assert_eq!(ev.results[2].task_run_external_id, "skipped-id");
+        let err = outputs_of("run", ev).expect_err("a task failed");
+        let failures = err.run_failures();
+        assert_eq!(failures.len(), 2);
+        assert_eq!(failures[0].task_run_id, "failed-id");
+    }
 }
