@@ -25,8 +25,8 @@ impl Keyed for DurableEventsStream {
         }
     }
 
-    fn key_of(resp: &Self::Resp) -> std::borrow::Cow<'_, (String, String)> {
-        std::borrow::Cow::Owned((resp.task_id.clone(), resp.signal_key.clone()))
+    fn key_of(resp: &Self::Resp) -> (String, String) {
+        (resp.task_id.clone(), resp.signal_key.clone())
     }
 
     fn stopped_error(key: &(String, String), why: &str) -> Error {

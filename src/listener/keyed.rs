@@ -35,9 +35,8 @@ pub trait Keyed: Send + Sync + 'static {
     type Resp: Clone + Send + 'static;
     /// The request that subscribes `key`.
     fn request(key: &Self::Key) -> Self::Req;
-    /// The key a reply answers: borrowed from the reply where it can be, so delivery copies
-    /// nothing to find its waiters.
-    fn key_of(resp: &Self::Resp) -> std::borrow::Cow<'_, Self::Key>;
+    /// The key a reply answers.
+    fn key_of(resp: &Self::Resp) -> Self::Key;
     /// The error a waiter of `key` gets when the stream stops for `why`.
     fn stopped_error(key: &Self::Key, why: &str) -> Error;
     /// Drops the parts of a reply no waiter reads, before delivery: here, on the stream's
@@ -90,7 +89,7 @@ impl<P: Keyed> std::fmt::Debug for KeyedRegistry<P> {
 }
 
 /// A new waiter: its id, its receiver, and whether a stream must be armed (none published).
-pub type Added<P> = (u64, oneshot::Receiver<Outcome<P>>, bool);
+type Added<P> = (u64, oneshot::Receiver<Outcome<P>>, bool);
 
 /// One registered waiter as a future: it resolves with its key's reply (`None` when the
 /// registry dropped it unanswered), and dropping it unresolved removes it from the registry
@@ -132,7 +131,7 @@ impl<P: Keyed> Drop for Waiter<'_, P> {
 
 impl<P: Keyed> KeyedRegistry<P> {
     /// Adds a waiter for `key`; `closed` makes the error when the runtime is shut down.
-    pub fn add(&self, key: &P::Key, closed: impl FnOnce() -> Error) -> Result<Added<P>, Error> {
+    fn add(&self, key: &P::Key, closed: impl FnOnce() -> Error) -> Result<Added<P>, Error> {
         let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let mut g = self.inner.lock();
@@ -185,7 +184,7 @@ impl<P: Keyed> KeyedRegistry<P> {
 
     /// Delivers a reply to every waiter of its key (once: they are removed).
     pub fn deliver(&self, mut resp: P::Resp) {
-        let list = self.inner.lock().waiters.remove(P::key_of(&resp).as_ref());
+        let list = self.inner.lock().waiters.remove(&P::key_of(&resp));
         if let Some(mut list) = list {
             P::trim(&mut resp);
             self.delivered
@@ -273,8 +272,8 @@ mod tests {
         fn request(key: &String) -> String {
             key.clone()
         }
-        fn key_of(resp: &String) -> std::borrow::Cow<'_, String> {
-            std::borrow::Cow::Borrowed(resp)
+        fn key_of(resp: &String) -> String {
+            resp.clone()
         }
         fn stopped_error(key: &String, why: &str) -> Error {
             Error::closed("t").with_detail(format!("{key}: {why}"))

@@ -34,8 +34,9 @@ impl Keyed for RunsStream {
         }
     }
 
-    fn key_of(resp: &Self::Resp) -> std::borrow::Cow<'_, RunKey> {
-        std::borrow::Cow::Owned(RunKey::new(&resp.workflow_run_id))
+    /// No allocation for a canonical UUID (what engines send).
+    fn key_of(resp: &Self::Resp) -> RunKey {
+        RunKey::new(&resp.workflow_run_id)
     }
 
     /// A waiter reads each task's name, output and error (and its run id when it failed); the

@@ -373,14 +373,15 @@ impl Context {
         .await?;
         let key = (self.task_run_id().to_string(), signal);
         let registry = &events.kind.registry;
-        let (waiter, rx, arm) = registry.add(&key, || Error::closed("durable wait"))?;
+        // Dropped unanswered (cancelled here, or the task's future dropped), the waiter
+        // removes itself.
+        let (waiter, arm) = registry.wait(key, || Error::closed("durable wait"))?;
         if arm {
             events.ensure();
         }
         let ev = tokio::select! {
-            r = rx => r.map_err(|_| Error::closed("durable wait"))??,
+            r = waiter => r.ok_or_else(|| Error::closed("durable wait"))??,
             _ = self.inner.cancel.cancelled() => {
-                registry.remove(&key, waiter);
                 return Err(Error::new(Outcome::Cancelled, "durable wait"));
             }
         };
