@@ -663,6 +663,12 @@ impl RuntimeHandle {
         self.inner.listeners.runs.kind.registry.pending()
     }
 
+    /// Durable event waits pending on the durable-events listener (the path of engines before
+    /// v0.80), by (task, signal) count.
+    pub fn pending_durable_event_waits(&self) -> usize {
+        self.inner.listeners.events.kind.registry.pending()
+    }
+
     /// What the worker has done so far: attempts started, completed, failed, cancelled; slots.
     pub fn task_counts(&self) -> crate::worker::TaskCounts {
         self.inner.tree.worker.task_counts()

@@ -598,8 +598,9 @@ async fn a_durable_stream_cut_after_the_ack_recovers_the_completion() {
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
-#[tokio::test]
-async fn engines_before_v0_80_get_durable_waits_through_the_durable_events_listener() {
+/// An engine before v0.80 (durable waits go through the durable-events listener) and a runtime
+/// with fast stream backoff.
+async fn legacy_durable_engine() -> (DevEngine, RuntimeHandle) {
     let engine = DevEngine::start(DevEngineOptions::default().version("v0.79.2"))
         .await
         .expect("engine");
@@ -609,6 +610,12 @@ async fn engines_before_v0_80_get_durable_waits_through_the_durable_events_liste
     )
     .await
     .expect("runtime");
+    (engine, rt)
+}
+
+#[tokio::test]
+async fn engines_before_v0_80_get_durable_waits_through_the_durable_events_listener() {
+    let (engine, rt) = legacy_durable_engine().await;
     rt.register(Workflow::new("legacy").durable_task(
         "d",
         Default::default(),
@@ -1230,6 +1237,48 @@ async fn concurrent_durable_event_waits_share_one_stream_and_send_each_signal_on
         e.stats().durable_event_listen_messages,
         4,
         "one signal per wait"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_legacy_durable_wait_dropped_by_its_task_leaves_no_waiter_behind() {
+    // The task gives up on its own (a timeout drops the wait's future; no cancellation): the
+    // wait must still leave the durable-events registry, or it would stay until shutdown.
+    let (_engine, rt) = legacy_durable_engine().await;
+    let seen = Arc::new(Mutex::new(None));
+    rt.register(
+        Workflow::new("gives-up").durable_task("d", Default::default(), {
+            let seen = seen.clone();
+            move |_i: Value, c: Context| {
+                let seen = seen.clone();
+                async move {
+                    let waited =
+                        tokio::time::timeout(Duration::from_millis(300), c.wait_for_event("never"))
+                            .await;
+                    *seen.lock() = Some(waited.is_err());
+                    Ok::<_, TaskError>(json!({}))
+                }
+            }
+        }),
+    )
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let h = rt
+        .run_no_wait("gives-up", &json!({}))
+        .await
+        .expect("trigger");
+    h.result_within::<Value>(Duration::from_secs(20))
+        .await
+        .expect("the task finishes");
+    assert_eq!(*seen.lock(), Some(true), "the wait timed out in the task");
+    assert_eq!(
+        rt.pending_durable_event_waits(),
+        0,
+        "the dropped wait removed its waiter"
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }
