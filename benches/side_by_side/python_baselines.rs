@@ -205,13 +205,8 @@ pub async fn idle_worker(
         .stdout(Stdio::null())
         .spawn()
         .ok()?;
-    let listening = tokio::time::timeout(Duration::from_secs(120), async {
-        while engine.stats().listener_sessions <= sessions {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    if listening.is_err() {
+    let listening = listening_after(engine, sessions).await;
+    if !listening {
         stop_process(&mut child).await;
         return None;
     }
@@ -219,6 +214,18 @@ pub async fn idle_worker(
     let usage = child.id().map(tree_usage);
     stop_process(&mut child).await;
     usage
+}
+
+/// Whether a worker opened a listener session beyond the engine's first `sessions` within
+/// 120 s (a Python worker takes seconds to import its SDK).
+async fn listening_after(engine: &DevEngine, sessions: usize) -> bool {
+    tokio::time::timeout(Duration::from_secs(120), async {
+        while engine.stats().listener_sessions <= sessions {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .is_ok()
 }
 
 /// The Python SDK's bench worker (`benches/python/echo_worker.py`).
@@ -237,14 +244,9 @@ pub async fn latency(engine: &DevEngine, runs: usize) -> Option<(Duration, Durat
         .stdout(Stdio::null())
         .spawn()
         .ok()?;
-    let listening = tokio::time::timeout(Duration::from_secs(120), async {
-        while engine.stats().listener_sessions <= sessions {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    let listening = listening_after(engine, sessions).await;
     let result = async {
-        listening.ok()?;
+        listening.then_some(())?;
         let out = command(&python, engine)
             .arg(bench_dir().join("latency.py"))
             .env("BENCH_LATENCY_RUNS", runs.to_string())
