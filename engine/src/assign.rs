@@ -221,33 +221,21 @@ impl State {
         Offer::Sent(slot)
     }
 
-    /// The AssignedAction for a task's current attempt (START increments the invocation count
-    /// of durable tasks).
-    pub(crate) fn assigned_action(
-        &mut self,
-        tid: &str,
-        kind: proto::ActionType,
-    ) -> proto::AssignedAction {
-        let (run_id, parents) = {
-            let t = &self.tasks[tid];
-            (t.run_id.clone(), t.parents.clone())
+    /// A task's stored input, as the real engine keeps it and serves it (in a START's payload and
+    /// in REST reads): `input`, `parents`, `triggers`, `triggered_by`, `user_data`, `overrides`,
+    /// and `step_run_errors` for an on-failure task.
+    pub(crate) fn task_input(&self, tid: &str) -> Value {
+        let Some(t) = self.tasks.get(tid) else {
+            return serde_json::json!({});
         };
-        if kind == proto::ActionType::StartStepRun
-            && let Some(t) = self.tasks.get_mut(tid)
-            && t.is_durable
-        {
-            if !std::mem::take(&mut t.reoffered) {
-                t.invocation_count += 1;
-            }
-            t.evicted = false;
-        }
-        let t = &self.tasks[tid];
-        let run = &self.runs[&run_id];
+        let Some(run) = self.runs.get(&t.run_id) else {
+            return serde_json::json!({});
+        };
         // Like the real engine, `parents` carries the output of every task of the run that has
         // completed (a skipped task's is `{"skipped": true}`), not only the declared parents.
         let mut parent_outputs = serde_json::Map::new();
         for pt in run.tasks.iter().filter_map(|id| self.tasks.get(id)) {
-            let declared = parents.contains(&pt.readable_id);
+            let declared = t.parents.contains(&pt.readable_id);
             if pt.id == t.id || !(pt.status == Status::Completed || declared) {
                 continue;
             }
@@ -263,24 +251,46 @@ impl State {
             "filter_payload".into(),
             run.filter_payload.clone().unwrap_or(Value::Null),
         );
-        let payload = if kind == proto::ActionType::StartStepRun {
-            let mut p = serde_json::json!({
-                "input": run.input,
-                "parents": parent_outputs,
-                "triggers": triggers,
-                "triggered_by": "manual",
-                "user_data": null,
-                "overrides": null,
-            });
-            if t.on_failure
-                && let Some((name, error)) = &run.first_failure
-            {
-                p["step_run_errors"] = serde_json::json!({ name: error });
+        let mut p = serde_json::json!({
+            "input": run.input,
+            "parents": parent_outputs,
+            "triggers": triggers,
+            "triggered_by": "manual",
+            "user_data": null,
+            "overrides": null,
+        });
+        if t.on_failure
+            && let Some((name, error)) = &run.first_failure
+        {
+            p["step_run_errors"] = serde_json::json!({ name: error });
+        }
+        p
+    }
+
+    /// The AssignedAction for a task's current attempt (START increments the invocation count
+    /// of durable tasks).
+    pub(crate) fn assigned_action(
+        &mut self,
+        tid: &str,
+        kind: proto::ActionType,
+    ) -> proto::AssignedAction {
+        let run_id = self.tasks[tid].run_id.clone();
+        if kind == proto::ActionType::StartStepRun
+            && let Some(t) = self.tasks.get_mut(tid)
+            && t.is_durable
+        {
+            if !std::mem::take(&mut t.reoffered) {
+                t.invocation_count += 1;
             }
-            p.to_string()
+            t.evicted = false;
+        }
+        let payload = if kind == proto::ActionType::StartStepRun {
+            self.task_input(tid).to_string()
         } else {
             String::new()
         };
+        let t = &self.tasks[tid];
+        let run = &self.runs[&run_id];
         let wf = self.workflows.get(&run.workflow_name);
         proto::AssignedAction {
             tenant_id: String::new(),
@@ -393,12 +403,9 @@ impl State {
         for tid in expired {
             let msg = self.assigned_action(&tid, proto::ActionType::CancelStepRun);
             self.send_to_worker(&tid, msg);
-            let timeout = self.tasks[&tid].timeout;
-            self.fail_attempt(
-                &tid,
-                format!("task timed out after {}s", timeout.as_secs()),
-                false,
-            );
+            // The real engine's words, quoting the timeout as registered.
+            let why = format!("Task exceeded timeout of {}", self.tasks[&tid].timeout_text);
+            self.fail_attempt(&tid, why, false);
         }
     }
 }

@@ -340,6 +340,11 @@ impl Engine {
                 // An on_failure task's trigger is any failure, not parents (it must name none).
                 parents: t.parents.clone(),
                 timeout,
+                timeout_text: if t.timeout.is_empty() {
+                    format!("{}s", DEFAULT_TASK_TIMEOUT.as_secs())
+                } else {
+                    t.timeout.clone()
+                },
                 retries: t.retries.max(0),
                 backoff_factor: t.backoff_factor,
                 backoff_max_seconds: t.backoff_max_seconds,
@@ -1008,27 +1013,58 @@ impl Engine {
             .runs
             .get(run_id)
             .ok_or_else(|| GrpcStatus::not_found("run not found"))?;
+        // Like the real engine: until the run is finalized, a task reads QUEUED or RUNNING
+        // (or EVICTED), without output or error, whether or not it finished; per-task progress
+        // is the REST read's.
+        let done = run.status.is_terminal();
+        let mut any_running = false;
         let mut task_runs = HashMap::new();
         for tid in &run.tasks {
             if let Some(t) = st.tasks.get(tid) {
+                let (status, error, output) = if done {
+                    (
+                        t.status.v1(),
+                        t.error.clone(),
+                        t.output.clone().map(String::into_bytes),
+                    )
+                } else if t.evicted {
+                    (v1::RunStatus::Evicted as i32, None, None)
+                } else if t.status == Status::Running {
+                    any_running = true;
+                    (v1::RunStatus::Running as i32, None, None)
+                } else {
+                    (v1::RunStatus::Queued as i32, None, None)
+                };
                 task_runs.insert(
                     t.readable_id.clone(),
                     v1::TaskRunDetail {
                         external_id: t.id.clone(),
-                        status: t.status.v1(),
-                        error: t.error.clone(),
-                        output: t.output.clone().map(String::into_bytes),
+                        status,
+                        error,
+                        output,
                         readable_id: t.readable_id.clone(),
                         is_evicted: t.evicted,
                     },
                 );
             }
         }
+        let status = if done {
+            run.status.v1()
+        } else if any_running {
+            v1::RunStatus::Running as i32
+        } else {
+            v1::RunStatus::Queued as i32
+        };
+        // A one-task run's input is its task's stored input (`input`, `parents`, `triggers`).
+        let input = match run.tasks.as_slice() {
+            [only] => st.task_input(only),
+            _ => run.input.clone(),
+        };
         Ok(v1::GetRunDetailsResponse {
-            input: run.input.to_string().into_bytes(),
-            status: run.status.v1(),
+            input: input.to_string().into_bytes(),
+            status,
             task_runs,
-            done: run.status.is_terminal(),
+            done,
             additional_metadata: Value::Object(run.additional_metadata.clone())
                 .to_string()
                 .into_bytes(),

@@ -76,6 +76,8 @@ pub struct TaskDef {
     pub action: String,
     pub parents: Vec<String>,
     pub timeout: Duration,
+    /// The timeout as registered (`"3s"`): the real engine's timeout message quotes it.
+    pub timeout_text: String,
     pub retries: i32,
     pub backoff_factor: Option<f32>,
     pub backoff_max_seconds: Option<i32>,
@@ -122,6 +124,8 @@ pub struct Task {
     pub user_retries_used: i32,
     pub retries: i32,
     pub timeout: Duration,
+    /// The timeout as registered (see [`TaskDef::timeout_text`]).
+    pub timeout_text: String,
     pub parents: Vec<String>,
     pub output: Option<String>,
     pub error: Option<String>,

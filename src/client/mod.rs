@@ -41,6 +41,24 @@ impl ClientCore {
         &self.runs.kind.registry
     }
 
+    /// A finished run's outputs (or its failure) read from its REST details, which carry any
+    /// size of output (a gRPC message is bounded by the engine's limit).
+    async fn outputs_from_details(
+        &self,
+        run_id: &str,
+    ) -> Result<serde_json::Map<String, Value>, Error> {
+        let view = api::Api::new(self.conn.clone()).run(run_id).await?;
+        if !view.is_final() {
+            return Err(Error::new(Outcome::Rejected, "wait for run")
+                .with_detail(format!(
+                    "the engine reported the run finished without results, and its details read {:?}; read it again with RuntimeHandle::run_details",
+                    view.status
+                ))
+                .with_run_id(run_id));
+        }
+        outputs_of(run_id, view.into_event())
+    }
+
     /// Triggers `workflow` with a JSON `input`; returns the run id.
     pub(crate) async fn trigger(
         &self,
@@ -237,11 +255,27 @@ impl RunHandle {
             Some(r) => r?,
             None => return Err(Error::closed("wait for run").with_run_id(&self.run_id)),
         };
-        match outputs_of(&self.run_id, ev) {
+        // Boxed: the reads after a result are the rare path, and their futures are large; a
+        // pending waiter (a million of them, say) stays small.
+        Box::pin(self.settle(ev)).await
+    }
+
+    /// A delivered result as outputs or an error.
+    async fn settle(
+        &self,
+        ev: crate::proto::WorkflowRunEvent,
+    ) -> Result<serde_json::Map<String, Value>, Error> {
+        // A finished run's event without results: the engine left them out (the real one does
+        // when the outputs together reach its message limit, 4 MiB by default). Never success:
+        // the run's details say what happened.
+        let outcome = if ev.results.is_empty() {
+            self.client.outputs_from_details(&self.run_id).await
+        } else {
+            outputs_of(&self.run_id, ev)
+        };
+        match outcome {
             Ok(o) => Ok(o),
-            // Boxed: the status read is the rare path, and its future is large; a pending
-            // waiter (a million of them, say) stays small.
-            Err(e) => Err(Box::pin(self.client.classify_run_error(&self.run_id, e)).await),
+            Err(e) => Err(self.client.classify_run_error(&self.run_id, e).await),
         }
     }
 

@@ -90,6 +90,39 @@ impl RunView {
         })
     }
 
+    /// The run-stream event these details describe (a finished run's results).
+    pub(crate) fn into_event(self) -> crate::proto::WorkflowRunEvent {
+        let results = self
+            .tasks
+            .into_iter()
+            .map(|(name, t)| {
+                let completed = t.status == RunStatus::Completed;
+                crate::proto::StepRunResult {
+                    task_run_external_id: t.task_run_id.clone(),
+                    task_name: name,
+                    job_run_id: String::new(),
+                    error: match t.error {
+                        Some(e) => Some(e),
+                        // A cancelled task has no error text on the real engine.
+                        None if !completed => Some(String::new()),
+                        None => None,
+                    },
+                    output: completed.then(|| {
+                        t.output
+                            .map(|o| o.to_string())
+                            .unwrap_or_else(|| "null".into())
+                    }),
+                }
+            })
+            .collect();
+        crate::proto::WorkflowRunEvent {
+            workflow_run_id: self.run_id,
+            event_type: crate::proto::WorkflowRunEventType::Finished as i32,
+            event_timestamp: None,
+            results,
+        }
+    }
+
     /// From GetRunDetails.
     pub fn from_grpc(run_id: &str, d: v1::GetRunDetailsResponse) -> Self {
         let status = RunStatus::from_v1(d.status).unwrap_or(RunStatus::Running);
@@ -102,7 +135,8 @@ impl RunView {
                     task_run_id: t.external_id,
                     status: RunStatus::from_v1(t.status).unwrap_or(RunStatus::Running),
                     output: t.output.as_deref().and_then(json),
-                    error: t.error,
+                    // The real engine sends an empty error for a task that has none.
+                    error: t.error.filter(|e| !e.is_empty()),
                 };
                 (name, view)
             })
@@ -110,7 +144,7 @@ impl RunView {
         RunView {
             run_id: run_id.to_string(),
             status,
-            input: json(&d.input).unwrap_or(Value::Null),
+            input: json(&d.input).map(run_input).unwrap_or(Value::Null),
             metadata: match json(&d.additional_metadata) {
                 Some(Value::Object(m)) => m,
                 _ => Default::default(),
@@ -130,6 +164,15 @@ impl RunView {
             .as_str()
             .ok_or("the run has no metadata.id")?
             .to_string();
+        // Task names: the run's shape names each task by id (a task's displayName is
+        // `<name>-<unix ms>` on the real engine); the action id `workflow:task` is the fallback.
+        let shape: BTreeMap<&str, &str> = v
+            .get("shape")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|s| Some((s["taskExternalId"].as_str()?, s["taskName"].as_str()?)))
+            .collect();
         let mut tasks = BTreeMap::new();
         for t in v
             .get("tasks")
@@ -137,7 +180,8 @@ impl RunView {
             .into_iter()
             .flatten()
         {
-            let name = t["displayName"].as_str().unwrap_or_default().to_string();
+            let id = t["taskExternalId"].as_str().unwrap_or_default();
+            let name = task_name(shape.get(id).copied(), t);
             let st = status(t)?;
             let error = t["errorMessage"]
                 .as_str()
@@ -157,13 +201,58 @@ impl RunView {
         Ok(RunView {
             run_id,
             status: status(run)?,
-            input: run.get("input").cloned().unwrap_or(Value::Null),
+            input: run
+                .get("input")
+                .cloned()
+                .map(run_input)
+                .unwrap_or(Value::Null),
             metadata: match run.get("additionalMetadata") {
                 Some(Value::Object(m)) => m.clone(),
                 _ => Default::default(),
             },
             tasks,
         })
+    }
+}
+
+/// A task's name in a REST read: from the run's shape, else the task part of its action id
+/// (`workflow:task`), else its display name without the real engine's `-<unix ms>` suffix.
+fn task_name(from_shape: Option<&str>, t: &Value) -> String {
+    if let Some(n) = from_shape {
+        return n.to_string();
+    }
+    let display = t["displayName"].as_str().unwrap_or_default();
+    let from_action = t["actionId"]
+        .as_str()
+        .and_then(|a| a.split_once(':'))
+        .map(|(_, n)| n);
+    match from_action {
+        Some(n) if n.eq_ignore_ascii_case(display) => display.to_string(),
+        Some(n) => match display.rsplit_once('-') {
+            Some((base, ms))
+                if base.eq_ignore_ascii_case(n) && ms.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                base.to_string()
+            }
+            _ => n.to_string(),
+        },
+        None => display.to_string(),
+    }
+}
+
+/// The run's input as it was triggered. The real engine stores a task's input as
+/// `{"input": ..., "parents": ..., "triggers": ..., "triggered_by": ...}` and a one-task run's
+/// reads show that object; the trigger's input is its `input`.
+fn run_input(v: Value) -> Value {
+    match v {
+        Value::Object(mut m)
+            if m.contains_key("input")
+                && (m.contains_key("triggered_by") || m.contains_key("triggers"))
+                && m.contains_key("parents") =>
+        {
+            m.remove("input").unwrap_or(Value::Null)
+        }
+        other => other,
     }
 }
 

@@ -159,6 +159,15 @@ impl ClientConfig {
         }
     }
 
+    /// `name` as the user wrote it: [`ClientConfig::namespaced`] undone (a condition key the
+    /// engine reports back, say).
+    pub(crate) fn unnamespaced<'a>(&self, name: &'a str) -> &'a str {
+        if self.namespace.is_empty() {
+            return name;
+        }
+        name.strip_prefix(self.namespace.as_str()).unwrap_or(name)
+    }
+
     /// The `HATCHET_CLIENT_*` lines that reproduce this configuration (the token included:
     /// meant for handing to another process, never for logs).
     pub fn env_lines(&self) -> Vec<(String, String)> {

@@ -148,7 +148,11 @@ pub fn outputs_of(
             .map(|r| TaskFailure {
                 task: r.task_name,
                 task_run_id: r.task_run_external_id,
-                error: r.error.unwrap_or_else(|| "cancelled".to_string()),
+                // The real engine sends an empty error for a cancelled task.
+                error: r
+                    .error
+                    .filter(|e| !e.is_empty())
+                    .unwrap_or_else(|| "cancelled".to_string()),
             })
             .collect();
         return Err(Error::new(Outcome::RunFailed, "run")

@@ -22,8 +22,9 @@ use super::executor::{AttemptError, Operation, RetryCore};
 use super::pushback::parse_retry_after;
 use crate::error::{Cause, Error};
 
-/// Largest body read from a response.
-pub const MAX_BODY: usize = 4 * 1024 * 1024;
+/// Largest body read from a response: a run's details carry every task's output (each up to
+/// the 4 MiB a gRPC message holds), so a DAG's read is larger than one message.
+pub const MAX_BODY: usize = 64 * 1024 * 1024;
 
 /// A complete HTTP response.
 #[derive(Debug, Clone)]

@@ -255,6 +255,17 @@ pub struct WaitResult {
 }
 
 impl WaitResult {
+    /// From the engine's completion payload `{"CREATE": {key: [item, ...]}}`, with each key as
+    /// the user wrote it (`user_key` undoes the namespace the wire key carries).
+    pub(crate) fn from_payload_keyed(v: &Value, user_key: &dyn Fn(&str) -> String) -> Self {
+        let mut r = Self::from_payload(v);
+        r.fired = std::mem::take(&mut r.fired)
+            .into_iter()
+            .map(|(k, items)| (user_key(&k), items))
+            .collect();
+        r
+    }
+
     /// From the engine's completion payload `{"CREATE": {key: [item, ...]}}`.
     pub fn from_payload(v: &Value) -> Self {
         let fired = v

@@ -5,6 +5,7 @@ mod cancel_safety;
 mod chaos;
 mod concurrency;
 mod config_env;
+mod conformance;
 mod durable_listener;
 mod fuzz_regressions;
 mod hygiene;

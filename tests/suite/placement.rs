@@ -246,7 +246,9 @@ async fn dag_conditions_wait_skip_and_cancel_as_the_engine_decides() {
         .run_no_wait("conds", &json!({"n": 9}))
         .await
         .expect("trigger");
-    let view = || async { rt.run_details(h.run_id()).await.expect("details") };
+    // Per-task progress is the REST read's (GetRunDetails shows outcomes once the run is done).
+    let api = rt.api();
+    let view = || async { api.run(h.run_id()).await.expect("details") };
     // The waits start once `check` (their parent) completed: events before do not count.
     let mut checked = false;
     for _ in 0..500 {

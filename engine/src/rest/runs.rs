@@ -128,7 +128,7 @@ fn run_output(tasks: &[&Task]) -> Value {
 }
 
 /// `V1WorkflowRun`.
-fn run_json(run: &Run, tasks: &[&Task], tenant: &str) -> Value {
+fn run_json(st: &State, run: &Run, tasks: &[&Task], tenant: &str) -> Value {
     let error = tasks
         .iter()
         .filter(|t| t.status == Status::Failed)
@@ -143,7 +143,11 @@ fn run_json(run: &Run, tasks: &[&Task], tenant: &str) -> Value {
         "workflowId": run.workflow_id,
         "workflowVersionId": run.workflow_version_id,
         "displayName": display_name(run, tasks),
-        "input": object(&run.input),
+        // A one-task run is its task: its input reads as the task's stored input.
+        "input": match tasks {
+            [only] => st.task_input(&only.id),
+            _ => object(&run.input),
+        },
         "additionalMetadata": run.additional_metadata,
         "output": run_output(tasks),
         "errorMessage": error,
@@ -159,7 +163,7 @@ fn run_json(run: &Run, tasks: &[&Task], tenant: &str) -> Value {
 }
 
 /// `V1TaskSummary` of one task (`type: TASK`).
-fn task_json(t: &Task, run: &Run, tenant: &str, with_payloads: bool) -> Value {
+fn task_json(st: &State, t: &Task, run: &Run, tenant: &str, with_payloads: bool) -> Value {
     let mut v = json!({
         "metadata": meta(&t.id, t.created_at),
         "taskExternalId": t.id,
@@ -172,10 +176,12 @@ fn task_json(t: &Task, run: &Run, tenant: &str, with_payloads: bool) -> Value {
         "workflowName": run.workflow_name,
         "stepId": step_id(run, &t.readable_id),
         "actionId": t.action,
-        "displayName": t.readable_id,
+        // `<task>-<unix ms>`, as the real engine names a task.
+        "displayName": format!("{}-{}", t.readable_id, unix_ms(t.created_at)),
         "status": t.status.rest(),
         "type": "TASK",
-        "input": if with_payloads { object(&run.input) } else { json!({}) },
+        // The task's stored input (`input`, `parents`, `triggers`, ...), as the real engine's.
+        "input": if with_payloads { st.task_input(&t.id) } else { json!({}) },
         "output": if with_payloads { output_of(t) } else { json!({}) },
         "errorMessage": t.error.clone().unwrap_or_default(),
         "additionalMetadata": run.additional_metadata,
@@ -208,8 +214,8 @@ fn run_row(st: &State, run: &Run, tenant: &str, with_payloads: bool) -> Value {
     let Some(first) = tasks.first() else {
         return Value::Null;
     };
-    let mut v = task_json(first, run, tenant, with_payloads);
-    let r = run_json(run, &tasks, tenant);
+    let mut v = task_json(st, first, run, tenant, with_payloads);
+    let r = run_json(st, run, &tasks, tenant);
     for k in ["status", "displayName", "errorMessage"] {
         v[k] = r[k].clone();
     }
@@ -245,7 +251,7 @@ fn run_row(st: &State, run: &Run, tenant: &str, with_payloads: bool) -> Value {
         v["children"] = Value::Array(
             tasks
                 .iter()
-                .map(|t| task_json(t, run, tenant, with_payloads))
+                .map(|t| task_json(st, t, run, tenant, with_payloads))
                 .collect(),
         );
     }
@@ -281,10 +287,10 @@ async fn run_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Respo
     let events: Vec<Value> = tasks.iter().flat_map(|t| task_events(t)).collect();
     let task_rows: Vec<Value> = tasks
         .iter()
-        .map(|t| task_json(t, run, tenant, true))
+        .map(|t| task_json(&st, t, run, tenant, true))
         .collect();
     Json(json!({
-        "run": run_json(run, &tasks, tenant),
+        "run": run_json(&st, run, &tasks, tenant),
         "taskEvents": events,
         "shape": shape,
         "tasks": task_rows,
@@ -344,7 +350,12 @@ async fn task_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Resp
     else {
         return bad_id_or_missing(&id, "task");
     };
-    Json(task_json(t, run, &s.engine.tenant_id, true)).into_response()
+    let mut v = task_json(&st, t, run, &s.engine.tenant_id, true);
+    // A standalone task's read shows the trigger's input; a DAG task's the stored object.
+    if run.tasks.len() == 1 {
+        v["input"] = object(&run.input);
+    }
+    Json(v).into_response()
 }
 
 /// A query string's values: `one("k")` the first, `all("k")` every `k` and `k[]`.
@@ -474,7 +485,7 @@ async fn list_runs(
             .filter(|(t, _)| {
                 filter.statuses.is_empty() || filter.statuses.iter().any(|x| x == t.status.rest())
             })
-            .map(|(t, r)| task_json(t, r, tenant, payloads))
+            .map(|(t, r)| task_json(&st, t, r, tenant, payloads))
             .collect()
     } else {
         runs.iter()

@@ -278,7 +278,9 @@ async fn timeouts_send_cancel_step_run() {
         ev.results[0]
             .error
             .as_deref()
-            .is_some_and(|e| e.contains("timed out"))
+            .is_some_and(|e| e.starts_with("Task exceeded timeout of ")),
+        "the real engine's words: {:?}",
+        ev.results[0].error
     );
 }
 

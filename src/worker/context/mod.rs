@@ -109,8 +109,14 @@ impl Context {
                 .collect(),
             _ => Default::default(),
         };
+        // Condition keys travel namespaced; the task reads them as it declared them.
         let triggers = match payload.get("triggers") {
-            Some(Value::Object(m)) => m.clone(),
+            Some(Value::Object(m)) => {
+                let config = core.conn().config();
+                m.iter()
+                    .map(|(k, v)| (config.unnamespaced(k).to_string(), v.clone()))
+                    .collect()
+            }
             _ => Default::default(),
         };
         let metadata = action

@@ -58,7 +58,9 @@ impl Context {
         let config = self.inner.core.conn().config().clone();
         let cond = durable_conditions(&groups, &|k| config.namespaced(k));
         let payload = self.wait(d, inv, cond).await?;
-        Ok(WaitResult::from_payload(&payload))
+        Ok(WaitResult::from_payload_keyed(&payload, &|k| {
+            config.unnamespaced(k).to_string()
+        }))
     }
 
     /// What satisfied this task's conditions, by condition key (an event's payload, a sleep's

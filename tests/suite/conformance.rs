@@ -1,0 +1,1304 @@
+//! One conformance suite, two engines: every feature of the runtime driven through its public API,
+//! against the engine the environment names.
+//!
+//! - By default: our development engine, embedded (`cargo test`).
+//! - With the real engine's environment (`scripts/real-engine.sh start`, then
+//!   `eval "$(scripts/real-engine.sh env)"`): the real Hatchet engine (`HATCHET_REAL_ENGINE=1`
+//!   and the `HATCHET_CLIENT_*` variables). `cargo test --test suite conformance::` runs only
+//!   this suite.
+//!
+//! Each test gets its own namespace, so tests run side by side on one real tenant, and again on a
+//! tenant that kept the runs of earlier runs. Checks that need fault injection (a lost START, a
+//! dropped ack) are ours-only and say so: [`Target::ours_only`] names them in the output.
+//!
+//! Timings are the real engine's: it polls its Postgres queue, so waits here are generous (a
+//! wait ends as soon as its condition holds).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+use hatchet_dev_engine::{DevEngine, DevEngineOptions};
+use hatchet_runtime::{
+    BulkEvent, BulkRun, ClientConfig, Condition, Context, DesiredLabel, Error, Outcome,
+    PushOptions, RunFilter, RunStatus, Runtime, RuntimeHandle, StickyStrategy, TaskError,
+    TaskOptions, TriggerOptions, WorkerOptions, Workflow, any_of,
+};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// How long a result may take on either engine.
+const RESULT: Duration = Duration::from_secs(90);
+
+/// The engine under test.
+pub(crate) struct Target {
+    ours: Option<DevEngine>,
+    config: ClientConfig,
+    script: Option<String>,
+}
+
+impl Target {
+    /// The engine the environment names, with a fresh namespace for `test`.
+    pub(crate) async fn new(test: &str) -> Target {
+        let ns = format!(
+            "conf_{}_{:x}",
+            test,
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_micros())
+                .unwrap_or(0)
+                & 0xff_ffff_ffff
+        );
+        if Self::real_from_env() {
+            let config = ClientConfig::from_lookup(|k| {
+                if k == "HATCHET_CLIENT_NAMESPACE" {
+                    Some(ns.clone())
+                } else {
+                    std::env::var(k).ok()
+                }
+            })
+            .expect("the real engine's HATCHET_CLIENT_* environment (scripts/real-engine.sh env)");
+            Target {
+                ours: None,
+                config,
+                script: std::env::var("HATCHET_REAL_ENGINE_SCRIPT").ok(),
+            }
+        } else {
+            let e = DevEngine::start(DevEngineOptions::default())
+                .await
+                .expect("engine");
+            let config = ClientConfig::from_lookup(|k| {
+                if k == "HATCHET_CLIENT_NAMESPACE" {
+                    return Some(ns.clone());
+                }
+                e.client_config()
+                    .env_lines()
+                    .into_iter()
+                    .find(|(name, _)| name == k)
+                    .map(|(_, v)| v)
+            })
+            .expect("config");
+            Target {
+                ours: Some(e),
+                config,
+                script: None,
+            }
+        }
+    }
+
+    fn real_from_env() -> bool {
+        std::env::var("HATCHET_REAL_ENGINE").is_ok_and(|v| v == "1" || v == "true")
+    }
+
+    /// Our engine, for a check that needs fault injection; `None` (and a line in the output
+    /// naming the check) on the real engine.
+    pub(crate) fn ours_only(&self, check: &str) -> Option<&DevEngine> {
+        if self.ours.is_none() {
+            eprintln!("conformance: ours-only (needs fault injection), skipped here: {check}");
+        }
+        self.ours.as_ref()
+    }
+
+    pub(crate) fn config(&self) -> ClientConfig {
+        self.config.clone()
+    }
+
+    pub(crate) async fn runtime(&self) -> RuntimeHandle {
+        Runtime::spawn(self.config()).await.expect("runtime")
+    }
+
+    /// A runtime serving `workflows` with one worker of `slots`.
+    pub(crate) async fn worker(&self, slots: usize, workflows: Vec<Workflow>) -> RuntimeHandle {
+        self.worker_with(WorkerOptions::new("conformance", slots), workflows)
+            .await
+            .0
+    }
+
+    pub(crate) async fn worker_with(
+        &self,
+        opts: WorkerOptions,
+        workflows: Vec<Workflow>,
+    ) -> (RuntimeHandle, String) {
+        let rt = self.runtime().await;
+        for wf in workflows {
+            rt.register(wf).await.expect("register");
+        }
+        let id = rt.start_worker(opts).await.expect("start worker");
+        (rt, id)
+    }
+
+    /// Kills the engine and serves again: ours in process, the real one's processes through its
+    /// script (SIGKILL, then a fresh start on the same database).
+    pub(crate) async fn restart_engine(&self) {
+        match (&self.ours, &self.script) {
+            (Some(e), _) => e.restart().await.expect("restart"),
+            (None, Some(script)) => {
+                let script = script.clone();
+                let st = tokio::task::spawn_blocking(move || {
+                    std::process::Command::new(script)
+                        .arg("restart-engine")
+                        .status()
+                })
+                .await
+                .expect("join")
+                .expect("run the real engine's script");
+                assert!(st.success(), "scripts/real-engine.sh restart-engine failed");
+            }
+            (None, None) => panic!("HATCHET_REAL_ENGINE_SCRIPT names no script to restart with"),
+        }
+    }
+
+    /// A REST read with the client's token (for reads the runtime has no typed call for yet).
+    pub(crate) async fn rest_get(&self, path: &str) -> Value {
+        let env: Vec<(String, String)> = self.config.env_lines();
+        let get = |k: &str| {
+            env.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let url = format!("{}{}", get("HATCHET_CLIENT_SERVER_URL"), path);
+        let resp = reqwest::Client::new()
+            .get(&url)
+            .bearer_auth(get("HATCHET_CLIENT_TOKEN"))
+            .send()
+            .await
+            .expect("REST read");
+        assert!(resp.status().is_success(), "GET {path}: {}", resp.status());
+        resp.json().await.expect("JSON")
+    }
+}
+
+/// Polls `cond` every 50 ms for up to 90 s.
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..1_800 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// Polls an async read until `cond` holds, for up to 90 s; returns the last value.
+async fn until_read<T: std::fmt::Debug, F, Fut>(
+    what: &str,
+    mut read: F,
+    cond: impl Fn(&T) -> bool,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let mut last = None;
+    for _ in 0..900 {
+        let v = read().await;
+        if cond(&v) {
+            return v;
+        }
+        last = Some(v);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}; last read: {last:?}");
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq, Clone)]
+struct Num {
+    n: i64,
+}
+
+fn counter() -> Arc<AtomicU32> {
+    Arc::new(AtomicU32::new(0))
+}
+
+// --- run, DAG, retries, non-retryable errors, timeouts --------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_run_and_dag() {
+    let t = Target::new("dag").await;
+    let execs = counter();
+    let x = execs.clone();
+    let dag = Workflow::new("dag")
+        .task("a", move |i: Num, _c: Context| {
+            x.fetch_add(1, Ordering::SeqCst);
+            async move { Ok::<_, TaskError>(Num { n: i.n + 1 }) }
+        })
+        .task("b", |i: Num, _c: Context| async move {
+            Ok::<_, TaskError>(Num { n: i.n + 2 })
+        })
+        .task_with(
+            "sum",
+            TaskOptions::default().parents(["a", "b"]),
+            |_i: Value, c: Context| async move {
+                let a: Num = c.parent_output("a")?;
+                let b: Num = c.parent_output("b")?;
+                Ok::<_, TaskError>(Num { n: a.n + b.n })
+            },
+        );
+    let rt = t.worker(8, vec![dag]).await;
+    let h = rt
+        .run_no_wait("dag", &Num { n: 10 })
+        .await
+        .expect("trigger");
+    let out: Value = h.result_within(RESULT).await.expect("result");
+    assert_eq!(out["sum"]["n"], 23);
+    assert_eq!(out["a"]["n"], 11);
+    assert_eq!(out["b"]["n"], 12);
+    assert_eq!(execs.load(Ordering::SeqCst), 1, "a ran once");
+    // Many at once, each result to its own waiter.
+    let hs = rt
+        .run_many("dag", &(0..20).map(|n| Num { n }).collect::<Vec<_>>())
+        .await;
+    for (n, h) in hs.into_iter().enumerate() {
+        let out: Value = h
+            .expect("trigger")
+            .result_within(RESULT)
+            .await
+            .expect("result");
+        assert_eq!(out["sum"]["n"], 2 * n as i64 + 3);
+    }
+    assert_eq!(execs.load(Ordering::SeqCst), 21);
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_retries_non_retryable_and_timeouts() {
+    let t = Target::new("retries").await;
+    let flaky_runs = counter();
+    let fatal_runs = counter();
+    let (f1, f2) = (flaky_runs.clone(), fatal_runs.clone());
+    let flaky = Workflow::new("flaky").task_with(
+        "t",
+        TaskOptions::default().retries(2),
+        move |_i: Value, c: Context| {
+            f1.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if c.retry_count() < 2 {
+                    Err(TaskError::new("not yet"))
+                } else {
+                    Ok(json!({"attempt": c.retry_count()}))
+                }
+            }
+        },
+    );
+    let fatal = Workflow::new("fatal").task_with(
+        "t",
+        TaskOptions::default().retries(3),
+        move |_i: Value, _c: Context| {
+            f2.fetch_add(1, Ordering::SeqCst);
+            async move { Err::<Value, _>(TaskError::non_retryable("bad input: no retry")) }
+        },
+    );
+    let slow = Workflow::new("slow").task_with(
+        "t",
+        TaskOptions::default().timeout(Duration::from_secs(3)),
+        |_i: Value, c: Context| async move {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(120)) => {}
+                _ = c.cancellation().cancelled() => {}
+            }
+            Ok::<_, TaskError>(json!({"late": true}))
+        },
+    );
+    let rt = t.worker(8, vec![flaky, fatal, slow]).await;
+    let out: Value = rt
+        .run_no_wait("flaky", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within(RESULT)
+        .await
+        .expect("third attempt succeeds");
+    assert_eq!(out["attempt"], 2);
+    assert_eq!(flaky_runs.load(Ordering::SeqCst), 3);
+
+    let err = rt
+        .run_no_wait("fatal", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within::<Value>(RESULT)
+        .await
+        .expect_err("fails");
+    assert_eq!(err.outcome(), Outcome::RunFailed, "{err}");
+    assert!(
+        err.run_failures()
+            .iter()
+            .any(|f| f.error.contains("bad input")),
+        "the task's error is reported: {err}"
+    );
+    assert_eq!(fatal_runs.load(Ordering::SeqCst), 1, "non-retryable: once");
+
+    let err = rt
+        .run_no_wait("slow", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within::<Value>(RESULT)
+        .await
+        .expect_err("times out");
+    assert_eq!(err.outcome(), Outcome::RunFailed, "{err}");
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+// --- on_failure; cancel and replay by id and by filter; bulk; priority ----------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_on_failure_runs_once_with_the_error() {
+    let t = Target::new("onfail").await;
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let s = seen.clone();
+    let wf = Workflow::new("onfail")
+        .task("boom", |_i: Value, _c: Context| async move {
+            Err::<Value, _>(TaskError::non_retryable("exploded"))
+        })
+        .on_failure(
+            "cleanup",
+            TaskOptions::default(),
+            move |_i: Value, c: Context| {
+                let errs: Vec<String> = c.task_run_errors().values().cloned().collect();
+                s.lock().push(errs.join("|"));
+                async move { Ok::<_, TaskError>(json!({"cleaned": true})) }
+            },
+        );
+    let rt = t.worker(4, vec![wf]).await;
+    let h = rt.run_no_wait("onfail", &json!({})).await.expect("trigger");
+    let err = h
+        .result_within::<Value>(RESULT)
+        .await
+        .expect_err("the run fails");
+    assert_eq!(err.outcome(), Outcome::RunFailed, "{err}");
+    until("on_failure ran", || !seen.lock().is_empty()).await;
+    let view = until_read(
+        "the run reads failed with the hook completed",
+        || async { rt.run_details(h.run_id()).await.expect("details") },
+        |v| v.status.is_final() && v.tasks.values().all(|t| t.status.is_final()),
+    )
+    .await;
+    assert_eq!(view.status, RunStatus::Failed);
+    let s = seen.lock().clone();
+    assert_eq!(s.len(), 1, "on_failure ran exactly once: {s:?}");
+    assert!(s[0].contains("exploded"), "it read the error: {s:?}");
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_cancel_and_replay_by_id_and_by_filter() {
+    let t = Target::new("cancel").await;
+    let started = counter();
+    let st = started.clone();
+    let wf = Workflow::new("parked").task("t", move |i: Value, c: Context| {
+        st.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if i["park"] == true && c.retry_count() == 0 && c.metadata().get("replayed").is_none() {
+                // Parks until cancelled.
+                c.cancellation().cancelled().await;
+                return Err(TaskError::new("cancelled"));
+            }
+            Ok::<_, TaskError>(json!({"done": i["id"]}))
+        }
+    });
+    let rt = t.worker(8, vec![wf]).await;
+    // Filters name this test's workflow: the real engine's tenant is shared by every test.
+    let wid = rt.api().workflow_id("parked").await.expect("workflow id");
+    // By id.
+    let h = rt
+        .run_no_wait("parked", &json!({"park": true, "id": 0}))
+        .await
+        .expect("trigger");
+    until("started", || started.load(Ordering::SeqCst) >= 1).await;
+    rt.cancel_runs(&[h.run_id().to_string()])
+        .await
+        .expect("cancel");
+    let err = h
+        .result_within::<Value>(RESULT)
+        .await
+        .expect_err("cancelled");
+    assert_eq!(err.outcome(), Outcome::RunCancelled, "{err}");
+    // By filter: three runs with metadata batch=a, one with batch=b.
+    let since = SystemTime::now() - Duration::from_secs(5);
+    let mut batch_a = BTreeSet::new();
+    for id in 1..=4 {
+        let mut md = serde_json::Map::new();
+        md.insert("batch".into(), json!(if id == 4 { "b" } else { "a" }));
+        let h = rt
+            .run_no_wait_with(
+                "parked",
+                &json!({"park": true, "id": id}),
+                TriggerOptions {
+                    metadata: Some(md),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("trigger");
+        if id != 4 {
+            batch_a.insert(h.run_id().to_string());
+        }
+    }
+    until("five started", || started.load(Ordering::SeqCst) >= 5).await;
+    let filter = RunFilter::since(since)
+        .workflow_id(wid.clone())
+        .metadata("batch", "a");
+    // The engine may answer before its list shows every run: cancel until all three are.
+    let mut cancelled = BTreeSet::new();
+    for _ in 0..100 {
+        cancelled.extend(rt.cancel_where(&filter).await.expect("cancel by filter"));
+        if batch_a.is_subset(&cancelled) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        batch_a.is_subset(&cancelled),
+        "{batch_a:?} within {cancelled:?}"
+    );
+    for id in &batch_a {
+        let err = rt
+            .run_handle(id.clone())
+            .result_within::<Value>(RESULT)
+            .await
+            .expect_err("cancelled");
+        assert_eq!(err.outcome(), Outcome::RunCancelled, "{err}");
+    }
+    // Replay by id: the run starts again with its input; this attempt does not park (retry
+    // count or replay shows in the task).
+    let before = started.load(Ordering::SeqCst);
+    let first = batch_a.iter().next().cloned().expect("one");
+    rt.replay_runs(std::slice::from_ref(&first))
+        .await
+        .expect("replay");
+    until("the replayed run started", || {
+        started.load(Ordering::SeqCst) > before
+    })
+    .await;
+    let view = until_read(
+        "the replayed run leaves cancelled",
+        || async { rt.run_details(&first).await.expect("details") },
+        |v| v.status != RunStatus::Cancelled,
+    )
+    .await;
+    assert_ne!(view.status, RunStatus::Cancelled);
+    rt.cancel_where(&RunFilter::since(since).workflow_id(wid))
+        .await
+        .expect("cancel the rest");
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_bulk_trigger_and_push() {
+    let t = Target::new("bulk").await;
+    let execs = counter();
+    let x = execs.clone();
+    let wf = Workflow::new("bulk").on_events(["order:created"]).task(
+        "t",
+        move |i: Value, c: Context| {
+            x.fetch_add(1, Ordering::SeqCst);
+            let tag = c.metadata().get("tag").cloned().unwrap_or(Value::Null);
+            async move { Ok::<_, TaskError>(json!({"id": i["id"], "tag": tag})) }
+        },
+    );
+    let rt = t.worker(16, vec![wf]).await;
+    let items: Vec<BulkRun<Value>> = (0..30).map(|id| BulkRun::new(json!({"id": id}))).collect();
+    let hs = rt.run_many_with("bulk", &items).await;
+    assert_eq!(hs.len(), 30);
+    let mut ids = BTreeSet::new();
+    for (n, h) in hs.into_iter().enumerate() {
+        let h = h.expect("trigger");
+        ids.insert(h.run_id().to_string());
+        let out: Value = h.result_within(RESULT).await.expect("result");
+        assert_eq!(out["id"], n as i64, "each item its own result");
+    }
+    assert_eq!(ids.len(), 30, "30 distinct runs");
+    let events: Vec<BulkEvent<Value>> = (0..5)
+        .map(|i| {
+            let mut md = serde_json::Map::new();
+            md.insert("tag".into(), json!(format!("e{i}")));
+            BulkEvent {
+                key: "order:created".into(),
+                payload: json!({"id": 100 + i}),
+                metadata: Some(md),
+                priority: None,
+            }
+        })
+        .collect();
+    let pushed = rt.push_many(&events).await;
+    assert_eq!(pushed.len(), 5);
+    for p in pushed {
+        p.expect("bulk push item");
+    }
+    until("five event runs", || execs.load(Ordering::SeqCst) == 35).await;
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_priority_orders_queued_runs() {
+    let t = Target::new("prio").await;
+    let order: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let o = order.clone();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let g = gate.clone();
+    let wf = Workflow::new("prio")
+        .default_priority(2)
+        .task("t", move |i: Value, _c: Context| {
+            let (o, g) = (o.clone(), g.clone());
+            async move {
+                let n = i["n"].as_i64().unwrap_or(-1);
+                if n == 0 {
+                    g.notified().await; // holds the only slot while the rest queue
+                }
+                o.lock().push(n);
+                Ok::<_, TaskError>(json!({}))
+            }
+        });
+    let rt = t.runtime().await;
+    rt.register(wf).await.expect("register");
+    let first = rt
+        .run_no_wait("prio", &json!({"n": 0}))
+        .await
+        .expect("trigger");
+    rt.start_worker(WorkerOptions::new("one-slot", 1))
+        .await
+        .expect("start");
+    // Wait until the blocker holds the slot, then queue low, default and high.
+    until_read(
+        "the blocker runs",
+        || async { rt.run_details(first.run_id()).await.expect("details") },
+        |v| v.status == RunStatus::Running,
+    )
+    .await;
+    let mut hs = Vec::new();
+    for (n, p) in [(1, Some(1)), (2, None), (3, Some(3))] {
+        hs.push(
+            rt.run_no_wait_with(
+                "prio",
+                &json!({"n": n}),
+                TriggerOptions {
+                    priority: p,
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("trigger"),
+        );
+    }
+    // All three are queued behind the blocker before it lets go.
+    for h in &hs {
+        until_read(
+            "queued",
+            || async { rt.run_details(h.run_id()).await.expect("details") },
+            |v| v.status == RunStatus::Queued,
+        )
+        .await;
+    }
+    gate.notify_one();
+    for h in &hs {
+        let _: Value = h.result_within(RESULT).await.expect("result");
+    }
+    assert_eq!(*order.lock(), [0, 3, 2, 1], "high, default, low");
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+// --- children with index and key dedupe -----------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_children_by_index_and_key_are_not_duplicated() {
+    let t = Target::new("children").await;
+    let child_runs = counter();
+    let parent_runs = counter();
+    let (cr, pr) = (child_runs.clone(), parent_runs.clone());
+    let child = Workflow::new("child").task("c", move |i: Num, _c: Context| {
+        cr.fetch_add(1, Ordering::SeqCst);
+        async move { Ok::<_, TaskError>(Num { n: i.n * 10 }) }
+    });
+    let rt_slot: Arc<Mutex<Option<RuntimeHandle>>> = Arc::default();
+    let rs = rt_slot.clone();
+    let parent = Workflow::new("parent").task_with(
+        "p",
+        TaskOptions::default().retries(1),
+        move |_i: Value, c: Context| {
+            pr.fetch_add(1, Ordering::SeqCst);
+            let rt = rs.lock().clone();
+            async move {
+                let a = c.spawn_child("child", &Num { n: 1 }).await?;
+                let b = c.spawn_child("child", &Num { n: 2 }).await?;
+                // The same key twice: one child.
+                let rt = rt.ok_or_else(|| TaskError::new("no runtime"))?;
+                let keyed = |n| {
+                    let rt = rt.clone();
+                    let (wf, task) = (c.workflow_run_id().to_string(), c.task_run_id().to_string());
+                    async move {
+                        rt.run_no_wait_with(
+                            "child",
+                            &Num { n },
+                            TriggerOptions {
+                                parent: Some((wf, task, 7)),
+                                child_key: Some("the-key".into()),
+                                ..Default::default()
+                            },
+                        )
+                        .await
+                    }
+                };
+                let k1 = keyed(3).await?;
+                let k2 = keyed(3).await?;
+                let a: Num = a.result().await?;
+                let b: Num = b.result().await?;
+                let k: Num = k1.result().await?;
+                if c.retry_count() == 0 {
+                    // Fails once after spawning: the retry spawns again with the same indexes.
+                    return Err(TaskError::new("retry me"));
+                }
+                Ok::<_, TaskError>(json!({
+                    "a": a.n, "b": b.n, "k": k.n,
+                    "same_key": k1.run_id() == k2.run_id(),
+                }))
+            }
+        },
+    );
+    let rt = t.worker(8, vec![child, parent]).await;
+    *rt_slot.lock() = Some(rt.clone());
+    let out: Value = rt
+        .run_no_wait("parent", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within(RESULT)
+        .await
+        .expect("result");
+    assert_eq!(out["a"], 10);
+    assert_eq!(out["b"], 20);
+    assert_eq!(out["k"], 30);
+    assert_eq!(out["same_key"], true, "a key names one child");
+    assert_eq!(parent_runs.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        child_runs.load(Ordering::SeqCst),
+        3,
+        "two indexed children and one keyed child, across two parent attempts"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+// --- durable sleep, event, OR waits and memo ------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_durable_sleep_event_or_wait_and_memo() {
+    let t = Target::new("durable").await;
+    let memo_runs = counter();
+    let m = memo_runs.clone();
+    let wf = Workflow::new("durable").durable_task(
+        "d",
+        TaskOptions::default(),
+        move |_i: Value, c: Context| {
+            let m = m.clone();
+            async move {
+                let stamp: u64 = c
+                    .memo("stamp", || async move {
+                        m.fetch_add(1, Ordering::SeqCst);
+                        7u64
+                    })
+                    .await?;
+                c.sleep_for(Duration::from_secs(1)).await?;
+                let ev = c.wait_for_event("approval").await?;
+                let r = c
+                    .wait_for([any_of([
+                        Condition::sleep(Duration::from_secs(600)),
+                        Condition::event("wake").expression("input.id == 7"),
+                    ])])
+                    .await?;
+                Ok::<_, TaskError>(json!({
+                    "stamp": stamp, "approval": ev, "woke": r.fired("wake"),
+                }))
+            }
+        },
+    );
+    let rt = t.worker(4, vec![wf]).await;
+    let h = rt
+        .run_no_wait("durable", &json!({}))
+        .await
+        .expect("trigger");
+    // Push until the waits take them (an event before a wait registers does not count).
+    let pushing = {
+        let rt = rt.clone();
+        tokio::spawn(async move {
+            loop {
+                let _ = rt.push("approval", &json!({"ok": true})).await;
+                let _ = rt.push("wake", &json!({"id": 1})).await;
+                let _ = rt.push("wake", &json!({"id": 7})).await;
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+            }
+        })
+    };
+    let out: Value = h.result_within(RESULT).await.expect("result");
+    pushing.abort();
+    assert_eq!(out["stamp"], 7);
+    assert_eq!(out["approval"]["ok"], true);
+    assert_eq!(out["woke"], true, "the event fired, not the sleep");
+    assert!(memo_runs.load(Ordering::SeqCst) >= 1);
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+// --- conditions; labels and sticky; event filters and scopes --------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_dag_conditions_skip_and_wait() {
+    let t = Target::new("conds").await;
+    let wf = Workflow::new("conds")
+        .task("check", |i: Value, _c: Context| async move {
+            Ok::<_, TaskError>(json!({"n": i["n"]}))
+        })
+        .task_with(
+            "maybe",
+            TaskOptions::default()
+                .parents(["check"])
+                .skip_if(Condition::parent("check").expression("output.n > 5")),
+            |_: Value, _c: Context| async move { Ok::<_, TaskError>(json!({"ran": true})) },
+        )
+        .task_with(
+            "approve",
+            TaskOptions::default().parents(["check"]).wait_for(any_of([
+                Condition::sleep(Duration::from_secs(600)),
+                Condition::event("approval").expression("input.ok == true"),
+            ])),
+            |_: Value, c: Context| async move {
+                Ok::<_, TaskError>(json!({"triggers": c.triggers().clone()}))
+            },
+        );
+    let rt = t.worker(8, vec![wf]).await;
+    let h = rt
+        .run_no_wait("conds", &json!({"n": 9}))
+        .await
+        .expect("trigger");
+    // Per-task progress is the REST read's: GetRunDetails shows a task's outcome only once the
+    // whole run is finalized (on both engines).
+    let api = rt.api();
+    until_read(
+        "check completes",
+        || async { api.run(h.run_id()).await.expect("details") },
+        |v| {
+            v.tasks
+                .get("check")
+                .is_some_and(|t| t.status == RunStatus::Completed)
+        },
+    )
+    .await;
+    let pushing = {
+        let rt = rt.clone();
+        tokio::spawn(async move {
+            loop {
+                let _ = rt.push("approval", &json!({"ok": false})).await;
+                let _ = rt.push("approval", &json!({"ok": true})).await;
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+            }
+        })
+    };
+    let out: Value = h.result_within(RESULT).await.expect("result");
+    pushing.abort();
+    assert_eq!(out["maybe"], json!({"skipped": true}), "{out}");
+    assert_eq!(
+        out["approve"]["triggers"]["approval"],
+        json!({"ok": true}),
+        "{out}"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_labels_and_sticky_place_tasks() {
+    let t = Target::new("labels").await;
+    let places: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let rec = |name: &'static str| {
+        let p = places.clone();
+        move |_: Value, c: Context| {
+            p.lock()
+                .push((name.to_string(), c.worker_id().unwrap_or_default()));
+            async { Ok::<_, TaskError>(json!({})) }
+        }
+    };
+    let gpu = Workflow::new("gpu").task_with(
+        "t",
+        TaskOptions::default().desired_label("gpu", DesiredLabel::equals("yes").required()),
+        rec("gpu"),
+    );
+    let sticky = Workflow::new("sticky")
+        .sticky(StickyStrategy::Hard)
+        .task("a", rec("a"))
+        .task_with("b", TaskOptions::default().parents(["a"]), rec("b"));
+    let (rt_gpu, gpu_id) = t
+        .worker_with(
+            WorkerOptions::new("with-gpu", 4).label("gpu", "yes"),
+            vec![gpu.clone(), sticky.clone()],
+        )
+        .await;
+    let (rt_cpu, _cpu_id) = t
+        .worker_with(
+            WorkerOptions::new("no-gpu", 4).label("gpu", "no"),
+            vec![gpu, sticky],
+        )
+        .await;
+    for _ in 0..4 {
+        let _: Value = rt_cpu
+            .run_no_wait("gpu", &json!({}))
+            .await
+            .expect("trigger")
+            .result_within(RESULT)
+            .await
+            .expect("result");
+    }
+    for _ in 0..4 {
+        let _: Value = rt_cpu
+            .run_no_wait("sticky", &json!({}))
+            .await
+            .expect("trigger")
+            .result_within(RESULT)
+            .await
+            .expect("result");
+    }
+    let p = places.lock().clone();
+    assert!(
+        p.iter()
+            .filter(|(n, _)| n == "gpu")
+            .all(|(_, w)| *w == gpu_id),
+        "required label: only the gpu worker: {p:?}"
+    );
+    let a: Vec<&String> = p.iter().filter(|(n, _)| n == "a").map(|(_, w)| w).collect();
+    let b: Vec<&String> = p.iter().filter(|(n, _)| n == "b").map(|(_, w)| w).collect();
+    assert_eq!(a.len(), 4);
+    assert_eq!(a, b, "hard sticky: b runs where a ran: {p:?}");
+    rt_cpu.shutdown(Duration::from_secs(5)).await;
+    rt_gpu.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_event_filters_and_scopes() {
+    let t = Target::new("filters").await;
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let s = seen.clone();
+    let wf = Workflow::new("filtered").on_events(["order:created"]).task(
+        "t",
+        move |i: Value, c: Context| {
+            s.lock()
+                .push(json!({"amount": i["amount"], "payload": c.filter_payload()}));
+            async { Ok::<_, TaskError>(json!({})) }
+        },
+    );
+    let rt = t.worker(8, vec![wf]).await;
+    let api = rt.api();
+    let wid = api.workflow_id("filtered").await.expect("workflow id");
+    let f = api
+        .create_filter(
+            &wid,
+            "tenant-a",
+            "input.amount > 100",
+            json!({"tier": "big"}),
+        )
+        .await
+        .expect("create filter");
+    let listed = api
+        .list_filters(&[&wid], &["tenant-a"])
+        .await
+        .expect("list");
+    assert_eq!(listed.len(), 1);
+    let push = |amount: i64, scope: &str| {
+        let rt = rt.clone();
+        let scope = scope.to_string();
+        async move {
+            rt.push_with(
+                "order:created",
+                &json!({"amount": amount}),
+                PushOptions {
+                    scope: Some(scope),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("push")
+        }
+    };
+    push(5, "tenant-a").await; // the filter says no
+    push(500, "tenant-b").await; // no filter for this scope
+    push(500, "tenant-a").await; // runs, with the filter's payload
+    until("one filtered run", || !seen.lock().is_empty()).await;
+    // The later pushes were processed before this one's run (one queue): none of them ran.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let s = seen.lock().clone();
+    assert_eq!(s, [json!({"amount": 500, "payload": {"tier": "big"}})]);
+    api.delete_filter(&f.metadata.id).await.expect("delete");
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+// --- rate limits; concurrency ---------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_rate_limits_and_concurrency_bound_running_tasks() {
+    let t = Target::new("limits").await;
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let body = |running: Arc<AtomicUsize>, peak: Arc<AtomicUsize>| {
+        move |_: Value, _c: Context| {
+            let (running, peak) = (running.clone(), peak.clone());
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, TaskError>(json!({}))
+            }
+        }
+    };
+    let rt = t.runtime().await;
+    // A static rate limit must exist before the workflow that names it is registered.
+    rt.put_rate_limit(
+        "conf-limit",
+        2,
+        hatchet_runtime::proto::v1::RateLimitDuration::Minute,
+    )
+    .await
+    .expect("put rate limit");
+    let limited = Workflow::new("limited").task_with(
+        "t",
+        TaskOptions::default().rate_limit("conf-limit", 1),
+        body(Arc::default(), Arc::default()),
+    );
+    let grouped = Workflow::new("grouped")
+        .concurrency(
+            "input.group",
+            1,
+            hatchet_runtime::proto::v1::ConcurrencyLimitStrategy::GroupRoundRobin,
+        )
+        .task("t", body(running.clone(), peak.clone()));
+    rt.register(limited).await.expect("register");
+    rt.register(grouped).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 8))
+        .await
+        .expect("start");
+    // Concurrency 1 per group: never two of one group at once.
+    let hs = rt
+        .run_many(
+            "grouped",
+            &(0..6).map(|_| json!({"group": "g"})).collect::<Vec<_>>(),
+        )
+        .await;
+    for h in hs {
+        let _: Value = h
+            .expect("trigger")
+            .result_within(RESULT)
+            .await
+            .expect("result");
+    }
+    assert_eq!(peak.load(Ordering::SeqCst), 1, "one at a time per group");
+    // Rate limit 2 per minute: of three runs, two complete and the third waits.
+    let hs = rt
+        .run_many("limited", &(0..3).map(|_| json!({})).collect::<Vec<_>>())
+        .await;
+    let hs: Vec<_> = hs.into_iter().map(|h| h.expect("trigger")).collect();
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut waits = Vec::new();
+    for h in hs {
+        let d = done.clone();
+        waits.push(tokio::spawn(async move {
+            if h.result_within::<Value>(Duration::from_secs(120))
+                .await
+                .is_ok()
+            {
+                d.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    until("two within the limit", || done.load(Ordering::SeqCst) >= 2).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        done.load(Ordering::SeqCst),
+        2,
+        "the third waits for the window"
+    );
+    for w in waits {
+        w.abort();
+    }
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+// --- crons and schedules; task logs ---------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_crons_and_schedules() {
+    let t = Target::new("crons").await;
+    let execs = counter();
+    let x = execs.clone();
+    let wf = Workflow::new("timed").task("t", move |_: Value, _c: Context| {
+        x.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, TaskError>(json!({})) }
+    });
+    let rt = t.worker(4, vec![wf]).await;
+    let api = rt.api();
+    let cron = api
+        .create_cron("timed", "conf-cron", "0 0 1 1 *", &json!({"x": 1}))
+        .await
+        .expect("create cron");
+    assert!(
+        api.list_crons()
+            .await
+            .expect("list crons")
+            .iter()
+            .any(|c| c.metadata.id == cron.metadata.id),
+        "the cron is listed"
+    );
+    api.delete_cron(&cron.metadata.id)
+        .await
+        .expect("delete cron");
+    let at = SystemTime::now() + Duration::from_secs(2);
+    let sched = api
+        .create_schedule("timed", at, &json!({"y": 2}))
+        .await
+        .expect("create schedule");
+    assert!(
+        api.list_schedules()
+            .await
+            .expect("list schedules")
+            .iter()
+            .any(|s| s.metadata.id == sched.metadata.id),
+        "the schedule is listed"
+    );
+    until("the scheduled run ran", || {
+        execs.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_task_logs_read_back_over_rest() {
+    let t = Target::new("logs").await;
+    let wf = Workflow::new("logger").task("t", |_: Value, c: Context| async move {
+        c.log("starting");
+        c.log_at(tracing::Level::WARN, "disk almost full");
+        Ok::<_, TaskError>(json!({}))
+    });
+    let rt = t.worker(2, vec![wf]).await;
+    let h = rt.run_no_wait("logger", &json!({})).await.expect("trigger");
+    let _: Value = h.result_within(RESULT).await.expect("done");
+    let view = rt.run_details(h.run_id()).await.expect("details");
+    let task = view
+        .tasks
+        .values()
+        .next()
+        .expect("one task")
+        .task_run_id
+        .clone();
+    let path = format!("/api/v1/stable/tasks/{task}/logs");
+    let logs = until_read(
+        "two log lines",
+        || t.rest_get(&path),
+        |v| v["rows"].as_array().is_some_and(|r| r.len() >= 2),
+    )
+    .await;
+    let mut lines: Vec<(String, String)> = logs["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            (
+                r["level"].as_str().unwrap_or("?").to_string(),
+                r["message"].as_str().unwrap_or("?").to_string(),
+            )
+        })
+        .collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            ("INFO".to_string(), "starting".to_string()),
+            ("WARN".to_string(), "disk almost full".to_string()),
+        ]
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+// --- REST reads with typed outputs; outputs of 5 MiB ----------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_rest_reads_run_status_and_list_with_typed_outputs() {
+    let t = Target::new("rest").await;
+    let wf = Workflow::new("echo").task("double", |i: Num, _c: Context| async move {
+        Ok::<_, TaskError>(Num { n: i.n * 2 })
+    });
+    let rt = t.worker(4, vec![wf]).await;
+    let since = SystemTime::now() - Duration::from_secs(5);
+    let h = rt
+        .run_no_wait("echo", &Num { n: 21 })
+        .await
+        .expect("trigger");
+    let _: Value = h.result_within(RESULT).await.expect("result");
+    let api = rt.api();
+    let view = until_read(
+        "the REST read shows the completed run",
+        || async { api.run(h.run_id()).await },
+        |v| v.as_ref().is_ok_and(|v| v.status == RunStatus::Completed),
+    )
+    .await
+    .expect("REST run");
+    assert_eq!(view.run_id, h.run_id());
+    assert_eq!(view.input, json!({"n": 21}), "the run's own input");
+    let out: Num = view.output("double").expect("typed output by task name");
+    assert_eq!(out, Num { n: 42 });
+    assert_eq!(
+        api.run_status(h.run_id()).await.expect("status"),
+        RunStatus::Completed
+    );
+    let grpc = rt.run_details(h.run_id()).await.expect("gRPC details");
+    assert_eq!(grpc.output::<Num>("double").expect("typed"), Num { n: 42 });
+    let rows = until_read(
+        "the run is listed",
+        || async { api.list_runs(since, &[], 100).await.expect("list") },
+        |rows| !rows.is_empty(),
+    )
+    .await;
+    assert!(!rows.is_empty());
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_outputs_of_five_mib_in_total_reach_the_waiter() {
+    let t = Target::new("big").await;
+    let chunk = |tag: &'static str| {
+        move |_: Value, _c: Context| async move {
+            Ok::<_, TaskError>(json!({"tag": tag, "blob": "x".repeat(2_600_000)}))
+        }
+    };
+    let wf = Workflow::new("big")
+        .task("a", chunk("a"))
+        .task("b", chunk("b"));
+    let rt = t.worker(4, vec![wf]).await;
+    let h = rt.run_no_wait("big", &json!({})).await.expect("trigger");
+    let out: Value = h
+        .result_within(RESULT)
+        .await
+        .expect("the outputs, all of them");
+    assert_eq!(out["a"]["tag"], "a");
+    assert_eq!(out["b"]["tag"], "b");
+    assert_eq!(out["a"]["blob"].as_str().map(str::len), Some(2_600_000));
+    assert_eq!(out["b"]["blob"].as_str().map(str::len), Some(2_600_000));
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+// --- drain; the engine restarting mid-run ---------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_shutdown_drains_running_tasks() {
+    let t = Target::new("drain").await;
+    let started = counter();
+    let finished = counter();
+    let (s, f) = (started.clone(), finished.clone());
+    let wf = Workflow::new("slowish").task("t", move |_: Value, _c: Context| {
+        s.fetch_add(1, Ordering::SeqCst);
+        let f = f.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            f.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, TaskError>(json!({"done": true}))
+        }
+    });
+    let rt = t.worker(4, vec![wf]).await;
+    let client = t.runtime().await;
+    let h = client
+        .run_no_wait("slowish", &json!({}))
+        .await
+        .expect("trigger");
+    until("started", || started.load(Ordering::SeqCst) == 1).await;
+    // The signal handler's path (run_until_signal) is this drain; the signal itself is tested
+    // on our engine in supervision.rs, where no other test shares the process's SIGTERM.
+    rt.shutdown(Duration::from_secs(30)).await;
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        1,
+        "the drain let it finish"
+    );
+    let out: Value = h
+        .result_within(RESULT)
+        .await
+        .expect("its result reached the engine");
+    assert_eq!(out["done"], true);
+    client.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_results_survive_the_engine_restarting_mid_run() {
+    let t = Target::new("restart").await;
+    let execs = counter();
+    let x = execs.clone();
+    let wf = Workflow::new("across").task("t", move |i: Num, _c: Context| {
+        x.fetch_add(1, Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok::<_, TaskError>(Num { n: i.n + 1 })
+        }
+    });
+    let rt = t.worker(8, vec![wf]).await;
+    let hs: Vec<_> = rt
+        .run_many("across", &(0..10).map(|n| Num { n }).collect::<Vec<_>>())
+        .await
+        .into_iter()
+        .map(|h| h.expect("trigger"))
+        .collect();
+    t.restart_engine().await;
+    // Triggers after the restart go through too.
+    let after = rt
+        .run_no_wait("across", &Num { n: 100 })
+        .await
+        .expect("trigger after the restart");
+    for (n, h) in hs.iter().enumerate() {
+        let out: Num = h
+            .result_within::<Value>(RESULT)
+            .await
+            .map(|v| serde_json::from_value(v).expect("typed"))
+            .expect("result across the restart");
+        assert_eq!(out.n, n as i64 + 1);
+    }
+    let out: Value = after.result_within(RESULT).await.expect("result");
+    assert_eq!(out["n"], 101);
+    assert!(execs.load(Ordering::SeqCst) >= 11);
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+// --- ours only: what needs fault injection --------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_ours_only_a_duplicated_assignment_runs_once() {
+    let t = Target::new("dup").await;
+    let Some(engine) = t.ours_only("an assignment delivered twice runs once") else {
+        return;
+    };
+    let execs = counter();
+    let x = execs.clone();
+    let wf = Workflow::new("once").task("t", move |_: Value, _c: Context| {
+        x.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, TaskError>(json!({})) }
+    });
+    let rt = t.worker(4, vec![wf]).await;
+    engine.duplicate_next_assignments(1);
+    let _: Value = rt
+        .run_no_wait("once", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within(RESULT)
+        .await
+        .expect("result");
+    assert_eq!(execs.load(Ordering::SeqCst), 1);
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+/// The engine's own answer to an unknown run: both engines, so the check's expectation is the
+/// real one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_details_of_an_unknown_run_are_not_found() {
+    let t = Target::new("unknown").await;
+    let rt = t.runtime().await;
+    let err: Error = rt
+        .run_details("00000000-0000-4000-8000-000000000000")
+        .await
+        .expect_err("no such run");
+    assert_eq!(
+        err.status().map(|s| s.code()),
+        Some(tonic::Code::NotFound),
+        "{err}"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
