@@ -42,21 +42,35 @@ impl ClientCore {
     }
 
     /// A finished run's outputs (or its failure) read from its REST details, which carry any
-    /// size of output (a gRPC message is bounded by the engine's limit).
+    /// size of output (a gRPC message is bounded by the engine's limit). The real engine's REST
+    /// reads trail its run stream (they come from tables written afterwards), so the read is
+    /// repeated until it shows the run finished, for up to [`DETAILS_SETTLE`].
     async fn outputs_from_details(
         &self,
         run_id: &str,
     ) -> Result<serde_json::Map<String, Value>, Error> {
-        let view = api::Api::new(self.conn.clone()).run(run_id).await?;
-        if !view.is_final() {
-            return Err(Error::new(Outcome::Rejected, "wait for run")
-                .with_detail(format!(
-                    "the engine reported the run finished without results, and its details read {:?}; read it again with RuntimeHandle::run_details",
-                    view.status
-                ))
-                .with_run_id(run_id));
+        let api = api::Api::new(self.conn.clone());
+        let give_up = tokio::time::Instant::now() + DETAILS_SETTLE;
+        let mut every = Duration::from_millis(100);
+        loop {
+            let read = api.run(run_id).await;
+            match read {
+                Ok(view) if view.is_final() => return outputs_of(run_id, view.into_event()),
+                Ok(_) | Err(_) if tokio::time::Instant::now() + every < give_up => {}
+                Ok(view) => {
+                    return Err(Error::new(Outcome::Rejected, "wait for run")
+                        .with_detail(format!(
+                            "the engine reported the run finished without results, and its details still read {:?} after {}s; read it again with RuntimeHandle::run_details",
+                            view.status,
+                            DETAILS_SETTLE.as_secs()
+                        ))
+                        .with_run_id(run_id));
+                }
+                Err(e) => return Err(e.with_run_id(run_id)),
+            }
+            tokio::time::sleep(every).await;
+            every = (every * 2).min(Duration::from_secs(2));
         }
-        outputs_of(run_id, view.into_event())
     }
 
     /// Triggers `workflow` with a JSON `input`; returns the run id.
@@ -173,6 +187,9 @@ impl ClientCore {
         Ok(RunHandle::new(id, self.clone()))
     }
 }
+
+/// How long a finished run's details may trail its result on the run stream.
+pub(crate) const DETAILS_SETTLE: Duration = Duration::from_secs(60);
 
 /// Options of one trigger.
 #[derive(Debug, Clone, Default)]

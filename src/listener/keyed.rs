@@ -199,6 +199,14 @@ impl<P: Keyed> KeyedRegistry<P> {
         }
     }
 
+    /// Fails every waiter of `key` with `make()` (once: they are removed).
+    pub(crate) fn fail_key(&self, key: &P::Key, make: impl Fn() -> Error) {
+        let list = self.inner.lock().waiters.remove(key);
+        for (_, tx) in list.into_iter().flatten() {
+            let _ = tx.send(Err(make()));
+        }
+    }
+
     /// Fails every waiter with `make(key)`, and refuses new ones when `close`.
     pub fn fail_all(&self, close: bool, make: impl Fn(&P::Key) -> Error) {
         let all: Vec<_> = {

@@ -87,7 +87,8 @@ pub type RunRegistry = KeyedRegistry<RunsStream>;
 pub type RunsKind = KeyedKind<RunsStream>;
 
 /// One polling pass: GetRunDetails (a read, under the retry core, bounded by the poll interval)
-/// for every pending run; finished ones are delivered. A failing engine ends the pass.
+/// for every pending run; finished ones are delivered. A run the engine answers for alone (not
+/// found, a bad id) does not stop the pass; a failing engine ends it.
 async fn poll_once(conn: &Connection, registry: &RunRegistry) {
     let deadline = conn
         .backoff()
@@ -95,13 +96,115 @@ async fn poll_once(conn: &Connection, registry: &RunRegistry) {
         .max(std::time::Duration::from_secs(1));
     for key in registry.pending_keys() {
         let run_id = key.to_string();
-        let Ok(d) = conn.run_details(&run_id, Some(deadline)).await else {
-            return;
-        };
-        if d.done {
-            registry.deliver(event_from_details(&run_id, d));
+        match conn.run_details(&run_id, Some(deadline)).await {
+            Ok(d) if d.done => registry.deliver(event_from_details(&run_id, d)),
+            Ok(_) => {}
+            Err(e) if about_this_run(&e) => {}
+            Err(_) => return,
         }
     }
+}
+
+/// Whether a details read failed for its own run (not found, a bad id), not the engine's.
+fn about_this_run(e: &Error) -> bool {
+    e.status().is_some_and(|s| {
+        matches!(
+            s.code(),
+            tonic::Code::NotFound | tonic::Code::InvalidArgument
+        )
+    })
+}
+
+/// How often pending waits are checked for runs the engine does not know.
+pub(crate) const UNKNOWN_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+/// Runs checked per sweep at most (a million pending waits cost the engine no burst of reads).
+pub(crate) const UNKNOWN_SWEEP_MAX: usize = 64;
+/// Sweeps in a row that must find a run missing before its waiters are failed (a fresh trigger
+/// is written asynchronously on the real engine).
+pub(crate) const UNKNOWN_AFTER_MISSES: u8 = 2;
+
+/// What a sweep does with one key (a pure decision): `Some(true)` the run exists (never check it
+/// again), `Some(false)` it is missing once more, `None` the read said nothing about it.
+pub(crate) fn sweep_verdict(read: &Result<v1::GetRunDetailsResponse, Error>) -> Option<bool> {
+    match read {
+        Ok(_) => Some(true),
+        Err(e)
+            if e.status()
+                .is_some_and(|s| s.code() == tonic::Code::NotFound) =>
+        {
+            Some(false)
+        }
+        Err(_) => None,
+    }
+}
+
+/// Fails the waits on runs the engine does not know, which would otherwise wait forever: the real
+/// engine ignores unknown ids on the run stream (and accepts a trigger of an unknown workflow
+/// name, returning an id no run will ever have). Every [`UNKNOWN_SWEEP_EVERY`], up to
+/// [`UNKNOWN_SWEEP_MAX`] pending runs not yet seen are read; one found is never read again, one
+/// missing [`UNKNOWN_AFTER_MISSES`] sweeps in a row fails its waiters with a not-found error.
+/// Ends with the runtime's lifecycle.
+pub(crate) async fn sweep_unknown(
+    conn: Connection,
+    registry: std::sync::Arc<RunRegistry>,
+    life: tokio_util::sync::CancellationToken,
+) {
+    use std::collections::{HashMap, HashSet};
+    let mut known: HashSet<RunKey> = HashSet::new();
+    let mut misses: HashMap<RunKey, u8> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = life.cancelled() => return,
+            _ = tokio::time::sleep(UNKNOWN_SWEEP_EVERY) => {}
+        }
+        if !registry.has_waiters() {
+            known.clear();
+            misses.clear();
+            continue;
+        }
+        let pending: HashSet<RunKey> = registry.pending_keys().into_iter().collect();
+        known.retain(|k| pending.contains(k));
+        misses.retain(|k, _| pending.contains(k));
+        let unchecked: Vec<RunKey> = pending
+            .into_iter()
+            .filter(|k| !known.contains(k))
+            .take(UNKNOWN_SWEEP_MAX)
+            .collect();
+        for key in unchecked {
+            let run_id = key.to_string();
+            let read = conn
+                .run_details(&run_id, Some(std::time::Duration::from_secs(2)))
+                .await;
+            match sweep_verdict(&read) {
+                Some(true) => {
+                    misses.remove(&key);
+                    known.insert(key);
+                }
+                Some(false) => {
+                    let n = misses.entry(key.clone()).or_insert(0);
+                    *n += 1;
+                    if *n >= UNKNOWN_AFTER_MISSES {
+                        misses.remove(&key);
+                        registry.fail_key(&key, || unknown_run_error(&run_id));
+                    }
+                }
+                None => {}
+            }
+        }
+    }
+}
+
+/// The error of a wait on a run the engine does not know.
+pub(crate) fn unknown_run_error(run_id: &str) -> Error {
+    Error::new(Outcome::Rejected, "wait for run")
+        .with_detail(format!(
+            "the engine does not know run {run_id} (not found in two reads {}s apart): check the id, or the workflow name it was triggered with",
+            UNKNOWN_SWEEP_EVERY.as_secs()
+        ))
+        .with_cause(Cause::Status(tonic::Status::not_found(format!(
+            "run {run_id} not found"
+        ))))
+        .with_run_id(run_id)
 }
 
 /// Builds the `WorkflowRunEvent` a finished run's details describe.

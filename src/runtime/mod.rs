@@ -213,6 +213,11 @@ impl Runtime {
             conn: conn.clone(),
             runs: listeners.runs.clone(),
         });
+        tokio::spawn(crate::listener::runs::sweep_unknown(
+            conn.clone(),
+            listeners.runs.kind.registry.clone(),
+            life.clone(),
+        ));
         let stream_sup: Arc<Mutex<Option<ActorRef<StreamSupMsg>>>> = Arc::default();
         let sup = stream_sup.clone();
         let worker = Arc::new(WorkerCore::new(

@@ -37,7 +37,19 @@ HERE = Path(__file__).resolve().parent
 WORKER_NAME = "interop-worker"
 
 
-def start_engine(work: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+def real_engine() -> bool:
+    """Whether the scenarios run against the real Hatchet engine (scripts/real-engine.sh env)."""
+    return os.environ.get("HATCHET_REAL_ENGINE") in ("1", "true")
+
+
+def start_engine(work: Path) -> tuple[subprocess.Popen[bytes] | None, dict[str, str]]:
+    """Our engine, started for this scenario; or the real one, already running (no process)."""
+    if real_engine():
+        env = os.environ
+        hs = {"token": env["HATCHET_CLIENT_TOKEN"], "tenant_id": env["HATCHET_CLIENT_TENANT_ID"],
+              "grpc_address": env["HATCHET_CLIENT_HOST_PORT"],
+              "api_url": env["HATCHET_CLIENT_SERVER_URL"]}
+        return None, hs
     hs_path = work / "handshake.json"
     engine = subprocess.Popen(
         [os.environ["HATCHET_DEV_ENGINE_BIN"], "-handshake-file", str(hs_path),
@@ -236,6 +248,8 @@ def main() -> int:
         run_checks(hs, markers, worker)
     finally:
         stop(worker, "worker", grace=15)
+        if engine is None and real_engine():
+            log("check f (the engine exits when stdin closes) is our engine's; skipped on the real one")
         if engine is not None:
             def f_engine_exits_on_stdin_eof() -> None:
                 engine.stdin.close()

@@ -772,11 +772,14 @@ async fn conf_dag_conditions_skip_and_wait() {
     let api = rt.api();
     until_read(
         "check completes",
-        || async { api.run(h.run_id()).await.expect("details") },
+        // The real engine's REST reads trail the trigger: not found at first.
+        || async { api.run(h.run_id()).await.ok() },
         |v| {
-            v.tasks
-                .get("check")
-                .is_some_and(|t| t.status == RunStatus::Completed)
+            v.as_ref().is_some_and(|v| {
+                v.tasks
+                    .get("check")
+                    .is_some_and(|t| t.status == RunStatus::Completed)
+            })
         },
     )
     .await;
@@ -1300,5 +1303,43 @@ async fn conf_details_of_an_unknown_run_are_not_found() {
         Some(tonic::Code::NotFound),
         "{err}"
     );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+/// A wait on a run the engine does not know ends with a not-found error instead of waiting
+/// forever (the real engine ignores unknown ids on the run stream, and accepts a trigger of an
+/// unknown workflow name with an id no run has).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_wait_on_an_unknown_run_ends_not_found() {
+    let t = Target::new("unknown_wait").await;
+    let rt = t.runtime().await;
+    let started = std::time::Instant::now();
+    let err = rt
+        .run_handle("00000000-0000-4000-8000-00000000abcd")
+        .result_within::<Value>(Duration::from_secs(60))
+        .await
+        .expect_err("no such run");
+    assert_eq!(
+        err.status().map(|s| s.code()),
+        Some(tonic::Code::NotFound),
+        "{err}"
+    );
+    assert!(err.to_string().contains("does not know run"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    // A trigger of a workflow nobody registered fails at the trigger (ours) or at the wait (the
+    // real engine): never a wait without end.
+    let res = async {
+        rt.run_no_wait("nobody-registered-this", &json!({}))
+            .await?
+            .result_within::<Value>(Duration::from_secs(60))
+            .await
+    }
+    .await;
+    let err = res.expect_err("no such workflow");
+    assert_ne!(err.outcome(), Outcome::DeadlineExceeded, "{err}");
     rt.shutdown(Duration::from_secs(1)).await;
 }

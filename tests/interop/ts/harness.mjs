@@ -21,6 +21,17 @@ export class Harness {
 
   /** Start the engine and wait for its handshake file (throws on failure). */
   async startEngine(bin) {
+    // The real Hatchet engine (scripts/real-engine.sh env): already running, nothing to start.
+    if (['1', 'true'].includes(process.env.HATCHET_REAL_ENGINE)) {
+      const env = process.env;
+      this.hs = {
+        token: env.HATCHET_CLIENT_TOKEN,
+        tenant_id: env.HATCHET_CLIENT_TENANT_ID,
+        grpc_address: env.HATCHET_CLIENT_HOST_PORT,
+        api_url: env.HATCHET_CLIENT_SERVER_URL,
+      };
+      return this.hs;
+    }
     const hsPath = join(this.work, 'handshake.json');
     const child = spawn(bin, ['-handshake-file', hsPath, '-grpc-port', '0', '-api-port', '0'], {
       stdio: ['pipe', 'ignore', openSync(join(this.work, 'engine.log'), 'w')],
