@@ -44,7 +44,7 @@ async fn main() {
                 0
             }
             Err(e) => {
-                eprintln!("{e}");
+                eprintln!("workflow {workflow}: {e}");
                 1
             }
         },

@@ -373,6 +373,17 @@ impl Engine {
             None => Value::Object(Default::default()),
         };
         let mut st = self.state.lock();
+        // Like the real engine: a task's static rate limit references the key, which must exist
+        // (PutRateLimit) before the workflow; the real engine's answer is a bare INTERNAL.
+        let missing_key = tasks.iter().flat_map(|t| &t.rate_limits).any(|r| {
+            r.key_expr.is_none()
+                && r.units_expr.is_none()
+                && r.limit_values_expr.is_none()
+                && !st.rate_limits.contains_key(&r.key)
+        });
+        if missing_key {
+            return Err(GrpcStatus::internal("An internal error occurred."));
+        }
         let id = st
             .workflows
             .get(&req.name)

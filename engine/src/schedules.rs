@@ -7,7 +7,8 @@
 //!    so firing never meets bad input.
 //! 2. Each pass fires every cron with an occurrence in (previous pass, now] once: occurrences
 //!    missed while the engine was stopped collapse into one run, and none fires twice.
-//! 3. A schedule fires once, at or after its time; its row then carries the run's id.
+//! 3. A schedule fires once, at or after its time, and its row is then deleted (the real
+//!    engine's ticker deletes a fired schedule: a read of it answers 404).
 //! 4. Crons a workflow declares (`cron_triggers`) are method `DEFAULT` and are replaced when the
 //!    workflow is put again; crons and schedules created through the API are method `API`.
 
@@ -126,6 +127,7 @@ impl State {
                 due.push((s.clone(), Some(i)));
             }
         }
+        let mut fired: Vec<usize> = Vec::new();
         for (row, schedule) in due {
             let meta = row["additionalMetadata"]
                 .as_object()
@@ -144,12 +146,13 @@ impl State {
             match (created, schedule) {
                 (Ok(run), Some(i)) => {
                     self.scheduled[i]["workflowRunId"] = json!(run);
+                    fired.push(i);
                 }
                 (Ok(_), None) => {}
                 (Err(e), schedule) => {
                     // A schedule fires once, even when its run cannot start (invariant 3).
                     if let Some(i) = schedule {
-                        self.scheduled[i]["error"] = json!(e.message());
+                        fired.push(i);
                     }
                     tracing::warn!(
                         workflow = %row["workflowName"],
@@ -158,6 +161,11 @@ impl State {
                     );
                 }
             }
+        }
+        // Fired schedules are deleted (invariant 3), highest index first.
+        fired.sort_unstable();
+        for i in fired.into_iter().rev() {
+            self.scheduled.remove(i);
         }
     }
 }
@@ -209,17 +217,20 @@ mod tests {
     }
 
     #[test]
-    fn a_schedule_fires_once_at_its_time_and_records_its_run() {
+    fn a_schedule_fires_once_at_its_time_and_is_then_deleted() {
         let mut st = state_with_workflow();
         st.add_schedule(&planned(), at("2026-11-30T10:00:00Z"))
             .expect("schedule");
         st.fire_calendar(at("2026-11-30T09:59:59Z"));
         assert!(st.runs.is_empty());
+        assert_eq!(st.scheduled.len(), 1, "open until its time");
         st.fire_calendar(at("2026-11-30T10:00:00Z"));
         st.fire_calendar(at("2026-11-30T10:00:01Z"));
         assert_eq!(st.runs.len(), 1);
-        let run_id = st.scheduled[0]["workflowRunId"].as_str().expect("run id");
-        assert!(st.runs.contains_key(run_id));
+        assert!(
+            st.scheduled.is_empty(),
+            "deleted once fired, as the real engine does"
+        );
     }
 
     #[test]

@@ -303,12 +303,27 @@ impl RuntimeHandle {
     pub async fn register(&self, workflow: Workflow) -> Result<Registered, Error> {
         let worker = self.worker("register")?;
         let registered = Registered::new(&workflow, self.inner.client.clone());
+        let static_keys: Vec<String> = workflow.static_rate_limit_keys();
         let (tx, rx) = tokio::sync::oneshot::channel();
         worker
             .cast(WorkerMsg::Register(Box::new(workflow), tx))
             .map_err(|_| Error::closed("register"))?;
-        rx.await.map_err(|_| Error::closed("register"))??;
-        Ok(registered)
+        match rx.await.map_err(|_| Error::closed("register"))? {
+            Ok(()) => Ok(registered),
+            // The real engine refuses a workflow naming a static rate limit that does not exist
+            // with a bare INTERNAL: say what is the likely cause.
+            Err(e)
+                if !static_keys.is_empty()
+                    && e.status()
+                        .is_some_and(|s| s.code() == tonic::Code::Internal) =>
+            {
+                let hint = format!(
+                    "the engine refused the workflow with INTERNAL; it names the static rate limit key(s) {static_keys:?}, which must exist before the workflow is registered: create them with RuntimeHandle::put_rate_limit, then register again"
+                );
+                Err(e.with_detail(hint))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Starts the worker: registers it with the engine (Register) and starts taking work.

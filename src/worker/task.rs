@@ -450,6 +450,19 @@ impl Workflow {
         self.tasks.iter().chain(self.on_failure.iter())
     }
 
+    /// The keys of its static rate limits (those that must exist before it is registered).
+    pub(crate) fn static_rate_limit_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .all_tasks()
+            .flat_map(|t| &t.options.rate_limits)
+            .filter(|r| r.key_expr.is_none())
+            .map(|r| r.key.clone())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
     /// Adds a task with default options.
     pub fn task<I, O, E, F, Fut>(self, name: &str, f: F) -> Self
     where

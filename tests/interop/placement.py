@@ -47,7 +47,7 @@ from pathlib import Path
 from interop_util import (bounded, check, dump_logs, expect, failures, forget_pid, log,
                           remember_pid, stop, wait_until)
 from parity import short, wait_registered
-from scenario import start_engine
+from scenario import real_engine, start_engine
 
 HERE = Path(__file__).resolve().parent
 WORKERS = ("a", "b")
@@ -217,9 +217,13 @@ def run_checks(markers: Path) -> None:
                     placed["child"] = out["first"]["child"]["worker"]
                     firsts.append(placed["first"])
                     label = f"{tag} run {i}" + (f" (desired_worker_id {target})" if target else "")
-                    if len(set(placed.values())) != 1:
+                    # SOFT is a preference: the real engine falls back to another worker when
+                    # the sticky one has no free slot at that moment, so only HARD is held to it
+                    # there (our engine keeps SOFT runs together whenever the worker lives).
+                    strict = tag == "HARD" or not real_engine()
+                    if strict and len(set(placed.values())) != 1:
                         problems.append(f"{label}: {placed}")
-                    elif target and placed["first"] != target:
+                    elif strict and target and placed["first"] != target:
                         problems.append(f"{label}: everything ran on {placed['first']}")
                 log(f"q2 {tag}: first tasks ran on {firsts} (desired {plan})")
             except Exception as e:  # noqa: BLE001
