@@ -1144,6 +1144,18 @@ impl Engine {
 #[cfg(test)]
 pub(crate) fn state_with(workflow: v1::CreateWorkflowVersionRequest) -> State {
     let engine = Engine::new("tenant".into(), Duration::from_secs(30), "v0.0.0".into());
+    // Static rate-limit keys exist before the workflow naming them (PutRateLimit first).
+    for r in workflow.tasks.iter().flat_map(|t| &t.rate_limits) {
+        if r.key_expr.is_none() && r.units_expr.is_none() && r.limit_values_expr.is_none() {
+            engine
+                .put_rate_limit(&proto::PutRateLimitRequest {
+                    key: r.key.clone(),
+                    limit: 1_000,
+                    duration: v1::RateLimitDuration::Minute as i32,
+                })
+                .expect("put rate limit");
+        }
+    }
     engine.put_workflow(workflow).expect("put");
     std::mem::take(&mut *engine.state.lock())
 }

@@ -271,7 +271,7 @@ impl Api {
             .json(
                 reqwest::Method::GET,
                 ROUTE,
-                &format!("/api/v1/stable/workflow-runs/{run_id}"),
+                &format!("/api/v1/stable/workflow-runs/{}", super::encode(run_id)),
                 None,
             )
             .await?;
@@ -293,7 +293,10 @@ impl Api {
         self.json(
             reqwest::Method::GET,
             "GET /api/v1/stable/workflow-runs/{id}/status",
-            &format!("/api/v1/stable/workflow-runs/{run_id}/status"),
+            &format!(
+                "/api/v1/stable/workflow-runs/{}/status",
+                super::encode(run_id)
+            ),
             None,
         )
         .await
@@ -359,7 +362,11 @@ impl Api {
         self.json(
             reqwest::Method::POST,
             "POST /api/v1/tenants/{t}/workflows/{w}/crons",
-            &format!("/api/v1/tenants/{}/workflows/{wf}/crons", self.tenant()),
+            &format!(
+                "/api/v1/tenants/{}/workflows/{}/crons",
+                self.tenant(),
+                super::encode(&wf)
+            ),
             Some(body),
         )
         .await
@@ -373,7 +380,11 @@ impl Api {
     pub async fn delete_cron(&self, id: &str) -> Result<(), Error> {
         self.delete(
             "DELETE /api/v1/tenants/{t}/workflows/crons/{id}",
-            &format!("/api/v1/tenants/{}/workflows/crons/{id}", self.tenant()),
+            &format!(
+                "/api/v1/tenants/{}/workflows/crons/{}",
+                self.tenant(),
+                super::encode(id)
+            ),
         )
         .await
     }
@@ -411,7 +422,11 @@ impl Api {
         self.json(
             reqwest::Method::POST,
             "POST /api/v1/tenants/{t}/workflows/{w}/scheduled",
-            &format!("/api/v1/tenants/{}/workflows/{wf}/scheduled", self.tenant()),
+            &format!(
+                "/api/v1/tenants/{}/workflows/{}/scheduled",
+                self.tenant(),
+                super::encode(&wf)
+            ),
             Some(body),
         )
         .await
@@ -425,7 +440,11 @@ impl Api {
     pub async fn delete_schedule(&self, id: &str) -> Result<(), Error> {
         self.delete(
             "DELETE /api/v1/tenants/{t}/workflows/scheduled/{id}",
-            &format!("/api/v1/tenants/{}/workflows/scheduled/{id}", self.tenant()),
+            &format!(
+                "/api/v1/tenants/{}/workflows/scheduled/{}",
+                self.tenant(),
+                super::encode(id)
+            ),
         )
         .await
     }

@@ -95,7 +95,11 @@ impl Api {
             .iter()
             .map(|w| format!("workflowIds={w}"))
             .collect();
-        q.extend(scopes.iter().map(|s| format!("scopes={}", encode(s))));
+        q.extend(
+            scopes
+                .iter()
+                .map(|s| format!("scopes={}", super::encode(s))),
+        );
         let path = format!(
             "/api/v1/stable/tenants/{}/filters?{}",
             self.tenant(),
@@ -113,7 +117,11 @@ impl Api {
     pub async fn update_filter(&self, id: &str, update: &FilterUpdate) -> Result<Filter, Error> {
         const ROUTE: &str = "PATCH /api/v1/stable/tenants/{t}/filters/{id}";
         let body = serde_json::to_value(update).unwrap_or_else(|_| json!({}));
-        let path = format!("/api/v1/stable/tenants/{}/filters/{id}", self.tenant());
+        let path = format!(
+            "/api/v1/stable/tenants/{}/filters/{}",
+            self.tenant(),
+            super::encode(id)
+        );
         self.json(reqwest::Method::PATCH, ROUTE, &path, Some(body))
             .await
     }
@@ -125,7 +133,11 @@ impl Api {
     /// Cancel safe: a repeated delete answers "not found".
     pub async fn delete_filter(&self, id: &str) -> Result<Filter, Error> {
         const ROUTE: &str = "DELETE /api/v1/stable/tenants/{t}/filters/{id}";
-        let path = format!("/api/v1/stable/tenants/{}/filters/{id}", self.tenant());
+        let path = format!(
+            "/api/v1/stable/tenants/{}/filters/{}",
+            self.tenant(),
+            super::encode(id)
+        );
         self.json(reqwest::Method::DELETE, ROUTE, &path, None).await
     }
 
@@ -140,7 +152,7 @@ impl Api {
         let path = format!(
             "/api/v1/tenants/{}/workflows?name={}",
             self.tenant(),
-            encode(&name)
+            super::encode(&name)
         );
         let v: Value = self.json(reqwest::Method::GET, ROUTE, &path, None).await?;
         v["rows"]
@@ -157,23 +169,11 @@ impl Api {
     }
 }
 
-/// Percent-encodes a query value.
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn query_values_are_percent_encoded() {
-        assert_eq!(super::encode("a b:c/d"), "a%20b%3Ac%2Fd");
-        assert_eq!(super::encode("plain-name_1.2~"), "plain-name_1.2~");
+        assert_eq!(super::super::encode("a b:c/d"), "a%20b%3Ac%2Fd");
+        assert_eq!(super::super::encode("plain-name_1.2~"), "plain-name_1.2~");
     }
 }

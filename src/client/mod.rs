@@ -188,6 +188,18 @@ impl ClientCore {
     }
 }
 
+/// Percent-encodes a path segment or a query value (an id or a name from the caller).
+pub(crate) fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// How long a finished run's details may trail its result on the run stream.
 pub(crate) const DETAILS_SETTLE: Duration = Duration::from_secs(60);
 

@@ -64,8 +64,8 @@ pub const UNARY_METHODS: &[(&str, RequestClass, &str)] = &[
     ),
     (
         "/Dispatcher/RefreshTimeout",
-        IdempotentWrite,
-        "sets the timeout, not adds",
+        Write,
+        "adds the increment to the deadline: a repeat extends it twice",
     ),
     (
         "/Dispatcher/ReleaseSlot",

@@ -455,7 +455,9 @@ impl Workflow {
         let mut keys: Vec<String> = self
             .all_tasks()
             .flat_map(|t| &t.options.rate_limits)
-            .filter(|r| r.key_expr.is_none())
+            .filter(|r| {
+                r.key_expr.is_none() && r.units_expr.is_none() && r.limit_values_expr.is_none()
+            })
             .map(|r| r.key.clone())
             .collect();
         keys.sort();

@@ -66,25 +66,30 @@ impl Target {
                 script: std::env::var("HATCHET_REAL_ENGINE_SCRIPT").ok(),
             }
         } else {
-            let e = DevEngine::start(DevEngineOptions::default())
-                .await
-                .expect("engine");
-            let config = ClientConfig::from_lookup(|k| {
-                if k == "HATCHET_CLIENT_NAMESPACE" {
-                    return Some(ns.clone());
-                }
-                e.client_config()
-                    .env_lines()
-                    .into_iter()
-                    .find(|(name, _)| name == k)
-                    .map(|(_, v)| v)
-            })
-            .expect("config");
-            Target {
-                ours: Some(e),
-                config,
-                script: None,
+            Self::ours(&ns).await
+        }
+    }
+
+    /// Our engine, embedded, with namespace `ns`.
+    pub(crate) async fn ours(ns: &str) -> Target {
+        let e = DevEngine::start(DevEngineOptions::default())
+            .await
+            .expect("engine");
+        let config = ClientConfig::from_lookup(|k| {
+            if k == "HATCHET_CLIENT_NAMESPACE" {
+                return Some(ns.to_string());
             }
+            e.client_config()
+                .env_lines()
+                .into_iter()
+                .find(|(name, _)| name == k)
+                .map(|(_, v)| v)
+        })
+        .expect("config");
+        Target {
+            ours: Some(e),
+            config,
+            script: None,
         }
     }
 
@@ -1583,28 +1588,7 @@ async fn conf_differential_our_engine_answers_like_the_real_one() {
     let real = Target::new("diff_real").await;
     let real_answers = answers(&real).await;
     // Ours, in process, beside it.
-    let ours = {
-        let e = DevEngine::start(DevEngineOptions::default())
-            .await
-            .expect("engine");
-        let ns = "diff_ours_".to_string();
-        let config = ClientConfig::from_lookup(|k| {
-            if k == "HATCHET_CLIENT_NAMESPACE" {
-                return Some(ns.clone());
-            }
-            e.client_config()
-                .env_lines()
-                .into_iter()
-                .find(|(name, _)| name == k)
-                .map(|(_, v)| v)
-        })
-        .expect("config");
-        Target {
-            ours: Some(e),
-            config,
-            script: None,
-        }
-    };
+    let ours = Target::ours("diff_ours_").await;
     let our_answers = answers(&ours).await;
     let known: BTreeSet<String> = include_str!("differential_known.txt")
         .lines()

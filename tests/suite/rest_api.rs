@@ -361,11 +361,13 @@ async fn schedules_fire_at_their_time_and_crons_are_validated_at_registration() 
         .await
         .expect("schedule");
     assert_eq!(sched.workflow_run_id, None, "not fired yet");
-    let run_id = tokio::time::timeout(Duration::from_secs(10), async {
+    // A fired schedule is deleted (as the real engine does): it leaves the list, and its run is
+    // at the engine.
+    tokio::time::timeout(Duration::from_secs(10), async {
         loop {
             let rows = api.list_schedules().await.expect("list");
-            if let Some(id) = rows.iter().find_map(|r| r.workflow_run_id.clone()) {
-                break id;
+            if rows.iter().all(|r| r.metadata.id != sched.metadata.id) {
+                break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -376,12 +378,7 @@ async fn schedules_fire_at_their_time_and_crons_are_validated_at_registration() 
         SystemTime::now() >= at,
         "never before its time (to the second)"
     );
-    let out: Value = rt
-        .run_handle(&run_id)
-        .result()
-        .await
-        .expect("the scheduled run's result");
-    assert_eq!(out["when"], "soon");
+    assert_eq!(e.runs_by_workflow("later"), 1, "one run, once");
 
     // A workflow declaring a bad cron is refused at registration, with the field named.
     let err = rt
@@ -439,4 +436,23 @@ async fn a_rest_call_cancelled_before_it_starts_makes_no_request() {
     .expect_err("cancelled");
     assert_eq!(err.outcome(), Outcome::Cancelled);
     assert!(server.heads().is_empty(), "nothing reached the server");
+}
+
+#[tokio::test]
+async fn ids_in_rest_paths_are_percent_encoded() {
+    // An id with a slash or a query character must stay one path segment: the read answers
+    // for that id (not found), it does not reach another route.
+    let e = hatchet_dev_engine::DevEngine::start(hatchet_dev_engine::DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let rt = hatchet_runtime::Runtime::spawn(e.client_config())
+        .await
+        .expect("runtime");
+    for id in ["a/../../tenants", "x?y=1", "has space"] {
+        let err = rt.api().run_status(id).await.expect_err("no such run");
+        assert!(
+            err.to_string().contains("400") || err.to_string().contains("404"),
+            "{id}: {err}"
+        );
+    }
 }

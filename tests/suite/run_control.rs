@@ -672,3 +672,65 @@ async fn a_pending_waiter_is_a_small_future() {
     let size = std::mem::size_of_val(&waiter);
     assert!(size <= 96, "RunHandle::outputs future is {size} bytes");
 }
+
+#[tokio::test]
+async fn refresh_timeout_is_a_write_and_is_never_sent_twice() {
+    // The real engine adds the increment to the deadline: a retried refresh would extend it
+    // twice. An answer that may have come after the engine acted is not retried.
+    const PATH: &str = "/Dispatcher/RefreshTimeout";
+    let (e, rt) = setup().await;
+    e.faults().inject(
+        PATH,
+        1,
+        hatchet_dev_engine::Fault::Fail {
+            code: tonic::Code::Unavailable as i32,
+            message: "lost on the way back".into(),
+            pushback_ms: None,
+        },
+    );
+    let wf = Workflow::new("refresh-once").task("t", |_: Value, c: Context| async move {
+        let r = c.refresh_timeout(Duration::from_secs(5)).await;
+        Ok::<_, TaskError>(json!({ "outcome": r.err().map(|e| format!("{:?}", e.outcome())) }))
+    });
+    rt.register(wf).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let out: Value = rt.run("refresh-once", &json!({})).await.expect("run");
+    assert_eq!(e.faults().attempts(PATH), 1, "sent once: {out}");
+    assert_eq!(out["outcome"], "MaybeExecuted", "{out}");
+}
+
+#[tokio::test]
+async fn a_memo_whose_value_cannot_be_serialised_is_an_error_and_stores_nothing() {
+    let (_e, rt) = setup().await;
+    let wf = Workflow::new("bad-memo").durable_task(
+        "d",
+        TaskOptions::default(),
+        |_: Value, c: Context| async move {
+            // JSON object keys must be strings: this map cannot be serialised.
+            let first = c
+                .memo("pairs", || async {
+                    std::collections::HashMap::from([((1, 2), 3)])
+                })
+                .await;
+            let err = first.expect_err("not serialisable");
+            // Nothing was stored: the same key computes again (and this value serialises).
+            let again: u32 = c.memo("pairs", || async { 7u32 }).await?;
+            Ok::<_, TaskError>(json!({"outcome": format!("{:?}", err.outcome()), "error": err.to_string(), "again": again}))
+        },
+    );
+    rt.register(wf).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let out: Value = rt.run("bad-memo", &json!({})).await.expect("run");
+    assert_eq!(out["outcome"], "Invalid", "{out}");
+    assert!(
+        out["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("cannot be serialised")),
+        "{out}"
+    );
+    assert_eq!(out["again"], 7, "{out}");
+}

@@ -108,7 +108,7 @@ impl DurableClient {
     ) -> Result<Vec<u8>, Error>
     where
         F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Vec<u8>>,
+        Fut: std::future::Future<Output = Result<Vec<u8>, Error>>,
     {
         let ack = self
             .request(v1::DurableTaskRequest {
@@ -128,7 +128,8 @@ impl DurableClient {
         if let Some(v) = m.memo_result_payload.filter(|_| m.memo_already_existed) {
             return Ok(v);
         }
-        let value = compute().await;
+        // A value that cannot be serialised is the caller's error, and nothing is stored.
+        let value = compute().await?;
         self.registry.send_no_ack(v1::DurableTaskRequest {
             message: Some(Req::CompleteMemo(v1::DurableTaskCompleteMemoRequest {
                 r#ref: m.r#ref,
@@ -204,7 +205,7 @@ mod tests {
         assert_eq!(err.outcome(), Outcome::DeadlineExceeded);
         assert_eq!(started.elapsed(), ACK_TIMEOUT);
         // The next operation of the invocation goes out; then the first one's ack arrives late.
-        let next = client.memo("t", 1, b"k", || async { b"v".to_vec() });
+        let next = client.memo("t", 1, b"k", || async { Ok(b"v".to_vec()) });
         tokio::pin!(next);
         assert!(futures::poll!(&mut next).is_pending());
         let entry = |node_id| v1::DurableEventLogEntryRef {

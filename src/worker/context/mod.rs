@@ -435,7 +435,12 @@ impl Context {
         let (d, inv) = self.durable()?;
         let bytes = d
             .memo(self.task_run_id(), inv, key.as_bytes(), || async {
-                serde_json::to_vec(&compute().await).unwrap_or_default()
+                serde_json::to_vec(&compute().await).map_err(|e| {
+                    Error::invalid(
+                        "memo",
+                        format!("the value of memo {key:?} cannot be serialised to JSON, so nothing was stored: {e}"),
+                    )
+                })
             })
             .await?;
         serde_json::from_slice(&bytes).map_err(|e| {
