@@ -1247,6 +1247,17 @@ async fn conf_results_survive_the_engine_restarting_mid_run() {
         .map(|h| h.expect("trigger"))
         .collect();
     t.restart_engine().await;
+    // A read first (retried through the reconnect): a trigger is a write, and one sent on the
+    // connection the restart closed is rightly ambiguous (MaybeExecuted), never retried.
+    let mut answered = false;
+    for _ in 0..100 {
+        if rt.engine_version().await.is_ok() {
+            answered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(answered, "the engine answers again after its restart");
     // Triggers after the restart go through too.
     let after = rt
         .run_no_wait("across", &Num { n: 100 })
