@@ -378,6 +378,17 @@ impl Actor for WorkerActor {
 
 async fn register_workflow(core: &WorkerCore, wf: Workflow) -> Result<(), Error> {
     const PATH: &str = "/v1.AdminService/PutWorkflow";
+    // The engine assigns a worker only the actions it registered with: a workflow added after
+    // the start would be stored and never run here. Refused before anything is sent.
+    if core.started.load(Ordering::SeqCst) {
+        return Err(Error::invalid(
+            "register",
+            format!(
+                "workflow {} was not registered: the worker is already started, and the engine assigns it only the actions it started with; register every workflow before start_worker (or register it from a runtime with no worker)",
+                wf.name
+            ),
+        ));
+    }
     if wf.tasks.is_empty() {
         return Err(Error::invalid(
             PATH,

@@ -380,8 +380,12 @@ async fn schedules_fire_at_their_time_and_crons_are_validated_at_registration() 
     );
     assert_eq!(e.runs_by_workflow("later"), 1, "one run, once");
 
-    // A workflow declaring a bad cron is refused at registration, with the field named.
-    let err = rt
+    // A workflow declaring a bad cron is refused at registration, with the field named. (A
+    // runtime without a worker registers them: a started worker takes no new workflows.)
+    let admin = hatchet_runtime::Runtime::spawn(e.client_config())
+        .await
+        .expect("runtime");
+    let err = admin
         .register(
             Workflow::new("bad-cron")
                 .task(
@@ -395,16 +399,17 @@ async fn schedules_fire_at_their_time_and_crons_are_validated_at_registration() 
     assert_eq!(err.outcome(), Outcome::Rejected);
     assert!(err.to_string().contains("minute"), "{err}");
     // A good one is listed with the workflow's crons.
-    rt.register(
-        Workflow::new("hourly")
-            .task(
-                "t",
-                |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
-            )
-            .on_crons(["0 * * * *"], Some(json!({"tick": true}))),
-    )
-    .await
-    .expect("register");
+    admin
+        .register(
+            Workflow::new("hourly")
+                .task(
+                    "t",
+                    |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+                )
+                .on_crons(["0 * * * *"], Some(json!({"tick": true}))),
+        )
+        .await
+        .expect("register");
     let crons = api.list_crons().await.expect("crons");
     assert!(
         crons.iter().any(|c| c.workflow_name == "hourly"

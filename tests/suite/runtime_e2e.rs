@@ -161,7 +161,11 @@ async fn failures_retries_non_retryable_errors_and_panics() {
         .expect_err("panic becomes a failure");
     assert!(err.to_string().contains("user bug"), "{err}");
     // The worker survived: it still runs work.
-    rt.register(echo()).await.expect("register late");
+    let err = rt
+        .run::<_, Value>("fatal", &json!({}))
+        .await
+        .expect_err("fails again");
+    assert_eq!(err.outcome(), Outcome::RunFailed, "{err}");
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
@@ -541,5 +545,32 @@ async fn only_a_callers_deadline_goes_on_the_wire() {
         1,
         "only the bounded trigger carried grpc-timeout"
     );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn register_after_start_worker_is_refused_and_sends_nothing() {
+    let (e, rt) = setup().await;
+    rt.register(echo()).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let puts = e.faults().attempts("/v1.AdminService/PutWorkflow");
+    let late =
+        Workflow::new("late").task(
+            "t",
+            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+        );
+    let err = rt.register(late).await.expect_err("the worker is started");
+    assert_eq!(err.outcome(), Outcome::Invalid, "{err}");
+    assert!(err.to_string().contains("before start_worker"), "{err}");
+    assert_eq!(
+        e.faults().attempts("/v1.AdminService/PutWorkflow"),
+        puts,
+        "nothing was sent"
+    );
+    // The worker goes on serving what it registered.
+    let out: Num = rt.run("echo", &Num { n: 2 }).await.expect("run");
+    assert_eq!(out, Num { n: 4 });
     rt.shutdown(Duration::from_secs(1)).await;
 }
