@@ -421,9 +421,17 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
                         problems.append(f"runs.get DAG_FAILED: shape has {len(d.shape)} items")
                 if d.tasks:
                     task_id = d.tasks[0].task_external_id
-                    tr = bounded(lambda: h.runs.get_task_run(task_id), 30)
-                    if label != "DAG_FAILED" and str(tr.status).split(".")[-1] != st:
-                        problems.append(f"runs.get_task_run {label}: status {tr.status}")
+                    def task_status(task_id=task_id) -> str:
+                        tr = bounded(lambda: h.runs.get_task_run(task_id), 30)
+                        return str(tr.status).split(".")[-1]
+
+                    # The real engine's task read trails its run read by a moment: poll it.
+                    if label != "DAG_FAILED":
+                        try:
+                            wait_until(f"get_task_run {label} to read {st}",
+                                       lambda: task_status() == st, 10, 0.3)
+                        except Exception:  # noqa: BLE001 - recorded below with what it read
+                            problems.append(f"runs.get_task_run {label}: status {task_status()}")
                 elif label != "QUEUED":
                     problems.append(f"runs.get {label}: no tasks")
             except Exception as e:  # noqa: BLE001
