@@ -1263,17 +1263,32 @@ async fn conf_results_survive_the_engine_restarting_mid_run() {
         .run_no_wait("across", &Num { n: 100 })
         .await
         .expect("trigger after the restart");
+    // Every waiter gets its run's outcome. On ours that is the result. The real engine does
+    // not offer again a START lost in the cut: that attempt runs out its timeout (60 s) and the
+    // run fails, which its waiter must be told (never a wait without end).
+    let real = t.ours.is_none();
     for (n, h) in hs.iter().enumerate() {
-        let out: Num = h
-            .result_within::<Value>(RESULT)
-            .await
-            .map(|v| serde_json::from_value(v).expect("typed"))
-            .expect("result across the restart");
-        assert_eq!(out.n, n as i64 + 1);
+        let wait = if real {
+            Duration::from_secs(240)
+        } else {
+            RESULT
+        };
+        match h.result_within::<Value>(wait).await {
+            Ok(v) => {
+                let out: Num = serde_json::from_value(v).expect("typed");
+                assert_eq!(out.n, n as i64 + 1);
+            }
+            Err(e) if real && e.outcome() == Outcome::RunFailed => {
+                eprintln!("conformance: a run cut by the restart failed on the real engine: {e}");
+            }
+            Err(e) => panic!("result across the restart: {e:?}"),
+        }
     }
     let out: Value = after.result_within(RESULT).await.expect("result");
     assert_eq!(out["n"], 101);
-    assert!(execs.load(Ordering::SeqCst) >= 11);
+    if !real {
+        assert!(execs.load(Ordering::SeqCst) >= 11, "every run executed");
+    }
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
