@@ -226,6 +226,17 @@ pub struct DurableState {
     /// Fault injection: completions to lose before they reach a stream (as a cluster can);
     /// `worker_status` recovers them.
     pub lose_completions: std::sync::atomic::AtomicU32,
+    /// Fault injection: requests whose acks are lost with their stream. The request is recorded
+    /// (its node kept) and the stream ends before its answer goes out, as a connection cut
+    /// between the engine's write and the worker's read does.
+    pub lose_acks: std::sync::atomic::AtomicU32,
+    /// Fault injection: collect a stream's requests this many milliseconds, then handle them
+    /// newest first (the real engine handles a stream's requests concurrently: they may be
+    /// numbered and answered in any order). 0: what is already buffered is handled newest
+    /// first, which is the default.
+    pub collect_requests_ms: std::sync::atomic::AtomicU64,
+    /// Nodes ever recorded, all tasks (a re-sent request shows as one more).
+    pub nodes_recorded: u64,
 }
 
 /// A wait's idempotency key: its conditions' kinds, readable keys, expressions, sleep durations
@@ -260,6 +271,13 @@ fn eref(task: &str, invocation: i32, node: i64) -> v1::DurableEventLogEntryRef {
         branch_id: BRANCH,
         node_id: node,
     }
+}
+
+/// Takes one from a fault counter; whether there was one.
+fn take_one(n: &std::sync::atomic::AtomicU32) -> bool {
+    use std::sync::atomic::Ordering;
+    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
+        .is_ok()
 }
 
 fn resp(m: Resp) -> Result<v1::DurableTaskResponse, GrpcStatus> {
@@ -361,6 +379,7 @@ impl State {
             Some(n) if n.key == key => Ok((id, true)),
             Some(_) => Err(id),
             None => {
+                self.durable.nodes_recorded += 1;
                 log.nodes.insert(
                     id,
                     Node {
@@ -389,6 +408,19 @@ impl State {
     pub fn durable_request(&mut self, stream: u64, tenant: &str, req: v1::DurableTaskRequest) {
         use v1::durable_task_request::Message as Req;
         let Some(msg) = req.message else { return };
+        let expects_ack = matches!(
+            msg,
+            Req::WaitFor(_) | Req::Memo(_) | Req::TriggerRuns(_) | Req::EvictInvocation(_)
+        );
+        if expects_ack && take_one(&self.durable.lose_acks) {
+            // The stream ends now; the request is still recorded, its answers go nowhere.
+            if let Some(tx) = self.durable.streams.get(&stream) {
+                let _ = tx.send(Err(GrpcStatus::unavailable(
+                    "stream ended by fault injection (an ack lost with its stream)",
+                )));
+            }
+            self.durable_close(stream);
+        }
         match msg {
             Req::RegisterWorker(r) => {
                 if self.workers.contains_key(&r.worker_id) {

@@ -1,8 +1,9 @@
 //! The five gRPC services of the development engine, each a thin adapter over [`Engine`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use futures::StreamExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tonic::{Request, Response, Status};
 
@@ -412,6 +413,28 @@ impl v1::admin_service_server::AdminService for Svc {
     }
 }
 
+/// The order a batch of durable requests is handled in: as the real engine does, the worker's
+/// registration first, in its place, and each run of requests between (which it handles
+/// concurrently) newest first.
+fn concurrent_order(batch: Vec<v1::DurableTaskRequest>) -> Vec<v1::DurableTaskRequest> {
+    use v1::durable_task_request::Message as Req;
+    let mut out = Vec::with_capacity(batch.len());
+    let mut run = Vec::new();
+    for req in batch {
+        if matches!(
+            req.message,
+            Some(Req::WaitFor(_) | Req::Memo(_) | Req::TriggerRuns(_))
+        ) {
+            run.push(req);
+        } else {
+            out.extend(run.drain(..).rev());
+            out.push(req);
+        }
+    }
+    out.extend(run.into_iter().rev());
+    out
+}
+
 #[tonic::async_trait]
 impl v1::v1_dispatcher_server::V1Dispatcher for Svc {
     type DurableTaskStream = Out<v1::DurableTaskResponse>;
@@ -425,9 +448,43 @@ impl v1::v1_dispatcher_server::V1Dispatcher for Svc {
         let mut inbound = r.into_inner();
         let engine = self.engine.clone();
         tokio::spawn(async move {
-            while let Some(Ok(req)) = inbound.next().await {
+            // The real engine handles a stream's requests concurrently, so requests that arrive
+            // together may be numbered and answered in any order: those already buffered are
+            // handled newest first (and a fault can widen the window).
+            let mut open = true;
+            while open {
+                let Some(Ok(first)) = inbound.next().await else {
+                    break;
+                };
+                let mut batch = vec![first];
+                let window = engine
+                    .state
+                    .lock()
+                    .durable
+                    .collect_requests_ms
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                let until = tokio::time::Instant::now() + Duration::from_millis(window);
+                loop {
+                    let next = if window == 0 {
+                        inbound.next().now_or_never()
+                    } else {
+                        tokio::time::timeout_at(until, inbound.next()).await.ok()
+                    };
+                    match next {
+                        None => break,
+                        Some(Some(Ok(req))) => batch.push(req),
+                        Some(_) => {
+                            open = false;
+                            break;
+                        }
+                    }
+                }
                 let tenant = engine.tenant_id.clone();
-                engine.state.lock().durable_request(id, &tenant, req);
+                let mut st = engine.state.lock();
+                for req in concurrent_order(batch) {
+                    st.durable_request(id, &tenant, req);
+                }
+                drop(st);
                 engine.wake.notify_one();
             }
             engine.state.lock().durable_close(id);

@@ -170,6 +170,8 @@ pub struct EngineStats {
     pub duplicated_assignments: u64,
     /// Assignments sent again later by [`DevEngine::duplicate_next_assignments_late`].
     pub late_duplicates_sent: u64,
+    /// Durable log nodes ever recorded, all tasks (a request the engine got twice is two).
+    pub durable_nodes_recorded: u64,
 }
 
 struct Serving {
@@ -498,6 +500,29 @@ impl DevEngine {
             .store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Fault injection: the next `n` durable requests that expect an ack are recorded, and
+    /// their stream ends before the ack goes out (a cut between the engine's write and the
+    /// worker's read). See [`EngineStats::durable_nodes_recorded`].
+    pub fn lose_next_durable_acks(&self, n: u32) {
+        self.engine
+            .state
+            .lock()
+            .durable
+            .lose_acks
+            .store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Fault injection: each DurableTask stream collects its requests for `window`, then
+    /// handles them newest first. The real engine handles a stream's requests concurrently,
+    /// so they may be numbered and answered in any order; by default what is already buffered
+    /// is handled newest first, and this makes it certain for requests sent within `window`.
+    pub fn answer_durable_requests_out_of_order(&self, window: Duration) {
+        self.engine.state.lock().durable.collect_requests_ms.store(
+            u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
     /// Fault injection: assign beyond the workers' slots (a flood of actions).
     pub fn over_assign(&self, on: bool) {
         self.engine.state.lock().over_assign = on;
@@ -540,6 +565,7 @@ impl DevEngine {
             late_duplicates_sent: st
                 .late_duplicates_sent
                 .load(std::sync::atomic::Ordering::SeqCst),
+            durable_nodes_recorded: st.durable.nodes_recorded,
         }
     }
 

@@ -741,6 +741,48 @@ async fn conf_durable_sleep_event_or_wait_and_memo() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Two durable operations joined in one invocation: the real engine handles a stream's requests
+/// concurrently (ours, with its fault, newest first), and each operation must get its own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_durable_operations_joined_in_one_invocation_get_their_own_answers() {
+    let t = Target::new("joined").await;
+    if let Some(engine) = t.ours_only("out-of-order durable answers") {
+        engine.answer_durable_requests_out_of_order(Duration::from_millis(200));
+    }
+    let wf = Workflow::new("joined").durable_task(
+        "d",
+        TaskOptions::default(),
+        |_i: Value, c: Context| async move {
+            let (stamp, slept, event) = tokio::join!(
+                c.memo("stamp", || async { 7u64 }),
+                c.sleep_for(Duration::from_secs(2)),
+                c.wait_for_event("joined:go")
+            );
+            slept?;
+            Ok::<_, TaskError>(json!({ "stamp": stamp?, "event": event? }))
+        },
+    );
+    let rt = t.worker(4, vec![wf]).await;
+    let h = rt.run_no_wait("joined", &json!({})).await.expect("trigger");
+    let pushing = {
+        let rt = rt.clone();
+        tokio::spawn(async move {
+            for n in 1.. {
+                let _ = rt.push("joined:go", &json!({ "push": n })).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+    let out: Value = h.result_within(RESULT).await.expect("result");
+    pushing.abort();
+    assert_eq!(out["stamp"], 7, "the memo got the memo's answer: {out}");
+    assert!(
+        out["event"]["push"].as_u64().is_some(),
+        "the event wait got the event, not the sleep's answer: {out}"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 // --- conditions; labels and sticky; event filters and scopes --------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -351,3 +351,105 @@ async fn a_retried_durable_task_replays_its_sleep_instead_of_diverging() {
     assert_eq!(out["invocation"], 2);
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn a_durable_ack_lost_with_its_stream_fails_the_attempt_and_its_retry_replays_onto_the_node()
+{
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let rt = runtime(&engine).await;
+    let executions = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (count, errors) = (executions.clone(), seen.clone());
+    rt.register(Workflow::new("cut").durable_task(
+        "d",
+        TaskOptions {
+            retries: 1,
+            ..TaskOptions::default()
+        },
+        move |_i: Value, c: Context| {
+            let (count, errors) = (count.clone(), errors.clone());
+            async move {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if let Err(e) = c.sleep_for(Duration::from_millis(300)).await {
+                    errors.lock().push(format!("{}: {e}", e.outcome().as_str()));
+                    return Err(e.into());
+                }
+                Ok::<_, TaskError>(json!({ "invocation": c.durable_invocation() }))
+            }
+        },
+    ))
+    .await
+    .expect("register");
+    // The engine records the first sleep, and its stream ends before the ack goes out.
+    engine.lose_next_durable_acks(1);
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let out: Value = within("the retried run", rt.run("cut", &json!({})))
+        .await
+        .expect("the retry replays onto the recorded sleep");
+    assert_eq!(out["invocation"], 2);
+    assert_eq!(
+        executions.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the attempt whose ack was lost failed; its retry finished"
+    );
+    let errors = seen.lock().clone();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].starts_with("maybe_executed"), "{errors:?}");
+    assert_eq!(
+        engine.stats().durable_nodes_recorded,
+        1,
+        "the sleep was never sent twice: one node, replayed by the retry"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn two_durable_operations_joined_in_one_invocation_get_their_own_answers() {
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    // Requests sent within 200 ms of each other are numbered and answered newest first.
+    engine.answer_durable_requests_out_of_order(Duration::from_millis(200));
+    let rt = runtime(&engine).await;
+    rt.register(Workflow::new("joined").durable_task(
+        "d",
+        TaskOptions::default(),
+        |_i: Value, c: Context| async move {
+            let (slept, event) = tokio::join!(
+                c.sleep_for(Duration::from_millis(400)),
+                c.wait_for_event("joined:go")
+            );
+            slept?;
+            Ok::<_, TaskError>(json!({ "event": event? }))
+        },
+    ))
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let h = rt.run_no_wait("joined", &json!({})).await.expect("trigger");
+    let waiter = tokio::spawn({
+        let h = h.clone();
+        async move { h.result_within::<Value>(Duration::from_secs(20)).await }
+    });
+    let mut pushes = 0;
+    while !waiter.is_finished() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        pushes += 1;
+        rt.push("joined:go", &json!({ "push": pushes }))
+            .await
+            .expect("push");
+    }
+    let out = waiter.await.expect("task").expect("result");
+    assert!(
+        out["event"]["push"].as_u64().is_some(),
+        "the event wait got the event, not the sleep's answer: {out}"
+    );
+    assert_eq!(engine.stats().durable_nodes_recorded, 2);
+    rt.shutdown(Duration::from_secs(1)).await;
+}

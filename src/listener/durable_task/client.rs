@@ -193,6 +193,13 @@ mod tests {
         let registry = Arc::new(DurableRegistry::default());
         let (sink, _out) = mpsc::unbounded_channel();
         registry.publish(1, sink, "w");
+        registry.on_response(v1::DurableTaskResponse {
+            message: Some(Resp::RegisterWorker(
+                v1::DurableTaskResponseRegisterWorker {
+                    worker_id: "w".into(),
+                },
+            )),
+        });
         let client = DurableClient {
             registry: registry.clone(),
             ensure: Arc::new(|| {}),

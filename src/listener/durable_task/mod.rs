@@ -1,17 +1,26 @@
-//! The durable-task listener: the `DurableTask` bidi stream, acks keyed per request, completions
-//! routed by entry ref, early completions kept 10 s, and replay on reconnect (CONTRACT.md §3).
+//! The durable-task listener: the `DurableTask` bidi stream, one request per invocation on the
+//! wire, completions routed by entry ref, early completions kept 10 s, and what a reconnect may
+//! and may not send again (CONTRACT.md §3).
 //!
 //! # Invariants
 //!
-//! 1. Every request that expects an ack has its own slot (a FIFO per task invocation, in send
-//!    order, as the engine acks in order): two requests of one invocation never share a waiter.
-//!    A request abandoned after it went out (its caller gave up, or a timeout) leaves a
-//!    tombstone in its slot that takes its late ack, so the next request never gets it.
-//! 2. A request awaiting its ack when the stream drops is re-sent on the next stream, after
-//!    `register_worker` and before `worker_status`; it is never reported as an ambiguous failure.
+//! 1. One request per task invocation is on the wire at a time; the others wait in call order
+//!    behind it, never written. The engine numbers each request's node itself and handles a
+//!    stream's requests concurrently, so this is what makes the node order the call order (a
+//!    replay finds the same log), and an ack of an invocation answers its one request on the
+//!    wire, when it is of the kind that request expects. Two requests of one invocation never
+//!    get each other's answer, in whatever order the engine answers. A request abandoned on the
+//!    wire (its caller gave up, or a timeout) keeps its place until its ack or its stream's end.
+//! 2. Requests are written to a stream only once the engine has answered its `register_worker`
+//!    (or it stayed open [`READY_AFTER_TICKS`] status ticks): a stream that ends before that
+//!    carried none, and they go out on the next one. A request on the wire when its stream ends
+//!    is never sent again (the engine may have recorded it: a second copy would be a second
+//!    node): it fails with [`Outcome::MaybeExecuted`](crate::Outcome::MaybeExecuted), and so does
+//!    every later request of its invocation, so the attempt fails and its retry replays onto the
+//!    log the engine kept.
 //! 3. Completions that arrive before their waiter are kept [`EARLY_COMPLETION_TTL`].
 //! 4. An eviction ack not received in [`EVICTION_ACK_TIMEOUT`] fails that eviction, not the stream.
-//! 5. Sending is a synchronous path (CONTRACT.md §3): a request rides at most
+//! 5. Sending is a synchronous path (CONTRACT.md §3): a request waits through at most
 //!    [`MAX_SEND_ATTEMPTS`] consecutive streams that end without progress, then fails with
 //!    [`Outcome::Exhausted`](crate::Outcome::Exhausted); it never blocks its task through an outage. A stream with progress
 //!    resets the count. A listener that stops fails every pending request and wait at once.
@@ -56,6 +65,9 @@ pub const ACK_TIMEOUT: Duration = Duration::from_secs(60);
 /// Consecutive streams without progress a request may ride before it fails (the bound on
 /// synchronous paths, CONTRACT.md §3).
 pub const MAX_SEND_ATTEMPTS: u32 = 5;
+/// Status ticks a stream stays open before requests go out on it without the engine's answer to
+/// `register_worker` (an engine that does not answer it still serves the stream).
+pub const READY_AFTER_TICKS: u32 = 2;
 
 const OPERATION: &str = "/v1.V1Dispatcher/DurableTask";
 
@@ -113,7 +125,7 @@ impl StreamKind for DurableTaskKind {
     }
 
     async fn on_end(&self, _conn: &Connection, generation: u64, report: &EndReport) -> Judged {
-        self.registry.unpublish(generation);
+        self.registry.unpublish(generation, &report.error);
         self.registry.stream_ended(report.progressed, &report.error);
         Judged::Decide(report.end)
     }
@@ -134,7 +146,7 @@ impl StreamKind for DurableTaskKind {
     fn on_tick(&self) {
         // Invariant 6: pending waits are listed to the engine every second.
         if let Some(worker_id) = self.identity.get() {
-            self.registry.send_status(&worker_id);
+            self.registry.tick(&worker_id);
         }
     }
 }

@@ -1,15 +1,21 @@
-//! The durable registry: requests awaiting acks (one slot each, per invocation in send order),
-//! waits by entry ref, early completions, and the typed refusals of the engine's answers. It
-//! outlives listener restarts; the actor (`super`) publishes streams to it.
+//! The durable registry: one lane per task invocation (at most one request on the wire, the rest
+//! queued in call order), waits by entry ref, early completions, and the typed refusals of the
+//! engine's answers. It outlives listener restarts; the actor (`super`) publishes streams to it.
+//!
+//! Why one request per invocation on the wire: the engine numbers a request's node itself (the
+//! next node of the invocation's log) and handles the requests of a stream concurrently, so two
+//! requests of one invocation in flight together could be numbered, and answered, in either
+//! order. One at a time, the node order is the call order (a replay finds the same log) and the
+//! ack of an invocation answers its one request on the wire.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::{EARLY_COMPLETION_TTL, EvictHook, MAX_SEND_ATTEMPTS, OPERATION};
+use super::{EARLY_COMPLETION_TTL, EvictHook, MAX_SEND_ATTEMPTS, OPERATION, READY_AFTER_TICKS};
 use crate::error::{Cause, DurableError, Error, Outcome};
 use crate::listener::reconnect::StreamEnd;
 use crate::proto::v1::{
@@ -18,6 +24,9 @@ use crate::proto::v1::{
 
 /// An entry ref: `(task, invocation, branch, node)`.
 pub type EntryKey = (String, i32, i64, i64);
+
+/// A task invocation: `(task, invocation)`, the unit whose requests go out one at a time.
+pub(super) type Lane = (String, i32);
 
 pub(super) fn key_of(r: &v1::DurableEventLogEntryRef) -> EntryKey {
     (
@@ -41,6 +50,36 @@ pub enum Ack {
     Evicted,
 }
 
+/// Which ack a request expects: an answer of another kind is not its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AckKind {
+    Wait,
+    Memo,
+    Runs,
+    Evict,
+}
+
+impl AckKind {
+    fn of_request(req: &v1::DurableTaskRequest) -> Option<AckKind> {
+        match req.message.as_ref()? {
+            Req::WaitFor(_) => Some(AckKind::Wait),
+            Req::Memo(_) => Some(AckKind::Memo),
+            Req::TriggerRuns(_) => Some(AckKind::Runs),
+            Req::EvictInvocation(_) => Some(AckKind::Evict),
+            _ => None,
+        }
+    }
+
+    fn of_ack(ack: &Ack) -> AckKind {
+        match ack {
+            Ack::Wait(_) => AckKind::Wait,
+            Ack::Memo(_) => AckKind::Memo,
+            Ack::Runs(_) => AckKind::Runs,
+            Ack::Evicted => AckKind::Evict,
+        }
+    }
+}
+
 /// A completed entry.
 #[derive(Debug, Clone)]
 pub struct Completion {
@@ -54,27 +93,59 @@ pub struct Completion {
 
 type AckTx = oneshot::Sender<Result<Ack, Error>>;
 type WaitTx = oneshot::Sender<Result<Completion, Error>>;
-/// A request's ack slot: its id and its waiter (`None`: a tombstone, see `abandon`).
-type AckSlot = (u64, Option<AckTx>);
 
-/// A request awaiting its ack, and how many streams without progress it has ridden.
-struct Unacked {
+/// A request that expects an ack.
+struct Request {
+    id: u64,
     req: v1::DurableTaskRequest,
+    kind: AckKind,
+    /// `None`: abandoned by its caller. On the wire it stays, so its late ack is taken here and
+    /// the invocation's next request is not written before the engine has numbered this one.
+    tx: Option<AckTx>,
+    /// Streams without progress this request waited through, never written.
     failed_streams: u32,
 }
-/// A sent request: its id, its ack, and whether a stream must be armed to carry it.
+
+/// One invocation's requests: the one on the wire (written on the current stream) and the
+/// ones queued behind it, never written.
+#[derive(Default)]
+struct LaneQueue {
+    on_wire: Option<Request>,
+    queued: VecDeque<Request>,
+}
+
+impl LaneQueue {
+    fn is_empty(&self) -> bool {
+        self.on_wire.is_none() && self.queued.is_empty()
+    }
+}
+
+/// A request was sent; its id, its ack, and whether a stream must be armed to carry it.
 pub(super) type Sent = (u64, oneshot::Receiver<Result<Ack, Error>>, bool);
 pub(super) type Sink = mpsc::UnboundedSender<v1::DurableTaskRequest>;
 
+/// The published stream.
+struct Published {
+    generation: u64,
+    sink: Sink,
+    /// Requests are written only once the engine has answered `register_worker` on this stream
+    /// (or it stayed open [`READY_AFTER_TICKS`] status ticks): a stream that ends before that
+    /// carried none of them, so they go out again on the next one without any doubt.
+    ready: bool,
+    ticks: u32,
+}
+
+/// How many invocations in doubt are remembered (their later requests are refused).
+const IN_DOUBT_KEPT: usize = 1024;
+
 #[derive(Default)]
 pub(super) struct Inner {
-    sink: Option<(u64, Sink)>,
-    /// Requests awaiting an ack, by request id (re-sent on reconnect, in order).
-    unacked: BTreeMap<u64, Unacked>,
-    /// Ack slots per (task, invocation), in send order.
-    /// `None` is a tombstone: the request was abandoned after it went out on the current
-    /// stream, so its ack may still come and must not be taken by the next request.
-    acks: HashMap<(String, i32), VecDeque<AckSlot>>,
+    published: Option<Published>,
+    lanes: HashMap<Lane, LaneQueue>,
+    /// Invocations whose request was on the wire when its stream ended: the engine may have
+    /// numbered it, so nothing more of that invocation is written (its node order is unknown);
+    /// the attempt fails and its retry replays onto the log the engine kept.
+    in_doubt: VecDeque<Lane>,
     waits: HashMap<EntryKey, WaitTx>,
     early: HashMap<EntryKey, (Completion, Instant)>,
     closed: bool,
@@ -116,6 +187,20 @@ fn rejected(refusal: DurableError) -> Error {
     Error::new(Outcome::Rejected, OPERATION).with_cause(Cause::Durable(refusal))
 }
 
+/// The error of the request that was on the wire when its stream ended.
+fn in_doubt_error(why: &str) -> Error {
+    Error::new(Outcome::MaybeExecuted, OPERATION).with_detail(format!(
+        "the durable-task stream ended ({why}) after this operation was written and before the engine acknowledged it; the engine may have recorded it, and sending it again would record it twice, so this attempt fails: its retry replays onto the log the engine kept"
+    ))
+}
+
+/// The error of a request of an invocation in doubt (never written).
+fn behind_doubt_error() -> Error {
+    Error::new(Outcome::MaybeExecuted, OPERATION).with_detail(
+        "an earlier durable operation of this invocation was in doubt when its stream ended, so the engine's numbering of the next one is unknown; nothing was sent, and this attempt fails: its retry replays onto the log the engine kept",
+    )
+}
+
 /// The durable registry. Outlives listener restarts.
 #[derive(Default)]
 pub struct DurableRegistry {
@@ -130,7 +215,7 @@ impl std::fmt::Debug for DurableRegistry {
     }
 }
 
-pub(super) fn target(req: &v1::DurableTaskRequest) -> Option<(String, i32)> {
+pub(super) fn target(req: &v1::DurableTaskRequest) -> Option<Lane> {
     match req.message.as_ref()? {
         Req::WaitFor(w) => Some((w.durable_task_external_id.clone(), w.invocation_count)),
         Req::Memo(m) => Some((m.durable_task_external_id.clone(), m.invocation_count)),
@@ -140,36 +225,85 @@ pub(super) fn target(req: &v1::DurableTaskRequest) -> Option<(String, i32)> {
     }
 }
 
+fn answer(r: Request, result: Result<Ack, Error>) {
+    if let Some(tx) = r.tx {
+        let _ = tx.send(result);
+    }
+}
+
 impl Inner {
-    /// Fails and removes every ack slot whose key matches, with the error `make` builds.
-    fn fail_acks(&mut self, matches: impl Fn(&(String, i32)) -> bool, make: impl Fn() -> Error) {
-        let keys: Vec<(String, i32)> = self.acks.keys().filter(|k| matches(k)).cloned().collect();
-        for k in keys {
-            for (id, tx) in self.acks.remove(&k).unwrap_or_default() {
-                self.unacked.remove(&id);
-                if let Some(tx) = tx {
-                    let _ = tx.send(Err(make()));
+    /// Writes the head of `lane`'s queue when nothing of the lane is on the wire and a ready
+    /// stream is published.
+    fn pump(&mut self, lane: &Lane) {
+        let Some(p) = self.published.as_ref().filter(|p| p.ready) else {
+            return;
+        };
+        let Some(q) = self.lanes.get_mut(lane) else {
+            return;
+        };
+        if q.on_wire.is_some() {
+            return;
+        }
+        while let Some(r) = q.queued.pop_front() {
+            if r.tx.as_ref().is_none_or(|tx| tx.is_closed()) {
+                continue; // abandoned before it was written: nothing to send
+            }
+            if p.sink.send(r.req.clone()).is_ok() {
+                q.on_wire = Some(r);
+            } else {
+                q.queued.push_front(r);
+            }
+            break;
+        }
+        if q.is_empty() {
+            self.lanes.remove(lane);
+        }
+    }
+
+    fn pump_all(&mut self) {
+        let lanes: Vec<Lane> = self.lanes.keys().cloned().collect();
+        for lane in &lanes {
+            self.pump(lane);
+        }
+    }
+
+    /// The stream carrying the requests on the wire is gone: each of them is in doubt, and so
+    /// is its invocation.
+    fn cut(&mut self, why: &str) {
+        let mut doubted = Vec::new();
+        for (lane, q) in self.lanes.iter_mut() {
+            let Some(r) = q.on_wire.take() else { continue };
+            // Abandoned (`tx` is `None`), nobody waits for it; its invocation is in doubt all
+            // the same.
+            answer(r, Err(in_doubt_error(why)));
+            doubted.push(lane.clone());
+            for r in q.queued.drain(..) {
+                answer(r, Err(behind_doubt_error()));
+            }
+        }
+        for lane in doubted {
+            if self.lanes.get(&lane).is_some_and(LaneQueue::is_empty) {
+                self.lanes.remove(&lane);
+            }
+            if !self.in_doubt.contains(&lane) {
+                if self.in_doubt.len() == IN_DOUBT_KEPT {
+                    self.in_doubt.pop_front();
                 }
+                self.in_doubt.push_back(lane);
             }
         }
     }
 
-    /// Fails and removes the ack slots whose request id matches.
-    fn fail_acks_where(&mut self, matches: impl Fn(u64) -> bool, make: impl Fn() -> Error) {
-        for q in self.acks.values_mut() {
-            let mut keep = VecDeque::with_capacity(q.len());
-            for (id, tx) in q.drain(..) {
-                if matches(id) {
-                    if let Some(tx) = tx {
-                        let _ = tx.send(Err(make()));
-                    }
-                } else {
-                    keep.push_back((id, tx));
+    /// Fails and removes every request whose lane matches, with the error `make` builds.
+    fn fail_lanes(&mut self, matches: impl Fn(&Lane) -> bool, make: impl Fn() -> Error) {
+        let keys: Vec<Lane> = self.lanes.keys().filter(|k| matches(k)).cloned().collect();
+        for k in keys {
+            if let Some(q) = self.lanes.remove(&k) {
+                for r in q.on_wire.into_iter().chain(q.queued) {
+                    answer(r, Err(make()));
                 }
             }
-            *q = keep;
         }
-        self.acks.retain(|_, q| !q.is_empty());
     }
 
     /// Fails and removes every wait whose key matches.
@@ -181,14 +315,38 @@ impl Inner {
             }
         }
     }
+
+    /// Takes the request on the wire of `lane` when `kind` (`None`: any) is what it expects.
+    fn answered(&mut self, lane: &Lane, kind: Option<AckKind>) -> Option<Request> {
+        let q = self.lanes.get_mut(lane)?;
+        let expected = q.on_wire.as_ref()?.kind;
+        if kind.is_some_and(|k| k != expected) {
+            tracing::warn!(
+                task = %lane.0,
+                invocation = lane.1,
+                ?expected,
+                got = ?kind,
+                "the engine answered a durable request with an ack of another kind; ignored"
+            );
+            return None;
+        }
+        let r = q.on_wire.take();
+        self.pump(lane);
+        r
+    }
 }
 
 impl DurableRegistry {
-    /// Requests awaiting an ack, ack slots and waits held (tests check nothing is left).
+    /// Requests held (on the wire or queued), lanes and waits (tests check nothing is left).
     #[cfg(test)]
     pub(super) fn pending_counts(&self) -> (usize, usize, usize) {
         let g = self.inner.lock();
-        (g.unacked.len(), g.acks.len(), g.waits.len())
+        let requests = g
+            .lanes
+            .values()
+            .map(|q| q.queued.len() + usize::from(q.on_wire.is_some()))
+            .sum();
+        (requests, g.lanes.len(), g.waits.len())
     }
 
     /// Sets what runs when the engine evicts an invocation (the worker cancels it).
@@ -196,58 +354,64 @@ impl DurableRegistry {
         *self.on_evict.lock() = Some(hook);
     }
 
-    /// Drops a request whose ack will no longer be awaited (its slot and its re-send).
-    /// A request that is on the current stream keeps a tombstone in its slot, so its late ack
-    /// is consumed there instead of waking the next request of the invocation.
-    pub(super) fn abandon(&self, key: &(String, i32), id: u64) {
+    /// Drops a request whose ack will no longer be awaited. Queued, it goes; on the wire, it
+    /// stays until its ack (or its stream's end), so the invocation's next request is numbered
+    /// after it.
+    pub(super) fn abandon(&self, lane: &Lane, id: u64) {
         let mut g = self.inner.lock();
-        g.unacked.remove(&id);
-        let on_stream = g.sink.is_some();
-        if let Some(q) = g.acks.get_mut(key) {
-            if on_stream {
-                for slot in q.iter_mut().filter(|(i, _)| *i == id) {
-                    slot.1 = None;
-                }
-            } else {
-                q.retain(|(i, _)| *i != id);
-            }
-            if q.is_empty() {
-                g.acks.remove(key);
-            }
+        let Some(q) = g.lanes.get_mut(lane) else {
+            return;
+        };
+        if let Some(r) = q.on_wire.as_mut().filter(|r| r.id == id) {
+            r.tx = None;
+            return;
+        }
+        q.queued.retain(|r| r.id != id);
+        if q.is_empty() {
+            g.lanes.remove(lane);
         }
     }
 
     /// Sends a request that expects an ack; returns the ack receiver and whether a stream must
     /// be armed.
     pub(super) fn send(&self, req: v1::DurableTaskRequest) -> Result<Sent, Error> {
-        let key =
-            target(&req).ok_or_else(|| Error::invalid("DurableTask", "request has no target"))?;
+        let lane =
+            target(&req).ok_or_else(|| Error::invalid(OPERATION, "request has no target"))?;
+        let kind = AckKind::of_request(&req)
+            .ok_or_else(|| Error::invalid(OPERATION, "request expects no ack"))?;
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let mut g = self.inner.lock();
         if g.closed {
-            return Err(Error::closed("DurableTask"));
+            return Err(Error::closed(OPERATION));
         }
         if let Some(why) = &g.refused {
             return Err(stop_error(why, None));
         }
-        g.acks.entry(key).or_default().push_back((id, Some(tx)));
-        g.unacked.insert(
-            id,
-            Unacked {
-                req: req.clone(),
+        if g.in_doubt.contains(&lane) {
+            return Err(behind_doubt_error());
+        }
+        g.lanes
+            .entry(lane.clone())
+            .or_default()
+            .queued
+            .push_back(Request {
+                id,
+                req,
+                kind,
+                tx: Some(tx),
                 failed_streams: 0,
-            },
-        );
-        let sent = g.sink.as_ref().is_some_and(|(_, s)| s.send(req).is_ok());
-        Ok((id, rx, !sent))
+            });
+        g.pump(&lane);
+        let arm = g.published.is_none();
+        Ok((id, rx, arm))
     }
 
     /// Sends a request that expects no ack (`complete_memo`); dropped if no stream (the memo is
     /// then recomputed on replay).
     pub(super) fn send_no_ack(&self, req: v1::DurableTaskRequest) {
-        if let Some((_, s)) = &self.inner.lock().sink {
-            let _ = s.send(req);
+        if let Some(p) = &self.inner.lock().published {
+            let _ = p.sink.send(req);
         }
     }
 
@@ -276,52 +440,47 @@ impl DurableRegistry {
         self.inner.lock().waits.remove(key);
     }
 
-    /// The oldest slot of an invocation takes the ack (`None` when it is a tombstone).
-    pub(super) fn pop_ack(&self, key: &(String, i32)) -> Option<AckTx> {
-        let mut g = self.inner.lock();
-        let q = g.acks.get_mut(key)?;
-        let (id, tx) = q.pop_front()?;
-        if q.is_empty() {
-            g.acks.remove(key);
+    /// Hands an ack to the request on the wire of its invocation, when it expects that kind.
+    fn ack(&self, lane: Lane, ack: Ack) {
+        let taken = self
+            .inner
+            .lock()
+            .answered(&lane, Some(AckKind::of_ack(&ack)));
+        if let Some(r) = taken {
+            answer(r, Ok(ack));
         }
-        g.unacked.remove(&id);
-        tx
     }
 
     /// Handles one response from the engine.
     pub(super) fn on_response(&self, resp: v1::DurableTaskResponse) {
         let Some(msg) = resp.message else { return };
         match msg {
-            Resp::RegisterWorker(_) => {}
+            Resp::RegisterWorker(_) => {
+                let mut g = self.inner.lock();
+                if let Some(p) = g.published.as_mut() {
+                    p.ready = true;
+                }
+                g.pump_all();
+            }
             Resp::WaitForAck(a) => {
-                if let Some(r) = a.r#ref
-                    && let Some(tx) =
-                        self.pop_ack(&(r.durable_task_external_id.clone(), r.invocation_count))
-                {
-                    let _ = tx.send(Ok(Ack::Wait(r)));
+                if let Some(r) = a.r#ref {
+                    let lane = (r.durable_task_external_id.clone(), r.invocation_count);
+                    self.ack(lane, Ack::Wait(r));
                 }
             }
             Resp::MemoAck(m) => {
-                if let Some(r) = &m.r#ref
-                    && let Some(tx) =
-                        self.pop_ack(&(r.durable_task_external_id.clone(), r.invocation_count))
-                {
-                    let _ = tx.send(Ok(Ack::Memo(m)));
+                if let Some(r) = &m.r#ref {
+                    let lane = (r.durable_task_external_id.clone(), r.invocation_count);
+                    self.ack(lane, Ack::Memo(m));
                 }
             }
             Resp::TriggerRunsAck(t) => {
-                if let Some(tx) =
-                    self.pop_ack(&(t.durable_task_external_id.clone(), t.invocation_count))
-                {
-                    let _ = tx.send(Ok(Ack::Runs(t)));
-                }
+                let lane = (t.durable_task_external_id.clone(), t.invocation_count);
+                self.ack(lane, Ack::Runs(t));
             }
             Resp::EvictionAck(e) => {
-                if let Some(tx) =
-                    self.pop_ack(&(e.durable_task_external_id.clone(), e.invocation_count))
-                {
-                    let _ = tx.send(Ok(Ack::Evicted));
-                }
+                let lane = (e.durable_task_external_id.clone(), e.invocation_count);
+                self.ack(lane, Ack::Evicted);
             }
             Resp::EntryCompleted(c) => {
                 let Some(r) = c.r#ref else { return };
@@ -347,11 +506,11 @@ impl DurableRegistry {
             }
             Resp::Error(e) => {
                 let Some(r) = e.r#ref else { return };
+                let lane = (r.durable_task_external_id.clone(), r.invocation_count);
                 let refusal = refusal_of(&r, e.error_type, e.error_message);
-                if let Some(tx) =
-                    self.pop_ack(&(r.durable_task_external_id.clone(), r.invocation_count))
-                {
-                    let _ = tx.send(Err(rejected(refusal)));
+                let taken = self.inner.lock().answered(&lane, None);
+                if let Some(req) = taken {
+                    answer(req, Err(rejected(refusal)));
                 }
             }
             Resp::ServerEvict(e) => {
@@ -365,7 +524,7 @@ impl DurableRegistry {
                 };
                 {
                     let mut g = self.inner.lock();
-                    g.fail_acks(|(t, i)| *t == task && *i <= invocation, evicted);
+                    g.fail_lanes(|(t, i)| *t == task && *i <= invocation, evicted);
                     g.fail_waits(|(t, i, _, _)| *t == task && *i <= invocation, evicted);
                 }
                 let hook = self.on_evict.lock().clone();
@@ -377,7 +536,7 @@ impl DurableRegistry {
     }
 
     /// The `worker_status` listing every pending wait, or `None` when nothing waits.
-    pub(super) fn status_request(g: &Inner, worker_id: &str) -> Option<v1::DurableTaskRequest> {
+    fn status_request(g: &Inner, worker_id: &str) -> Option<v1::DurableTaskRequest> {
         if g.waits.is_empty() {
             return None;
         }
@@ -399,87 +558,97 @@ impl DurableRegistry {
         })
     }
 
-    /// Lists the pending waits on the published stream (invariant 6); whether it sent one.
-    pub(super) fn send_status(&self, worker_id: &str) -> bool {
-        let g = self.inner.lock();
-        match (&g.sink, Self::status_request(&g, worker_id)) {
-            (Some((_, sink)), Some(req)) => sink.send(req).is_ok(),
+    /// A status tick: lists the pending waits on the published stream (invariant 6), and makes
+    /// a stream that stayed open [`READY_AFTER_TICKS`] ticks ready even without the engine's
+    /// `register_worker` answer. Returns whether a status was sent.
+    pub(super) fn tick(&self, worker_id: &str) -> bool {
+        let mut g = self.inner.lock();
+        if let Some(p) = g.published.as_mut().filter(|p| !p.ready) {
+            p.ticks += 1;
+            if p.ticks >= READY_AFTER_TICKS {
+                p.ready = true;
+                g.pump_all();
+            }
+        }
+        match (&g.published, Self::status_request(&g, worker_id)) {
+            (Some(p), Some(req)) => p.sink.send(req).is_ok(),
             _ => false,
         }
     }
 
-    /// Publishes a new stream: register_worker, re-sent requests, worker_status (replay first).
+    /// Publishes a new stream: `register_worker` and `worker_status` (replay first) go out at
+    /// once; requests once the engine has answered the registration.
     pub(super) fn publish(&self, generation: u64, sink: Sink, worker_id: &str) {
         let mut g = self.inner.lock();
-        // Acks of the previous stream can no longer come: tombstones go.
-        for q in g.acks.values_mut() {
-            q.retain(|(_, tx)| tx.is_some());
+        if g.published.is_some() {
+            g.cut("a newer stream replaced it");
         }
-        g.acks.retain(|_, q| !q.is_empty());
         let _ = sink.send(v1::DurableTaskRequest {
             message: Some(Req::RegisterWorker(v1::DurableTaskRequestRegisterWorker {
                 worker_id: worker_id.to_string(),
             })),
         });
-        for pending in g.unacked.values() {
-            let _ = sink.send(pending.req.clone());
-        }
         if let Some(status) = Self::status_request(&g, worker_id) {
             let _ = sink.send(status);
         }
-        g.sink = Some((generation, sink));
+        g.published = Some(Published {
+            generation,
+            sink,
+            ready: false,
+            ticks: 0,
+        });
     }
 
-    pub(super) fn unpublish(&self, generation: u64) {
+    /// The stream of `generation` ended: what it carried without an answer is in doubt.
+    pub(super) fn unpublish(&self, generation: u64, why: &str) {
         let mut g = self.inner.lock();
-        if g.sink.as_ref().is_some_and(|(s, _)| *s == generation) {
-            g.sink = None;
+        if g.published
+            .as_ref()
+            .is_some_and(|p| p.generation == generation)
+        {
+            g.published = None;
+            g.cut(why);
         }
     }
 
-    /// Counts a stream of this registry's that ended: without progress, every request it carried
-    /// has ridden one more failed stream, and those at [`MAX_SEND_ATTEMPTS`] fail; with progress,
-    /// the count starts again.
+    /// Counts a stream of this registry's that ended: without progress, every queued request
+    /// has waited through one more failed stream, and those at [`MAX_SEND_ATTEMPTS`] fail;
+    /// with progress, the count starts again.
     pub(super) fn stream_ended(&self, progressed: bool, why: &str) {
         let mut g = self.inner.lock();
-        if progressed {
-            for p in g.unacked.values_mut() {
-                p.failed_streams = 0;
-            }
-            return;
-        }
-        let mut spent = Vec::new();
-        for (id, p) in g.unacked.iter_mut() {
-            p.failed_streams += 1;
-            if p.failed_streams >= MAX_SEND_ATTEMPTS {
-                spent.push(*id);
-            }
-        }
-        if spent.is_empty() {
-            return;
-        }
         let make = || {
             Error::new(Outcome::Exhausted, OPERATION)
                 .with_attempts(MAX_SEND_ATTEMPTS)
                 .with_detail(format!(
-                    "the durable-task stream ended {MAX_SEND_ATTEMPTS} times in a row before the engine acknowledged this operation (last: {why}); the engine replays durable operations by node, so retrying the task is safe"
+                    "the durable-task stream ended {MAX_SEND_ATTEMPTS} times in a row before this operation could be sent (last: {why}); nothing was sent, and the engine replays durable operations by node, so retrying the task is safe"
                 ))
         };
-        for id in &spent {
-            g.unacked.remove(id);
+        for q in g.lanes.values_mut() {
+            let mut keep = VecDeque::with_capacity(q.queued.len());
+            for mut r in q.queued.drain(..) {
+                if progressed {
+                    r.failed_streams = 0;
+                } else {
+                    r.failed_streams += 1;
+                }
+                if r.failed_streams >= MAX_SEND_ATTEMPTS {
+                    answer(r, Err(make()));
+                } else {
+                    keep.push_back(r);
+                }
+            }
+            q.queued = keep;
         }
-        let spent: std::collections::HashSet<u64> = spent.into_iter().collect();
-        g.fail_acks_where(|id| spent.contains(&id), make);
+        g.lanes.retain(|_, q| !q.is_empty());
     }
 
     /// Fails everything pending and refuses new work (runtime shutdown).
     pub fn close(&self) {
         let mut g = self.inner.lock();
         g.closed = true;
-        g.sink = None;
-        g.fail_acks(|_| true, || Error::closed(OPERATION));
+        g.published = None;
+        g.fail_lanes(|_| true, || Error::closed(OPERATION));
         g.fail_waits(|_| true, || Error::closed(OPERATION));
-        g.unacked.clear();
     }
 
     /// Fails every pending request and wait with the listener's stop error. New requests re-arm
@@ -490,9 +659,8 @@ impl DurableRegistry {
             g.refused = Some(why.to_string());
         }
         let make = || stop_error(why, end);
-        g.fail_acks(|_| true, make);
+        g.fail_lanes(|_| true, make);
         g.fail_waits(|_| true, make);
-        g.unacked.clear();
     }
 }
 
@@ -535,6 +703,64 @@ mod tests {
         }
     }
 
+    fn memo_req(task: &str, inv: i32) -> v1::DurableTaskRequest {
+        v1::DurableTaskRequest {
+            message: Some(Req::Memo(v1::DurableTaskMemoRequest {
+                invocation_count: inv,
+                durable_task_external_id: task.into(),
+                key: b"k".to_vec(),
+                payload: None,
+            })),
+        }
+    }
+
+    fn wait_ack(task: &str, inv: i32, node: i64) -> v1::DurableTaskResponse {
+        v1::DurableTaskResponse {
+            message: Some(Resp::WaitForAck(v1::DurableTaskEventWaitForAckResponse {
+                r#ref: Some(eref(task, inv, node)),
+            })),
+        }
+    }
+
+    fn registered() -> v1::DurableTaskResponse {
+        v1::DurableTaskResponse {
+            message: Some(Resp::RegisterWorker(
+                v1::DurableTaskResponseRegisterWorker {
+                    worker_id: "w".into(),
+                },
+            )),
+        }
+    }
+
+    type Out = mpsc::UnboundedReceiver<v1::DurableTaskRequest>;
+
+    /// Publishes stream `generation` and has the engine answer its registration.
+    fn ready_stream(r: &DurableRegistry, generation: u64) -> Out {
+        let (sink, out) = mpsc::unbounded_channel();
+        r.publish(generation, sink, "w");
+        r.on_response(registered());
+        out
+    }
+
+    /// The requests written so far, by kind and target (`register_worker`: "register").
+    fn written(out: &mut Out) -> Vec<String> {
+        let mut seen = Vec::new();
+        while let Ok(m) = out.try_recv() {
+            seen.push(match m.message {
+                Some(Req::RegisterWorker(_)) => "register".to_string(),
+                Some(Req::WorkerStatus(_)) => "status".to_string(),
+                Some(Req::WaitFor(w)) => {
+                    format!("wait {} {}", w.durable_task_external_id, w.invocation_count)
+                }
+                Some(Req::Memo(m)) => {
+                    format!("memo {} {}", m.durable_task_external_id, m.invocation_count)
+                }
+                other => format!("{other:?}"),
+            });
+        }
+        seen
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_completion_before_its_waiter_is_kept_ten_seconds() {
         let r = DurableRegistry::default();
@@ -560,43 +786,157 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn acks_of_one_invocation_go_to_their_requests_in_order() {
+    async fn one_request_per_invocation_is_on_the_wire_and_its_ack_is_its_own() {
         let r = Arc::new(DurableRegistry::default());
-        let (sink, mut out) = mpsc::unbounded_channel();
-        r.publish(1, sink, "w");
-        let wait = |node: i64| v1::DurableTaskRequest {
-            message: Some(Req::WaitFor(v1::DurableTaskWaitForRequest {
-                invocation_count: 1,
-                durable_task_external_id: "t".into(),
-                wait_for_conditions: None,
-                label: Some(format!("n{node}")),
+        let mut out = ready_stream(&r, 1);
+        let (_, mut a, _) = r.send(wait_req("t", 1)).expect("send");
+        let (_, mut b, _) = r.send(memo_req("t", 1)).expect("send");
+        let (_, other, _) = r.send(wait_req("u", 1)).expect("send");
+        assert_eq!(
+            written(&mut out),
+            ["register", "wait t 1", "wait u 1"],
+            "the memo waits behind the wait of its invocation; another invocation does not"
+        );
+        // An ack of another kind is not the wait's answer.
+        r.on_response(v1::DurableTaskResponse {
+            message: Some(Resp::MemoAck(v1::DurableTaskEventMemoAckResponse {
+                r#ref: Some(eref("t", 1, 9)),
+                memo_already_existed: false,
+                memo_result_payload: None,
             })),
-        };
-        let (_, a, _) = r.send(wait(1)).expect("send");
-        let (_, b, _) = r.send(wait(2)).expect("send");
-        let ack = |node| v1::DurableTaskResponse {
-            message: Some(Resp::WaitForAck(v1::DurableTaskEventWaitForAckResponse {
-                r#ref: Some(eref("t", 1, node)),
-            })),
-        };
-        r.on_response(ack(1));
-        r.on_response(ack(2));
+        });
+        assert!(futures::poll!(&mut a).is_pending());
+        assert!(futures::poll!(&mut b).is_pending());
+        r.on_response(wait_ack("t", 1, 1));
         let Ok(Ack::Wait(ra)) = a.await.expect("ack a") else {
             panic!("wait ack")
         };
-        let Ok(Ack::Wait(rb)) = b.await.expect("ack b") else {
-            panic!("wait ack")
-        };
+        assert_eq!(ra.node_id, 1);
         assert_eq!(
-            (ra.node_id, rb.node_id),
-            (1, 2),
-            "two requests of one invocation never share a waiter"
+            written(&mut out),
+            ["memo t 1"],
+            "the memo is written once the wait is numbered"
         );
-        // register_worker went first on the stream, then the two requests.
-        assert!(matches!(
-            out.recv().await.and_then(|r| r.message),
-            Some(Req::RegisterWorker(_))
-        ));
+        assert!(futures::poll!(&mut b).is_pending());
+        r.on_response(v1::DurableTaskResponse {
+            message: Some(Resp::MemoAck(v1::DurableTaskEventMemoAckResponse {
+                r#ref: Some(eref("t", 1, 2)),
+                memo_already_existed: false,
+                memo_result_payload: None,
+            })),
+        });
+        assert!(
+            matches!(b.await, Ok(Ok(Ack::Memo(m))) if m.r#ref.as_ref().map(|r| r.node_id) == Some(2))
+        );
+        drop(other);
+    }
+
+    #[tokio::test]
+    async fn a_request_on_the_wire_when_its_stream_ends_is_in_doubt_and_never_sent_again() {
+        let r = DurableRegistry::default();
+        let mut first = ready_stream(&r, 1);
+        let (_, on_wire, _) = r.send(wait_req("t", 1)).expect("send");
+        let (_, behind, _) = r.send(memo_req("t", 1)).expect("send");
+        let (_, other, _) = r.send(memo_req("u", 1)).expect("send");
+        let (_, other_behind, _) = r.send(wait_req("u", 1)).expect("send");
+        r.on_response(v1::DurableTaskResponse {
+            message: Some(Resp::MemoAck(v1::DurableTaskEventMemoAckResponse {
+                r#ref: Some(eref("u", 1, 1)),
+                memo_already_existed: false,
+                memo_result_payload: None,
+            })),
+        });
+        assert!(matches!(other.await, Ok(Ok(Ack::Memo(_)))));
+        assert_eq!(
+            written(&mut first),
+            ["register", "wait t 1", "memo u 1", "wait u 1"]
+        );
+        r.unpublish(1, "status Unavailable");
+        r.stream_ended(true, "status Unavailable");
+        for (what, rx) in [
+            ("on the wire", on_wire),
+            ("behind it", behind),
+            ("on the wire of u", other_behind),
+        ] {
+            let e = rx.await.expect("answered").expect_err(what);
+            assert_eq!(e.outcome(), Outcome::MaybeExecuted, "{what}: {e}");
+        }
+        let e = r
+            .send(wait_req("t", 1))
+            .expect_err("the invocation is in doubt");
+        assert_eq!(e.outcome(), Outcome::MaybeExecuted);
+        assert!(e.to_string().contains("retry replays"), "{e}");
+        let (_, next_attempt, _) = r
+            .send(wait_req("t", 2))
+            .expect("the retry's invocation is new");
+        let mut second = ready_stream(&r, 2);
+        assert_eq!(
+            written(&mut second),
+            ["register", "wait t 2"],
+            "nothing in doubt goes out again"
+        );
+        drop(next_attempt);
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_ends_before_the_registration_is_answered_carried_no_request() {
+        let r = DurableRegistry::default();
+        let (sink, mut first) = mpsc::unbounded_channel();
+        r.publish(1, sink, "w");
+        let (_, ack, arm) = r.send(wait_req("t", 1)).expect("send");
+        assert!(!arm, "a stream is published");
+        assert_eq!(
+            written(&mut first),
+            ["register"],
+            "not ready: nothing written"
+        );
+        r.unpublish(1, "status Unavailable");
+        r.stream_ended(false, "status Unavailable");
+        let mut second = ready_stream(&r, 2);
+        assert_eq!(written(&mut second), ["register", "wait t 1"]);
+        r.on_response(wait_ack("t", 1, 1));
+        assert!(matches!(ack.await, Ok(Ok(Ack::Wait(_)))));
+        assert_eq!(r.pending_counts(), (0, 0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_stream_whose_registration_is_never_answered_carries_requests_after_two_ticks() {
+        let r = DurableRegistry::default();
+        let (sink, mut out) = mpsc::unbounded_channel();
+        r.publish(1, sink, "w");
+        let (_, _ack, _) = r.send(wait_req("t", 1)).expect("send");
+        for _ in 1..READY_AFTER_TICKS {
+            r.tick("w");
+        }
+        assert_eq!(written(&mut out), ["register"]);
+        r.tick("w");
+        assert_eq!(written(&mut out), ["wait t 1"]);
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_request_on_the_wire_holds_its_invocation_until_its_ack() {
+        let r = DurableRegistry::default();
+        let mut out = ready_stream(&r, 1);
+        let (id, first, _) = r.send(wait_req("t", 1)).expect("send");
+        drop(first);
+        r.abandon(&("t".into(), 1), id);
+        let (_, mut next, _) = r.send(memo_req("t", 1)).expect("send");
+        assert_eq!(written(&mut out), ["register", "wait t 1"]);
+        r.on_response(wait_ack("t", 1, 1));
+        assert!(
+            futures::poll!(&mut next).is_pending(),
+            "the abandoned wait's late ack is not the memo's"
+        );
+        assert_eq!(written(&mut out), ["memo t 1"]);
+        r.on_response(v1::DurableTaskResponse {
+            message: Some(Resp::MemoAck(v1::DurableTaskEventMemoAckResponse {
+                r#ref: Some(eref("t", 1, 2)),
+                memo_already_existed: false,
+                memo_result_payload: None,
+            })),
+        });
+        assert!(matches!(next.await, Ok(Ok(Ack::Memo(_)))));
+        assert_eq!(r.pending_counts(), (0, 0, 0));
     }
 
     #[tokio::test]
@@ -604,6 +944,7 @@ mod tests {
         let r = DurableRegistry::default();
         let (_, ack, arm) = r.send(wait_req("t", 2)).expect("send");
         assert!(arm, "no stream yet: the caller arms one");
+        let _out = ready_stream(&r, 1);
         r.on_response(v1::DurableTaskResponse {
             message: Some(Resp::Error(v1::DurableTaskErrorResponse {
                 r#ref: Some(eref("t", 2, 3)),
@@ -738,21 +1079,9 @@ mod tests {
         let (_, ack, arm) = r.send(wait_req("t", 1)).expect("send");
         assert!(arm);
         r.stream_ended(false, "status Unavailable"); // a failed first connect keeps it
-        let (sink, mut out) = mpsc::unbounded_channel();
-        r.publish(7, sink, "w");
-        assert!(matches!(
-            out.recv().await.and_then(|m| m.message),
-            Some(Req::RegisterWorker(w)) if w.worker_id == "w"
-        ));
-        assert!(matches!(
-            out.recv().await.and_then(|m| m.message),
-            Some(Req::WaitFor(w)) if w.durable_task_external_id == "t"
-        ));
-        r.on_response(v1::DurableTaskResponse {
-            message: Some(Resp::WaitForAck(v1::DurableTaskEventWaitForAckResponse {
-                r#ref: Some(eref("t", 1, 1)),
-            })),
-        });
+        let mut out = ready_stream(&r, 7);
+        assert_eq!(written(&mut out), ["register", "wait t 1"]);
+        r.on_response(wait_ack("t", 1, 1));
         assert!(matches!(ack.await, Ok(Ok(Ack::Wait(_)))));
         assert_eq!(r.pending_counts(), (0, 0, 0));
     }
@@ -761,18 +1090,14 @@ mod tests {
     async fn pending_waits_are_listed_on_the_published_stream_only_while_some_wait() {
         let r = DurableRegistry::default();
         let _early = r.wait(("t".into(), 1, 1, 1));
-        assert!(
-            !r.send_status("w"),
-            "no stream published: nothing to send on"
+        assert!(!r.tick("w"), "no stream published: nothing to send on");
+        let mut out = ready_stream(&r, 1);
+        assert_eq!(
+            written(&mut out),
+            ["register", "status"],
+            "register_worker, then the status on publish"
         );
-        let (sink, mut out) = mpsc::unbounded_channel();
-        r.publish(1, sink, "w");
-        let mut sent = Vec::new();
-        while let Ok(m) = out.try_recv() {
-            sent.push(m);
-        }
-        assert_eq!(sent.len(), 2, "register_worker, then the status on publish");
-        assert!(r.send_status("w"));
+        assert!(r.tick("w"));
         let Some(Req::WorkerStatus(status)) = out.try_recv().ok().and_then(|m| m.message) else {
             panic!("a worker_status")
         };
@@ -782,6 +1107,6 @@ mod tests {
         );
         assert_eq!(status.waiting_entries[0].node_id, 1);
         r.forget_wait(&("t".into(), 1, 1, 1));
-        assert!(!r.send_status("w"), "nothing waits: nothing is sent");
+        assert!(!r.tick("w"), "nothing waits: nothing is sent");
     }
 }
