@@ -489,6 +489,11 @@ async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Er
         }));
     // Bounded: a flood of assignments waits in the stream (backpressure), not in memory.
     let (tx, rx) = mpsc::channel(slots + durable_slots);
+    let slots_held = Slots {
+        ordinary: Arc::new(Semaphore::new(slots)),
+        durable: Arc::new(Semaphore::new(durable_slots)),
+        waiting: Arc::new(Semaphore::new(slots + durable_slots)),
+    };
     let health = core.listeners.health[&ListenerKind::WorkerActions].clone();
     let home = Arc::new(Home::new(
         ActionsKind::new(registration, tx, core.identity.clone()),
@@ -502,8 +507,7 @@ async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Er
     core.counters
         .slots
         .store((slots + durable_slots) as u64, Ordering::Relaxed);
-    let sem = Arc::new(Semaphore::new(slots + durable_slots));
-    core.tracker.spawn(dispatch(core.clone(), rx, sem));
+    core.tracker.spawn(dispatch(core.clone(), rx, slots_held));
     Ok(worker_id)
 }
 
@@ -520,10 +524,27 @@ fn registration_error(e: Error) -> Error {
     }
 }
 
+/// The worker's slot bounds: ordinary tasks and durable tasks each have their own (as the
+/// engine counts them), and STARTs waiting for a permit are bounded too.
+struct Slots {
+    ordinary: Arc<Semaphore>,
+    durable: Arc<Semaphore>,
+    /// STARTs received and not yet running. Beyond it (an engine assigning past the slots) the
+    /// stream waits: backpressure, not memory.
+    waiting: Arc<Semaphore>,
+}
+
+/// A running attempt's slot permit: held while it runs, given back early by
+/// [`Context::release_slot`].
+pub(crate) type SlotPermit = Arc<parking_lot::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>;
+
+/// Reads the actions and acts on each at once: a START waits for its slot in its own task, so a
+/// CANCEL (or any other action) is never stuck behind it while every slot is busy (the real
+/// engine drops a CANCEL it cannot send).
 async fn dispatch(
     core: Arc<WorkerCore>,
     mut rx: mpsc::Receiver<proto::AssignedAction>,
-    sem: Arc<Semaphore>,
+    slots: Slots,
 ) {
     loop {
         let action = tokio::select! {
@@ -532,26 +553,50 @@ async fn dispatch(
         };
         match ActionType::try_from(action.action_type) {
             Ok(ActionType::StartStepRun) => {
-                let permit = tokio::select! {
-                    p = sem.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+                let ticket = tokio::select! {
+                    t = slots.waiting.clone().acquire_owned() => match t { Ok(t) => t, Err(_) => break },
                     _ = core.stop.cancelled() => break,
                 };
                 let token = core.stop.child_token();
+                let key = running_key(&action);
                 {
                     // The same attempt offered twice (its first assignment went out on a stream
                     // that broke): it already runs here, so the copy is ignored.
                     let mut running = core.running.lock();
-                    let key = running_key(&action);
                     if running.contains_key(&key) || core.finished.contains(&key) {
                         tracing::debug!(task = %action.task_run_external_id, "ignoring a repeated assignment");
                         continue;
                     }
-                    running.insert(key, token.clone());
+                    running.insert(key.clone(), token.clone());
                 }
+                let durable = core
+                    .handlers
+                    .lock()
+                    .get(&action.action_id)
+                    .is_some_and(|h| h.durable);
+                let bound = if durable {
+                    &slots.durable
+                } else {
+                    &slots.ordinary
+                };
+                let bound = bound.clone();
                 let core2 = core.clone();
                 core.tracker.spawn(async move {
-                    execute(&core2, action, token).await;
-                    drop(permit);
+                    let permit = tokio::select! {
+                        biased;
+                        _ = token.cancelled() => None,
+                        p = bound.acquire_owned() => p.ok(),
+                    };
+                    drop(ticket);
+                    let Some(permit) = permit else {
+                        // Cancelled (or stopped) before a slot was free: it never ran.
+                        core2.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+                        core2.ended(&key);
+                        return;
+                    };
+                    let slot: SlotPermit = Arc::new(parking_lot::Mutex::new(Some(permit)));
+                    execute(&core2, action, token, slot.clone()).await;
+                    slot.lock().take();
                 });
             }
             Ok(ActionType::CancelStepRun) => {
@@ -565,7 +610,12 @@ async fn dispatch(
     }
 }
 
-async fn execute(core: &Arc<WorkerCore>, action: proto::AssignedAction, token: CancellationToken) {
+async fn execute(
+    core: &Arc<WorkerCore>,
+    action: proto::AssignedAction,
+    token: CancellationToken,
+    slot: SlotPermit,
+) {
     let task_id = running_key(&action);
     let handler = core.handlers.lock().get(&action.action_id).cloned();
     let durable = handler.as_ref().filter(|h| h.durable).map(|_| {
@@ -610,7 +660,7 @@ async fn execute(core: &Arc<WorkerCore>, action: proto::AssignedAction, token: C
     };
     let result = match (
         handler,
-        Context::new(action.clone(), token.clone(), core.clone(), durable),
+        Context::new(action.clone(), token.clone(), core.clone(), durable, slot),
     ) {
         (None, _) => Err(TaskError::non_retryable(format!(
             "this worker has no handler for action {}",

@@ -555,6 +555,50 @@ async fn release_slot_lets_a_one_slot_worker_take_other_work() {
 }
 
 #[tokio::test]
+async fn a_cancel_is_acted_on_while_every_slot_is_busy_and_a_start_waits_for_its_slot() {
+    let (e, rt) = setup().await;
+    let (ran, saw_cancel) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    rt.register(slow("hold", ran.clone(), saw_cancel.clone()))
+        .await
+        .expect("register");
+    // The engine assigns past the worker's one slot, so a START arrives while the slot is busy
+    // and must wait for it without holding up the stream.
+    e.over_assign(true);
+    rt.start_worker(WorkerOptions::new("one-slot", 1))
+        .await
+        .expect("start");
+    let first = rt.run_no_wait("hold", &json!({})).await.expect("trigger");
+    until("the first run to hold the slot", || {
+        ran.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let second = rt.run_no_wait("hold", &json!({})).await.expect("trigger");
+    until("the engine to assign the second run", || {
+        e.stats().queued == 0 && e.stats().slots_in_use == 2
+    })
+    .await;
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        1,
+        "the second run waits for the worker's one slot"
+    );
+    first.cancel().await.expect("cancel");
+    until("the first run to see its CANCEL", || {
+        saw_cancel.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    until("the second run to take the freed slot", || {
+        ran.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    second.cancel().await.expect("cancel");
+    until("the second run to see its CANCEL", || {
+        saw_cancel.load(Ordering::SeqCst) == 2
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_task_can_cancel_its_own_run() {
     let (_e, rt) = setup().await;
     rt.register(

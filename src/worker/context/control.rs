@@ -72,11 +72,13 @@ impl Context {
 
     /// Gives this attempt's worker slot back while the task keeps running (a task that waits
     /// on something slow and wants its worker to take other work). The engine then no longer
-    /// counts the task against the worker; the task's result is still reported as usual.
+    /// counts the task against the worker, and the worker's own bound lets another task run
+    /// in its place; the task's result is still reported as usual.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: releasing twice is harmless.
+    /// Cancel safe: releasing twice is harmless. The worker's permit is given back once the
+    /// engine has released its slot; if the call fails, both keep the slot.
     pub async fn release_slot(&self) -> Result<(), Error> {
         const PATH: &str = "/Dispatcher/ReleaseSlot";
         let conn = self.inner.core.conn();
@@ -93,8 +95,9 @@ impl Context {
             &req,
             |mut c, r| async move { c.release_slot(r).await },
         )
-        .await
-        .map(|_| ())
+        .await?;
+        self.inner.slot.lock().take();
+        Ok(())
     }
 
     /// Spawns a child run that stays on this worker when its workflow is sticky

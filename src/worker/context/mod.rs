@@ -60,6 +60,8 @@ struct Inner {
     cancel: CancellationToken,
     core: Arc<WorkerCore>,
     durable: Option<DurableClient>,
+    /// This attempt's worker slot permit (`release_slot` gives it back early).
+    slot: super::SlotPermit,
     child_index: super::child_index::ChildIndexes,
     stream_index: AtomicI64,
     /// Legacy durable waits, in call order: their signal keys (`wait:0`, `wait:1`, ...).
@@ -81,6 +83,7 @@ impl Context {
         cancel: CancellationToken,
         core: Arc<WorkerCore>,
         durable: Option<DurableClient>,
+        slot: super::SlotPermit,
     ) -> Result<Self, String> {
         let payload: Value = if action.action_payload.trim().is_empty() {
             Value::Object(Default::default())
@@ -135,6 +138,7 @@ impl Context {
                 cancel,
                 core,
                 durable,
+                slot,
                 child_index: Default::default(),
                 stream_index: AtomicI64::new(0),
                 legacy_signal: AtomicI32::new(0),
