@@ -760,6 +760,29 @@ impl RuntimeHandle {
     pub fn is_closed(&self) -> bool {
         self.inner.conn.lifecycle().is_cancelled()
     }
+
+    /// Whether the runtime is up and its actor tree runs: the root supervisor, the stream
+    /// supervisor and the worker actor (what `/live` reads).
+    pub(crate) fn actor_tree_alive(&self) -> bool {
+        use ractor::ActorStatus;
+        let running = |s: ActorStatus| matches!(s, ActorStatus::Running | ActorStatus::Upgrading);
+        let t = &self.inner.tree;
+        !self.is_closed()
+            && self
+                .inner
+                .root
+                .lock()
+                .as_ref()
+                .is_some_and(|r| running(r.get_status()))
+            && t.stream_sup
+                .lock()
+                .as_ref()
+                .is_some_and(|r| running(r.get_status()))
+            && t.worker_ref
+                .lock()
+                .as_ref()
+                .is_some_and(|r| running(r.get_status()))
+    }
 }
 
 /// The shutdown itself (see [`RuntimeHandle::shutdown`]).

@@ -7,10 +7,14 @@
 //! 1. What a probe sees is decided by pure functions over snapshots ([`health`],
 //!    [`metrics_text`]); the server only reads snapshots (short locks, no awaits on the network),
 //!    so a probe never blocks the runtime and a slow runtime never blocks a probe.
-//! 2. `/health` is 200 while the worker-actions listener is connected and no listener is
-//!    reconnecting or stopped (a listener nobody needs is idle, and that is healthy); 503
-//!    otherwise, and before the worker has started. The body gives every listener's state.
-//! 3. Other paths are 404; other methods on the two paths are 405 with `Allow: GET`.
+//! 2. Two probes, as Kubernetes reads them. `/live` (liveness) is 200 while the process and
+//!    its actor tree work: the runtime is not shut down, its supervisors and worker actor run,
+//!    and no listener stopped with an error (a deaf part, which a restart may cure). An engine
+//!    outage never fails it: a reconnecting listener is alive. `/ready` (readiness) is 200
+//!    while the process is live and the worker's actions stream is connected, so work can
+//!    reach it. `/health` answers as `/ready` does, with every listener's state in the body
+//!    (the Python SDK's one endpoint, which users probe for readiness).
+//! 3. Other paths are 404; other methods on the endpoints are 405 with `Allow: GET`.
 //! 4. The server lives until the runtime's lifecycle token is cancelled.
 
 use std::collections::BTreeMap;
@@ -46,6 +50,8 @@ pub struct Snapshot {
     pub methods: BTreeMap<String, MethodCounters>,
     /// Task log lines dropped.
     pub logs_dropped: u64,
+    /// Whether the runtime is up and its actor tree runs (supervisors and the worker actor).
+    pub tree_alive: bool,
 }
 
 impl Snapshot {
@@ -62,6 +68,7 @@ impl Snapshot {
             worker_id: rt.worker_id(),
             methods: rt.counters(),
             logs_dropped: rt.logs_dropped(),
+            tree_alive: rt.actor_tree_alive(),
         }
     }
 }
@@ -76,19 +83,78 @@ fn state_name(s: &ListenerState) -> &'static str {
     }
 }
 
-/// `/health` (invariant 2): the status code and the JSON body.
-pub fn health(s: &Snapshot) -> (StatusCode, serde_json::Value) {
+/// What the probes decide (invariant 2): whether the process is live, why not, and whether it
+/// is ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probes {
+    /// Live: the actor tree works and no listener stopped with an error.
+    pub live: bool,
+    /// Ready: live, and the worker's actions stream is connected.
+    pub ready: bool,
+    /// Why it is not live or not ready (empty when it is both).
+    pub reason: String,
+}
+
+/// Decides both probes from a snapshot.
+pub fn probes(s: &Snapshot) -> Probes {
+    let stopped: Vec<&str> = s
+        .listeners
+        .iter()
+        .filter(|(_, l)| matches!(l, ListenerState::Stopped { error: Some(_) }))
+        .map(|(k, _)| k.as_str())
+        .collect();
     let actions_connected = matches!(
         s.listeners.get(&ListenerKind::WorkerActions),
         Some(ListenerState::Connected { .. })
     );
-    let troubled = s.listeners.values().any(|l| {
-        matches!(
-            l,
-            ListenerState::Reconnecting { .. } | ListenerState::Stopped { .. }
-        )
-    });
-    let healthy = actions_connected && !troubled;
+    let live = s.tree_alive && stopped.is_empty();
+    let reason = if !s.tree_alive {
+        "the runtime is shut down or its actor tree is not running".to_string()
+    } else if !stopped.is_empty() {
+        format!("stopped with an error: {}", stopped.join(", "))
+    } else if !actions_connected {
+        "the worker's actions stream is not connected (not started yet, or reconnecting)".into()
+    } else {
+        String::new()
+    };
+    Probes {
+        live,
+        ready: live && actions_connected,
+        reason,
+    }
+}
+
+fn code(ok: bool) -> StatusCode {
+    if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    }
+}
+
+/// `/live` (invariant 2): the status code and the JSON body.
+pub fn live(s: &Snapshot) -> (StatusCode, serde_json::Value) {
+    let p = probes(s);
+    let mut body = serde_json::json!({ "status": if p.live { "live" } else { "not_live" } });
+    if !p.live {
+        body["reason"] = p.reason.into();
+    }
+    (code(p.live), body)
+}
+
+/// `/ready` (invariant 2): the status code and the JSON body.
+pub fn ready(s: &Snapshot) -> (StatusCode, serde_json::Value) {
+    let p = probes(s);
+    let mut body = serde_json::json!({ "status": if p.ready { "ready" } else { "not_ready" } });
+    if !p.ready {
+        body["reason"] = p.reason.into();
+    }
+    (code(p.ready), body)
+}
+
+/// `/health` (invariant 2): answers as `/ready`, with every listener's state.
+pub fn health(s: &Snapshot) -> (StatusCode, serde_json::Value) {
+    let p = probes(s);
     let listeners: serde_json::Map<String, serde_json::Value> = s
         .listeners
         .iter()
@@ -109,18 +175,18 @@ pub fn health(s: &Snapshot) -> (StatusCode, serde_json::Value) {
             (k.as_str().to_string(), v)
         })
         .collect();
-    let body = serde_json::json!({
-        "status": if healthy { "healthy" } else { "unhealthy" },
+    let mut body = serde_json::json!({
+        "status": if p.ready { "healthy" } else { "unhealthy" },
+        "live": p.live,
+        "ready": p.ready,
         "worker_id": s.worker_id,
         "slots": { "total": s.tasks.slots, "in_use": s.tasks.running },
         "listeners": listeners,
     });
-    let code = if healthy {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (code, body)
+    if !p.ready {
+        body["reason"] = p.reason.into();
+    }
+    (code(p.ready), body)
 }
 
 type Labels = Vec<(String, String)>;
@@ -238,11 +304,11 @@ fn reply(code: StatusCode, content_type: &str, body: String) -> Response<Full<By
 /// Answers one request (invariant 3).
 fn answer(rt: &RuntimeHandle, req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
     let path = req.uri().path();
-    if path != "/health" && path != "/metrics" {
+    if !matches!(path, "/health" | "/live" | "/ready" | "/metrics") {
         return reply(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: try /health or /metrics\n".into(),
+            "not found: try /live, /ready, /health or /metrics\n".into(),
         );
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
@@ -258,8 +324,13 @@ fn answer(rt: &RuntimeHandle, req: &Request<hyper::body::Incoming>) -> Response<
         return r;
     }
     let snapshot = Snapshot::of(rt);
-    if path == "/health" {
-        let (code, body) = health(&snapshot);
+    let probe = match path {
+        "/health" => Some(health(&snapshot)),
+        "/live" => Some(live(&snapshot)),
+        "/ready" => Some(ready(&snapshot)),
+        _ => None,
+    };
+    if let Some((code, body)) = probe {
         reply(code, "application/json", body.to_string())
     } else {
         reply(
@@ -320,14 +391,20 @@ mod tests {
                 (ListenerKind::WorkerActions, actions),
                 (ListenerKind::WorkflowRuns, runs),
             ]),
+            tree_alive: true,
             ..Snapshot::default()
         }
     }
 
     #[test]
-    fn health_needs_the_actions_stream_and_no_troubled_listener() {
+    fn an_engine_outage_fails_readiness_and_never_liveness() {
         let connected = ListenerState::Connected {
             since: tokio::time::Instant::now(),
+        };
+        let reconnecting = ListenerState::Reconnecting {
+            since: tokio::time::Instant::now(),
+            attempts: 7,
+            last_error: "status Unavailable".into(),
         };
         let (code, body) = health(&snapshot(connected.clone(), ListenerState::Idle));
         assert_eq!(
@@ -337,12 +414,63 @@ mod tests {
         );
         assert_eq!(body["status"], "healthy");
         assert_eq!(body["listeners"]["workflow_runs"]["state"], "idle");
-        let (code, body) = health(&snapshot(
-            connected,
+        assert_eq!(
+            live(&snapshot(connected.clone(), ListenerState::Idle)).0,
+            StatusCode::OK
+        );
+        assert_eq!(
+            ready(&snapshot(connected.clone(), ListenerState::Idle)).0,
+            StatusCode::OK
+        );
+
+        // The engine is down: every listener reconnects. Alive, not ready.
+        let outage = snapshot(reconnecting.clone(), reconnecting.clone());
+        assert_eq!(
+            live(&outage).0,
+            StatusCode::OK,
+            "an outage never fails liveness"
+        );
+        let (code, body) = ready(&outage);
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            body["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("actions stream")),
+            "{body}"
+        );
+        let (code, body) = health(&outage);
+        assert_eq!(
+            code,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "/health answers as /ready"
+        );
+        assert_eq!(
+            (body["live"].clone(), body["ready"].clone()),
+            (true.into(), false.into())
+        );
+        assert_eq!(body["listeners"]["worker_actions"]["attempts"], 7);
+        // Another listener reconnecting while the actions stream is up: still ready.
+        assert_eq!(
+            ready(&snapshot(connected.clone(), reconnecting)).0,
+            StatusCode::OK
+        );
+
+        // A listener stopped with an error is a deaf part: not live.
+        let deaf = snapshot(
+            connected.clone(),
             ListenerState::Stopped {
                 error: Some("permanent error: Unauthenticated".into()),
             },
-        ));
+        );
+        let (code, body) = live(&deaf);
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            body["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("workflow_runs")),
+            "{body}"
+        );
+        let (code, body) = health(&deaf);
         assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(
             body["listeners"]["workflow_runs"]["error"],
@@ -354,6 +482,11 @@ mod tests {
             StatusCode::SERVICE_UNAVAILABLE,
             "no worker stream yet"
         );
+
+        // A runtime whose actor tree is gone is not live, whatever the listeners say.
+        let mut gone = snapshot(connected, ListenerState::Idle);
+        gone.tree_alive = false;
+        assert_eq!(live(&gone).0, StatusCode::SERVICE_UNAVAILABLE);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Operating a worker: the `/health` and `/metrics` endpoints, switched on by the config, over
+//! Operating a worker: the `/live`, `/ready`, `/health` and `/metrics` endpoints, switched on by the config, over
 //! real HTTP against a worker on the development engine.
 
 use std::time::Duration;
@@ -105,6 +105,66 @@ async fn health_and_metrics_endpoints_report_the_worker() {
         .expect("get");
     assert_eq!(r.status(), 404);
 
+    // The engine goes away: the actions stream reconnects. Not ready; still live (a liveness
+    // probe that failed here would restart every worker of a fleet during an engine outage).
+    let status = |path: &'static str| {
+        let (client, base) = (client.clone(), base.clone());
+        async move {
+            let r = client
+                .get(format!("{base}{path}"))
+                .send()
+                .await
+                .expect("get");
+            let code = r.status().as_u16();
+            (code, r.json::<Value>().await.expect("json"))
+        }
+    };
+    assert_eq!(status("/live").await.0, 200);
+    assert_eq!(status("/ready").await.0, 200);
+    e.faults().inject(
+        "/Dispatcher/ListenV2",
+        1_000,
+        Fault::Fail {
+            code: Code::Unavailable as i32,
+            message: "engine down".into(),
+            pushback_ms: None,
+        },
+    );
+    e.faults().drop_connections();
+    until(&rt, ListenerKind::WorkerActions, |s| {
+        matches!(
+            s,
+            hatchet_runtime::listener::health::ListenerState::Reconnecting { .. }
+        )
+    })
+    .await;
+    let (code, body) = status("/ready").await;
+    assert_eq!(
+        (code, body["status"].as_str()),
+        (503, Some("not_ready")),
+        "{body}"
+    );
+    let (code, body) = status("/live").await;
+    assert_eq!(
+        (code, body["status"].as_str()),
+        (200, Some("live")),
+        "{body}"
+    );
+    assert_eq!(status("/health").await.0, 503, "/health answers as /ready");
+    e.faults().clear();
+    until(&rt, ListenerKind::WorkerActions, |s| {
+        matches!(
+            s,
+            hatchet_runtime::listener::health::ListenerState::Connected { .. }
+        )
+    })
+    .await;
+    assert_eq!(
+        status("/ready").await.0,
+        200,
+        "ready again once reconnected"
+    );
+
     // A listener that stops makes the probe fail, and says which and why.
     e.faults().inject(
         "/Dispatcher/ListenV2",
@@ -129,6 +189,17 @@ async fn health_and_metrics_endpoints_report_the_worker() {
         body["listeners"]["worker_actions"]["error"]
             .as_str()
             .is_some_and(|e| e.contains("PermissionDenied")),
+        "{body}"
+    );
+    let (code, body) = status("/live").await;
+    assert_eq!(
+        code, 503,
+        "a listener stopped for good is a deaf worker: {body}"
+    );
+    assert!(
+        body["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("worker_actions")),
         "{body}"
     );
     rt.shutdown(Duration::from_secs(1)).await;
