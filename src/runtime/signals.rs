@@ -77,8 +77,10 @@ impl RuntimeHandle {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future before a signal arrives leaves the runtime running and removes the
-    /// handlers; dropping it during the drain leaves the shutdown going (see
+    /// Dropping the future before a signal arrives leaves the runtime running. The handlers
+    /// stay installed for the life of the process (a signal handler cannot be taken back), so
+    /// from then on SIGTERM and SIGINT no longer end the process by themselves: call this again
+    /// to serve until the next one. Dropping it during the drain leaves the shutdown going (see
     /// [`RuntimeHandle::shutdown`]), but a second signal is no longer watched.
     pub async fn run_until_signal(&self, drain: Duration) -> Result<StopSignal, Error> {
         let mut signals = Signals::install()?;

@@ -360,54 +360,155 @@ async fn a_drain_longer_than_the_heartbeat_window_keeps_the_task_on_its_worker()
     other.shutdown(Duration::from_secs(1)).await;
 }
 
+/// Set in the child process the signal test runs in, so that its SIGTERMs reach no other test.
 #[cfg(unix)]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_drains_and_a_second_signal_stops_at_once() {
-    use tokio::signal::unix::{SignalKind, signal};
-    // A SIGTERM handler of our own first: from here on the signal can never take its default
-    // action (ending the test process), whoever listens.
-    let _guard = signal(SignalKind::terminate()).expect("handler");
+const SIGNAL_CHILD: &str = "HATCHET_SIGNAL_TEST_CHILD";
+
+/// `run_until_signal` under real signals, in a process of its own (this test binary again, with
+/// only [`signals_child`] selected): a SIGTERM sent to it can reach no test running beside it.
+#[cfg(unix)]
+#[test]
+fn run_until_signal_under_real_signals_in_its_own_process() {
+    use std::io::{BufRead, Write};
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut child = Command::new(exe)
+        .args([
+            "--exact",
+            "supervision::signals_child",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(SIGNAL_CHILD, "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the child");
+    let pid = child.id().to_string();
     let sigterm = || {
-        std::process::Command::new("kill")
-            .args(["-TERM", &std::process::id().to_string()])
+        Command::new("kill")
+            .args(["-TERM", &pid])
             .status()
             .expect("kill")
     };
-    let e = engine(DevEngineOptions::default()).await;
-    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
-    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let (cancelled_tx, mut cancelled) = tokio::sync::mpsc::unbounded_channel::<()>();
-    rt.register(
-        Workflow::new("stuck").task("t", move |_i: Value, c: Context| {
-            let (started_tx, cancelled_tx) = (started_tx.clone(), cancelled_tx.clone());
-            async move {
-                let _ = started_tx.send(());
-                // Runs until cancelled: only the second signal can end the drain early.
-                c.cancellation().cancelled().await;
-                let _ = cancelled_tx.send(());
-                Ok::<_, TaskError>(json!({}))
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    let stdout = child.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            // The harness may print its "test ... " prefix on the same line.
+            if let Some(at) = line.find("SIG:") {
+                let _ = tx.send(line[at + 4..].trim().to_string());
             }
-        }),
+        }
+    });
+    let expect = |step: &str| {
+        let got = lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("the child did not reach {step:?}"));
+        assert_eq!(got, step);
+    };
+    // 1. Dropped before a signal: the runtime serves on, and a SIGTERM afterwards does not end
+    //    the process (the handlers stay: the doc says so). The child answers after the kill
+    //    returned, which it could not do had the signal taken its default action.
+    expect("dropped");
+    assert!(sigterm().success());
+    let mut stdin = child.stdin.take().expect("stdin");
+    writeln!(stdin, "ping").expect("ping");
+    expect("alive");
+    // 2. Serving until a signal with a task that runs until cancelled: the first SIGTERM starts
+    //    the drain (sent until the engine shows the worker paused), the second cuts it.
+    expect("serving");
+    let mut draining = false;
+    for _ in 0..50 {
+        sigterm();
+        if let Ok(step) = lines.recv_timeout(Duration::from_millis(200)) {
+            assert_eq!(step, "draining");
+            draining = true;
+            break;
+        }
+    }
+    assert!(draining, "the first SIGTERM starts the drain");
+    assert!(sigterm().success());
+    expect("stopped");
+    let status = child.wait().expect("the child ends");
+    assert!(status.success(), "the child's checks hold: {status}");
+}
+
+/// The child half of [`run_until_signal_under_real_signals_in_its_own_process`]; it does
+/// nothing unless that test started it.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs in its own process, started by run_until_signal_under_real_signals_in_its_own_process"]
+async fn signals_child() {
+    use tokio::io::AsyncBufReadExt;
+    if std::env::var_os(SIGNAL_CHILD).is_none() {
+        return;
+    }
+    let step = |s: &str| println!("SIG:{s}");
+    let (e, rt, id) = started().await;
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(50),
+        rt.run_until_signal(Duration::from_secs(1)),
     )
-    .await
-    .expect("register");
-    let id = rt
-        .start_worker(WorkerOptions::new("w", 2))
+    .await;
+    assert!(dropped.is_err(), "no signal came: it was still waiting");
+    step("dropped");
+    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let ping = stdin.next_line().await.expect("stdin");
+    assert_eq!(ping.as_deref(), Some("ping"));
+    assert!(
+        !rt.is_closed(),
+        "dropping it stopped nothing, nor did the SIGTERM after it"
+    );
+    let out: Value = rt
+        .run("echo", &json!({"still": "serving"}))
+        .await
+        .expect("run");
+    assert_eq!(out, json!({"still": "serving"}));
+    step("alive");
+
+    let (started_tx, mut started_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (cancelled_tx, mut cancelled) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let other = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    other
+        .register(
+            Workflow::new("stuck").task("t", move |_i: Value, c: Context| {
+                let (started_tx, cancelled_tx) = (started_tx.clone(), cancelled_tx.clone());
+                async move {
+                    let _ = started_tx.send(());
+                    // Runs until cancelled: only the second signal can end the drain early.
+                    c.cancellation().cancelled().await;
+                    let _ = cancelled_tx.send(());
+                    Ok::<_, TaskError>(json!({}))
+                }
+            }),
+        )
+        .await
+        .expect("register");
+    let stuck_worker = other
+        .start_worker(WorkerOptions::new("stuck", 2))
         .await
         .expect("start");
-    rt.run_no_wait("stuck", &json!({})).await.expect("trigger");
-    started.recv().await.expect("the task runs");
-
+    rt.shutdown(Duration::from_secs(1)).await;
+    drop(id);
+    other
+        .run_no_wait("stuck", &json!({}))
+        .await
+        .expect("trigger");
+    started_rx.recv().await.expect("the task runs");
     let serving = {
-        let rt = rt.clone();
+        let rt = other.clone();
         tokio::spawn(async move { rt.run_until_signal(Duration::from_secs(60)).await })
     };
-    // The first signal: sent until it is seen (the handler installs as the call starts), which
-    // the engine shows as the worker paused by the drain.
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while !e.worker(&id).is_some_and(|w| w.paused) {
-            sigterm();
-            tokio::time::sleep(Duration::from_millis(200)).await;
+    step("serving");
+    tokio::time::timeout(Duration::from_secs(15), async {
+        while !e.worker(&stuck_worker).is_some_and(|w| w.paused) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await
@@ -416,10 +517,10 @@ async fn sigterm_drains_and_a_second_signal_stops_at_once() {
         !serving.is_finished(),
         "the drain waits for the running task"
     );
-    assert!(!rt.is_closed());
+    assert!(!other.is_closed());
+    step("draining");
     // The second signal cancels the running task and ends the shutdown at once (the drain
     // would otherwise wait 60 s).
-    sigterm();
     let stopped = tokio::time::timeout(Duration::from_secs(10), serving)
         .await
         .expect("stopped at once")
@@ -430,24 +531,6 @@ async fn sigterm_drains_and_a_second_signal_stops_at_once() {
         .recv()
         .await
         .expect("the running task was cancelled");
-    assert!(rt.is_closed());
-}
-
-#[cfg(unix)]
-#[tokio::test]
-async fn run_until_signal_dropped_before_a_signal_leaves_the_runtime_serving() {
-    let (_e, rt, _) = started().await;
-    let dropped = tokio::time::timeout(
-        Duration::from_millis(50),
-        rt.run_until_signal(Duration::from_secs(1)),
-    )
-    .await;
-    assert!(dropped.is_err(), "no signal came: it was still waiting");
-    assert!(!rt.is_closed(), "dropping it stops nothing");
-    let out: Value = rt
-        .run("echo", &json!({"still": "serving"}))
-        .await
-        .expect("run");
-    assert_eq!(out, json!({"still": "serving"}));
-    rt.shutdown(Duration::from_secs(1)).await;
+    assert!(other.is_closed());
+    step("stopped");
 }
