@@ -66,7 +66,7 @@ use crate::worker::{WorkerCore, WorkerMsg, WorkerOptions, Workflow};
 use supervisor::{RootMsg, StreamSupMsg, Tree};
 
 /// What the handle holds: the layers it composes and the actor tree's roots.
-struct Inner {
+pub(crate) struct Inner {
     conn: Connection,
     client: Arc<ClientCore>,
     listeners: Arc<Listeners>,
@@ -256,6 +256,11 @@ impl Runtime {
 }
 
 /// The handle of a runtime: cheap to clone, `Send + Sync`.
+///
+/// The runtime lives while a handle does: dropping the last one without
+/// [`RuntimeHandle::shutdown`] stops it at once, without a drain (as a
+/// `tokio::runtime::Runtime` does on drop). Run handles and typed clients taken from it do not
+/// keep it alive: their waits then fail *closed*.
 #[derive(Clone)]
 pub struct RuntimeHandle {
     inner: Arc<Inner>,
@@ -270,6 +275,12 @@ impl std::fmt::Debug for RuntimeHandle {
 }
 
 impl RuntimeHandle {
+    /// The handle of a runtime that is still held somewhere (the probes hold it weakly, so
+    /// that they do not keep it alive).
+    pub(crate) fn upgrade(weak: &std::sync::Weak<Inner>) -> Option<RuntimeHandle> {
+        weak.upgrade().map(|inner| RuntimeHandle { inner })
+    }
+
     /// Spawns a runtime configured from the `HATCHET_CLIENT_*` environment.
     ///
     /// # Cancel safety
@@ -343,7 +354,11 @@ impl RuntimeHandle {
         if let Some(addr) = self.config().healthcheck
             && self.inner.ops_addr.lock().is_none()
         {
-            let bound = ops::serve(self.clone(), addr, self.inner.conn.lifecycle().clone())
+            let bound = ops::serve(
+                Arc::downgrade(&self.inner),
+                addr,
+                self.inner.conn.lifecycle().clone(),
+            )
                 .await
                 .map_err(|e| {
                     Error::new(crate::Outcome::Invalid, "start worker").with_detail(format!(
@@ -794,6 +809,16 @@ async fn shut_down(inner: &Inner, drain: Duration) {
             let _ = rx.await;
         }
     }
+    stop_now(inner);
+    let done = inner.root_done.lock().take();
+    if let Some(done) = done {
+        let _ = done.await;
+    }
+}
+
+/// Stops everything at once, without a drain: the lifecycle token (every listener, the worker's
+/// running tasks, the probes), every pending wait (failed *closed*), and the actor tree.
+fn stop_now(inner: &Inner) {
     inner.conn.lifecycle().cancel();
     let l = &inner.listeners;
     l.runs
@@ -812,8 +837,19 @@ async fn shut_down(inner: &Inner, drain: Duration) {
     if let Some(root) = root {
         root.stop(None);
     }
-    let done = inner.root_done.lock().take();
-    if let Some(done) = done {
-        let _ = done.await;
+}
+
+impl Drop for Inner {
+    /// The last [`RuntimeHandle`] dropped without [`RuntimeHandle::shutdown`]: the runtime stops
+    /// at once, as a `tokio::runtime::Runtime` does on drop (no drain: running tasks are
+    /// cancelled and report nothing, so the engine reassigns them; waits fail *closed*).
+    fn drop(&mut self) {
+        if self.conn.lifecycle().is_cancelled() {
+            return;
+        }
+        tracing::warn!(
+            "the last RuntimeHandle was dropped without shutdown(): stopping the runtime now, without a drain"
+        );
+        stop_now(self);
     }
 }

@@ -350,7 +350,7 @@ fn answer(rt: &RuntimeHandle, req: &Request<hyper::body::Incoming>) -> Response<
 ///
 /// Cancel safe: dropping it before it returns binds nothing that outlives it.
 pub(crate) async fn serve(
-    rt: RuntimeHandle,
+    rt: std::sync::Weak<super::Inner>,
     addr: SocketAddr,
     life: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
@@ -366,7 +366,14 @@ pub(crate) async fn serve(
             let (rt, life) = (rt.clone(), life.clone());
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req| {
-                    let r = answer(&rt, &req);
+                    let r = match RuntimeHandle::upgrade(&rt) {
+                        Some(rt) => answer(&rt, &req),
+                        None => reply(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "text/plain",
+                            "the runtime has stopped\n".into(),
+                        ),
+                    };
                     async move { Ok::<_, Infallible>(r) }
                 });
                 let conn = hyper::server::conn::http1::Builder::new()

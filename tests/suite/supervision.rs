@@ -534,3 +534,54 @@ async fn signals_child() {
     assert!(other.is_closed());
     step("stopped");
 }
+
+#[tokio::test]
+async fn dropping_the_last_handle_stops_the_runtime_and_fails_its_waits_closed() {
+    let e = engine(DevEngineOptions::default()).await;
+    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    let (started_tx, mut started_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (cancelled_tx, mut cancelled) = tokio::sync::mpsc::unbounded_channel::<()>();
+    rt.register(
+        Workflow::new("stuck").task("t", move |_i: Value, c: Context| {
+            let (started_tx, cancelled_tx) = (started_tx.clone(), cancelled_tx.clone());
+            async move {
+                let _ = started_tx.send(());
+                c.cancellation().cancelled().await;
+                let _ = cancelled_tx.send(());
+                Ok::<_, TaskError>(json!({}))
+            }
+        }),
+    )
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let h = rt.run_no_wait("stuck", &json!({})).await.expect("trigger");
+    started_rx.recv().await.expect("the task runs");
+    assert_eq!(e.stats().listener_sessions, 1);
+    let clone = rt.clone();
+    drop(rt);
+    assert_eq!(
+        e.stats().listener_sessions,
+        1,
+        "a clone keeps the runtime alive"
+    );
+    drop(clone);
+    tokio::time::timeout(Duration::from_secs(10), cancelled.recv())
+        .await
+        .expect("the running task is cancelled at once")
+        .expect("cancelled");
+    let err = tokio::time::timeout(Duration::from_secs(10), h.result::<Value>())
+        .await
+        .expect("the wait ends")
+        .expect_err("nothing delivers it any more");
+    assert_eq!(err.outcome(), hatchet_runtime::Outcome::Closed, "{err}");
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while e.stats().listener_sessions > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the worker's stream closes");
+}
