@@ -6,11 +6,13 @@
 //! 1. Spawns take indexes in call order, from 0, as the official SDKs number them, so a retried
 //!    task that spawns the same children again gets the same runs back.
 //! 2. An index is spent only when its spawn succeeded. A spawn that failed or was dropped (its
-//!    caller gave up mid-call) returns its index, and the next spawn takes the smallest returned
-//!    index first: calling `spawn_child` again after a dropped call reaches the same child, never
-//!    a second one.
+//!    caller gave up mid-call) returns its index to its workflow, and the next spawn of the same
+//!    workflow takes the smallest returned index first: calling `spawn_child` again after a
+//!    dropped call reaches the same child, never a second one.
+//! 3. A returned index is never handed to a spawn of another workflow: the dropped call may have
+//!    reached the engine, which would answer that spawn with the other workflow's child.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use parking_lot::Mutex;
 
@@ -23,14 +25,20 @@ pub(crate) struct ChildIndexes {
 #[derive(Debug, Default)]
 struct Inner {
     next: i32,
-    returned: BTreeSet<i32>,
+    /// Indexes given back, by the workflow whose spawn gave them back.
+    returned: BTreeMap<String, BTreeSet<i32>>,
 }
 
 impl ChildIndexes {
-    /// Takes an index; it goes back unless [`Reserved::spend`] is called.
-    pub(crate) fn take(&self) -> Reserved<'_> {
+    /// Takes an index for a spawn of `workflow`; it goes back to that workflow unless
+    /// [`Reserved::spend`] is called.
+    pub(crate) fn take(&self, workflow: &str) -> Reserved<'_> {
         let mut g = self.inner.lock();
-        let index = match g.returned.pop_first() {
+        let returned = g.returned.get_mut(workflow).and_then(BTreeSet::pop_first);
+        if g.returned.get(workflow).is_some_and(BTreeSet::is_empty) {
+            g.returned.remove(workflow);
+        }
+        let index = match returned {
             Some(i) => i,
             None => {
                 let i = g.next;
@@ -40,6 +48,7 @@ impl ChildIndexes {
         };
         Reserved {
             owner: self,
+            workflow: workflow.to_string(),
             index,
             spent: false,
         }
@@ -50,6 +59,7 @@ impl ChildIndexes {
 #[derive(Debug)]
 pub(crate) struct Reserved<'a> {
     owner: &'a ChildIndexes,
+    workflow: String,
     /// The index.
     pub index: i32,
     spent: bool,
@@ -65,7 +75,9 @@ impl Reserved<'_> {
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {
         if !self.spent {
-            self.owner.inner.lock().returned.insert(self.index);
+            let mut g = self.owner.inner.lock();
+            let workflow = std::mem::take(&mut self.workflow);
+            g.returned.entry(workflow).or_default().insert(self.index);
         }
     }
 }
@@ -75,19 +87,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn indexes_count_up_and_a_dropped_spawn_gives_its_index_to_the_next() {
+    fn indexes_count_up_and_a_dropped_spawn_gives_its_index_to_the_next_of_its_workflow() {
         let c = ChildIndexes::default();
-        let a = c.take();
+        let a = c.take("a");
         assert_eq!(a.index, 0);
         a.spend();
-        let b = c.take();
-        let d = c.take();
+        let b = c.take("a");
+        let d = c.take("a");
         assert_eq!((b.index, d.index), (1, 2));
-        drop(b); // dropped mid-call: 1 goes back
+        drop(b); // dropped mid-call: 1 goes back to "a"
         d.spend();
-        let again = c.take();
+        let other = c.take("b");
+        assert_eq!(
+            other.index, 3,
+            "another workflow never gets an index a dropped spawn may have used"
+        );
+        other.spend();
+        let again = c.take("a");
         assert_eq!(again.index, 1, "the retry reaches the same child");
         again.spend();
-        assert_eq!(c.take().index, 3);
+        assert_eq!(c.take("a").index, 4);
     }
 }

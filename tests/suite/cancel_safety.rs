@@ -165,6 +165,61 @@ async fn spawn_child_dropped_at_each_await_point_and_called_again_yields_one_chi
 }
 
 #[tokio::test]
+async fn a_dropped_spawn_never_hands_its_index_to_a_spawn_of_another_workflow() {
+    const TRIGGER: &str = "/WorkflowService/TriggerWorkflow";
+    let (e, rt) = setup().await;
+    for name in ["first", "second"] {
+        rt.register(
+            Workflow::new(name).task("k", move |_i: Value, _c: Context| async move {
+                Ok::<_, TaskError>(json!({ "ran": name }))
+            }),
+        )
+        .await
+        .expect("register");
+    }
+    let (go_tx, go) = watch::channel(false);
+    rt.register(
+        Workflow::new("parent").task("p", move |_i: Value, c: Context| {
+            let mut go = go.clone();
+            async move {
+                let _ = go.wait_for(|g| *g).await;
+                // The engine creates the child; its answer is late and the caller gives up.
+                let late = tokio::time::timeout(
+                    Duration::from_millis(200),
+                    c.spawn_child("first", &json!({})),
+                )
+                .await;
+                assert!(late.is_err(), "dropped while the answer is held back");
+                let other = c.spawn_child("second", &json!({})).await?;
+                let out: Value = other.result().await?;
+                Ok::<_, TaskError>(out)
+            }
+        }),
+    )
+    .await
+    .expect("register parent");
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let parent = rt.run_no_wait("parent", &json!({})).await.expect("trigger");
+    e.faults()
+        .inject(TRIGGER, 1, Fault::DelayAnswer { ms: 1000 });
+    go_tx.send(true).expect("go");
+    let out: Value = tokio::time::timeout(Duration::from_secs(20), parent.result())
+        .await
+        .expect("in time")
+        .expect("the parent completes");
+    assert_eq!(
+        out,
+        json!({ "ran": "second" }),
+        "the second spawn got its own workflow's run, not the dropped spawn's child"
+    );
+    assert_eq!(e.runs_by_workflow("first"), 1);
+    assert_eq!(e.runs_by_workflow("second"), 1);
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
 async fn register_and_start_worker_dropped_after_they_were_sent_still_take_effect() {
     let (e, rt) = setup().await;
     // Dropped after its first poll (the message is with the worker actor): the definition is

@@ -266,7 +266,7 @@ impl Context {
         input: &I,
         desired_worker_id: Option<String>,
     ) -> Result<RunHandle, Error> {
-        let index = self.inner.child_index.take();
+        let index = self.inner.child_index.take(workflow);
         let opts = TriggerOptions {
             parent: Some((
                 self.workflow_run_id().to_string(),
