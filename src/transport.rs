@@ -12,8 +12,10 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
 use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use tonic::service::Interceptor;
+
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::config::{ClientConfig, ConfigError, TlsStrategy, vars};
@@ -35,6 +37,21 @@ fn read_file(var: &'static str, path: &std::path::Path) -> Result<Vec<u8>, Confi
     })
 }
 
+/// What the engine's certificates are verified against: one answer for gRPC and REST.
+enum Roots {
+    /// The CA bundle of `HATCHET_CLIENT_TLS_ROOT_CA_FILE` (PEM), and nothing else.
+    CaFile(Vec<u8>),
+    /// The web PKI roots (Mozilla's, as webpki-roots carries them).
+    WebPki,
+}
+
+fn roots(cfg: &ClientConfig) -> Result<Roots, ConfigError> {
+    Ok(match &cfg.tls.root_ca_file {
+        Some(p) => Roots::CaFile(read_file(vars::TLS_ROOT_CA_FILE, p)?),
+        None => Roots::WebPki,
+    })
+}
+
 /// The TLS client config for `cfg`, or `None` for plaintext.
 pub fn tls_config(cfg: &ClientConfig) -> Result<Option<ClientTlsConfig>, ConfigError> {
     let tls = &cfg.tls;
@@ -42,9 +59,9 @@ pub fn tls_config(cfg: &ClientConfig) -> Result<Option<ClientTlsConfig>, ConfigE
         return Ok(None);
     }
     let mut c = ClientTlsConfig::new().domain_name(tls.server_name.clone());
-    c = match &tls.root_ca_file {
-        Some(p) => c.ca_certificate(Certificate::from_pem(read_file(vars::TLS_ROOT_CA_FILE, p)?)),
-        None => c.with_webpki_roots(),
+    c = match roots(cfg)? {
+        Roots::CaFile(pem) => c.ca_certificate(Certificate::from_pem(pem)),
+        Roots::WebPki => c.with_webpki_roots(),
     };
     if tls.strategy == TlsStrategy::Mtls
         && let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file)
@@ -124,40 +141,151 @@ impl Interceptor for AuthInterceptor {
     }
 }
 
-/// The HTTP client of the REST path: no built-in retries (the retry core owns them), the
-/// configured CA, and HTTP/2 when the server offers it.
-pub fn http_client(cfg: &ClientConfig) -> Result<reqwest::Client, ConfigError> {
-    // reqwest is built without a default crypto provider: install ring once (an existing
-    // provider is kept).
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut b = reqwest::Client::builder()
-        .tcp_nodelay(true)
-        .connect_timeout(CONNECT_TIMEOUT)
-        .pool_idle_timeout(std::time::Duration::from_secs(90));
-    if let Some(ca) = &cfg.tls.root_ca_file {
-        let pem = read_file(vars::TLS_ROOT_CA_FILE, ca)?;
-        let cert =
-            reqwest::Certificate::from_pem(&pem).map_err(|e| ConfigError::UnreadableFile {
-                var: vars::TLS_ROOT_CA_FILE,
-                path: ca.display().to_string(),
-                reason: e.to_string(),
-            })?;
-        b = b.add_root_certificate(cert);
+/// Verifies a certificate against one configured name (`TLS_SERVER_NAME`) instead of the URL's
+/// host, with the web PKI rules otherwise.
+#[derive(Debug)]
+struct VerifyAs {
+    inner: Arc<rustls::client::WebPkiServerVerifier>,
+    name: rustls::pki_types::ServerName<'static>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for VerifyAs {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _url_host: &rustls::pki_types::ServerName<'_>,
+        ocsp_response: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        self.inner
+            .verify_server_cert(end_entity, intermediates, &self.name, ocsp_response, now)
     }
-    if cfg.tls.strategy == TlsStrategy::Mtls
-        && let (Some(cert), Some(key)) = (&cfg.tls.cert_file, &cfg.tls.key_file)
-    {
-        let mut pem = read_file(vars::TLS_CERT_FILE, cert)?;
-        pem.push(b'\n');
-        pem.extend(read_file(vars::TLS_KEY_FILE, key)?);
-        let identity =
-            reqwest::Identity::from_pem(&pem).map_err(|e| ConfigError::UnreadableFile {
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// The REST path's TLS: the same roots as gRPC ([`roots`]), `TLS_SERVER_NAME` when given, the
+/// client identity for `mtls`, and HTTP/2 offered by ALPN.
+fn rest_tls(cfg: &ClientConfig) -> Result<rustls::ClientConfig, ConfigError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let ca_error = |reason: String| ConfigError::UnreadableFile {
+        var: vars::TLS_ROOT_CA_FILE,
+        path: cfg
+            .tls
+            .root_ca_file
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        reason,
+    };
+    let mut store = rustls::RootCertStore::empty();
+    match roots(cfg)? {
+        Roots::CaFile(pem) => {
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| ca_error(format!("not a PEM certificate: {e}")))?;
+                store
+                    .add(cert)
+                    .map_err(|e| ca_error(format!("not a usable CA certificate: {e}")))?;
+            }
+            if store.is_empty() {
+                return Err(ca_error("no certificate in the file".into()));
+            }
+        }
+        Roots::WebPki => store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let invalid = |e: String| ConfigError::InvalidUrl {
+        var: vars::SERVER_URL,
+        value: cfg.server_url.clone(),
+        reason: e,
+    };
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        Arc::new(store),
+        provider.clone(),
+    )
+    .build()
+    .map_err(|e| invalid(e.to_string()))?;
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid(e.to_string()))?;
+    let builder = if cfg.tls.server_name_given {
+        let name = ServerName::try_from(cfg.tls.server_name.clone()).map_err(|e| {
+            ConfigError::InvalidUrl {
+                var: vars::TLS_SERVER_NAME,
+                value: cfg.tls.server_name.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(VerifyAs {
+                inner: verifier,
+                name,
+            }))
+    } else {
+        builder.with_webpki_verifier(verifier)
+    };
+    let mut config = match (&cfg.tls.cert_file, &cfg.tls.key_file) {
+        (Some(cert), Some(key)) if cfg.tls.strategy == TlsStrategy::Mtls => {
+            let key_error = |reason: String| ConfigError::UnreadableFile {
                 var: vars::TLS_KEY_FILE,
                 path: key.display().to_string(),
-                reason: format!("not a PEM certificate and key: {e}"),
-            })?;
-        b = b.identity(identity);
-    }
+                reason,
+            };
+            let cert_pem = read_file(vars::TLS_CERT_FILE, cert)?;
+            let chain = CertificateDer::pem_slice_iter(&cert_pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ConfigError::UnreadableFile {
+                    var: vars::TLS_CERT_FILE,
+                    path: cert.display().to_string(),
+                    reason: format!("not a PEM certificate: {e}"),
+                })?;
+            let key_pem = read_file(vars::TLS_KEY_FILE, key)?;
+            let key = PrivateKeyDer::from_pem_slice(&key_pem)
+                .map_err(|e| key_error(format!("not a PEM private key: {e}")))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| key_error(format!("not a usable certificate and key: {e}")))?
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The HTTP client of the REST path: no built-in retries (the retry core owns them), the same
+/// TLS roots and server name as gRPC ([`rest_tls`]), and HTTP/2 when the server offers it.
+pub fn http_client(cfg: &ClientConfig) -> Result<reqwest::Client, ConfigError> {
+    // Other rustls users of the process (a user's own reqwest client) may rely on a process
+    // provider: install ring once (an existing provider is kept).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let b = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .pool_idle_timeout(std::time::Duration::from_secs(90))
+        .tls_backend_preconfigured(rest_tls(cfg)?);
     b.build().map_err(|e| ConfigError::InvalidUrl {
         var: vars::SERVER_URL,
         value: cfg.server_url.clone(),

@@ -327,6 +327,7 @@ impl ClientConfigBuilder {
 
         let namespace = normalize_namespace(self.namespace.as_deref().unwrap_or(""));
         let tls = TlsSettings {
+            server_name_given: self.tls_server_name.is_some(),
             strategy: self.tls_strategy.unwrap_or_default(),
             cert_file: self.tls_cert_file,
             key_file: self.tls_key_file,

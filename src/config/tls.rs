@@ -52,6 +52,9 @@ pub struct TlsSettings {
     pub root_ca_file: Option<PathBuf>,
     /// The name to verify the server certificate against (and send as SNI).
     pub server_name: String,
+    /// Whether `server_name` was given (`HATCHET_CLIENT_TLS_SERVER_NAME`): the REST path then
+    /// verifies the API's certificate against it too; otherwise against its URL's host.
+    pub server_name_given: bool,
 }
 
 impl TlsSettings {

@@ -188,3 +188,127 @@ async fn an_unreadable_certificate_file_names_its_variable() {
         "{err}"
     );
 }
+
+/// A TLS REST endpoint for `cert` that answers every request with an empty page, counting the
+/// handshakes that completed (the development engine's REST is plaintext).
+async fn https_api(
+    cert_pem: &str,
+    key_pem: &str,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicU32>,
+) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .expect("chain");
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).expect("key");
+    let mut config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .expect("server config");
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let handshakes = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = handshakes.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, counted) = (acceptor.clone(), counted.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut buf = vec![0u8; 16 * 1024];
+                let _ = tls.read(&mut buf).await;
+                let body =
+                    r#"{"rows":[],"pagination":{"current_page":1,"num_pages":1,"next_page":1}}"#;
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tls.write_all(reply.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    (addr, handshakes)
+}
+
+#[tokio::test]
+async fn grpc_and_rest_trust_the_same_roots_and_both_verify_tls_server_name() {
+    let ca = Ca::new();
+    // Certificates for a name that is not the address the client dials.
+    let (cert_pem, key_pem) = ca.leaf(&["engine.test"]);
+    let engine = DevEngine::start(DevEngineOptions::default().tls(EngineTls {
+        cert_pem: cert_pem.clone(),
+        key_pem: key_pem.clone(),
+        client_ca_pem: None,
+    }))
+    .await
+    .expect("engine");
+    let (api, handshakes) = https_api(&cert_pem, &key_pem).await;
+    let token = engine.client_config().env_lines()[0].1.clone();
+    let config = |server_name: Option<&str>| {
+        let mut b = ClientConfig::builder()
+            .token(token.clone())
+            .host_port(engine.grpc_addr().to_string())
+            .server_url(format!("https://{api}"))
+            .tls_strategy(TlsStrategy::Tls)
+            .tls_root_ca_file(file(&ca.pem()));
+        if let Some(n) = server_name {
+            b = b.tls_server_name(n);
+        }
+        b.build().expect("config")
+    };
+    let rt = Runtime::spawn(config(Some("engine.test")))
+        .await
+        .expect("runtime");
+    rt.engine_version()
+        .await
+        .expect("gRPC verifies the engine as engine.test");
+    let workers = rt
+        .api()
+        .workers()
+        .await
+        .expect("REST verifies the API as engine.test too");
+    assert!(workers.is_empty());
+    assert_eq!(handshakes.load(std::sync::atomic::Ordering::SeqCst), 1);
+    rt.shutdown(Duration::from_millis(100)).await;
+
+    // Without the name both verify the address they dial, which the certificate does not name.
+    let rt = Runtime::spawn(config(None)).await.expect("runtime");
+    let grpc = rt
+        .engine_version()
+        .await
+        .expect_err("127.0.0.1 is not engine.test");
+    let rest = rt
+        .api()
+        .workers()
+        .await
+        .expect_err("127.0.0.1 is not engine.test");
+    for err in [grpc, rest] {
+        let text = format!("{err} {err:?}").to_lowercase();
+        assert!(
+            text.contains("certificate") || text.contains("name"),
+            "{text}"
+        );
+    }
+    assert_eq!(
+        handshakes.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "no handshake completed without the name"
+    );
+    rt.shutdown(Duration::from_millis(100)).await;
+}
