@@ -115,9 +115,16 @@ enum Ast {
     Cond(Box<Ast>, Box<Ast>, Box<Ast>),
 }
 
+/// How deep an expression may nest (parentheses, operators, calls): deeper is refused with an
+/// error instead of overflowing the stack while it is parsed or evaluated.
+pub const MAX_DEPTH: usize = 100;
+
 struct Parser {
     toks: Vec<Tok>,
     at: usize,
+    /// Nesting so far: open constructs, plus the operators of the chains being built (a chain
+    /// `a + b + c` nests to the left).
+    depth: usize,
 }
 
 impl Parser {
@@ -141,7 +148,25 @@ impl Parser {
         }
     }
 
+    /// Enters one more level of nesting, or refuses past [`MAX_DEPTH`].
+    fn deeper(&mut self) -> R<()> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return fail(format!(
+                "the expression nests deeper than {MAX_DEPTH} levels; split it into simpler conditions"
+            ));
+        }
+        Ok(())
+    }
+
     fn ternary(&mut self) -> R<Ast> {
+        self.deeper()?;
+        let r = self.ternary_inner();
+        self.depth -= 1;
+        r
+    }
+
+    fn ternary_inner(&mut self) -> R<Ast> {
         let c = self.or()?;
         if self.eat_op("?") {
             let a = self.ternary()?;
@@ -153,10 +178,18 @@ impl Parser {
     }
 
     fn binary_level(&mut self, ops: &[&'static str], next: fn(&mut Self) -> R<Ast>) -> R<Ast> {
+        let entered = self.depth;
+        let r = self.binary_chain(ops, next);
+        self.depth = entered;
+        r
+    }
+
+    fn binary_chain(&mut self, ops: &[&'static str], next: fn(&mut Self) -> R<Ast>) -> R<Ast> {
         let mut left = next(self)?;
         'outer: loop {
             for op in ops {
                 if self.eat_op(op) {
+                    self.deeper()?;
                     left = Ast::Binary(op, Box::new(left), Box::new(next(self)?));
                     continue 'outer;
                 }
@@ -198,7 +231,10 @@ impl Parser {
     fn unary(&mut self) -> R<Ast> {
         for op in ["!", "-"] {
             if self.eat_op(op) {
-                return Ok(Ast::Unary(op, Box::new(self.unary()?)));
+                self.deeper()?;
+                let r = self.unary().map(|e| Ast::Unary(op, Box::new(e)));
+                self.depth -= 1;
+                return r;
             }
         }
         self.postfix()
@@ -219,8 +255,18 @@ impl Parser {
     }
 
     fn postfix(&mut self) -> R<Ast> {
+        let entered = self.depth;
+        let r = self.postfix_chain();
+        self.depth = entered;
+        r
+    }
+
+    fn postfix_chain(&mut self) -> R<Ast> {
         let mut e = self.primary()?;
         loop {
+            if self.peek_op(".") || self.peek_op("[") {
+                self.deeper()?;
+            }
             if self.eat_op(".") {
                 let Some(Tok::Ident(name)) = self.toks.get(self.at).cloned() else {
                     return fail("expected a field name after '.'");
@@ -286,6 +332,7 @@ impl Expr {
         let mut p = Parser {
             toks: lex(src)?,
             at: 0,
+            depth: 0,
         };
         let ast = p.ternary()?;
         if p.at != p.toks.len() {
@@ -539,6 +586,29 @@ mod tests {
         assert!(condition_holds("", &vars()));
         assert!(!filter_matches("", &vars()));
         assert!(filter_matches("payload.min == 10", &vars()));
+    }
+
+    #[test]
+    fn a_deep_expression_is_a_clear_error_and_no_stack_overflow() {
+        let n = 100_000;
+        for src in [
+            format!("{}1{}", "(".repeat(n), ")".repeat(n)),
+            format!("{}true", "!".repeat(n)),
+            vec!["1"; n].join(" + "),
+            format!("input{}", ".a".repeat(n)),
+            format!("{}1{}", "[".repeat(n), "]".repeat(n)),
+            format!("{}0", "true ? 1 : ".repeat(n)),
+        ] {
+            let err = Expr::parse(&src).expect_err("too deep");
+            assert!(err.0.contains("deeper than 100 levels"), "{}", err.0);
+            assert!(!condition_holds(&src, &vars()));
+        }
+        let fine = format!("{}1{} == 1", "(".repeat(40), ")".repeat(40));
+        assert!(t(&fine), "40 levels are fine");
+        assert!(
+            t(&(vec!["1"; 60].join(" + ") + " == 60")),
+            "a chain of 60 is fine"
+        );
     }
 
     #[test]
