@@ -29,15 +29,18 @@ async fn an_invalid_payload_from_the_engine_fails_the_task_with_a_clear_error() 
     rt.start_worker(WorkerOptions::new("w", 2))
         .await
         .expect("start");
-    e.mutate_next_actions(1, |a| a.action_payload = "{not json".into());
-    let err = rt
-        .run::<_, Value>("echo", &json!({}))
-        .await
-        .expect_err("fails");
-    assert!(
-        err.to_string().contains("action payload is not JSON"),
-        "{err}"
-    );
+    // The worker decodes with the one parser the fuzz target drives (decode_action_payload).
+    for (payload, says) in [
+        ("{not json", "action payload is not JSON"),
+        ("[1, 2]", "action payload is not a JSON object"),
+    ] {
+        e.mutate_next_actions(1, move |a| a.action_payload = payload.into());
+        let err = rt
+            .run::<_, Value>("echo", &json!({}))
+            .await
+            .expect_err("fails");
+        assert!(err.to_string().contains(says), "{payload}: {err}");
+    }
     // The worker lives on.
     let out: Value = rt
         .run("echo", &json!({"ok": 1}))

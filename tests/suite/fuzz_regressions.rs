@@ -59,12 +59,25 @@ fn action_payload_edge_cases() {
         decode_action_payload(r#"{"input": null, "parents": 5}"#).is_ok(),
         "missing and mistyped keys are tolerated"
     );
-    let (input, parents) =
-        decode_action_payload(r#"{"input": {"a": 1}, "parents": {"p": {"b": 2}}, "extra": true}"#)
-            .expect("ok");
+    let p = decode_action_payload(
+        r#"{"input": {"a": 1}, "parents": {"p": {"b": 2}}, "step_run_errors": {"t": "boom", "u": 7}, "triggers": {"k": 1}, "extra": true}"#,
+    )
+    .expect("ok");
     assert_eq!(
-        (input["a"].as_i64(), parents["p"]["b"].as_i64()),
+        (p.input["a"].as_i64(), p.parents["p"]["b"].as_i64()),
         (Some(1), Some(2))
+    );
+    assert_eq!(
+        (p.errors["t"].as_str(), p.errors["u"].as_str()),
+        ("boom", "7")
+    );
+    assert_eq!(p.triggers["k"], 1);
+    assert_eq!(
+        decode_action_payload(r#"{"input": null}"#)
+            .expect("ok")
+            .input,
+        serde_json::json!({}),
+        "a null input reads as no input"
     );
     let deep = "[".repeat(10_000);
     assert!(

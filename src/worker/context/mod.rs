@@ -17,29 +17,56 @@ use crate::worker::WorkerCore;
 mod control;
 mod waits;
 
-/// Decodes an assignment's `action_payload`: the run's input and the parents' outputs. Tolerates
-/// missing, null and extra keys (hatchet-protocol.md §4.1.3); anything that is not a JSON object
-/// is an error that says so.
-pub fn decode_action_payload(
-    payload: &str,
-) -> Result<(Value, serde_json::Map<String, Value>), String> {
+/// What an assignment's `action_payload` carries for the task.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ActionPayload {
+    /// The run's input (`{}` when absent or null).
+    pub input: Value,
+    /// The parents' outputs, by task name.
+    pub parents: serde_json::Map<String, Value>,
+    /// `step_run_errors` of an `on_failure` task: failed task name → error text.
+    pub errors: std::collections::BTreeMap<String, String>,
+    /// `triggers`: the satisfied conditions' data and the filter payload, by (namespaced) key.
+    pub triggers: serde_json::Map<String, Value>,
+}
+
+/// Decodes an assignment's `action_payload`: the one parser the worker uses (and the fuzz
+/// target drives). Tolerates missing, null, mistyped and extra keys (hatchet-protocol.md
+/// §4.1.3); anything that is not a JSON object is an error that says so.
+pub fn decode_action_payload(payload: &str) -> Result<ActionPayload, String> {
     let payload: Value = if payload.trim().is_empty() {
         Value::Object(Default::default())
     } else {
         serde_json::from_str(payload).map_err(|e| format!("action payload is not JSON: {e}"))?
     };
-    if !payload.is_object() {
+    let Value::Object(mut payload) = payload else {
         return Err("action payload is not a JSON object".into());
-    }
-    let input = match payload.get("input") {
-        None | Some(Value::Null) => Value::Object(Default::default()),
-        Some(v) => v.clone(),
     };
-    let parents = match payload.get("parents") {
-        Some(Value::Object(m)) => m.clone(),
+    let object = |v: Option<Value>| match v {
+        Some(Value::Object(m)) => m,
         _ => Default::default(),
     };
-    Ok((input, parents))
+    let input = match payload.remove("input") {
+        None | Some(Value::Null) => Value::Object(Default::default()),
+        Some(v) => v,
+    };
+    let errors = object(payload.remove("step_run_errors"))
+        .into_iter()
+        .map(|(k, v)| {
+            let text = match v {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            (k, text)
+        })
+        .collect();
+    Ok(ActionPayload {
+        input,
+        parents: object(payload.remove("parents")),
+        errors,
+        triggers: object(payload.remove("triggers")),
+    })
 }
 
 /// The context of one task attempt. Cheap to clone.
@@ -85,43 +112,18 @@ impl Context {
         durable: Option<DurableClient>,
         slot: super::SlotPermit,
     ) -> Result<Self, String> {
-        let payload: Value = if action.action_payload.trim().is_empty() {
-            Value::Object(Default::default())
-        } else {
-            serde_json::from_str(&action.action_payload)
-                .map_err(|e| format!("action payload is not JSON: {e}"))?
-        };
-        let input = payload
-            .get("input")
-            .cloned()
-            .unwrap_or(Value::Object(Default::default()));
-        let parents = match payload.get("parents") {
-            Some(Value::Object(m)) => m.clone(),
-            _ => Default::default(),
-        };
-        let errors = match payload.get("step_run_errors") {
-            Some(Value::Object(m)) => m
-                .iter()
-                .map(|(k, v)| {
-                    let text = v
-                        .as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| v.to_string());
-                    (k.clone(), text)
-                })
-                .collect(),
-            _ => Default::default(),
-        };
+        let ActionPayload {
+            input,
+            parents,
+            errors,
+            triggers,
+        } = decode_action_payload(&action.action_payload)?;
         // Condition keys travel namespaced; the task reads them as it declared them.
-        let triggers = match payload.get("triggers") {
-            Some(Value::Object(m)) => {
-                let config = core.conn().config();
-                m.iter()
-                    .map(|(k, v)| (config.unnamespaced(k).to_string(), v.clone()))
-                    .collect()
-            }
-            _ => Default::default(),
-        };
+        let config = core.conn().config();
+        let triggers = triggers
+            .into_iter()
+            .map(|(k, v)| (config.unnamespaced(&k).to_string(), v))
+            .collect();
         let metadata = action
             .additional_metadata
             .as_deref()
