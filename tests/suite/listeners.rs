@@ -164,20 +164,29 @@ async fn a_thousand_waiters_across_an_engine_restart_get_every_result_once() {
             &(0..1000).map(|i| json!({"i": i})).collect::<Vec<_>>(),
         )
         .await;
-    // Deliveries per run id, counted over every waiter: every tenth run has a second waiter,
-    // so a result delivered twice (or to the wrong waiter) shows as a count off its waiters.
-    let got: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
-    let mut waiters_of: HashMap<String, u32> = HashMap::new();
+    // Deliveries counted from the payloads themselves (each run echoes its own `i`), over
+    // every waiter: every tenth run has a second waiter, so a result delivered twice shows as a
+    // count off its waiters, and one delivered to the wrong waiter as a payload that is not
+    // that waiter's.
+    let got: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
+    let wrong: Arc<Mutex<Vec<(u64, Value)>>> = Arc::default();
+    let mut waiters_of: HashMap<u64, u32> = HashMap::new();
     let mut waits = Vec::new();
     for (i, h) in handles.into_iter().enumerate() {
         let h = h.expect("trigger");
+        let i = i as u64;
         let n = if i % 10 == 0 { 2 } else { 1 };
-        waiters_of.insert(h.run_id().to_string(), n);
+        waiters_of.insert(i, n);
         for _ in 0..n {
-            let (h, got) = (h.clone(), got.clone());
+            let (h, got, wrong) = (h.clone(), got.clone(), wrong.clone());
             waits.push(tokio::spawn(async move {
-                if h.outputs().await.is_ok() {
-                    *got.lock().entry(h.run_id().to_string()).or_default() += 1;
+                if let Ok(outputs) = h.outputs().await {
+                    match outputs.get("t").and_then(|o| o["i"].as_u64()) {
+                        Some(delivered) if delivered == i => {
+                            *got.lock().entry(delivered).or_default() += 1
+                        }
+                        _ => wrong.lock().push((i, Value::Object(outputs))),
+                    }
                 }
             }));
         }
@@ -195,10 +204,15 @@ async fn a_thousand_waiters_across_an_engine_restart_get_every_result_once() {
             .expect("in time")
             .expect("task");
     }
+    assert!(
+        wrong.lock().is_empty(),
+        "wrong payloads: {:?}",
+        wrong.lock()
+    );
     assert_eq!(
         *got.lock(),
         waiters_of,
-        "each waiter got its result once, none lost"
+        "each waiter got its own result once, none lost"
     );
     assert_eq!(e.runs_by_workflow("echo"), 1000, "one run per trigger");
     assert_eq!(
