@@ -1008,8 +1008,9 @@ async fn idle_then_rearmed(
         .await
         .expect("start");
     let _: Value = rt.run(workflow, &json!({})).await.expect("first result");
+    // Idle is the listener's decision on that end, made: a reconnect would show as
+    // Reconnecting, with its timer armed, and the next open counted.
     until(rt, kind, |s| matches!(s, ListenerState::Idle)).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(e.faults().attempts(path), 1, "no waiter: no reconnect");
     let _: Value = rt
         .run(workflow, &json!({}))
@@ -1178,7 +1179,14 @@ async fn after_shutdown_every_listener_is_stopped_cleanly_and_nothing_reconnects
         .await
         .expect_err("closed");
     assert_eq!(err.outcome(), Outcome::Closed);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every listener is stopped (nothing left to reconnect), which is what "no stream opens"
+    // rests on: checked state by state, then the engine's count of opens.
+    for (kind, rx) in rt.health() {
+        assert!(
+            matches!(*rx.borrow(), ListenerState::Stopped { .. }),
+            "{kind:?} is stopped"
+        );
+    }
     assert_eq!(opens(&e), before, "no stream opens after shutdown");
 }
 

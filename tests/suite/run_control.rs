@@ -436,7 +436,7 @@ async fn run_many_goes_through_bulk_trigger_and_answers_per_item() {
 
 #[tokio::test]
 async fn push_many_triggers_one_run_per_event_with_its_metadata() {
-    let (_e, rt) = setup().await;
+    let (e, rt) = setup().await;
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let s2 = seen.clone();
     rt.register(
@@ -468,8 +468,14 @@ async fn push_many_triggers_one_run_per_event_with_its_metadata() {
         .collect();
     let ids = rt.push_many(&events).await;
     assert!(ids.iter().all(|r| r.is_ok()), "{ids:?}");
+    // The engine made its runs when it took the events (the push answered after): three, no
+    // more, and each of them ran.
+    assert_eq!(
+        e.runs_by_workflow("on-signup"),
+        3,
+        "one run per event, no more"
+    );
     until("three runs", || seen.lock().len() == 3).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let mut got = seen.lock().clone();
     got.sort();
     assert_eq!(got, ["ann", "bob", "cy"], "one run per event, no more");
