@@ -35,6 +35,26 @@ pub struct RpcStatus {
 /// The type URL of the idempotency collision detail.
 pub const IDEMPOTENCY_COLLISION_TYPE_URL: &str = "type.googleapis.com/v1.IdempotencyCollisionError";
 
+/// The type URL of a bulk trigger's collision detail.
+pub const BULK_IDEMPOTENCY_COLLISION_TYPE_URL: &str =
+    "type.googleapis.com/v1.BulkTriggerIdempotencyCollisionError";
+
+/// The `v1.BulkTriggerIdempotencyCollisionError` detail of an `ALREADY_EXISTS` status (a bulk
+/// trigger some of whose items collided), if it carries one.
+pub fn bulk_idempotency_collision(
+    status: &tonic::Status,
+) -> Option<v1::BulkTriggerIdempotencyCollisionError> {
+    use prost::Message as _;
+    if status.code() != tonic::Code::AlreadyExists || status.details().is_empty() {
+        return None;
+    }
+    let rpc = RpcStatus::decode(status.details()).ok()?;
+    rpc.details
+        .iter()
+        .find(|a| a.type_url == BULK_IDEMPOTENCY_COLLISION_TYPE_URL)
+        .and_then(|a| v1::BulkTriggerIdempotencyCollisionError::decode(a.value.as_slice()).ok())
+}
+
 /// The `v1.IdempotencyCollisionError` detail of an `ALREADY_EXISTS` status, if it carries one.
 pub fn idempotency_collision(status: &tonic::Status) -> Option<v1::IdempotencyCollisionError> {
     use prost::Message as _;

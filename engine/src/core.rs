@@ -660,7 +660,23 @@ impl Engine {
                 }
             }
         }
-        reqs.iter().map(|r| self.trigger(r)).collect()
+        // Every item is triggered; items that collide on the workflow's idempotency key are
+        // answered together afterwards, as the real engine does.
+        let (mut created, mut collisions) = (Vec::with_capacity(reqs.len()), Vec::new());
+        for r in reqs {
+            match self.trigger(r) {
+                Ok(id) => created.push(id),
+                Err(e) => match proto::idempotency_collision(&e) {
+                    Some(c) => collisions.push(c),
+                    None => return Err(e),
+                },
+            }
+        }
+        if collisions.is_empty() {
+            Ok(created)
+        } else {
+            Err(super::runs::bulk_idempotency_collision(created, collisions))
+        }
     }
 
     /// `EventsService/BulkPush`: 1 to 1,000 events, all checked before any is stored.

@@ -588,6 +588,34 @@ pub fn idempotency_collision(existing: &str) -> GrpcStatus {
     )
 }
 
+/// The `ALREADY_EXISTS` status of a bulk trigger some of whose items collided, as the real
+/// engine answers it: a `v1.BulkTriggerIdempotencyCollisionError` with the runs it created and
+/// the collisions, each in item order.
+pub fn bulk_idempotency_collision(
+    created: Vec<String>,
+    collisions: Vec<v1::IdempotencyCollisionError>,
+) -> GrpcStatus {
+    use prost::Message as _;
+    let detail = v1::BulkTriggerIdempotencyCollisionError {
+        successful_workflow_run_external_ids: created,
+        collisions,
+    };
+    let any = prost_types::Any {
+        type_url: proto::BULK_IDEMPOTENCY_COLLISION_TYPE_URL.into(),
+        value: detail.encode_to_vec(),
+    };
+    let status = proto::RpcStatus {
+        code: tonic::Code::AlreadyExists as i32,
+        message: "idempotency key collision".into(),
+        details: vec![any],
+    };
+    GrpcStatus::with_details(
+        tonic::Code::AlreadyExists,
+        "idempotency key collision",
+        status.encode_to_vec().into(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

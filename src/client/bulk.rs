@@ -10,6 +10,12 @@
 //!    error; other chunks are unaffected.
 //! 3. Bulk calls are writes: retried only when provably not sent (CONTRACT.md §2), so a chunk
 //!    whose answer was lost fails with `MaybeExecuted` rather than creating its runs twice.
+//! 4. A bulk trigger some of whose items collide on the workflow's idempotency key creates the
+//!    others all the same (the engine answers ALREADY_EXISTS with the runs it created and the
+//!    collisions): each item gets the run that was created for it or the run it collided with.
+//!    Nothing the engine created is reported as refused. The engine names created runs and
+//!    collisions each in item order but not which items collided, so when both kinds are
+//!    present the created runs are matched to their items by input (read back once).
 
 use std::sync::Arc;
 
@@ -76,6 +82,64 @@ fn shared(e: &Error, op: &'static str) -> Error {
         Some(s) => copy.with_cause(crate::error::Cause::Status(s.clone())),
         None => copy,
     }
+}
+
+/// Which run each item of a partly colliding chunk got (invariant 4), decided from what the
+/// engine said: the runs it `created` (in item order, with their inputs read back when both
+/// kinds are present) and the `existing` runs the others collided with (in item order).
+fn per_item(
+    inputs: &[Option<Value>],
+    created: &[String],
+    created_inputs: &[Option<Value>],
+    existing: &[String],
+) -> Result<Vec<String>, String> {
+    let n = inputs.len();
+    if created.len() + existing.len() != n {
+        return Err(format!(
+            "the engine named {} created and {} collided runs for {n} items",
+            created.len(),
+            existing.len()
+        ));
+    }
+    if created.is_empty() {
+        return Ok(existing.to_vec());
+    }
+    if existing.is_empty() {
+        return Ok(created.to_vec());
+    }
+    // Created runs, in item order: each takes the first item after the previous one with its
+    // input. Items left over collided, in order.
+    let mut got: Vec<Option<String>> = vec![None; n];
+    let mut from = 0;
+    for (id, input) in created.iter().zip(created_inputs) {
+        let Some(input) = input else {
+            return Err(format!("run {id} has no readable input"));
+        };
+        // The engine reads a one-task run's input back as its task's stored input (the run's
+        // input under `input`, beside `parents` and `triggers`).
+        let stored = input
+            .get("input")
+            .filter(|_| input.get("parents").is_some());
+        let Some(at) = (from..n).find(|&i| {
+            inputs[i]
+                .as_ref()
+                .is_some_and(|v| v == input || Some(v) == stored)
+        }) else {
+            return Err(format!("no item has the input of run {id}"));
+        };
+        got[at] = Some(id.clone());
+        from = at + 1;
+    }
+    let mut existing = existing.iter();
+    got.into_iter()
+        .map(|g| match g {
+            Some(id) => Ok(id),
+            None => existing
+                .next()
+                .cloned()
+                .ok_or_else(|| "fewer collisions than items left".to_string()),
+        })
+        .collect()
 }
 
 /// A priority outside 1–3, refused locally.
@@ -163,17 +227,64 @@ impl ClientCore {
         let ids = in_chunks(PATH, prepared, |workflows| async move {
             let req = proto::BulkTriggerWorkflowRequest { workflows };
             let client = self.conn.workflows();
-            self.conn
+            let answer = self
+                .conn
                 .call(PATH, &client, &req, |mut c, r| async move {
                     c.bulk_trigger_workflow(r).await
                 })
                 .await
-                .map(|r| r.workflow_run_ids)
+                .map(|r| r.workflow_run_ids);
+            match answer {
+                Err(e) => match e.status().and_then(proto::bulk_idempotency_collision) {
+                    Some(c) => self.collided(PATH, &req.workflows, c).await,
+                    None => Err(e),
+                },
+                ok => ok,
+            }
         })
         .await;
         ids.into_iter()
             .map(|r| r.map(|id| RunHandle::new(id, self.clone())))
             .collect()
+    }
+
+    /// The run of each item of a chunk some of whose items collided (invariant 4).
+    async fn collided(
+        &self,
+        op: &'static str,
+        items: &[proto::v1::TriggerWorkflowRequest],
+        c: proto::v1::BulkTriggerIdempotencyCollisionError,
+    ) -> Result<Vec<String>, Error> {
+        let created = c.successful_workflow_run_external_ids;
+        let existing: Vec<String> = c
+            .collisions
+            .into_iter()
+            .map(|c| c.existing_run_external_id)
+            .collect();
+        let mut created_inputs = Vec::with_capacity(created.len());
+        if !created.is_empty() && !existing.is_empty() {
+            for id in &created {
+                let details = self.conn.run_details(id, None).await.map_err(|e| {
+                    Error::new(crate::Outcome::Rejected, op).with_detail(format!(
+                        "some items collided on the workflow's idempotency key and the others were created ({} runs: {}), but which is which could not be read back ({e}); read the runs before triggering again",
+                        created.len(),
+                        created.join(", ")
+                    ))
+                })?;
+                created_inputs.push(serde_json::from_slice::<Value>(&details.input).ok());
+            }
+        }
+        let inputs: Vec<Option<Value>> = items
+            .iter()
+            .map(|i| serde_json::from_str(&i.input).ok())
+            .collect();
+        per_item(&inputs, &created, &created_inputs, &existing).map_err(|why| {
+            Error::new(crate::Outcome::Rejected, op).with_detail(format!(
+                "some items collided on the workflow's idempotency key and the others were created (runs {}; collided with {}), but {why}; read the runs before triggering again",
+                created.join(", "),
+                existing.join(", ")
+            ))
+        })
     }
 
     /// Pushes one event per item (invariants 1–3); returns event ids.
@@ -204,6 +315,78 @@ impl ClientCore {
                 .map(|r| r.events.into_iter().map(|e| e.event_id).collect())
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod collision_tests {
+    use super::per_item;
+    use serde_json::{Value, json};
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn each_item_gets_the_run_made_for_it_or_the_one_it_collided_with() {
+        let inputs: Vec<Option<Value>> = [
+            json!({"k": 1}),
+            json!({"k": 2}),
+            json!({"k": 1}),
+            json!({"k": 3}),
+        ]
+        .into_iter()
+        .map(Some)
+        .collect();
+        // Items 0, 1 and 3 were created; item 2 collided with item 0's run.
+        let got = per_item(
+            &inputs,
+            &ids(&["r0", "r1", "r3"]),
+            &[
+                Some(json!({"k": 1})),
+                Some(json!({"k": 2})),
+                Some(json!({"k": 3})),
+            ],
+            &ids(&["r0"]),
+        )
+        .expect("mapped");
+        assert_eq!(got, ids(&["r0", "r1", "r0", "r3"]));
+        // Every item collided: in order, no read needed.
+        assert_eq!(
+            per_item(&inputs[..2], &[], &[], &ids(&["a", "b"])).expect("mapped"),
+            ids(&["a", "b"])
+        );
+        // A run's input read back as its task's stored input.
+        let stored = |k: i64| Some(json!({"input": {"k": k}, "parents": {}, "triggers": {}}));
+        assert_eq!(
+            per_item(
+                &inputs,
+                &ids(&["r0", "r1", "r3"]),
+                &[stored(1), stored(2), stored(3)],
+                &ids(&["r0"])
+            )
+            .expect("mapped"),
+            ids(&["r0", "r1", "r0", "r3"])
+        );
+        // What cannot be matched is said, never guessed.
+        assert!(
+            per_item(
+                &inputs,
+                &ids(&["r9"]),
+                &[Some(json!({"k": 9}))],
+                &ids(&["a", "b", "c"])
+            )
+            .is_err()
+        );
+        assert!(
+            per_item(
+                &inputs,
+                &ids(&["r0"]),
+                &[Some(json!({"k": 1}))],
+                &ids(&["a"])
+            )
+            .is_err()
+        );
     }
 }
 

@@ -535,6 +535,53 @@ async fn conf_bulk_trigger_and_push() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// A bulk trigger some of whose items collide on the workflow's idempotency key: the engine
+/// creates the others, and each item is answered with its own run or the one it collided with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_bulk_trigger_partly_colliding_answers_each_item_with_its_run() {
+    let t = Target::new("bulkidem").await;
+    let execs: Arc<Mutex<Vec<String>>> = Arc::default();
+    let e = execs.clone();
+    let wf = Workflow::new("orders")
+        .task("o", move |i: Value, _c: Context| {
+            e.lock().push(i["k"].as_str().unwrap_or("?").to_string());
+            async move { Ok::<_, TaskError>(i) }
+        })
+        .idempotency("input.k", Duration::from_secs(600));
+    let rt = t.worker(8, vec![wf]).await;
+    let first = rt
+        .run_no_wait("orders", &json!({"k": "a"}))
+        .await
+        .expect("first");
+    let items = [json!({"k": "b"}), json!({"k": "a"}), json!({"k": "c"})];
+    let got = rt.run_many("orders", &items).await;
+    let ids: Vec<String> = got
+        .into_iter()
+        .map(|h| h.expect("no item is refused").run_id().to_string())
+        .collect();
+    assert_eq!(
+        ids[1],
+        first.run_id(),
+        "the colliding item gets the existing run"
+    );
+    assert!(
+        ids[0] != ids[2] && !ids[0].is_empty() && ids[0] != first.run_id(),
+        "{ids:?}"
+    );
+    for (id, item) in ids.iter().zip(&items) {
+        let out: Value = rt
+            .run_handle(id)
+            .result_within(RESULT)
+            .await
+            .expect("each item's run finishes");
+        assert_eq!(out, *item, "item {item} got a run with its own input");
+    }
+    let mut ran = execs.lock().clone();
+    ran.sort();
+    assert_eq!(ran, ["a", "b", "c"], "three runs, each once");
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_priority_orders_queued_runs() {
     let t = Target::new("prio").await;
