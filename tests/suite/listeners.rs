@@ -175,7 +175,7 @@ async fn a_thousand_waiters_across_an_engine_restart_get_every_result_once() {
     for (i, h) in handles.into_iter().enumerate() {
         let h = h.expect("trigger");
         let i = i as u64;
-        let n = if i % 10 == 0 { 2 } else { 1 };
+        let n = if i.is_multiple_of(10) { 2 } else { 1 };
         waiters_of.insert(i, n);
         for _ in 0..n {
             let (h, got, wrong) = (h.clone(), got.clone(), wrong.clone());
