@@ -58,36 +58,55 @@ pub(crate) use hatchet_runtime::proto::timestamp;
 
 /// Parses a Hatchet duration (`10s`, `1m30s`, `250ms`, `2h`); `None` if malformed.
 pub fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    if s.is_empty() {
+    // The real engine's grammar: one or more `<number><unit>` parts, units ms/s/m/h, a number
+    // with an optional fraction (`1.5s`, `.5m`, `2.h`), no sign; and no more than Go's
+    // `time.ParseDuration` holds (an i64 of nanoseconds).
+    let mut rest = s;
+    if rest.is_empty() {
         return None;
     }
-    let mut total = Duration::ZERO;
-    let mut rest = s;
+    let mut total: u128 = 0;
     while !rest.is_empty() {
-        let digits = rest
+        let int_len = rest
             .find(|c: char| !c.is_ascii_digit())
             .unwrap_or(rest.len());
-        if digits == 0 {
+        let (int, after) = rest.split_at(int_len);
+        let (frac, after) = match after.strip_prefix('.') {
+            Some(f) => {
+                let n = f.find(|c: char| !c.is_ascii_digit()).unwrap_or(f.len());
+                f.split_at(n)
+            }
+            None => ("", after),
+        };
+        if int.is_empty() && frac.is_empty() {
             return None;
         }
-        let n: u64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let (unit, len) = if rest.starts_with("ms") {
-            (Duration::from_millis(1), 2)
-        } else if rest.starts_with('s') {
-            (Duration::from_secs(1), 1)
-        } else if rest.starts_with('m') {
-            (Duration::from_secs(60), 1)
-        } else if rest.starts_with('h') {
-            (Duration::from_secs(3600), 1)
+        let (unit_ns, len): (u128, usize) = if after.starts_with("ms") {
+            (1_000_000, 2)
+        } else if after.starts_with('s') {
+            (1_000_000_000, 1)
+        } else if after.starts_with('m') {
+            (60_000_000_000, 1)
+        } else if after.starts_with('h') {
+            (3_600_000_000_000, 1)
         } else {
             return None;
         };
-        total = total.checked_add(unit.checked_mul(u32::try_from(n).ok()?)?)?;
-        rest = &rest[len..];
+        let whole: u128 = if int.is_empty() { 0 } else { int.parse().ok()? };
+        let mut part = whole.checked_mul(unit_ns)?;
+        // The fraction, to the nanosecond (digits past the 20th change nothing).
+        let digits = &frac[..frac.len().min(20)];
+        if !digits.is_empty() {
+            let f: u128 = digits.parse().ok()?;
+            part = part.checked_add(f * unit_ns / 10u128.pow(digits.len() as u32))?;
+        }
+        total = total.checked_add(part)?;
+        if total > i64::MAX as u128 {
+            return None;
+        }
+        rest = &after[len..];
     }
-    Some(total)
+    u64::try_from(total).ok().map(Duration::from_nanos)
 }
 
 /// SQL-LIKE-ish matching of an event key against a trigger with `*` wildcards.
@@ -1200,7 +1219,18 @@ mod tests {
         assert_eq!(parse_duration("1m30s"), Some(Duration::from_secs(90)));
         assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
         assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
-        for bad in ["", "s", "10", "10d", "-1s", "1.5s"] {
+        // Fractions, as the real engine takes them.
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration(".5m"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2.h"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1h0.25m"), Some(Duration::from_secs(3615)));
+        assert_eq!(
+            parse_duration("0.0000000015s"),
+            Some(Duration::from_nanos(1))
+        );
+        for bad in [
+            "", "s", "10", "10d", "-1s", " 1s", "1s ", ".s", "1..5s", "1.5", "3000000h",
+        ] {
             assert_eq!(parse_duration(bad), None, "{bad}");
         }
     }

@@ -15,7 +15,7 @@
 //! 6. A [`Waiter`] dropped before its reply removes itself and no other waiter of its key
 //!    (`runtime_e2e::cancelling_a_result_wait_removes_only_that_waiter`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -43,6 +43,9 @@ pub trait Keyed: Send + Sync + 'static {
     /// thread that decoded them, freeing is cheap; a waiter on another thread would free them
     /// through the allocator's slower cross-thread path.
     fn trim(_resp: &mut Self::Resp) {}
+    /// Whether new keys are queued for a sweep that checks them once
+    /// ([`KeyedRegistry::take_unchecked`]): the runs registry's unknown-run sweep.
+    const SWEPT: bool = false;
 }
 
 /// What a waiter receives.
@@ -53,6 +56,10 @@ type Waiters<P> = HashMap<<P as Keyed>::Key, KeyWaiters<P>>;
 
 struct Inner<P: Keyed> {
     waiters: Waiters<P>,
+    /// Keys not yet checked by the sweep ([`Keyed::SWEPT`]), oldest first; entries whose key is
+    /// no longer pending are skipped when taken and compacted away past twice the pending
+    /// count, so the queue stays within a few words per waiter.
+    unchecked: VecDeque<P::Key>,
     sink: Option<(u64, mpsc::UnboundedSender<P::Req>)>,
     closed: bool,
     refused: Option<String>,
@@ -70,6 +77,7 @@ impl<P: Keyed> Default for KeyedRegistry<P> {
         KeyedRegistry {
             inner: Mutex::new(Inner {
                 waiters: HashMap::new(),
+                unchecked: VecDeque::new(),
                 sink: None,
                 closed: false,
                 refused: None,
@@ -144,6 +152,14 @@ impl<P: Keyed> KeyedRegistry<P> {
         let list = g.waiters.entry(key.clone()).or_default();
         let first = list.is_empty();
         list.push((id, tx));
+        if P::SWEPT && first {
+            let g = &mut *g;
+            if g.unchecked.len() >= 2 * g.waiters.len().max(32) {
+                let waiters = &g.waiters;
+                g.unchecked.retain(|k| waiters.contains_key(k));
+            }
+            g.unchecked.push_back(key.clone());
+        }
         let need_stream = match &g.sink {
             Some((_, sink)) => first && sink.send(P::request(key)).is_err(),
             None => true,
@@ -262,6 +278,42 @@ impl<P: Keyed> KeyedRegistry<P> {
         self.inner.lock().waiters.keys().cloned().collect()
     }
 
+    /// Takes up to `max` keys not yet checked, oldest first, that are still pending (O(`max`)
+    /// plus the stale entries skipped, under the lock: no copy of the whole registry).
+    pub(crate) fn take_unchecked(&self, max: usize) -> Vec<P::Key> {
+        let mut g = self.inner.lock();
+        let g = &mut *g;
+        let mut out = Vec::with_capacity(max.min(g.unchecked.len()));
+        while out.len() < max {
+            let Some(k) = g.unchecked.pop_front() else {
+                break;
+            };
+            if g.waiters.contains_key(&k) {
+                out.push(k);
+            }
+        }
+        out
+    }
+
+    /// Queues `key` to be checked again (a sweep that could not tell), if it is still pending.
+    pub(crate) fn check_again(&self, key: P::Key) {
+        let mut g = self.inner.lock();
+        if g.waiters.contains_key(&key) {
+            g.unchecked.push_back(key);
+        }
+    }
+
+    /// Whether `key` has a waiter.
+    pub(crate) fn is_pending(&self, key: &P::Key) -> bool {
+        self.inner.lock().waiters.contains_key(key)
+    }
+
+    /// Keys queued for the sweep (tests check the queue stays bounded).
+    #[cfg(test)]
+    pub(crate) fn unchecked_len(&self) -> usize {
+        self.inner.lock().unchecked.len()
+    }
+
     /// Whether anyone waits.
     pub fn has_waiters(&self) -> bool {
         !self.inner.lock().waiters.is_empty()
@@ -286,6 +338,66 @@ mod tests {
         fn stopped_error(key: &String, why: &str) -> Error {
             Error::closed("t").with_detail(format!("{key}: {why}"))
         }
+    }
+
+    struct Swept;
+    impl Keyed for Swept {
+        const SWEPT: bool = true;
+        type Key = String;
+        type Req = String;
+        type Resp = String;
+        fn request(key: &String) -> String {
+            key.clone()
+        }
+        fn key_of(resp: &String) -> String {
+            resp.clone()
+        }
+        fn stopped_error(key: &String, why: &str) -> Error {
+            Error::closed("t").with_detail(format!("{key}: {why}"))
+        }
+    }
+
+    #[test]
+    fn the_sweep_takes_each_new_key_once_skips_delivered_ones_and_its_queue_stays_bounded() {
+        let r = KeyedRegistry::<Swept>::default();
+        let closed = || Error::closed("t");
+        let mut held = Vec::new();
+        for k in ["a", "b", "c"] {
+            held.push(r.add(&k.to_string(), closed).expect("add"));
+        }
+        let _second = r.add(&"a".to_string(), closed).expect("add");
+        r.deliver("b".to_string());
+        assert_eq!(
+            r.take_unchecked(2),
+            ["a", "c"],
+            "oldest first, delivered skipped, once per key"
+        );
+        assert!(r.take_unchecked(2).is_empty(), "each key is taken once");
+        r.check_again("c".to_string());
+        r.check_again("b".to_string());
+        assert_eq!(
+            r.take_unchecked(5),
+            ["c"],
+            "a key checked again if still pending"
+        );
+        let unswept = KeyedRegistry::<Ids>::default();
+        let _w = unswept.add(&"x".to_string(), closed).expect("add");
+        assert!(
+            unswept.take_unchecked(1).is_empty(),
+            "a registry that is not swept queues nothing"
+        );
+        // Many short waits: delivered keys never pile up past twice the pending count.
+        for i in 0..10_000 {
+            let k = format!("k{i}");
+            let _w = r.add(&k, closed).expect("add");
+            r.deliver(k);
+        }
+        assert!(
+            r.unchecked_len() <= 2 * 32 + 1,
+            "{} queued",
+            r.unchecked_len()
+        );
+        drop(held);
     }
 
     #[tokio::test]

@@ -24,6 +24,7 @@ pub type RunOutcome = Result<proto::WorkflowRunEvent, Error>;
 pub struct RunsStream;
 
 impl Keyed for RunsStream {
+    const SWEPT: bool = true;
     type Key = RunKey;
     type Req = proto::SubscribeToWorkflowRunsRequest;
     type Resp = proto::WorkflowRunEvent;
@@ -141,36 +142,29 @@ pub(crate) fn sweep_verdict(read: &Result<v1::GetRunDetailsResponse, Error>) -> 
 /// Fails the waits on runs the engine does not know, which would otherwise wait forever: the real
 /// engine ignores unknown ids on the run stream (and accepts a trigger of an unknown workflow
 /// name, returning an id no run will ever have). Every [`UNKNOWN_SWEEP_EVERY`], up to
-/// [`UNKNOWN_SWEEP_MAX`] pending runs not yet seen are read; one found is never read again, one
-/// missing [`UNKNOWN_AFTER_MISSES`] sweeps in a row fails its waiters with a not-found error.
-/// Ends with the runtime's lifecycle.
+/// [`UNKNOWN_SWEEP_MAX`] pending runs not yet checked are read, oldest first (the registry queues
+/// each new key once, so a sweep costs O([`UNKNOWN_SWEEP_MAX`]) however many wait); one found is
+/// never read again, one missing [`UNKNOWN_AFTER_MISSES`] sweeps in a row fails its waiters with
+/// a not-found error, and one the read could not tell about is checked again later. Ends with
+/// the runtime's lifecycle.
 pub(crate) async fn sweep_unknown(
     conn: Connection,
     registry: std::sync::Arc<RunRegistry>,
     life: tokio_util::sync::CancellationToken,
 ) {
-    use std::collections::{HashMap, HashSet};
-    let mut known: HashSet<RunKey> = HashSet::new();
-    let mut misses: HashMap<RunKey, u8> = HashMap::new();
+    // Only keys found missing once are remembered (an unknown id is rare).
+    let mut misses: std::collections::HashMap<RunKey, u8> = std::collections::HashMap::new();
     loop {
         tokio::select! {
             _ = life.cancelled() => return,
             _ = tokio::time::sleep(UNKNOWN_SWEEP_EVERY) => {}
         }
         if !registry.has_waiters() {
-            known.clear();
             misses.clear();
-            continue;
         }
-        let pending: HashSet<RunKey> = registry.pending_keys().into_iter().collect();
-        known.retain(|k| pending.contains(k));
-        misses.retain(|k, _| pending.contains(k));
-        let unchecked: Vec<RunKey> = pending
-            .into_iter()
-            .filter(|k| !known.contains(k))
-            .take(UNKNOWN_SWEEP_MAX)
-            .collect();
-        for key in unchecked {
+        let batch = registry.take_unchecked(UNKNOWN_SWEEP_MAX);
+        misses.retain(|k, _| registry.is_pending(k));
+        for key in batch {
             let run_id = key.to_string();
             let read = conn
                 .run_details(&run_id, Some(std::time::Duration::from_secs(2)))
@@ -178,7 +172,6 @@ pub(crate) async fn sweep_unknown(
             match sweep_verdict(&read) {
                 Some(true) => {
                     misses.remove(&key);
-                    known.insert(key);
                 }
                 Some(false) => {
                     let n = misses.entry(key.clone()).or_insert(0);
@@ -186,9 +179,11 @@ pub(crate) async fn sweep_unknown(
                     if *n >= UNKNOWN_AFTER_MISSES {
                         misses.remove(&key);
                         registry.fail_key(&key, || unknown_run_error(&run_id));
+                    } else {
+                        registry.check_again(key);
                     }
                 }
-                None => {}
+                None => registry.check_again(key),
             }
         }
     }
