@@ -62,10 +62,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (rt, done) = (rt.clone(), done.clone());
         runs.push(tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(i * 20)).await;
-            let opts = TriggerOptions {
-                idempotent: true,
-                ..TriggerOptions::default()
-            };
+            let opts = TriggerOptions::new().idempotent();
             let h = rt.run_no_wait_with("work", &json!({"i": i}), opts).await?;
             let out: Value = h.result_within(Duration::from_secs(90)).await?;
             done.fetch_add(1, Ordering::Relaxed);

@@ -25,5 +25,6 @@ pub use config::{ClientConfig, ConfigError, TlsStrategy};
 pub use error::{Error, Outcome, Result, TaskFailure};
 pub use runtime::{Runtime, RuntimeHandle, RuntimeOptions};
 pub use worker::conditions::{AnyOf, Condition, WaitResult, any_of};
+pub use worker::context::ChildOptions;
 pub use worker::placement::{Comparator, DesiredLabel, LabelValue, StickyStrategy};
 pub use worker::{Context, TaskError, TaskOptions, WorkerOptions, Workflow};

@@ -203,8 +203,11 @@ pub(crate) fn encode(s: &str) -> String {
 /// How long a finished run's details may trail its result on the run stream.
 pub(crate) const DETAILS_SETTLE: Duration = Duration::from_secs(60);
 
-/// Options of one trigger.
+/// Options of one trigger, built with [`TriggerOptions::new`] and its methods (fields may be
+/// added: the struct is `#[non_exhaustive]`). A child run is spawned from its parent's task
+/// ([`crate::Context::spawn_child_with_options`]), never forged here.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct TriggerOptions {
     /// Additional metadata (a JSON object).
     pub metadata: Option<serde_json::Map<String, Value>>,
@@ -214,10 +217,10 @@ pub struct TriggerOptions {
     /// repeat is answered with the existing run. The trigger is then retried like a read, and an
     /// `ALREADY_EXISTS` collision resolves to the existing run id.
     pub idempotent: bool,
-    /// Child run: `(parent run id, parent task run id, child index)`.
-    pub parent: Option<(String, String, i32)>,
-    /// Child key (instead of, or with, the index).
-    pub child_key: Option<String>,
+    /// Child run: `(parent run id, parent task run id, child index)` (set by the task context).
+    pub(crate) parent: Option<(String, String, i32)>,
+    /// Child key (instead of, or with, the index; set by the task context).
+    pub(crate) child_key: Option<String>,
     /// Deadline of the trigger call.
     pub timeout: Option<Duration>,
     /// The worker the run should start on (honoured for sticky workflows:
@@ -225,6 +228,63 @@ pub struct TriggerOptions {
     pub desired_worker_id: Option<String>,
     /// Labels the run's workers should have; when given they replace every task's own.
     pub desired_labels: std::collections::HashMap<String, crate::worker::placement::DesiredLabel>,
+}
+
+impl TriggerOptions {
+    /// No options: the workflow's defaults.
+    pub fn new() -> Self {
+        TriggerOptions::default()
+    }
+
+    /// Sets the additional metadata (a JSON object), copied onto the run's tasks.
+    pub fn metadata(mut self, metadata: serde_json::Map<String, Value>) -> Self {
+        self.metadata = Some(metadata);
+        self
+    }
+
+    /// Adds one additional metadata entry.
+    pub fn meta(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.metadata
+            .get_or_insert_with(Default::default)
+            .insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets the priority, 1 (lowest) to 3 (highest); `None` keeps the workflow's default.
+    pub fn priority(mut self, priority: impl Into<Option<i32>>) -> Self {
+        self.priority = priority.into();
+        self
+    }
+
+    /// Declares the trigger idempotent (the workflow has an idempotency key): it is retried like
+    /// a read, and a collision resolves to the existing run.
+    pub fn idempotent(mut self) -> Self {
+        self.idempotent = true;
+        self
+    }
+
+    /// Bounds the trigger call.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Asks for the run to start on this worker (sticky workflows).
+    pub fn desired_worker(mut self, worker_id: impl Into<String>) -> Self {
+        self.desired_worker_id = Some(worker_id.into());
+        self
+    }
+
+    /// Wants (or requires) a worker label for the run's tasks; given labels replace every
+    /// task's own.
+    pub fn desired_label(
+        mut self,
+        key: impl Into<String>,
+        label: crate::worker::placement::DesiredLabel,
+    ) -> Self {
+        self.desired_labels.insert(key.into(), label);
+        self
+    }
 }
 
 /// Options of one event push.

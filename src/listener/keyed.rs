@@ -48,10 +48,11 @@ pub trait Keyed: Send + Sync + 'static {
     const SWEPT: bool = false;
 }
 
-/// What a waiter receives.
-pub type Outcome<P> = Result<<P as Keyed>::Resp, Error>;
+/// What a waiter receives: its key's reply, or the error that ended the wait (not to be
+/// confused with [`crate::Outcome`], the kind of an error).
+pub type Reply<P> = Result<<P as Keyed>::Resp, Error>;
 /// The waiters of one key: almost always one, kept inline (no allocation of its own).
-type KeyWaiters<P> = SmallVec<[(u64, oneshot::Sender<Outcome<P>>); 1]>;
+type KeyWaiters<P> = SmallVec<[(u64, oneshot::Sender<Reply<P>>); 1]>;
 type Waiters<P> = HashMap<<P as Keyed>::Key, KeyWaiters<P>>;
 
 struct Inner<P: Keyed> {
@@ -97,7 +98,7 @@ impl<P: Keyed> std::fmt::Debug for KeyedRegistry<P> {
 }
 
 /// A new waiter: its id, its receiver, and whether a stream must be armed (none published).
-type Added<P> = (u64, oneshot::Receiver<Outcome<P>>, bool);
+type Added<P> = (u64, oneshot::Receiver<Reply<P>>, bool);
 
 /// One registered waiter as a future: it resolves with its key's reply (`None` when the
 /// registry dropped it unanswered), and dropping it unresolved removes it from the registry
@@ -107,7 +108,7 @@ pub struct Waiter<'a, P: Keyed> {
     registry: &'a KeyedRegistry<P>,
     key: P::Key,
     id: u64,
-    rx: oneshot::Receiver<Outcome<P>>,
+    rx: oneshot::Receiver<Reply<P>>,
     done: bool,
 }
 
@@ -115,7 +116,7 @@ impl<P: Keyed> std::future::Future for Waiter<'_, P>
 where
     P::Key: Unpin,
 {
-    type Output = Option<Outcome<P>>;
+    type Output = Option<Reply<P>>;
 
     fn poll(
         mut self: std::pin::Pin<&mut Self>,

@@ -694,12 +694,14 @@ impl RuntimeHandle {
     }
 
     /// Result waiters pending, by run id count.
+    #[cfg(feature = "test-hooks")]
     pub fn pending_runs(&self) -> usize {
         self.inner.listeners.runs.kind.registry.pending()
     }
 
     /// Durable event waits pending on the durable-events listener (the path of engines before
     /// v0.80), by (task, signal) count.
+    #[cfg(feature = "test-hooks")]
     pub fn pending_durable_event_waits(&self) -> usize {
         self.inner.listeners.events.kind.registry.pending()
     }
@@ -722,6 +724,7 @@ impl RuntimeHandle {
 
     /// Restarts of each listener's actor so far (after a crash), as the stream supervisor
     /// counted them.
+    #[cfg(feature = "test-hooks")]
     pub fn listener_restarts(&self) -> BTreeMap<ListenerKind, u64> {
         let l = &self.inner.listeners;
         let mut out = BTreeMap::from([
@@ -738,12 +741,14 @@ impl RuntimeHandle {
 
     /// Test and chaos hook: makes the named listener's actor panic; the stream supervisor
     /// restarts it with its registry (within the restart intensity limit).
+    #[cfg(feature = "test-hooks")]
     pub fn crash_listener(&self, kind: ListenerKind) {
         self.inner.listeners.crash(kind);
     }
 
     /// Test and chaos hook: makes the stream supervisor itself panic; the root supervisor
     /// restarts it, and it brings back every listener, the worker's included.
+    #[cfg(feature = "test-hooks")]
     pub fn crash_stream_supervisor(&self) {
         if let Some(s) = self.inner.tree.stream_sup.lock().as_ref() {
             let _ = s.cast(StreamSupMsg::Crash);

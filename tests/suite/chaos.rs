@@ -206,11 +206,9 @@ async fn random_cuts_delays_stalls_and_resets_lose_nothing_and_run_nothing_twice
         ops.push(tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(k as u64 * 30)).await;
             let started = Instant::now();
-            let opts = TriggerOptions {
-                idempotent: true,
-                timeout: Some(Duration::from_secs(30)),
-                ..TriggerOptions::default()
-            };
+            let opts = TriggerOptions::new()
+                .idempotent()
+                .timeout(Duration::from_secs(30));
             // The trigger is idempotent (the workflow's key), so the caller may repeat it
             // itself when the runtime gives up on it: the engine answers with the same run.
             // The runtime stops early when the retry budget is spent (a burst of cuts makes
@@ -347,10 +345,7 @@ async fn a_half_open_connection_is_detected_by_keepalive_and_work_completes() {
     // Freeze the live connection without closing it.
     let frozen_at = Instant::now();
     proxy.set(Mode::Stall(0));
-    let opts = TriggerOptions {
-        idempotent: true,
-        ..TriggerOptions::default()
-    };
+    let opts = TriggerOptions::new().idempotent();
     let h = rt
         .run_no_wait_with("chaos", &json!({"key": "after-freeze"}), opts)
         .await

@@ -21,8 +21,8 @@ use std::time::{Duration, SystemTime};
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use hatchet_runtime::{
-    BulkEvent, BulkRun, ClientConfig, Condition, Context, DesiredLabel, Error, Outcome,
-    PushOptions, RunFilter, RunStatus, Runtime, RuntimeHandle, StickyStrategy, TaskError,
+    BulkEvent, BulkRun, ChildOptions, ClientConfig, Condition, Context, DesiredLabel, Error,
+    Outcome, PushOptions, RunFilter, RunStatus, Runtime, RuntimeHandle, StickyStrategy, TaskError,
     TaskOptions, TriggerOptions, WorkerOptions, Workflow, any_of,
 };
 use parking_lot::Mutex;
@@ -429,10 +429,7 @@ async fn conf_cancel_and_replay_by_id_and_by_filter() {
             .run_no_wait_with(
                 "parked",
                 &json!({"park": true, "id": id}),
-                TriggerOptions {
-                    metadata: Some(md),
-                    ..Default::default()
-                },
+                TriggerOptions::new().metadata(md),
             )
             .await
             .expect("trigger");
@@ -622,16 +619,9 @@ async fn conf_priority_orders_queued_runs() {
     let mut hs = Vec::new();
     for (n, p) in [(1, Some(1)), (2, None), (3, Some(3))] {
         hs.push(
-            rt.run_no_wait_with(
-                "prio",
-                &json!({"n": n}),
-                TriggerOptions {
-                    priority: p,
-                    ..Default::default()
-                },
-            )
-            .await
-            .expect("trigger"),
+            rt.run_no_wait_with("prio", &json!({"n": n}), TriggerOptions::new().priority(p))
+                .await
+                .expect("trigger"),
         );
     }
     // All three are queued behind the blocker before it lets go.
@@ -663,37 +653,19 @@ async fn conf_children_by_index_and_key_are_not_duplicated() {
         cr.fetch_add(1, Ordering::SeqCst);
         async move { Ok::<_, TaskError>(Num { n: i.n * 10 }) }
     });
-    let rt_slot: Arc<Mutex<Option<RuntimeHandle>>> = Arc::default();
-    let rs = rt_slot.clone();
     let parent = Workflow::new("parent").task_with(
         "p",
         TaskOptions::default().retries(1),
         move |_i: Value, c: Context| {
             pr.fetch_add(1, Ordering::SeqCst);
-            let rt = rs.lock().clone();
             async move {
                 let a = c.spawn_child("child", &Num { n: 1 }).await?;
                 let b = c.spawn_child("child", &Num { n: 2 }).await?;
-                // The same key twice: one child.
-                let rt = rt.ok_or_else(|| TaskError::new("no runtime"))?;
-                let keyed = |n| {
-                    let rt = rt.clone();
-                    let (wf, task) = (c.workflow_run_id().to_string(), c.task_run_id().to_string());
-                    async move {
-                        rt.run_no_wait_with(
-                            "child",
-                            &Num { n },
-                            TriggerOptions {
-                                parent: Some((wf, task, 7)),
-                                child_key: Some("the-key".into()),
-                                ..Default::default()
-                            },
-                        )
-                        .await
-                    }
-                };
-                let k1 = keyed(3).await?;
-                let k2 = keyed(3).await?;
+                // The same key twice: one child (spawned through the task's context).
+                let key = || ChildOptions::new().key("the-key");
+                let three = Num { n: 3 };
+                let k1 = c.spawn_child_with_options("child", &three, key()).await?;
+                let k2 = c.spawn_child_with_options("child", &three, key()).await?;
                 let a: Num = a.result().await?;
                 let b: Num = b.result().await?;
                 let k: Num = k1.result().await?;
@@ -709,7 +681,6 @@ async fn conf_children_by_index_and_key_are_not_duplicated() {
         },
     );
     let rt = t.worker(8, vec![child, parent]).await;
-    *rt_slot.lock() = Some(rt.clone());
     let out: Value = rt
         .run_no_wait("parent", &json!({}))
         .await

@@ -128,10 +128,8 @@ async fn labels_steer_placement_required_labels_hold_tasks_and_upserts_apply() {
     }
     assert_eq!(placed.len(), 13);
     // Run-level labels replace the task's own.
-    let opts = TriggerOptions {
-        desired_labels: [("model".to_string(), DesiredLabel::equals("slow").required())].into(),
-        ..Default::default()
-    };
+    let opts =
+        TriggerOptions::new().desired_label("model", DesiredLabel::equals("slow").required());
     let h = fast
         .run_no_wait_with("fast-only", &json!({}), opts)
         .await

@@ -285,20 +285,14 @@ async fn cancel_and_replay_by_filter_select_runs_by_metadata_and_time() {
     let since = SystemTime::now() - Duration::from_secs(1);
     let mut a = Vec::new();
     for _ in 0..3 {
-        let opts = TriggerOptions {
-            metadata: Some(meta("batch", "a")),
-            ..Default::default()
-        };
+        let opts = TriggerOptions::new().metadata(meta("batch", "a"));
         a.push(
             rt.run_no_wait_with("batch", &json!({}), opts)
                 .await
                 .expect("a"),
         );
     }
-    let opts = TriggerOptions {
-        metadata: Some(meta("batch", "b")),
-        ..Default::default()
-    };
+    let opts = TriggerOptions::new().metadata(meta("batch", "b"));
     let b = rt
         .run_no_wait_with("batch", &json!({}), opts)
         .await
@@ -358,10 +352,7 @@ async fn queued_runs_start_highest_priority_first_and_take_the_workflow_default(
         ("low2", Some(1)),
         ("high2", Some(3)),
     ] {
-        let opts = TriggerOptions {
-            priority: p,
-            ..Default::default()
-        };
+        let opts = TriggerOptions::new().priority(p);
         handles.push(
             rt.run_no_wait_with("prio", &json!({"tag": tag}), opts)
                 .await
@@ -370,14 +361,7 @@ async fn queued_runs_start_highest_priority_first_and_take_the_workflow_default(
     }
     // A priority outside 1–3 is refused before sending.
     let bad = rt
-        .run_no_wait_with(
-            "prio",
-            &json!({}),
-            TriggerOptions {
-                priority: Some(9),
-                ..Default::default()
-            },
-        )
+        .run_no_wait_with("prio", &json!({}), TriggerOptions::new().priority(Some(9)))
         .await
         .expect_err("refused");
     assert_eq!(bad.outcome(), Outcome::Invalid);

@@ -130,10 +130,7 @@ async fn events_by_metadata_follow_matching_runs() {
     let mut meta = serde_json::Map::new();
     meta.insert("batch".into(), json!("b7"));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let opts = TriggerOptions {
-        metadata: Some(meta),
-        ..TriggerOptions::default()
-    };
+    let opts = TriggerOptions::new().metadata(meta);
     let h = rt
         .run_no_wait_with("streamer", &json!({}), opts)
         .await
@@ -169,10 +166,7 @@ async fn events_by_metadata_reconnect_after_unavailable_or_an_early_eof_with_a_g
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let mut meta = serde_json::Map::new();
         meta.insert("batch".into(), json!("b9"));
-        let opts = TriggerOptions {
-            metadata: Some(meta),
-            ..TriggerOptions::default()
-        };
+        let opts = TriggerOptions::new().metadata(meta);
         rt.run_no_wait_with("streamer", &json!({}), opts)
             .await
             .expect("trigger");

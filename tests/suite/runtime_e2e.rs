@@ -250,10 +250,7 @@ async fn idempotent_triggers_resolve_to_the_existing_run() {
         )
         .idempotency("input.order_id", Duration::from_secs(60));
     rt.register(wf).await.expect("register");
-    let opts = TriggerOptions {
-        idempotent: true,
-        ..TriggerOptions::default()
-    };
+    let opts = TriggerOptions::new().idempotent();
     let a = rt
         .run_no_wait_with("orders", &json!({"order_id": "A"}), opts.clone())
         .await
@@ -528,10 +525,7 @@ async fn only_a_callers_deadline_goes_on_the_wire() {
 
     // A trigger of an unknown workflow is answered NOT_FOUND; what matters is what it carried.
     let _ = rt.run_no_wait("no-such-workflow", &json!({})).await;
-    let bounded = TriggerOptions {
-        timeout: Some(Duration::from_secs(5)),
-        ..TriggerOptions::default()
-    };
+    let bounded = TriggerOptions::new().timeout(Duration::from_secs(5));
     let _ = rt
         .run_no_wait_with("no-such-workflow", &json!({}), bounded)
         .await;

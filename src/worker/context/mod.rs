@@ -69,6 +69,50 @@ pub fn decode_action_payload(payload: &str) -> Result<ActionPayload, String> {
     })
 }
 
+/// Options of a child run ([`Context::spawn_child_with_options`]); fields may be added.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ChildOptions {
+    key: Option<String>,
+    trigger: TriggerOptions,
+}
+
+impl ChildOptions {
+    /// No options.
+    pub fn new() -> Self {
+        ChildOptions::default()
+    }
+
+    /// A child key: a second spawn with the same key (in this task, or its retry) gets the same
+    /// child run back.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// The child's additional metadata.
+    pub fn metadata(mut self, metadata: serde_json::Map<String, Value>) -> Self {
+        self.trigger = self.trigger.metadata(metadata);
+        self
+    }
+
+    /// The child's priority, 1 (lowest) to 3 (highest).
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.trigger = self.trigger.priority(priority);
+        self
+    }
+
+    /// A worker label the child's tasks want or require.
+    pub fn desired_label(
+        mut self,
+        key: impl Into<String>,
+        label: crate::worker::placement::DesiredLabel,
+    ) -> Self {
+        self.trigger = self.trigger.desired_label(key, label);
+        self
+    }
+}
+
 /// The context of one task attempt. Cheap to clone.
 #[derive(Clone)]
 pub struct Context {
@@ -258,26 +302,44 @@ impl Context {
         workflow: &str,
         input: &I,
     ) -> Result<RunHandle, Error> {
-        self.spawn_child_with(workflow, input, None).await
+        self.spawn_child_inner(workflow, input, ChildOptions::default(), None)
+            .await
     }
 
-    /// [`Context::spawn_child`], optionally wanting a worker (sticky children).
-    pub(super) async fn spawn_child_with<I: serde::Serialize>(
+    /// [`Context::spawn_child`] with options: a child key (the engine answers a second spawn
+    /// with the same key with the same child, whatever its index), metadata, priority, labels.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Context::spawn_child`].
+    pub async fn spawn_child_with_options<I: serde::Serialize>(
         &self,
         workflow: &str,
         input: &I,
+        options: ChildOptions,
+    ) -> Result<RunHandle, Error> {
+        self.spawn_child_inner(workflow, input, options, None).await
+    }
+
+    /// A child spawn with `options`, optionally wanting a worker (sticky children).
+    pub(super) async fn spawn_child_inner<I: serde::Serialize>(
+        &self,
+        workflow: &str,
+        input: &I,
+        options: ChildOptions,
         desired_worker_id: Option<String>,
     ) -> Result<RunHandle, Error> {
         let index = self.inner.child_index.take(workflow);
-        let opts = TriggerOptions {
-            parent: Some((
-                self.workflow_run_id().to_string(),
-                self.task_run_id().to_string(),
-                index.index,
-            )),
-            desired_worker_id,
-            ..TriggerOptions::default()
-        };
+        let mut opts = options.trigger;
+        opts.parent = Some((
+            self.workflow_run_id().to_string(),
+            self.task_run_id().to_string(),
+            index.index,
+        ));
+        opts.child_key = options.key;
+        if desired_worker_id.is_some() {
+            opts.desired_worker_id = desired_worker_id;
+        }
         let child = self
             .inner
             .core
