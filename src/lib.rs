@@ -27,4 +27,5 @@ pub use runtime::{Runtime, RuntimeHandle, RuntimeOptions};
 pub use worker::conditions::{AnyOf, Condition, WaitResult, any_of};
 pub use worker::context::ChildOptions;
 pub use worker::placement::{Comparator, DesiredLabel, LabelValue, StickyStrategy};
+pub use worker::task::{ConcurrencyStrategy, RateLimitWindow};
 pub use worker::{Context, TaskError, TaskOptions, WorkerOptions, Workflow};

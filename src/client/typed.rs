@@ -124,7 +124,7 @@ impl RunView {
     }
 
     /// From GetRunDetails.
-    pub fn from_grpc(run_id: &str, d: v1::GetRunDetailsResponse) -> Self {
+    pub(crate) fn from_grpc(run_id: &str, d: v1::GetRunDetailsResponse) -> Self {
         let status = RunStatus::from_v1(d.status).unwrap_or(RunStatus::Running);
         let json = |b: &[u8]| serde_json::from_slice::<Value>(b).ok();
         let tasks = d

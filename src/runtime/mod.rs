@@ -581,7 +581,7 @@ impl RuntimeHandle {
         &self,
         key: &str,
         limit: i32,
-        window: crate::proto::v1::RateLimitDuration,
+        window: crate::worker::task::RateLimitWindow,
     ) -> Result<(), Error> {
         const PATH: &str = "/WorkflowService/PutRateLimit";
         if key.is_empty() || limit < 0 {
@@ -594,7 +594,7 @@ impl RuntimeHandle {
         let req = proto::PutRateLimitRequest {
             key: key.to_string(),
             limit,
-            duration: window as i32,
+            duration: window.wire() as i32,
         };
         let conn = &self.inner.conn;
         let client = conn.workflows();

@@ -13,8 +13,59 @@ use std::collections::HashMap;
 
 use crate::proto::{self, v1};
 
-pub use crate::proto::v1::StickyStrategy;
-pub use crate::proto::v1::WorkerLabelComparator as Comparator;
+/// How a workflow's runs stay on the worker that started them (child runs spawned with
+/// [`crate::Context::spawn_sticky_child`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StickyStrategy {
+    /// Prefer that worker; another one may take the run when it is busy or gone.
+    Soft,
+    /// Only that worker: the run waits for it.
+    Hard,
+}
+
+impl StickyStrategy {
+    /// On the wire.
+    pub(crate) fn wire(self) -> v1::StickyStrategy {
+        match self {
+            StickyStrategy::Soft => v1::StickyStrategy::Soft,
+            StickyStrategy::Hard => v1::StickyStrategy::Hard,
+        }
+    }
+}
+
+/// How a worker's label compares with a desired value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Comparator {
+    /// `label == value` (the engine's default).
+    Equal,
+    /// `label != value`.
+    NotEqual,
+    /// `label > value`.
+    GreaterThan,
+    /// `label >= value`.
+    GreaterThanOrEqual,
+    /// `label < value`.
+    LessThan,
+    /// `label <= value`.
+    LessThanOrEqual,
+}
+
+impl Comparator {
+    /// On the wire.
+    pub(crate) fn wire(self) -> v1::WorkerLabelComparator {
+        use v1::WorkerLabelComparator as W;
+        match self {
+            Comparator::Equal => W::Equal,
+            Comparator::NotEqual => W::NotEqual,
+            Comparator::GreaterThan => W::GreaterThan,
+            Comparator::GreaterThanOrEqual => W::GreaterThanOrEqual,
+            Comparator::LessThan => W::LessThan,
+            Comparator::LessThanOrEqual => W::LessThanOrEqual,
+        }
+    }
+}
 
 /// A worker label's value.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -120,7 +171,8 @@ impl DesiredLabel {
             str_value,
             int_value,
             required: Some(self.required),
-            comparator: (self.comparator != Comparator::Equal).then_some(self.comparator as i32),
+            comparator: (self.comparator != Comparator::Equal)
+                .then_some(self.comparator.wire() as i32),
             weight: (self.weight != 100).then_some(self.weight),
         }
     }
@@ -162,7 +214,10 @@ mod tests {
             .weight(30)
             .to_proto();
         assert_eq!(d.int_value, Some(512));
-        assert_eq!(d.comparator, Some(Comparator::GreaterThan as i32));
+        assert_eq!(
+            d.comparator,
+            Some(v1::WorkerLabelComparator::GreaterThan as i32)
+        );
         assert_eq!((d.weight, d.required), (Some(30), Some(true)));
     }
 }

@@ -204,7 +204,7 @@ impl TaskOptions {
         key_expression: impl Into<String>,
         units: i32,
         limit: i32,
-        window: v1::RateLimitDuration,
+        window: RateLimitWindow,
     ) -> Self {
         let expr = key_expression.into();
         self.rate_limits.push(v1::CreateTaskRateLimit {
@@ -213,7 +213,7 @@ impl TaskOptions {
             key_expr: Some(expr),
             units_expr: None,
             limit_values_expr: Some(limit.to_string()),
-            duration: Some(window as i32),
+            duration: Some(window.wire() as i32),
         });
         self
     }
@@ -365,7 +365,73 @@ pub struct Concurrency {
     /// Runs allowed at once per group.
     pub max_runs: i32,
     /// What happens to runs over the limit.
-    pub strategy: v1::ConcurrencyLimitStrategy,
+    pub strategy: ConcurrencyStrategy,
+}
+
+/// What the engine does with runs over a concurrency limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConcurrencyStrategy {
+    /// Cancel the running ones to start the new.
+    CancelInProgress,
+    /// Drop the newest (legacy name of `CancelNewest` on older engines).
+    DropNewest,
+    /// Queue the newest until a slot of the group frees.
+    QueueNewest,
+    /// Take groups in turn, so no group starves the others.
+    GroupRoundRobin,
+    /// Cancel the newest.
+    CancelNewest,
+}
+
+impl ConcurrencyStrategy {
+    /// On the wire.
+    pub(crate) fn wire(self) -> v1::ConcurrencyLimitStrategy {
+        use v1::ConcurrencyLimitStrategy as W;
+        match self {
+            ConcurrencyStrategy::CancelInProgress => W::CancelInProgress,
+            ConcurrencyStrategy::DropNewest => W::DropNewest,
+            ConcurrencyStrategy::QueueNewest => W::QueueNewest,
+            ConcurrencyStrategy::GroupRoundRobin => W::GroupRoundRobin,
+            ConcurrencyStrategy::CancelNewest => W::CancelNewest,
+        }
+    }
+}
+
+/// The window of a rate limit: its units refill once per window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RateLimitWindow {
+    /// Per second.
+    Second,
+    /// Per minute.
+    Minute,
+    /// Per hour.
+    Hour,
+    /// Per day.
+    Day,
+    /// Per week.
+    Week,
+    /// Per month.
+    Month,
+    /// Per year.
+    Year,
+}
+
+impl RateLimitWindow {
+    /// On the wire.
+    pub(crate) fn wire(self) -> v1::RateLimitDuration {
+        use v1::RateLimitDuration as W;
+        match self {
+            RateLimitWindow::Second => W::Second,
+            RateLimitWindow::Minute => W::Minute,
+            RateLimitWindow::Hour => W::Hour,
+            RateLimitWindow::Day => W::Day,
+            RateLimitWindow::Week => W::Week,
+            RateLimitWindow::Month => W::Month,
+            RateLimitWindow::Year => W::Year,
+        }
+    }
 }
 
 impl Workflow {
@@ -544,7 +610,7 @@ impl Workflow {
         mut self,
         expression: impl Into<String>,
         max_runs: i32,
-        strategy: v1::ConcurrencyLimitStrategy,
+        strategy: ConcurrencyStrategy,
     ) -> Self {
         self.concurrency.push(Concurrency {
             expression: expression.into(),
@@ -578,7 +644,7 @@ impl Workflow {
         v1::CreateWorkflowVersionRequest {
             name: name.to_string(),
             event_triggers: self.on_events.iter().map(|k| ns(k)).collect(),
-            sticky: self.sticky.map(|s| s as i32),
+            sticky: self.sticky.map(|s| s.wire() as i32),
             default_filters: self
                 .default_filters
                 .iter()
@@ -599,7 +665,7 @@ impl Workflow {
                 .map(|c| v1::Concurrency {
                     expression: c.expression.clone(),
                     max_runs: Some(c.max_runs),
-                    limit_strategy: Some(c.strategy as i32),
+                    limit_strategy: Some(c.strategy.wire() as i32),
                 })
                 .collect(),
             idempotency: self

@@ -1022,13 +1022,9 @@ async fn conf_rate_limits_and_concurrency_bound_running_tasks() {
     };
     let rt = t.runtime().await;
     // A static rate limit must exist before the workflow that names it is registered.
-    rt.put_rate_limit(
-        "conf-limit",
-        2,
-        hatchet_runtime::proto::v1::RateLimitDuration::Minute,
-    )
-    .await
-    .expect("put rate limit");
+    rt.put_rate_limit("conf-limit", 2, hatchet_runtime::RateLimitWindow::Minute)
+        .await
+        .expect("put rate limit");
     let limited = Workflow::new("limited").task_with(
         "t",
         TaskOptions::default().rate_limit("conf-limit", 1),
@@ -1038,7 +1034,7 @@ async fn conf_rate_limits_and_concurrency_bound_running_tasks() {
         .concurrency(
             "input.group",
             1,
-            hatchet_runtime::proto::v1::ConcurrencyLimitStrategy::GroupRoundRobin,
+            hatchet_runtime::ConcurrencyStrategy::GroupRoundRobin,
         )
         .task("t", body(running.clone(), peak.clone()));
     rt.register(limited).await.expect("register");

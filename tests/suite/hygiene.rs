@@ -162,13 +162,9 @@ async fn every_unary_call_the_engine_sees_is_in_the_runtime_s_ledger() {
     let _: Value = h.result().await.expect("busy");
     let _: Value = rt.run("nap", &json!({})).await.expect("nap");
     rt.push("some:event", &json!({})).await.expect("push");
-    rt.put_rate_limit(
-        "k",
-        5,
-        hatchet_runtime::proto::v1::RateLimitDuration::Second,
-    )
-    .await
-    .expect("rate limit");
+    rt.put_rate_limit("k", 5, hatchet_runtime::RateLimitWindow::Second)
+        .await
+        .expect("rate limit");
     rt.run_details(h.run_id()).await.expect("details");
     rt.shutdown(Duration::from_secs(2)).await;
 

@@ -143,7 +143,7 @@ async fn sticky_runs_keep_their_tasks_and_sticky_children_on_one_worker() {
     let e = engine().await;
     for strategy in [StickyStrategy::Soft, StickyStrategy::Hard] {
         let places: Places = Arc::default();
-        let name = format!("sticky-{}", strategy.as_str_name().to_lowercase());
+        let name = format!("sticky-{}", format!("{strategy:?}").to_lowercase());
         let child = format!("{name}-child");
         let wfs = |places: &Places| {
             let child_name = child.clone();

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hatchet_runtime::proto::v1::RateLimitDuration;
+use hatchet_runtime::RateLimitWindow;
 use hatchet_runtime::{Context, TaskError, TaskOptions, WorkerOptions, Workflow};
 use serde_json::{Value, json};
 
@@ -23,7 +23,7 @@ async fn running(
 ) {
     let (e, rt) = setup().await;
     for (key, limit) in limits {
-        rt.put_rate_limit(key, *limit, RateLimitDuration::Minute)
+        rt.put_rate_limit(key, *limit, RateLimitWindow::Minute)
             .await
             .expect("limit");
     }
@@ -77,7 +77,7 @@ async fn a_declared_limit_holds_tasks_until_units_are_free() {
         "nothing left in this window"
     );
     // Raising the limit frees three more units in the same window.
-    rt.put_rate_limit("api", 5, RateLimitDuration::Minute)
+    rt.put_rate_limit("api", 5, RateLimitWindow::Minute)
         .await
         .expect("raise");
     all_finish(&handles[2..]).await;
@@ -87,7 +87,7 @@ async fn a_declared_limit_holds_tasks_until_units_are_free() {
 async fn a_dynamic_key_limits_each_value_on_its_own() {
     let (e, _rt, handles) = running(
         "per-user",
-        TaskOptions::default().rate_limit_by("input.user", 1, 1, RateLimitDuration::Hour),
+        TaskOptions::default().rate_limit_by("input.user", 1, 1, RateLimitWindow::Hour),
         &[],
         ["ada", "bob", "ada"].map(|u| json!({ "user": u })).to_vec(),
     )

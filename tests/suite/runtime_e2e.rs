@@ -400,7 +400,7 @@ fn definitions_carry_retries_timeouts_triggers_slots_concurrency_and_durability(
         .concurrency(
             "input.user_id",
             2,
-            ConcurrencyLimitStrategy::GroupRoundRobin,
+            hatchet_runtime::ConcurrencyStrategy::GroupRoundRobin,
         );
     let p = wf.to_proto("ns_orders");
     assert_eq!(p.name, "ns_orders");
