@@ -56,6 +56,16 @@ pub enum Outcome {
     /// run). What had finished keeps its output; the rest will not run unless the run is
     /// replayed.
     RunCancelled,
+    /// An answer arrived and cannot be read as asked: an output that is not JSON, or not of
+    /// the type asked for, or missing from a finished run. The call itself succeeded: repeating
+    /// it reads the same; read the run another way (`outputs()`, `run_details()`).
+    Undecodable,
+    /// What was asked for does not exist yet: the run (or task) has not finished.
+    NotFinished,
+    /// A listener stopped for good (a permanent refusal such as a bad token, or too many
+    /// failures in a row without progress): the work it carried cannot finish in this runtime.
+    /// The cause says why; fix it and spawn a new runtime. The run itself may still finish.
+    Stopped,
 }
 
 impl Outcome {
@@ -73,6 +83,9 @@ impl Outcome {
             Outcome::Invalid => "invalid",
             Outcome::RunFailed => "run_failed",
             Outcome::RunCancelled => "run_cancelled",
+            Outcome::Undecodable => "undecodable",
+            Outcome::NotFinished => "not_finished",
+            Outcome::Stopped => "stopped",
         }
     }
 
@@ -99,6 +112,13 @@ impl Outcome {
             }
             Outcome::RunCancelled => {
                 "the run was cancelled; replay it (RunHandle::replay) or trigger a new run if its work is still wanted"
+            }
+            Outcome::Undecodable => {
+                "the answer arrived but cannot be read as asked; read the run another way (outputs(), run_details()) or ask for another type"
+            }
+            Outcome::NotFinished => "it has not finished yet; wait for the run's result first",
+            Outcome::Stopped => {
+                "a listener stopped for good; see the cause, fix it, and spawn a new runtime (the run itself may still finish)"
             }
         }
     }

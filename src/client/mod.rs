@@ -58,7 +58,7 @@ impl ClientCore {
                 Ok(view) if view.is_final() => return outputs_of(run_id, view.into_event()),
                 Ok(_) | Err(_) if tokio::time::Instant::now() + every < give_up => {}
                 Ok(view) => {
-                    return Err(Error::new(Outcome::Rejected, "wait for run")
+                    return Err(Error::new(Outcome::NotFinished, "wait for run")
                         .with_detail(format!(
                             "the engine reported the run finished without results, and its details still read {:?} after {}s; read it again with RuntimeHandle::run_details",
                             view.status,

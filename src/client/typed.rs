@@ -73,7 +73,7 @@ impl RunView {
             ));
         };
         let Some(v) = &t.output else {
-            return Err(Error::new(Outcome::Rejected, "read run output")
+            return Err(Error::new(Outcome::NotFinished, "read run output")
                 .with_detail(format!(
                     "task {task:?} has no output yet (status {})",
                     t.status
@@ -475,7 +475,7 @@ impl<O: DeserializeOwned> TypedRun<O> {
         let mut outputs = self.handle.outputs().await?;
         let run_id = self.handle.run_id();
         let value = outputs.remove(&self.output_task).ok_or_else(|| {
-            Error::new(Outcome::Rejected, "decode run result")
+            Error::new(Outcome::Undecodable, "decode run result")
                 .with_detail(format!(
                     "the run finished without an output of task {:?}",
                     self.output_task

@@ -30,7 +30,7 @@ impl Keyed for DurableEventsStream {
     }
 
     fn stopped_error(key: &(String, String), why: &str) -> Error {
-        Error::new(Outcome::Rejected, Self::OP).with_detail(format!(
+        Error::new(Outcome::Stopped, Self::OP).with_detail(format!(
             "the durable event stream stopped ({why}) while task {} waited on {}",
             key.0, key.1
         ))

@@ -54,7 +54,7 @@ impl Keyed for RunsStream {
     }
 
     fn stopped_error(run: &RunKey, why: &str) -> Error {
-        Error::new(Outcome::Rejected, Self::OP)
+        Error::new(Outcome::Stopped, Self::OP)
             .with_detail(format!(
                 "the result stream stopped ({why}); the run was triggered"
             ))
@@ -263,7 +263,7 @@ pub fn outputs_of(
         let v = match r.output.as_deref() {
             None | Some("") => serde_json::Value::Null,
             Some(o) => serde_json::from_str(o).map_err(|e| {
-                Error::new(Outcome::Rejected, "run")
+                Error::new(Outcome::Undecodable, "run")
                     .with_detail(format!(
                         "task {} returned output that is not JSON",
                         r.task_name
@@ -317,5 +317,21 @@ mod tests {
         let failures = err.run_failures();
         assert_eq!(failures.len(), 2);
         assert_eq!(failures[0].task_run_id, "failed-id");
+    }
+
+    #[test]
+    fn an_output_that_is_not_json_is_undecodable_and_a_stopped_stream_is_stopped() {
+        let ev = proto::WorkflowRunEvent {
+            workflow_run_id: "run".into(),
+            event_type: 0,
+            event_timestamp: None,
+            results: vec![result("t", Some("not json"), None)],
+        };
+        let err = outputs_of("run", ev).expect_err("not JSON");
+        assert_eq!(err.outcome(), Outcome::Undecodable, "{err}");
+        assert!(err.to_string().contains("not JSON"), "{err}");
+        let err = RunsStream::stopped_error(&RunKey::new("run"), "permanent error");
+        assert_eq!(err.outcome(), Outcome::Stopped, "{err}");
+        assert_eq!(err.run_id(), Some("run"), "the run id stays with the error");
     }
 }

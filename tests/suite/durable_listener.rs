@@ -93,7 +93,7 @@ async fn a_durable_operation_during_an_outage_fails_after_five_streams_instead_o
 #[tokio::test]
 async fn a_stopped_durable_listener_fails_the_waiting_task_instead_of_hanging_it() {
     let (engine, rt, out) = nap_with_durable_opens_failing(1, Code::Unauthenticated).await;
-    assert_eq!(out["outcome"], "rejected", "{out}");
+    assert_eq!(out["outcome"], "stopped", "{out}");
     assert!(
         out["error"]
             .as_str()

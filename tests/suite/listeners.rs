@@ -111,7 +111,7 @@ async fn unauthenticated_stops_the_runs_listener_and_fails_waiters_with_their_ru
         .await
         .expect("fails fast")
         .expect_err("stopped");
-    assert_eq!(err.outcome(), Outcome::Rejected);
+    assert_eq!(err.outcome(), Outcome::Stopped);
     assert_eq!(err.run_id(), Some(h.run_id()));
     assert_eq!(
         err.status().map(tonic::Status::code),

@@ -79,8 +79,8 @@ impl DurableClient {
             })
             .await?;
         let Ack::Wait(r) = ack else {
-            return Err(Error::new(Outcome::Rejected, "DurableTask")
-                .with_detail("unexpected ack for wait_for"));
+            return Err(Error::new(Outcome::Undecodable, "DurableTask")
+                .with_detail("the engine answered wait_for with an ack of another kind"));
         };
         let key = key_of(&r);
         let rx = self.registry.wait(key.clone());
@@ -121,9 +121,8 @@ impl DurableClient {
             })
             .await?;
         let Ack::Memo(m) = ack else {
-            return Err(
-                Error::new(Outcome::Rejected, "DurableTask").with_detail("unexpected ack for memo")
-            );
+            return Err(Error::new(Outcome::Undecodable, "DurableTask")
+                .with_detail("the engine answered memo with an ack of another kind"));
         };
         if let Some(v) = m.memo_result_payload.filter(|_| m.memo_already_existed) {
             return Ok(v);

@@ -176,7 +176,7 @@ fn refusal_of(r: &v1::DurableEventLogEntryRef, kind: i32, message: String) -> Du
 /// The error of work failed because the durable-task listener stopped for `why`.
 fn stop_error(why: &str, end: Option<StreamEnd>) -> Error {
     crate::listener::with_end_status(
-        Error::new(Outcome::Rejected, OPERATION)
+        Error::new(Outcome::Stopped, OPERATION)
             .with_detail(format!("the durable-task stream stopped: {why}")),
         end,
         why,

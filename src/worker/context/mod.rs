@@ -466,7 +466,8 @@ impl Context {
             }
         };
         serde_json::from_slice(&ev.data).map_err(|e| {
-            Error::new(Outcome::Rejected, "durable wait").with_cause(crate::error::Cause::Json(e))
+            Error::new(Outcome::Undecodable, "durable wait")
+                .with_cause(crate::error::Cause::Json(e))
         })
     }
 
@@ -491,7 +492,8 @@ impl Context {
                 .with_detail(done.error.unwrap_or_default()));
         }
         serde_json::from_slice(&done.payload).map_err(|e| {
-            Error::new(Outcome::Rejected, "durable wait").with_cause(crate::error::Cause::Json(e))
+            Error::new(Outcome::Undecodable, "durable wait")
+                .with_cause(crate::error::Cause::Json(e))
         })
     }
 
@@ -518,7 +520,7 @@ impl Context {
             })
             .await?;
         serde_json::from_slice(&bytes).map_err(|e| {
-            Error::new(Outcome::Rejected, "memo").with_cause(crate::error::Cause::Json(e))
+            Error::new(Outcome::Undecodable, "memo").with_cause(crate::error::Cause::Json(e))
         })
     }
 }
