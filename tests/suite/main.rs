@@ -14,6 +14,7 @@ mod operations;
 mod otel;
 mod placement;
 mod properties;
+mod public_api;
 mod rate_limits;
 mod rest_api;
 mod retry_decisions;
