@@ -236,6 +236,9 @@ pub struct State {
     pub mutate_actions: Option<ActionMutator>,
     /// Fault injection: assign beyond the workers' slots (a flood).
     pub over_assign: bool,
+    /// Fault injection (a kindness the real engine lacks): assignments a worker never answered
+    /// are offered again when their stream closes, instead of running out their timeout.
+    pub reoffer_unanswered: bool,
     /// Fault injection: send the next this many assignments twice (the same attempt).
     pub duplicate_assignments: u32,
     /// Fault injection: send the next this many assignments again 300 ms later.
@@ -551,12 +554,17 @@ impl Engine {
 
     /// Closes a listener session (the stream ended).
     /// Assignments the worker never answered went out on a stream that is now gone (they may
-    /// never have arrived): they are offered again, same attempt, so nothing waits for the
-    /// execution timeout. A worker that did get one ignores the second copy.
+    /// never have arrived). As on the real engine they stay with the worker and run out their
+    /// timeout (or are reassigned when it goes silent), unless the `reoffer_unanswered` fault
+    /// is on: then they are offered again, same attempt (a worker that did get one ignores the
+    /// second copy).
     pub fn close_session(&self, worker_id: &str, session: u64) {
         let mut st = self.state.lock();
         if let Some(w) = st.workers.get_mut(worker_id) {
             w.sessions.retain(|s| s.id != session);
+        }
+        if !st.reoffer_unanswered {
+            return;
         }
         let unanswered: Vec<String> = st
             .tasks

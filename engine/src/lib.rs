@@ -523,6 +523,13 @@ impl DevEngine {
         );
     }
 
+    /// Fault injection, a kindness the real engine lacks: assignments a worker never answered
+    /// are offered again (same attempt) when their stream closes. Off by default, as on the real
+    /// engine: such an attempt stays with its worker and runs out its timeout.
+    pub fn reoffer_unanswered_assignments(&self, on: bool) {
+        self.engine.state.lock().reoffer_unanswered = on;
+    }
+
     /// Fault injection: assign beyond the workers' slots (a flood of actions).
     pub fn over_assign(&self, on: bool) {
         self.engine.state.lock().over_assign = on;

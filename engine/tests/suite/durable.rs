@@ -294,6 +294,7 @@ async fn legacy_durable_events_are_delivered() {
 #[tokio::test]
 async fn a_durable_attempt_offered_again_keeps_its_invocation_and_its_waits() {
     let h = H::new().await;
+    h.engine.reoffer_unanswered_assignments(true);
     let (wid, actions) = durable_worker(&h, "again").await;
     h.trigger("again", "{}").await;
     let mut actions = actions;

@@ -276,8 +276,39 @@ async fn a_connection_dropped_under_a_request_is_lost_not_cancelled() {
 }
 
 #[tokio::test]
-async fn an_assignment_never_answered_on_a_stream_that_closes_is_offered_again() {
+async fn an_assignment_never_answered_on_a_stream_that_closes_is_offered_again_only_with_its_fault()
+{
+    // By default, as on the real engine: the unanswered attempt stays with its worker.
+    {
+        let h = H::new().await;
+        h.put("kept", &[("t", &[], 0, "60s")], &[]).await;
+        let worker = h.register(&["kept:t".to_string()], 4).await;
+        let first = h.listen(&worker).await;
+        h.trigger("kept", "{}").await;
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while h.engine.stats().slots_in_use == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("assigned");
+        drop(first);
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while h.engine.worker(&worker).is_some_and(|w| w.listening) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the engine saw the stream close");
+        let stats = h.engine.stats();
+        assert_eq!(
+            (stats.queued, stats.slots_in_use),
+            (0, 1),
+            "not offered again: it runs out its timeout"
+        );
+    }
     let h = H::new().await;
+    h.engine.reoffer_unanswered_assignments(true);
     h.put("reoffer", &[("t", &[], 0, "60s")], &[]).await;
     let worker = h.register(&["reoffer:t".to_string()], 4).await;
     let first = h.listen(&worker).await;
