@@ -16,6 +16,9 @@ use serde_json::{Value, json};
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let engine = Arc::new(DevEngine::start(DevEngineOptions::default()).await?);
+    // STARTs lost in the cuts and the restart are offered again (the engine's fault; the real
+    // engine lets them run out their timeout), so the demo shows the runtime, not timeouts.
+    engine.reoffer_unanswered_assignments(true);
     let rt = Runtime::spawn(engine.client_config()).await?;
     // Triggers are writes: one cut mid-flight may or may not have run. An idempotency key makes
     // them safe to retry, and a repeat resolves to the run that already exists.

@@ -100,6 +100,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
     let started = Instant::now();
     let engine = Arc::new(DevEngine::start(DevEngineOptions::default()).await?);
+    // The demo restarts the engine mid-run. A START lost in that cut would, as on the real
+    // engine, run out its task's timeout (60 s) before its retry; the development engine's
+    // fault offers it again at once, which keeps the demo about what the runtime does.
+    engine.reoffer_unanswered_assignments(true);
     println!(
         "development engine: gRPC {}  REST {}",
         engine.grpc_addr(),

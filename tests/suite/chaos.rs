@@ -186,6 +186,11 @@ async fn random_cuts_delays_stalls_and_resets_lose_nothing_and_run_nothing_twice
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
+    // A START lost in a cut: the real engine leaves that attempt to run out its timeout (60 s,
+    // then a retry), which this test's deadline would have to absorb. The fault has the engine
+    // offer it again at once, so the test checks what it is about: the runtime loses nothing
+    // and runs nothing twice (a worker that did get the START ignores the copy).
+    engine.reoffer_unanswered_assignments(true);
     let proxy = Proxy::start(engine.grpc_addr()).await;
     let rt = Runtime::spawn(config_via(&engine, &proxy))
         .await
@@ -328,6 +333,11 @@ async fn a_half_open_connection_is_detected_by_keepalive_and_work_completes() {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
+    // A START lost in a cut: the real engine leaves that attempt to run out its timeout (60 s,
+    // then a retry), which this test's deadline would have to absorb. The fault has the engine
+    // offer it again at once, so the test checks what it is about: the runtime loses nothing
+    // and runs nothing twice (a worker that did get the START ignores the copy).
+    engine.reoffer_unanswered_assignments(true);
     let proxy = Proxy::start(engine.grpc_addr()).await;
     let rt = Runtime::spawn(config_via(&engine, &proxy))
         .await
