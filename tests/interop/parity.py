@@ -164,6 +164,11 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
         for name in runs:
             wait_until(f"slow task {name} to start",
                        mark(f"slow-started-{nonce_of[name]}").exists, 20)
+        # The real engine's run list (what a filter reads) trails its own state: a run whose task
+        # already runs can still be missing from "RUNNING" for a moment, and a filter by status
+        # would then miss it. Wait until every run reads RUNNING before filtering.
+        for name in runs:
+            wait_status(runs[name].workflow_run_id, "RUNNING", 20)
 
         def cancelled(names: list[str]) -> None:
             for name in names:
