@@ -78,6 +78,18 @@ async fn the_token_never_appears_in_trace_logs() {
     // A START lost in the restart: the real engine leaves that attempt to run out its timeout;
     // this test is about the waiters, so the engine offers it again (its fault, on here).
     engine.reoffer_unanswered_assignments(true);
+    // The first reopen of the actions stream after the restart is refused, so its reconnect
+    // path logs whatever the timing (a restart faster than the runtime notices would let the
+    // stream reopen at once, with no reconnect line to check).
+    engine.faults().inject(
+        "/Dispatcher/ListenV2",
+        1,
+        hatchet_dev_engine::Fault::Fail {
+            code: tonic::Code::Unavailable as i32,
+            message: "refused once after the restart".into(),
+            pushback_ms: None,
+        },
+    );
     engine.restart().await.expect("restart");
     let _: Value = d
         .result_within(Duration::from_secs(30))
