@@ -565,6 +565,24 @@ pub fn fit_results(
     results
 }
 
+/// An `ALREADY_EXISTS` "idempotency key collision" status carrying `detail` under `type_url`.
+fn collision_status(type_url: &str, detail: Vec<u8>) -> GrpcStatus {
+    use prost::Message as _;
+    let status = proto::RpcStatus {
+        code: tonic::Code::AlreadyExists as i32,
+        message: "idempotency key collision".into(),
+        details: vec![prost_types::Any {
+            type_url: type_url.into(),
+            value: detail,
+        }],
+    };
+    GrpcStatus::with_details(
+        tonic::Code::AlreadyExists,
+        "idempotency key collision",
+        status.encode_to_vec().into(),
+    )
+}
+
 /// The `ALREADY_EXISTS` status with a `v1.IdempotencyCollisionError` detail.
 pub fn idempotency_collision(existing: &str) -> GrpcStatus {
     use prost::Message as _;
@@ -572,19 +590,9 @@ pub fn idempotency_collision(existing: &str) -> GrpcStatus {
         existing_run_external_id: existing.to_string(),
         colliding_run_external_id: new_id(),
     };
-    let any = prost_types::Any {
-        type_url: proto::IDEMPOTENCY_COLLISION_TYPE_URL.into(),
-        value: detail.encode_to_vec(),
-    };
-    let status = proto::RpcStatus {
-        code: tonic::Code::AlreadyExists as i32,
-        message: "idempotency key collision".into(),
-        details: vec![any],
-    };
-    GrpcStatus::with_details(
-        tonic::Code::AlreadyExists,
-        "idempotency key collision",
-        status.encode_to_vec().into(),
+    collision_status(
+        proto::IDEMPOTENCY_COLLISION_TYPE_URL,
+        detail.encode_to_vec(),
     )
 }
 
@@ -600,19 +608,9 @@ pub fn bulk_idempotency_collision(
         successful_workflow_run_external_ids: created,
         collisions,
     };
-    let any = prost_types::Any {
-        type_url: proto::BULK_IDEMPOTENCY_COLLISION_TYPE_URL.into(),
-        value: detail.encode_to_vec(),
-    };
-    let status = proto::RpcStatus {
-        code: tonic::Code::AlreadyExists as i32,
-        message: "idempotency key collision".into(),
-        details: vec![any],
-    };
-    GrpcStatus::with_details(
-        tonic::Code::AlreadyExists,
-        "idempotency key collision",
-        status.encode_to_vec().into(),
+    collision_status(
+        proto::BULK_IDEMPOTENCY_COLLISION_TYPE_URL,
+        detail.encode_to_vec(),
     )
 }
 
