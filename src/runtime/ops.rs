@@ -132,24 +132,25 @@ fn code(ok: bool) -> StatusCode {
     }
 }
 
+/// One probe's answer: 200 and `yes`, or 503, `no` and the reason.
+fn probe(ok: bool, yes: &str, no: &str, reason: String) -> (StatusCode, serde_json::Value) {
+    let mut body = serde_json::json!({ "status": if ok { yes } else { no } });
+    if !ok {
+        body["reason"] = reason.into();
+    }
+    (code(ok), body)
+}
+
 /// `/live` (invariant 2): the status code and the JSON body.
 pub fn live(s: &Snapshot) -> (StatusCode, serde_json::Value) {
     let p = probes(s);
-    let mut body = serde_json::json!({ "status": if p.live { "live" } else { "not_live" } });
-    if !p.live {
-        body["reason"] = p.reason.into();
-    }
-    (code(p.live), body)
+    probe(p.live, "live", "not_live", p.reason)
 }
 
 /// `/ready` (invariant 2): the status code and the JSON body.
 pub fn ready(s: &Snapshot) -> (StatusCode, serde_json::Value) {
     let p = probes(s);
-    let mut body = serde_json::json!({ "status": if p.ready { "ready" } else { "not_ready" } });
-    if !p.ready {
-        body["reason"] = p.reason.into();
-    }
-    (code(p.ready), body)
+    probe(p.ready, "ready", "not_ready", p.reason)
 }
 
 /// `/health` (invariant 2): answers as `/ready`, with every listener's state.
