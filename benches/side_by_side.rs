@@ -36,8 +36,8 @@ use serde_json::Value;
 mod go_sdk_policy;
 #[path = "side_by_side/latency.rs"]
 mod latency;
-#[path = "side_by_side/python_baselines.rs"]
-mod python_baselines;
+#[path = "side_by_side/sdk_baselines.rs"]
+mod sdk_baselines;
 
 fn env_num(k: &str, d: u64) -> u64 {
     std::env::var(k)
@@ -492,7 +492,7 @@ async fn reconnect(r: &mut Report, smoke: bool) {
         .expect("runtime");
     rt.register(noop()).await.expect("register");
     let ids = bulk_trigger(&engine, n).await;
-    match python_baselines::reconnect(&engine, &ids).await {
+    match sdk_baselines::reconnect(&engine, &ids).await {
         Some((replay, deliver, delivered, errors)) => r.line(&format!(
             "| official Python SDK | - | **{:.0} ms** | **{:.0} ms** | {} | - |",
             replay.as_secs_f64() * 1e3,
@@ -719,22 +719,30 @@ async fn memory(r: &mut Report, smoke: bool) {
             rss as f64 / 1024.0
         ),
         None => format!(
-            "| {name} | not measured: run `scripts/bench.sh` (it builds the worker and sets the Python) | |"
+            "| {name} | not measured: run `scripts/bench.sh` (it builds the workers and sets the Python and the Go binary) | |"
         ),
     };
-    let ours = match python_baselines::rust_worker() {
-        Some(bin) => python_baselines::idle_worker(bin, &[], &engine, secs).await,
+    let ours = match sdk_baselines::rust_worker() {
+        Some(bin) => sdk_baselines::idle_worker(bin, &[], &engine, secs).await,
         None => None,
     };
     r.line(&row("ours (`examples/worker`, release)", ours));
-    let python = match python_baselines::python_worker() {
-        Some((py, args)) => python_baselines::idle_worker(py, &args, &engine, secs).await,
-        None => None,
-    };
-    r.line(&row(
-        "official Python SDK (`benches/python/echo_worker.py`)",
-        python,
-    ));
+    for (name, sdk) in [
+        (
+            "official Go SDK (`tests/interop/go bench-worker`)",
+            sdk_baselines::go_sdk(),
+        ),
+        (
+            "official Python SDK (`benches/python/echo_worker.py`)",
+            sdk_baselines::python_sdk(),
+        ),
+    ] {
+        let m = match sdk {
+            Some(sdk) => sdk_baselines::idle_worker(sdk.program, &sdk.worker, &engine, secs).await,
+            None => None,
+        };
+        r.line(&row(name, m));
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -2,10 +2,11 @@
 # All eight benchmarks, release builds, each side by side with its baseline in one run:
 #   1 unary overhead (vs raw tonic), 2 result fan-in (vs a raw stream consumer), 3 reconnect
 #   (vs the official Python SDK), 4 outage amplification (vs the Go SDK's documented retry
-#   policy), 5 at rest (our worker process vs the Python SDK's), 7 latency against the protocol
-#   floor (raw stubs, ours, the Python SDK), 8 cold start   -- cargo bench --bench side_by_side
+#   policy), 5 at rest (our worker process vs the Go and Python SDKs'), 7 latency against the
+#   protocol floor (raw stubs, ours, the Go and Python SDKs), 8 cold start
+#   -- cargo bench --bench side_by_side
 #   6 end-to-end throughput at 2,000 / 10,000 / 50,000 runs, our worker and client against the
-#     official Python SDK's  -- scripts/bench_python.sh (BENCH_SIZES to change the sizes)
+#     official Go and Python SDKs' -- scripts/bench_python.sh (BENCH_SIZES to change the sizes)
 # Writes target/bench-report/report.md (all tables), outage.svg, throughput.svg and python.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,8 @@ rm -f target/bench-report/python.md
 timeout 900 scripts/bench_python.sh
 export HATCHET_BENCH_PYTHON="$ROOT/tests/interop/.venv/bin/python"
 export HATCHET_RUST_WORKER_BIN="$ROOT/target/release/examples/worker"
+# the Go SDK's bench worker and latency client (built by bench_python.sh unless BENCH_SKIP_GO=1)
+[[ "${BENCH_SKIP_GO:-0}" == 1 ]] || export HATCHET_GO_BENCH_BIN="${HATCHET_GO_BENCH_BIN:-$ROOT/target/interop-go/go-interop}"
 timeout 1800 cargo bench --bench side_by_side -- "$@"
 {
   echo

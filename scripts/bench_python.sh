@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# End-to-end throughput against the official Python SDK: trivial tasks completed per second by
-# ONE worker process, ours (the Rust example worker, task `rust-echo`) vs a hatchet-sdk Python
-# worker (benches/python/echo_worker.py, an equivalent async echo task). Each side gets a fresh
+# End-to-end throughput against the official Go and Python SDKs: trivial tasks completed per
+# second by ONE worker process, ours (the Rust example worker, task `rust-echo`) vs a Go SDK
+# worker (tests/interop/go `bench-worker`, with its `bench-drive` client) vs a hatchet-sdk
+# Python worker (benches/python/echo_worker.py, an equivalent async echo task). Each side gets a fresh
 # hatchet-dev-engine, the same slots and the same bulk trigger load from the same Python driver
 # (benches/python/bench.py). Prints a Markdown table (tasks/s, worker CPU s per 1,000 tasks,
 # ratio ours/python) and appends it to target/bench-report/python.md.
@@ -75,6 +76,17 @@ fi
 DRIVER="${HATCHET_RUST_DRIVER_BIN:-$ROOT/target/release/examples/bench_driver}"
 ENGINE="${HATCHET_DEV_ENGINE_BIN:-$ROOT/target/release/hatchet-dev-engine}"
 WORKER="${HATCHET_RUST_WORKER_BIN:-$ROOT/target/release/examples/worker}"
+# the official Go SDK's worker and driver (tests/interop/go; BENCH_SKIP_GO=1 leaves it out)
+GO_SDK=v0.104.9 # keep in step with tests/interop/run.sh and tests/interop/go/go.mod
+SIDES_RUN="rust go python"
+if [[ "${BENCH_SKIP_GO:-0}" == 1 ]]; then
+    SIDES_RUN="rust python"
+elif [[ -z "${HATCHET_GO_BENCH_BIN:-}" ]]; then
+    command -v go >/dev/null || { echo "bench: the Go toolchain is needed for the Go SDK side (BENCH_SKIP_GO=1 skips it)" >&2; exit 1; }
+    step 900 env -C "$ROOT/tests/interop/go" GOFLAGS="-buildvcs=false -mod=readonly" \
+        go build -o "$ROOT/target/interop-go/go-interop" .
+fi
+GO_BENCH="${HATCHET_GO_BENCH_BIN:-$ROOT/target/interop-go/go-interop}"
 for b in "$ENGINE" "$WORKER" "$DRIVER"; do
     [[ -x "$b" ]] || { echo "bench: binary '$b' is missing or not executable" >&2; exit 1; }
 done
@@ -95,11 +107,12 @@ export HATCHET_DEV_ENGINE_BIN="$ENGINE" HATCHET_RUST_WORKER_BIN="$WORKER" BENCH_
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 # Sizes: BENCH_SIZES (default "2000 10000 50000"); ours runs with our client (BENCH_CLIENT=rust).
 SIZES="${BENCH_SIZES:-2000 10000 50000}"
-export BENCH_CLIENT=rust HATCHET_RUST_DRIVER_BIN="$DRIVER"
+export BENCH_CLIENT=rust HATCHET_RUST_DRIVER_BIN="$DRIVER" HATCHET_GO_BENCH_BIN="$GO_BENCH"
+export BENCH_GO_SDK="Go SDK $GO_SDK"
 results=()
 for n in $SIZES; do
     side_limit=$((${BENCH_SIDE_TIMEOUT:-$((n / 150 + 75))} + 60))
-    for side in rust python; do
+    for side in $SIDES_RUN; do
         echo "bench: side '$side', $n runs (limit ${side_limit}s)"
         rc=0
         BENCH_TASKS="$n" step "$side_limit" "$VENV/bin/python" "$ROOT/benches/python/bench.py" \

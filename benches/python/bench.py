@@ -1,7 +1,7 @@
 """End-to-end throughput of ONE worker process: ours (the Rust example worker, `rust-echo`) vs a
 hatchet-sdk Python worker (echo_worker.py, `py-echo`), each against a fresh hatchet-dev-engine.
 
-  bench.py side rust|python OUT.json   # one side: engine + worker, trigger, measure, stop
+  bench.py side rust|go|python OUT.json  # one side: engine + worker, trigger, measure, stop
   bench.py report RUST.json PY.json MD  # print the Markdown table and append it to MD
   bench.py sweep MD SVG RESULT.json...  # one table over sizes and sides, and the SVG plot
 With BENCH_CLIENT=rust the rust side triggers and waits with our client
@@ -50,6 +50,8 @@ SIDES = {
     # side: (workflow to trigger, worker name, action it must register)
     "rust": ("rust-echo", "rust-worker", "rust-echo:echo"),
     "python": ("py-echo", "py-bench-worker", "py-echo:py-echo"),
+    # the official Go SDK's worker and driver (tests/interop/go, `bench-worker` / `bench-drive`)
+    "go": ("go-bench-echo", "go-bench-worker", "go-bench-echo:go-bench-echo"),
 }
 
 
@@ -105,6 +107,8 @@ def run_side(side: str, out_path: Path) -> int:
         )
         if side == "rust":
             argv = [os.environ["HATCHET_RUST_WORKER_BIN"]]
+        elif side == "go":
+            argv = [os.environ["HATCHET_GO_BENCH_BIN"], "bench-worker"]
         else:
             argv = [sys.executable, str(HERE / "echo_worker.py")]
         worker = subprocess.Popen(
@@ -177,11 +181,12 @@ def run_side(side: str, out_path: Path) -> int:
             cpu1, eng1 = tree_cpu_seconds(worker.pid)[0], tree_cpu_seconds(engine.pid)[0]
             return wall, t_trig, cpu1 - cpu0, eng1 - eng0
 
-        def measure_rust_client() -> tuple[float, float, float, float]:
-            """Our side with our client: the Rust driver (examples/bench_driver.rs) triggers
-            and waits; CPU is measured around its measured part, as for the SDK driver."""
+        def measure_driver(argv: list[str], name: str) -> tuple[float, float, float, float]:
+            """A side with its own client: a driver process (ours: examples/bench_driver.rs;
+            the Go SDK's: tests/interop/go `bench-drive`) triggers and waits; CPU is measured
+            around its measured part, as for the SDK driver."""
             driver = subprocess.Popen(
-                [os.environ["HATCHET_RUST_DRIVER_BIN"]], stdin=subprocess.PIPE,
+                argv, stdin=subprocess.PIPE,
                 start_new_session=True,
                 stdout=subprocess.PIPE, stderr=open(work / "driver.log", "wb"),
                 env={**os.environ, "BENCH_WORKFLOW": workflow, "BENCH_TASKS": str(tasks),
@@ -191,7 +196,7 @@ def run_side(side: str, out_path: Path) -> int:
                 def event() -> dict:
                     line = driver.stdout.readline()
                     if not line:  # the driver ended early: say how
-                        expect(False, f"the Rust driver exited with {driver.wait()}")
+                        expect(False, f"the {name} driver exited with {driver.wait()}")
                     return json.loads(line)
                 warm = event()
                 expect(warm.get("failed") == 0, f"warm-up: {warm}")
@@ -200,14 +205,20 @@ def run_side(side: str, out_path: Path) -> int:
                 driver.stdin.flush()
                 done = event()
                 cpu1, eng1 = tree_cpu_seconds(worker.pid)[0], tree_cpu_seconds(engine.pid)[0]
-                expect(done.get("failed") == 0, f"the Rust driver saw failures: {done}")
+                expect(done.get("failed") == 0, f"the {name} driver saw failures: {done}")
                 return done["wall_s"], done["trigger_s"], cpu1 - cpu0, eng1 - eng0
             finally:
-                stop(driver, "rust driver", grace=5)
+                stop(driver, f"{name} driver", grace=5)
                 forget_pid(f"-{driver.pid}")
 
         if side == "rust" and os.environ.get("BENCH_CLIENT") == "rust":
-            wall, t_trig, cpu, eng = bounded(measure_rust_client, side_timeout + 45)
+            wall, t_trig, cpu, eng = bounded(
+                lambda: measure_driver([os.environ["HATCHET_RUST_DRIVER_BIN"]], "Rust"),
+                side_timeout + 45)
+        elif side == "go":
+            wall, t_trig, cpu, eng = bounded(
+                lambda: measure_driver([os.environ["HATCHET_GO_BENCH_BIN"], "bench-drive"], "Go"),
+                side_timeout + 45)
         else:
             wall, t_trig, cpu, eng = bounded(lambda: asyncio.run(measure()), side_timeout + 45)
         nprocs = tree_cpu_seconds(worker.pid)[1]
@@ -217,7 +228,8 @@ def run_side(side: str, out_path: Path) -> int:
             "worker_cpu_s": cpu, "cpu_s_per_1k": cpu * 1000 / tasks,
             "engine_cpu_s_per_1k": eng * 1000 / tasks, "worker_procs": nprocs,
             "wait": wait_mode,
-            "client": "rust" if side == "rust" and os.environ.get("BENCH_CLIENT") == "rust"
+            "client": "go" if side == "go"
+            else "rust" if side == "rust" and os.environ.get("BENCH_CLIENT") == "rust"
             else "python",
         }
         # the engine's own view agrees: every run COMPLETED, none FAILED
@@ -308,33 +320,42 @@ def sweep(md_path: Path, svg_path: Path, results: list[Path]) -> int:
     from importlib.metadata import version
 
     sdk = version("hatchet-sdk")
+    go_sdk = os.environ.get("BENCH_GO_SDK", "the Go SDK")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     build = os.environ.get("BENCH_BUILD", "unknown build")
     by = {(r["side"], r["tasks"]): r for r in rows}
     sizes = sorted({r["tasks"] for r in rows})
     lines = [
-        f"### Throughput as runs accumulate: ours (Rust worker + Rust client) vs hatchet-sdk "
-        f"{sdk} (Python worker + Python client) ({stamp})",
+        f"### Throughput as runs accumulate: ours (Rust worker + Rust client) vs {go_sdk} "
+        f"(Go worker + Go client) vs hatchet-sdk {sdk} (Python worker + Python client) ({stamp})",
         "",
         f"Binaries: {build}. One fresh hatchet-dev-engine per side and size, one worker "
         f"process with {rows[0]['slots']} slots. Ours: `examples/bench_driver.rs` triggers with "
-        "`run_many` (BulkTriggerWorkflow, 1,000 per call) and awaits every result; Python: the "
-        "SDK's `aio_run_many` and `aio_result()`. Wall time from the first trigger to the last "
-        "result; CPU from /proc over the same window.",
+        "`run_many` (BulkTriggerWorkflow, 1,000 per call) and awaits every result; Go: the SDK's "
+        "`RunMany` (one TriggerWorkflow call per input, 500 inputs per call) and `Result()` on "
+        "each ref (`tests/interop/go`, `bench-drive`); Python: the SDK's `aio_run_many` and "
+        "`aio_result()`. Wall time from the first trigger to the last result; CPU from /proc "
+        "over the same window. Ratios: ours / theirs for tasks/s (above 1: ours is faster) and "
+        "for worker CPU per task (below 1: ours uses less).",
         "",
         "| runs | side | wall s | tasks/s | worker CPU s / 1,000 | engine CPU s / 1,000 | "
-        "ours / python tasks/s |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "ours / go tasks/s | ours / go CPU | ours / python tasks/s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n in sizes:
-        r, p = by.get(("rust", n)), by.get(("python", n))
-        for side, x in (("ours", r), ("python", p)):
+        r, g, p = by.get(("rust", n)), by.get(("go", n)), by.get(("python", n))
+        for side, x in (("ours", r), ("go", g), ("python", p)):
             if x is None:
                 continue
-            ratio = (f"**{r['tasks_per_s'] / p['tasks_per_s']:.1f}x**"
-                     if side == "ours" and r and p else "")
+            vs_go = vs_go_cpu = vs_py = ""
+            if side == "ours" and g:
+                vs_go = f"**{r['tasks_per_s'] / g['tasks_per_s']:.1f}x**"
+                vs_go_cpu = f"**{r['cpu_s_per_1k'] / max(g['cpu_s_per_1k'], 1e-9):.2f}x**"
+            if side == "ours" and p:
+                vs_py = f"**{r['tasks_per_s'] / p['tasks_per_s']:.1f}x**"
             lines.append(f"| {n} | {side} | {x['wall_s']:.2f} | {x['tasks_per_s']:.0f} | "
-                         f"{x['cpu_s_per_1k']:.3f} | {x['engine_cpu_s_per_1k']:.3f} | {ratio} |")
+                         f"{x['cpu_s_per_1k']:.3f} | {x['engine_cpu_s_per_1k']:.3f} | "
+                         f"{vs_go} | {vs_go_cpu} | {vs_py} |")
     ours = [by[("rust", n)]["tasks_per_s"] for n in sizes if ("rust", n) in by]
     if len(ours) >= 2:
         lines += ["", f"Ours at {sizes[-1]} runs is **{ours[-1] / ours[0]:.2f}x** ours at "
@@ -344,9 +365,11 @@ def sweep(md_path: Path, svg_path: Path, results: list[Path]) -> int:
     md_path.parent.mkdir(parents=True, exist_ok=True)
     with open(md_path, "a") as f:
         f.write(text + "\n")
-    svg_path.write_text(plot(sizes, {"ours (Rust)": [by.get(("rust", n)) for n in sizes],
-                                     f"hatchet-sdk {sdk} (Python)": [by.get(("python", n))
-                                                                     for n in sizes]}))
+    series = {"ours (Rust)": [by.get(("rust", n)) for n in sizes]}
+    if any(("go", n) in by for n in sizes):
+        series[f"{go_sdk} (Go)"] = [by.get(("go", n)) for n in sizes]
+    series[f"hatchet-sdk {sdk} (Python)"] = [by.get(("python", n)) for n in sizes]
+    svg_path.write_text(plot(sizes, series))
     return 0
 
 
@@ -378,7 +401,8 @@ def plot(sizes: list[int], series: dict[str, list]) -> str:
         v = 10 ** e
         if lo <= e <= hi:
             out.append(f'<text x="{pad - 6}" y="{py(v) + 4}" text-anchor="end">{v}</text>')
-    for (name, pts), color, dy in zip(series.items(), ["#1f77b4", "#d62728"], [0, 16]):
+    for (name, pts), color, dy in zip(series.items(), ["#1f77b4", "#2ca02c", "#d62728"],
+                                      [0, 16, 32]):
         xy = [(px(n), py(x["tasks_per_s"])) for n, x in zip(sizes, pts) if x]
         out.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>' % (
             color, " ".join(f"{a:.1f},{b:.1f}" for a, b in xy)))

@@ -2,7 +2,8 @@
 //! in-process engine: (a) the protocol's floor, a client and a worker written directly on the
 //! generated stubs with the fewest round trips (TriggerWorkflow; the assignment pushed on
 //! ListenV2; SendStepActionEvent COMPLETED; the result pushed on SubscribeToWorkflowRuns);
-//! (b) our runtime (`run`, our worker); (c) the official Python SDK (its client and worker).
+//! (b) our runtime (`run`, our worker); (c) the official Go SDK and (d) the official Python SDK
+//! (each its own client and worker).
 //! Benchmark 8: cold start, `Runtime::spawn` to the first task executed.
 
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use hatchet_runtime::proto::{self, v1};
 use hatchet_runtime::{Context, Runtime, TaskError, WorkerOptions, Workflow};
 use serde_json::Value;
 
-use super::{Report, env_num, pct, python_baselines};
+use super::{Report, env_num, pct, sdk_baselines};
 
 fn trivial(name: &str) -> Workflow {
     Workflow::new(name).task("t", |_i: Value, _c: Context| async move {
@@ -170,19 +171,32 @@ pub async fn latency(r: &mut Report, smoke: bool) {
         ms(o99),
         o50.as_secs_f64() / f50.as_secs_f64().max(1e-9)
     ));
-    let python = if smoke {
-        None
-    } else {
-        python_baselines::latency(&engine, runs.min(300)).await
-    };
-    match python {
-        Some((p50, p99)) => r.line(&format!(
-            "| (c) official Python SDK: `run()`, its worker | {} | {} | {:.2} |",
-            ms(p50),
-            ms(p99),
-            p50.as_secs_f64() / f50.as_secs_f64().max(1e-9)
-        )),
-        None => r.line("| (c) official Python SDK | not measured: run `scripts/bench.sh` (it sets the Python) | | |"),
+    for (name, sdk) in [
+        (
+            "(c) official Go SDK: `Run()`, its worker",
+            sdk_baselines::go_sdk(),
+        ),
+        (
+            "(d) official Python SDK: `aio_run()`, its worker",
+            sdk_baselines::python_sdk(),
+        ),
+    ] {
+        let m = match sdk {
+            Some(sdk) if !smoke => sdk_baselines::latency(&engine, &sdk, runs.min(300)).await,
+            _ => None,
+        };
+        match m {
+            Some((p50, p99)) => r.line(&format!(
+                "| {name} | {} | {} | {:.2} (ours / it: **{:.2}**) |",
+                ms(p50),
+                ms(p99),
+                p50.as_secs_f64() / f50.as_secs_f64().max(1e-9),
+                o50.as_secs_f64() / p50.as_secs_f64().max(1e-9)
+            )),
+            None => r.line(&format!(
+                "| {name} | not measured: run `scripts/bench.sh` (it sets the Python and the Go binary) | | |"
+            )),
+        }
     }
     r.line(&format!(
         "\nTargets: ours p50 <= 1.2x the floor and <= 0.5 ms; p99 <= 2x our p50 (here {:.2}x).",

@@ -11,7 +11,11 @@
 # (checks t1-t11 with the official TypeScript SDK, npm @hatchet-dev/typescript-sdk pinned in
 # ts/package.json and ts/package-lock.json; `npm ci` there when node_modules lacks that
 # version) and ts/placement.mjs (checks u1a-u5c: worker labels, sticky, DAG conditions, durable
-# OR waits, event filters). Needs node >= 20 and npm; INTEROP_SKIP_TS=1 skips both.
+# OR waits, event filters). Needs node >= 20 and npm; INTEROP_SKIP_TS=1 skips both. Then the Go
+# suite go/ (checks g1-g12 with the official Go SDK, github.com/hatchet-dev/hatchet pinned in
+# go/go.mod with go/go.sum: DAG, retries, children, durable sleep + event, on_failure, cancel,
+# bulk, concurrency, rate limits, and our Rust client and worker beside the Go ones), built with
+# the Go toolchain from the Go module proxy; INTEROP_SKIP_GO=1 skips it.
 #
 #   tests/interop/run.sh      # builds the engine and the worker/client examples (debug) first
 #   HATCHET_DEV_ENGINE_BIN=/path/to/engine HATCHET_RUST_WORKER_BIN=/path/to/examples/worker \
@@ -24,6 +28,7 @@ set -euo pipefail
 
 SDK_VERSION=1.43.1
 TS_SDK_VERSION=1.33.2 # must match ts/package.json
+GO_SDK_VERSION=v0.104.9 # must match go/go.mod (and scripts/real-engine.sh's engine release)
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 VENV="$HERE/.venv"
@@ -132,12 +137,10 @@ run_step() {
     return "$rc"
 }
 
-# scenario NAME SECONDS SCRIPT: run a Python scenario and count its PASS / FAIL lines.
-scenario() {
-    local name=$1 secs=$2 script=$3 rc=0 p f k
-    run_step "$name" "$secs" env PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 TMPDIR="$TMP" \
-        HATCHET_DEV_ENGINE_BIN="$BIN" HATCHET_RUST_WORKER_BIN="$RUST_WORKER" \
-        HATCHET_RUST_CLIENT_BIN="$RUST_CLIENT" "$VENV/bin/python" "$HERE/$script" || rc=$?
+# judge NAME RC SECONDS: count step NAME's PASS / FAIL lines; a step that failed (RC) before
+# reporting a failed check counts as one failure.
+judge() {
+    local name=$1 rc=$2 secs=$3 p f k
     tally "$name"
     if [[ $rc -ne 0 && $f -eq 0 && $k -eq 0 ]]; then
         local why="exit code $rc"
@@ -149,22 +152,32 @@ scenario() {
     fi
 }
 
+# scenario NAME SECONDS SCRIPT: run a Python scenario and count its PASS / FAIL lines.
+scenario() {
+    local name=$1 secs=$2 script=$3 rc=0
+    run_step "$name" "$secs" env PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 TMPDIR="$TMP" \
+        HATCHET_DEV_ENGINE_BIN="$BIN" HATCHET_RUST_WORKER_BIN="$RUST_WORKER" \
+        HATCHET_RUST_CLIENT_BIN="$RUST_CLIENT" "$VENV/bin/python" "$HERE/$script" || rc=$?
+    judge "$name" "$rc" "$secs"
+}
+
 # ts_suite NAME SECONDS SCRIPT: run a TypeScript suite (ts/SCRIPT) and count its PASS / FAIL
 # lines.
 ts_suite() {
-    local name=$1 secs=$2 script=$3 rc=0 p f k
+    local name=$1 secs=$2 script=$3 rc=0
     run_step "$name" "$secs" env TMPDIR="$TMP" HATCHET_DEV_ENGINE_BIN="$BIN" \
         HATCHET_RUST_WORKER_BIN="$RUST_WORKER" HATCHET_RUST_CLIENT_BIN="$RUST_CLIENT" \
         node "$HERE/ts/$script" || rc=$?
-    tally "$name"
-    if [[ $rc -ne 0 && $f -eq 0 && $k -eq 0 ]]; then
-        local why="exit code $rc"
-        [[ $rc -eq 124 || $rc -eq 137 ]] && why="timed out after ${secs}s"
-        echo "interop: step '$name' FAILED ($why) before reporting a failed check"
-        failed=$((failed + 1))
-    elif [[ $rc -eq 0 && $f -ne 0 ]]; then
-        echo "interop: step '$name' reported failures but exited 0"
-    fi
+    judge "$name" "$rc" "$secs"
+}
+
+# go_suite NAME SECONDS BINARY: run the Go suite's binary and count its PASS / FAIL lines.
+go_suite() {
+    local name=$1 secs=$2 bin=$3 rc=0
+    run_step "$name" "$secs" env TMPDIR="$TMP" HATCHET_DEV_ENGINE_BIN="$BIN" \
+        HATCHET_RUST_WORKER_BIN="$RUST_WORKER" HATCHET_RUST_CLIENT_BIN="$RUST_CLIENT" \
+        "$bin" || rc=$?
+    judge "$name" "$rc" "$secs"
 }
 
 # ts_installed: ts/node_modules holds the pinned TypeScript SDK.
@@ -236,6 +249,26 @@ if [[ "${INTEROP_SKIP_TS:-0}" != 1 ]]; then
             echo "interop: @hatchet-dev/typescript-sdk $TS_SDK_VERSION, node $(node --version)"
             ts_suite ts "${INTEROP_TS_TIMEOUT:-600}" suite.mjs
             ts_suite ts-placement "${INTEROP_TS_PLACEMENT_TIMEOUT:-600}" placement.mjs
+        fi
+    fi
+fi
+
+# 5. the Go SDK suite (github.com/hatchet-dev/hatchet pinned in go/go.mod, go/go.sum committed)
+if [[ "${INTEROP_SKIP_GO:-0}" != 1 ]]; then
+    if ! command -v go >/dev/null; then
+        echo "interop: step 'go' FAILED (the Go toolchain is needed; INTEROP_SKIP_GO=1 skips it)"
+        failed=$((failed + 1))
+    else
+        GO_SUITE="$ROOT/target/interop-go/go-interop"
+        grep -qE "^[[:space:]]*(require[[:space:]]+)?github.com/hatchet-dev/hatchet $GO_SDK_VERSION\b" "$HERE/go/go.mod" ||
+            { echo "interop: go/go.mod does not pin github.com/hatchet-dev/hatchet $GO_SDK_VERSION"; abort "go.mod pin" 1 0; }
+        if run_step go-build 900 env -C "$HERE/go" GOFLAGS="-buildvcs=false -mod=readonly" \
+            go build -o "$GO_SUITE" .; then
+            echo "interop: Go SDK github.com/hatchet-dev/hatchet $GO_SDK_VERSION, $(go version | cut -d' ' -f3)"
+            go_suite go "${INTEROP_GO_TIMEOUT:-600}" "$GO_SUITE"
+        else
+            echo "interop: step 'go-build' FAILED"
+            failed=$((failed + 1))
         fi
     fi
 fi

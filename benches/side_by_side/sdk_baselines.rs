@@ -1,8 +1,11 @@
-//! Baselines measured with the official Python SDK (PyPI `hatchet-sdk`) in the same run, when
-//! the benchmark is given a Python with the SDK (`HATCHET_BENCH_PYTHON`, set by `scripts/bench.sh`
-//! from the interop virtualenv), and process-level baselines of our example worker
-//! (`HATCHET_RUST_WORKER_BIN`). Without them the rows say so instead of showing a number.
+//! Baselines measured with the official SDKs in the same run: the Python SDK (PyPI
+//! `hatchet-sdk`) when the benchmark is given a Python with it (`HATCHET_BENCH_PYTHON`, set by
+//! `scripts/bench.sh` from the interop virtualenv), the Go SDK when it is given the Go suite's
+//! binary (`HATCHET_GO_BENCH_BIN`, `tests/interop/go`: `bench-worker`, `bench-latency`), and
+//! process-level baselines of our example worker (`HATCHET_RUST_WORKER_BIN`). Without them the
+//! rows say so instead of showing a number.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -14,6 +17,33 @@ use tokio::process::{Child, Command};
 /// The Python that has the SDK, if the benchmark was given one.
 pub fn python() -> Option<PathBuf> {
     std::env::var_os("HATCHET_BENCH_PYTHON").map(PathBuf::from)
+}
+
+/// An official SDK's bench programs: `program worker...` serves `py-echo` / `go-bench-echo`
+/// (`BENCH_SLOTS` slots); `program latency...` is its client's row of benchmark 7.
+pub struct Sdk {
+    pub program: PathBuf,
+    pub worker: Vec<OsString>,
+    pub latency: Vec<OsString>,
+}
+
+/// The Python SDK's bench worker (`benches/python/echo_worker.py`) and latency client
+/// (`latency.py`), if the benchmark was given a Python with the SDK.
+pub fn python_sdk() -> Option<Sdk> {
+    Some(Sdk {
+        program: python()?,
+        worker: vec![bench_dir().join("echo_worker.py").into()],
+        latency: vec![bench_dir().join("latency.py").into()],
+    })
+}
+
+/// The Go SDK's bench worker and latency client (the Go suite's binary), if given.
+pub fn go_sdk() -> Option<Sdk> {
+    Some(Sdk {
+        program: std::env::var_os("HATCHET_GO_BENCH_BIN").map(PathBuf::from)?,
+        worker: vec!["bench-worker".into()],
+        latency: vec!["bench-latency".into()],
+    })
 }
 
 /// Our example worker binary, if the benchmark was given one.
@@ -193,7 +223,7 @@ fn tree_usage(pid: u32) -> (u64, u64) {
 /// `secs`; its resident memory (KiB) and threads, with its children.
 pub async fn idle_worker(
     program: PathBuf,
-    args: &[PathBuf],
+    args: &[OsString],
     engine: &DevEngine,
     secs: u64,
 ) -> Option<(u64, u64)> {
@@ -228,18 +258,12 @@ async fn listening_after(engine: &DevEngine, sessions: usize) -> bool {
     .is_ok()
 }
 
-/// The Python SDK's bench worker (`benches/python/echo_worker.py`).
-pub fn python_worker() -> Option<(PathBuf, Vec<PathBuf>)> {
-    Some((python()?, vec![bench_dir().join("echo_worker.py")]))
-}
-
-/// Benchmark 7 for the Python SDK: its worker (`echo_worker.py`) serving, its client
-/// (`latency.py`) triggering one run at a time and waiting for the result; `(p50, p99)`.
-pub async fn latency(engine: &DevEngine, runs: usize) -> Option<(Duration, Duration)> {
-    let (python, worker_args) = python_worker()?;
+/// Benchmark 7 for an official SDK: its worker serving, its client triggering one run at a
+/// time and waiting for the result; `(p50, p99)`.
+pub async fn latency(engine: &DevEngine, sdk: &Sdk, runs: usize) -> Option<(Duration, Duration)> {
     let sessions = engine.stats().listener_sessions;
-    let mut worker = command(&python, engine)
-        .args(&worker_args)
+    let mut worker = command(&sdk.program, engine)
+        .args(&sdk.worker)
         .env("BENCH_SLOTS", "4")
         .stdout(Stdio::null())
         .spawn()
@@ -247,8 +271,8 @@ pub async fn latency(engine: &DevEngine, runs: usize) -> Option<(Duration, Durat
     let listening = listening_after(engine, sessions).await;
     let result = async {
         listening.then_some(())?;
-        let out = command(&python, engine)
-            .arg(bench_dir().join("latency.py"))
+        let out = command(&sdk.program, engine)
+            .args(&sdk.latency)
             .env("BENCH_LATENCY_RUNS", runs.to_string())
             .stdout(Stdio::piped())
             .output();
