@@ -11,7 +11,9 @@
 #   HATCHET_DEV_ENGINE_BIN=target/debug/hatchet-dev-engine \
 #   HATCHET_RUST_WORKER_BIN=target/debug/examples/worker scripts/bench_python.sh
 #
-# Knobs: BENCH_TASKS (2000), BENCH_SLOTS (50), BENCH_CHUNK (500 runs per bulk trigger),
+# BENCH_ENGINE=real runs every side on the real engine instead (scripts/real-engine.sh starts
+# it; sizes default to "2000 10000"; the table goes to target/bench-report/real-engine.md).
+# Knobs: BENCH_SIDES ("rust go python"), BENCH_TASKS (2000), BENCH_SLOTS (50), BENCH_CHUNK (500 runs per bulk trigger),
 # BENCH_WARMUP (20), BENCH_SIDE_TIMEOUT (75 s), BENCH_WAIT (refs | rest); see bench.py.
 # The Python SDK comes from tests/interop/.venv (created with the pinned SDK if missing).
 # Every process started here is killed by id on exit; each side is bounded by `timeout`.
@@ -42,6 +44,7 @@ cleanup() {
         kill -KILL -- "$spec" 2>/dev/null || true
     done <"$INTEROP_PIDFILE"
     rm -rf "$TMP"
+    if [[ "${BENCH_ENGINE:-ours}" == real ]]; then "$ROOT/scripts/real-engine.sh" stop || true; fi
 }
 trap cleanup EXIT
 trap 'echo "bench: interrupted" >&2; exit 130' INT
@@ -78,9 +81,9 @@ ENGINE="${HATCHET_DEV_ENGINE_BIN:-$ROOT/target/release/hatchet-dev-engine}"
 WORKER="${HATCHET_RUST_WORKER_BIN:-$ROOT/target/release/examples/worker}"
 # the official Go SDK's worker and driver (tests/interop/go; BENCH_SKIP_GO=1 leaves it out)
 GO_SDK=v0.104.9 # keep in step with tests/interop/run.sh and tests/interop/go/go.mod
-SIDES_RUN="rust go python"
+SIDES_RUN="${BENCH_SIDES:-rust go python}"
 if [[ "${BENCH_SKIP_GO:-0}" == 1 ]]; then
-    SIDES_RUN="rust python"
+    SIDES_RUN="${SIDES_RUN//go/}"
 elif [[ -z "${HATCHET_GO_BENCH_BIN:-}" ]]; then
     command -v go >/dev/null || { echo "bench: the Go toolchain is needed for the Go SDK side (BENCH_SKIP_GO=1 skips it)" >&2; exit 1; }
     step 900 env -C "$ROOT/tests/interop/go" GOFLAGS="-buildvcs=false -mod=readonly" \
@@ -102,7 +105,19 @@ echo "bench: engine $ENGINE"
 echo "bench: worker $WORKER"
 echo "bench: ${BENCH_TASKS:-2000} tasks, ${BENCH_SLOTS:-50} slots per worker, $(nproc) CPUs"
 
-# 3. one side at a time, each with its own engine; then the table
+# 3. one side at a time, each with its own engine (or all on the real engine); then the table
+SVG="$ROOT/target/bench-report/throughput.svg"
+if [[ "${BENCH_ENGINE:-ours}" == real ]]; then
+    # The real engine (scripts/real-engine.sh: hatchet-engine from the Go module proxy on
+    # PostgreSQL from Debian's packages), started once and shared by every side and size.
+    REPORT="$ROOT/target/bench-report/real-engine.md"
+    SVG="$ROOT/target/bench-report/throughput-real.svg"
+    step 1800 "$ROOT/scripts/real-engine.sh" start
+    eval "$("$ROOT/scripts/real-engine.sh" env)"
+    export BENCH_REAL_ENGINE_LABEL="The real engine (hatchet-engine $GO_SDK and hatchet-api on PostgreSQL 15, scripts/real-engine.sh: the Postgres message and task queues, engine settings in docs/real-engine.md)"
+    BENCH_SIZES="${BENCH_SIZES:-2000 10000}"
+    echo "bench: on the real engine at $HATCHET_CLIENT_HOST_PORT"
+fi
 export HATCHET_DEV_ENGINE_BIN="$ENGINE" HATCHET_RUST_WORKER_BIN="$WORKER" BENCH_BUILD="$BUILD"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 # Sizes: BENCH_SIZES (default "2000 10000 50000"); ours runs with our client (BENCH_CLIENT=rust).
@@ -124,6 +139,5 @@ for n in $SIZES; do
         results+=("$TMP/$side-$n.json")
     done
 done
-"$VENV/bin/python" "$ROOT/benches/python/bench.py" sweep "$REPORT" \
-    "$ROOT/target/bench-report/throughput.svg" "${results[@]}"
-echo "bench: appended to $REPORT; plot in target/bench-report/throughput.svg"
+"$VENV/bin/python" "$ROOT/benches/python/bench.py" sweep "$REPORT" "$SVG" "${results[@]}"
+echo "bench: appended to $REPORT; plot in $SVG"

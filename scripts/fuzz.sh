@@ -2,7 +2,7 @@
 # Fuzzes token parsing, Retry-After/pushback parsing and action payload decoding with cargo-fuzz
 # (libFuzzer), FUZZ_SECS seconds per target (60 by default). cargo-fuzz needs nightly flags;
 # RUSTC_BOOTSTRAP=1 lets the stable toolchain accept them. A crash stops the script and leaves
-# its input under fuzz/artifacts/<target>/: add it to tests/suite/fuzz_regressions.rs.
+# its input under fuzz/artifacts/<target>/: add it to src/fuzz_regressions.rs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_SECS="${FUZZ_SECS:-60}"

@@ -31,7 +31,7 @@ use crate::retry::{Backoff, RetryCore};
 use crate::transport::AuthInterceptor;
 
 /// The authenticated channel type every client uses.
-pub type AuthChannel = InterceptedService<Channel, AuthInterceptor>;
+pub(crate) type AuthChannel = InterceptedService<Channel, AuthInterceptor>;
 
 /// The two reconnect backoff profiles of the listeners, and the polling fallback's timing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,9 +47,9 @@ pub struct StreamBackoff {
 }
 
 /// Without a result stream this long, waiters are polled (CONTRACT.md §4).
-pub const POLL_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const POLL_AFTER: Duration = Duration::from_secs(30);
 /// Poll interval of the fallback.
-pub const POLL_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const POLL_EVERY: Duration = Duration::from_secs(2);
 
 impl Default for StreamBackoff {
     fn default() -> Self {
@@ -78,7 +78,7 @@ pub(crate) struct Parts {
 
 /// The connection to one engine. Cheap to clone.
 #[derive(Clone)]
-pub struct Connection {
+pub(crate) struct Connection {
     inner: Arc<Parts>,
 }
 
@@ -98,43 +98,38 @@ impl Connection {
     }
 
     /// The configuration.
-    pub fn config(&self) -> &ClientConfig {
+    pub(crate) fn config(&self) -> &ClientConfig {
         &self.inner.config
     }
 
     /// The runtime's lifecycle token: cancelled only by shutdown.
-    pub fn lifecycle(&self) -> &CancellationToken {
+    pub(crate) fn lifecycle(&self) -> &CancellationToken {
         &self.inner.lifecycle
     }
 
     /// The gRPC retry core (policy, budget, ledger).
-    pub fn grpc_core(&self) -> &RetryCore {
+    pub(crate) fn grpc_core(&self) -> &RetryCore {
         &self.inner.grpc
     }
 
     /// The REST retry core.
-    pub fn rest_core(&self) -> &RetryCore {
+    pub(crate) fn rest_core(&self) -> &RetryCore {
         &self.inner.rest
     }
 
-    /// The HTTP client of the REST API.
-    pub fn http(&self) -> &reqwest::Client {
-        &self.inner.http
-    }
-
     /// The listeners' reconnect backoff.
-    pub fn backoff(&self) -> StreamBackoff {
+    pub(crate) fn backoff(&self) -> StreamBackoff {
         self.inner.backoff
     }
 
     /// The worker's heartbeat interval.
-    pub fn heartbeat_every(&self) -> Duration {
+    pub(crate) fn heartbeat_every(&self) -> Duration {
         self.inner.heartbeat_every
     }
 
     /// A jitter generator for one consumer of randomness: the runtime seed mixed with `name`, so
     /// a seeded runtime reconnects on a reproducible schedule.
-    pub fn rng(&self, name: &str) -> rand::rngs::StdRng {
+    pub(crate) fn rng(&self, name: &str) -> rand::rngs::StdRng {
         use rand::SeedableRng as _;
         let salt = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
@@ -147,27 +142,31 @@ impl Connection {
     }
 
     /// A `Dispatcher` client.
-    pub fn dispatcher(&self) -> proto::dispatcher_client::DispatcherClient<AuthChannel> {
+    pub(crate) fn dispatcher(&self) -> proto::dispatcher_client::DispatcherClient<AuthChannel> {
         proto::dispatcher_client::DispatcherClient::new(self.authed())
     }
 
     /// A `v1.AdminService` client.
-    pub fn admin(&self) -> v1::admin_service_client::AdminServiceClient<AuthChannel> {
+    pub(crate) fn admin(&self) -> v1::admin_service_client::AdminServiceClient<AuthChannel> {
         v1::admin_service_client::AdminServiceClient::new(self.authed())
     }
 
     /// A `v1.V1Dispatcher` client.
-    pub fn v1_dispatcher(&self) -> v1::v1_dispatcher_client::V1DispatcherClient<AuthChannel> {
+    pub(crate) fn v1_dispatcher(
+        &self,
+    ) -> v1::v1_dispatcher_client::V1DispatcherClient<AuthChannel> {
         v1::v1_dispatcher_client::V1DispatcherClient::new(self.authed())
     }
 
     /// A `WorkflowService` client.
-    pub fn workflows(&self) -> proto::workflow_service_client::WorkflowServiceClient<AuthChannel> {
+    pub(crate) fn workflows(
+        &self,
+    ) -> proto::workflow_service_client::WorkflowServiceClient<AuthChannel> {
         proto::workflow_service_client::WorkflowServiceClient::new(self.authed())
     }
 
     /// An `EventsService` client.
-    pub fn events(&self) -> proto::events_service_client::EventsServiceClient<AuthChannel> {
+    pub(crate) fn events(&self) -> proto::events_service_client::EventsServiceClient<AuthChannel> {
         proto::events_service_client::EventsServiceClient::new(self.authed())
     }
 
@@ -181,7 +180,7 @@ impl Connection {
     /// Dropping the future abandons the call between attempts or mid-attempt; whether a write
     /// reached the engine is then unknown, as for any dropped request.
     #[allow(clippy::too_many_arguments)]
-    pub async fn unary<C, Req, Resp, F, Fut>(
+    pub(crate) async fn unary<C, Req, Resp, F, Fut>(
         &self,
         path: &'static str,
         over: Option<ClassOverride>,
@@ -220,7 +219,7 @@ impl Connection {
     /// # Cancel safety
     ///
     /// As [`Connection::unary`].
-    pub async fn call<C, Req, Resp, F, Fut>(
+    pub(crate) async fn call<C, Req, Resp, F, Fut>(
         &self,
         path: &'static str,
         client: &C,
@@ -243,7 +242,7 @@ impl Connection {
     /// # Cancel safety
     ///
     /// Cancel safe (a read).
-    pub async fn run_details(
+    pub(crate) async fn run_details(
         &self,
         run_id: &str,
         deadline: Option<Duration>,
@@ -270,7 +269,7 @@ impl Connection {
     /// # Cancel safety
     ///
     /// As [`Connection::unary`].
-    pub async fn rest(
+    pub(crate) async fn rest(
         &self,
         method: reqwest::Method,
         route: &'static str,

@@ -1,31 +1,54 @@
 #![doc = include_str!("../README.md")]
-#![warn(missing_docs, rust_2018_idioms)]
+#![warn(missing_docs, rust_2018_idioms, unreachable_pub, unnameable_types)]
 
-pub mod calendar;
-pub mod client;
+// The wire protocol (generated types, the REST time format, the message-size limit) is its own
+// crate, shared with the development engine; the public API here never names its types.
+pub(crate) use hatchet_protocol as proto;
+
+mod client;
 pub mod config;
-pub mod connection;
-pub mod error;
-pub mod listener;
+mod connection;
+mod error;
+#[cfg(test)]
+mod fuzz_regressions;
+mod listener;
 #[cfg(feature = "otel")]
 mod otel;
-pub mod proto;
-pub mod retry;
-pub mod runtime;
-pub mod transport;
-pub mod worker;
+#[cfg(test)]
+mod properties;
+mod retry;
+mod runtime;
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub mod test_hooks;
+mod transport;
+mod worker;
 
-pub use client::api::RunStatus;
+pub use client::api::{
+    Api, Cron, Meta, RateLimitInfo, RunStatus, Schedule, TaskSummary, WorkerInfo,
+};
 pub use client::bulk::{BulkEvent, BulkRun};
 pub use client::control::RunFilter;
+pub use client::events::{FinalStatus, RunEvent, TaskEventKind};
 pub use client::filters::{Filter, FilterUpdate};
 pub use client::typed::{Registered, RunView, TaskView, TypedRun, WorkflowRef};
 pub use client::{PushOptions, RunHandle, TriggerOptions};
 pub use config::{ClientConfig, ConfigError, TlsStrategy};
+pub use connection::StreamBackoff;
+pub use error::{Cause, DurableError};
 pub use error::{Error, Outcome, Result, TaskFailure};
+pub use listener::health::{ListenerKind, ListenerState};
+pub use retry::backoff::Backoff;
+pub use retry::budget::BudgetConfig;
+pub use retry::ledger::MethodCounters;
+pub use runtime::StopSignal;
 pub use runtime::{Runtime, RuntimeHandle, RuntimeOptions};
+pub use worker::TaskCounts;
+pub use worker::WorkerOptions;
 pub use worker::conditions::{AnyOf, Condition, WaitResult, any_of};
 pub use worker::context::ChildOptions;
+pub use worker::context::Context;
+pub use worker::logs::TaskLogLayer;
 pub use worker::placement::{Comparator, DesiredLabel, LabelValue, StickyStrategy};
 pub use worker::task::{ConcurrencyStrategy, RateLimitWindow};
-pub use worker::{Context, TaskError, TaskOptions, WorkerOptions, Workflow};
+pub use worker::task::{TaskError, TaskOptions, Workflow};

@@ -21,13 +21,12 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use crate::config::{ClientConfig, ConfigError, TlsStrategy, vars};
 
 /// HTTP/2 keepalive ping interval (CONTRACT.md §3).
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// HTTP/2 keepalive ack timeout (CONTRACT.md §3).
-pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// TCP connect timeout: a dial that takes longer is as good as refused.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Largest message sent or received (the engine's default limit).
-pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) use hatchet_protocol::MAX_MESSAGE_BYTES;
 
 fn read_file(var: &'static str, path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
     std::fs::read(path).map_err(|e| ConfigError::UnreadableFile {
@@ -53,7 +52,7 @@ fn roots(cfg: &ClientConfig) -> Result<Roots, ConfigError> {
 }
 
 /// The TLS client config for `cfg`, or `None` for plaintext.
-pub fn tls_config(cfg: &ClientConfig) -> Result<Option<ClientTlsConfig>, ConfigError> {
+pub(crate) fn tls_config(cfg: &ClientConfig) -> Result<Option<ClientTlsConfig>, ConfigError> {
     let tls = &cfg.tls;
     if tls.strategy == TlsStrategy::None {
         return Ok(None);
@@ -74,7 +73,7 @@ pub fn tls_config(cfg: &ClientConfig) -> Result<Option<ClientTlsConfig>, ConfigE
 }
 
 /// The gRPC endpoint for `cfg`, with keepalive, nodelay and TLS set.
-pub fn endpoint(cfg: &ClientConfig) -> Result<Endpoint, ConfigError> {
+pub(crate) fn endpoint(cfg: &ClientConfig) -> Result<Endpoint, ConfigError> {
     let uri = cfg.grpc_uri();
     let mut ep = Endpoint::from_shared(uri.clone())
         .map_err(|e| ConfigError::InvalidAddress {
@@ -102,13 +101,13 @@ pub fn endpoint(cfg: &ClientConfig) -> Result<Endpoint, ConfigError> {
 }
 
 /// A lazily connected channel for `cfg`.
-pub fn channel(cfg: &ClientConfig) -> Result<Channel, ConfigError> {
+pub(crate) fn channel(cfg: &ClientConfig) -> Result<Channel, ConfigError> {
     Ok(endpoint(cfg)?.connect_lazy())
 }
 
 /// Adds `authorization: Bearer <token>` to every request and stream open.
 #[derive(Clone)]
-pub struct AuthInterceptor {
+pub(crate) struct AuthInterceptor {
     value: AsciiMetadataValue,
 }
 
@@ -120,7 +119,7 @@ impl std::fmt::Debug for AuthInterceptor {
 
 impl AuthInterceptor {
     /// An interceptor for `cfg`'s token.
-    pub fn new(cfg: &ClientConfig) -> Result<Self, ConfigError> {
+    pub(crate) fn new(cfg: &ClientConfig) -> Result<Self, ConfigError> {
         let mut value: AsciiMetadataValue =
             MetadataValue::try_from(cfg.token.bearer()).map_err(|_| {
                 ConfigError::MalformedToken {
@@ -277,7 +276,7 @@ fn rest_tls(cfg: &ClientConfig) -> Result<rustls::ClientConfig, ConfigError> {
 
 /// The HTTP client of the REST path: no built-in retries (the retry core owns them), the same
 /// TLS roots and server name as gRPC ([`rest_tls`]), and HTTP/2 when the server offers it.
-pub fn http_client(cfg: &ClientConfig) -> Result<reqwest::Client, ConfigError> {
+pub(crate) fn http_client(cfg: &ClientConfig) -> Result<reqwest::Client, ConfigError> {
     // Other rustls users of the process (a user's own reqwest client) may rely on a process
     // provider: install ring once (an existing provider is kept).
     let _ = rustls::crypto::ring::default_provider().install_default();

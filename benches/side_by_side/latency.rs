@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
-use hatchet_runtime::proto::{self, v1};
+use hatchet_protocol::{self as proto, v1};
 use hatchet_runtime::{Context, Runtime, TaskError, WorkerOptions, Workflow};
 use serde_json::Value;
 

@@ -91,8 +91,9 @@ async fn stop_process(child: &mut Child) {
     let _ = child.kill().await;
 }
 
-/// Benchmark 3 for the Python SDK: engine back -> every subscription replayed at the engine, and
-/// runs completed -> every result delivered; `(replay, delivery, delivered, errors)`.
+/// Benchmark 3 for the Python SDK (`reconnect_waiter.py` awaits the run ids it is given):
+/// engine back -> every subscription replayed at the engine, and runs completed -> every result
+/// delivered; `(replay, delivery, delivered, errors)`.
 pub async fn reconnect(
     engine: &DevEngine,
     ids: &[String],
@@ -103,14 +104,39 @@ pub async fn reconnect(
         std::fs::write(&file, ids.join("\n")).ok(),
         "writing the run ids",
     )?;
-    let mut child: Child = command(&python, engine)
+    let mut waiter = command(&python, engine);
+    waiter
         .arg(bench_dir().join("reconnect_waiter.py"))
-        .arg(&file)
-        .stdout(Stdio::piped())
-        .spawn()
-        .ok()?;
+        .arg(&file);
+    let out = reconnect_with(engine, waiter, ids.len()).await;
+    let _ = std::fs::remove_file(&file);
+    out
+}
+
+/// Benchmark 3 for the Go SDK (`bench-reconnect`: it triggers `n` runs of `workflow` itself,
+/// since the SDK awaits only runs it triggered); the same measures as [`reconnect`].
+pub async fn go_reconnect(
+    engine: &DevEngine,
+    workflow: &str,
+    n: usize,
+) -> Option<(Duration, Duration, u64, u64)> {
+    let sdk = go_sdk()?;
+    let mut waiter = command(&sdk.program, engine);
+    waiter
+        .arg("bench-reconnect")
+        .env("BENCH_WORKFLOW", workflow)
+        .env("BENCH_RECONNECT_RUNS", n.to_string());
+    reconnect_with(engine, waiter, n).await
+}
+
+/// A waiter process awaiting `n` runs: it prints `waiting`, then `done <results> <errors>`.
+async fn reconnect_with(
+    engine: &DevEngine,
+    mut waiter: Command,
+    n: usize,
+) -> Option<(Duration, Duration, u64, u64)> {
+    let mut child: Child = waiter.stdout(Stdio::piped()).spawn().ok()?;
     let mut lines = BufReader::new(child.stdout.take()?).lines();
-    let n = ids.len();
     let ready = tokio::time::timeout(Duration::from_secs(120), async {
         while lines.next_line().await.ok()?? != "waiting" {}
         while engine.pending_run_subscriptions() < n {
@@ -125,7 +151,6 @@ pub async fn reconnect(
     )
     .is_none()
     {
-        let _ = std::fs::remove_file(&file);
         stop_process(&mut child).await;
         return None;
     }
@@ -155,7 +180,6 @@ pub async fn reconnect(
     })
     .await;
     let delivery = completed.elapsed();
-    let _ = std::fs::remove_file(&file);
     stop_process(&mut child).await;
     let line = why(
         done.ok().and_then(|l| l.ok().flatten()),
@@ -170,10 +194,7 @@ pub async fn reconnect(
 /// `o`, saying on stderr what was missing when it is `None`.
 fn why<T>(o: Option<T>, what: &str) -> Option<T> {
     if o.is_none() {
-        eprintln!(
-            "python baseline: {what} failed (see {})",
-            log_path().display()
-        );
+        eprintln!("SDK baseline: {what} failed (see {})", log_path().display());
     }
     o
 }
@@ -291,5 +312,62 @@ pub async fn latency(engine: &DevEngine, sdk: &Sdk, runs: usize) -> Option<(Dura
     }
     .await;
     stop_process(&mut worker).await;
+    result
+}
+
+/// Benchmark 4 for the Go SDK: its client in its own process (`bench-outage`: `callers`
+/// readers, one GetEngineVersion a second each, through the SDK's gRPC retry interceptor)
+/// during a `secs` s full outage of GetVersion at `engine`; `(attempts, operations, attempts
+/// per second)`, or None when the Go binary was not given or did not answer.
+pub async fn go_outage(
+    engine: &DevEngine,
+    callers: usize,
+    secs: u64,
+) -> Option<(u64, u64, Vec<u64>)> {
+    use tokio::io::AsyncWriteExt as _;
+    const PATH: &str = "/Dispatcher/GetVersion";
+    let sdk = go_sdk()?;
+    let mut child = command(&sdk.program, engine)
+        .arg("bench-outage")
+        .env("BENCH_OUTAGE_READERS", callers.to_string())
+        .env("BENCH_OUTAGE_SECS", secs.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .ok()?;
+    let mut lines = BufReader::new(child.stdout.take()?).lines();
+    let mut stdin = child.stdin.take()?;
+    let result = async {
+        let ready = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
+        ready.ok()?.ok()??.contains("ready").then_some(())?;
+        engine.faults().reset_counters();
+        engine.faults().inject(
+            PATH,
+            u32::MAX,
+            hatchet_dev_engine::Fault::Fail {
+                code: tonic::Code::Unavailable as i32,
+                message: "outage".into(),
+                pushback_ms: None,
+            },
+        );
+        stdin.write_all(b"go\n").await.ok()?;
+        stdin.flush().await.ok()?;
+        let mut per_sec = Vec::new();
+        let mut last = 0;
+        for _ in 0..secs {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let now = engine.faults().attempts(PATH);
+            per_sec.push(now - last);
+            last = now;
+        }
+        let attempts = engine.faults().attempts(PATH);
+        let done = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
+        let line = done.ok()?.ok()??;
+        let v: serde_json::Value = serde_json::from_str(&line).ok()?;
+        Some((attempts, v["operations"].as_u64()?, per_sec))
+    }
+    .await;
+    engine.faults().clear();
+    let _ = child.kill().await;
     result
 }

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::core::*;
 use super::model::*;
-use hatchet_runtime::proto;
+use hatchet_protocol as proto;
 
 /// How long after the first copy a late duplicate assignment is sent.
 const LATE_DUPLICATE_AFTER: Duration = Duration::from_millis(300);

@@ -3,14 +3,30 @@
 //!
 //! The channel dials lazily, so building clients never blocks on the engine.
 
-use hatchet_runtime::config::{ClientConfig, ConfigError};
-use hatchet_runtime::proto::{self, v1};
-use hatchet_runtime::transport::{self, AuthInterceptor};
+use hatchet_protocol::{self as proto, v1};
+use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
+use tonic::transport::{Channel, Endpoint};
+
+/// Adds `authorization: Bearer <token>` to every call.
+#[derive(Clone)]
+pub struct BearerAuth(tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
+
+impl std::fmt::Debug for BearerAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BearerAuth(<redacted>)")
+    }
+}
+
+impl Interceptor for BearerAuth {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert("authorization", self.0.clone());
+        Ok(req)
+    }
+}
 
 /// A channel with the engine's token on every call.
-pub type AuthChannel = InterceptedService<Channel, AuthInterceptor>;
+pub type AuthChannel = InterceptedService<Channel, BearerAuth>;
 
 /// One channel to an engine and the token interceptor; each accessor makes a cheap client on it.
 #[derive(Clone)]
@@ -18,7 +34,7 @@ pub struct RawClients {
     /// The (lazily connected) channel.
     pub channel: Channel,
     /// Adds `authorization: Bearer <token>` to every call.
-    pub auth: AuthInterceptor,
+    pub auth: BearerAuth,
 }
 
 impl std::fmt::Debug for RawClients {
@@ -28,14 +44,20 @@ impl std::fmt::Debug for RawClients {
 }
 
 impl RawClients {
-    /// Clients for the engine `config` points at.
+    /// Clients for the plaintext engine at `grpc_uri` (`http://host:port`), presenting `token`.
     ///
     /// # Errors
-    /// The configuration's address or TLS material cannot make a channel.
-    pub fn new(config: &ClientConfig) -> Result<Self, ConfigError> {
+    /// The address is not a URI, or the token is not a valid header value.
+    pub fn new(grpc_uri: &str, token: &str) -> Result<Self, String> {
+        let endpoint = Endpoint::from_shared(grpc_uri.to_string())
+            .map_err(|e| format!("the engine's address {grpc_uri} is not a URI: {e}"))?
+            .tcp_nodelay(true);
+        let bearer = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| "the token is not a valid header value".to_string())?;
         Ok(RawClients {
-            channel: transport::channel(config)?,
-            auth: AuthInterceptor::new(config)?,
+            channel: endpoint.connect_lazy(),
+            auth: BearerAuth(bearer),
         })
     }
 

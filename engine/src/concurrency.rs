@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 
 use super::core::{State, key_of_expression};
 use super::model::Status;
-use hatchet_runtime::proto::{self, v1::ConcurrencyLimitStrategy as Strategy};
+use hatchet_protocol::{self as proto, v1::ConcurrencyLimitStrategy as Strategy};
 
 /// One limit of a workflow.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,7 +233,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hatchet_runtime::proto::v1;
+    use hatchet_protocol::v1;
     use serde_json::json;
 
     fn state(limits: &[(&str, Strategy)]) -> State {

@@ -22,8 +22,8 @@ use tonic::Status as GrpcStatus;
 
 use super::core::{Engine, State};
 use super::model::{Run, Status};
-use hatchet_runtime::calendar::parse_rfc3339;
-use hatchet_runtime::proto::v1;
+use hatchet_protocol::calendar::parse_rfc3339;
+use hatchet_protocol::v1;
 
 /// At most this many runs are selected by a cancel filter (the real engine's cap).
 pub const CANCEL_FILTER_CAP: usize = 20_000;
@@ -293,7 +293,7 @@ impl State {
                     self.enqueue(tid);
                     self.emit_task_event(
                         tid,
-                        hatchet_runtime::proto::ResourceEventType::Started,
+                        hatchet_protocol::ResourceEventType::Started,
                         String::new(),
                     );
                 }

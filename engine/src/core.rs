@@ -27,7 +27,7 @@ use tonic::Status as GrpcStatus;
 use super::durable::DurableState;
 use super::model::*;
 pub use super::runs::TriggerOpts;
-use hatchet_runtime::proto::{self, v1};
+use hatchet_protocol::{self as proto, v1};
 
 /// A worker is assignable while its last heartbeat is younger than this (engine rule).
 pub const LIVE_HEARTBEAT: Duration = Duration::from_secs(5);
@@ -54,7 +54,7 @@ pub(crate) fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
-pub(crate) use hatchet_runtime::proto::timestamp;
+pub(crate) use hatchet_protocol::timestamp;
 
 /// Parses a Hatchet duration (`10s`, `1m30s`, `250ms`, `2h`); `None` if malformed.
 pub fn parse_duration(s: &str) -> Option<Duration> {

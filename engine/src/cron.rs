@@ -3,7 +3,7 @@
 //! month and weekday names (`JAN`, `MON`), and `7` for Sunday. When both day fields are
 //! restricted, a day matches if either does (classic cron).
 
-use hatchet_runtime::calendar::{civil, days_from_civil};
+use hatchet_protocol::calendar::{civil, days_from_civil};
 
 /// A parsed cron expression.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,7 +142,7 @@ impl Cron {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hatchet_runtime::calendar::{format_rfc3339, from_unix_secs, parse_rfc3339, unix_secs};
+    use hatchet_protocol::calendar::{format_rfc3339, from_unix_secs, parse_rfc3339, unix_secs};
 
     fn next(expr: &str, after: &str) -> String {
         let t = unix_secs(parse_rfc3339(after).expect("time"));

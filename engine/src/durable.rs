@@ -20,7 +20,7 @@ use tonic::Status as GrpcStatus;
 
 use super::core::{State, TriggerOpts, parse_duration};
 use super::model::{Status, StoredEvent};
-use hatchet_runtime::proto::v1::{self, durable_task_response::Message as Resp};
+use hatchet_protocol::v1::{self, durable_task_response::Message as Resp};
 
 type Tx = mpsc::UnboundedSender<Result<v1::DurableTaskResponse, GrpcStatus>>;
 type LegacyTx = mpsc::UnboundedSender<Result<v1::DurableEvent, GrpcStatus>>;

@@ -36,8 +36,8 @@ impl Filter {
     /// The REST `V1Filter`.
     pub fn to_json(&self, tenant: &str) -> Value {
         json!({
-            "metadata": {"id": self.id, "createdAt": hatchet_runtime::proto::rfc3339(self.created_at),
-                         "updatedAt": hatchet_runtime::proto::rfc3339(self.updated_at)},
+            "metadata": {"id": self.id, "createdAt": hatchet_protocol::rfc3339(self.created_at),
+                         "updatedAt": hatchet_protocol::rfc3339(self.updated_at)},
             "tenantId": tenant,
             "workflowId": self.workflow_id,
             "scope": self.scope,
@@ -109,7 +109,7 @@ impl State {
     pub fn set_declarative_filters(
         &mut self,
         workflow_id: &str,
-        declared: &[hatchet_runtime::proto::v1::DefaultFilter],
+        declared: &[hatchet_protocol::v1::DefaultFilter],
     ) {
         if declared.is_empty() {
             return;

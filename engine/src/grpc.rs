@@ -11,7 +11,7 @@ use super::core::{Engine, parse_json, parse_metadata, timestamp};
 use super::faults::Faults;
 use super::schedules::Planned;
 use super::streams::{OnDrop, Out, guarded};
-use hatchet_runtime::proto::{self, v1};
+use hatchet_protocol::{self as proto, v1};
 
 /// Shared by every service.
 #[derive(Debug, Clone)]
@@ -300,7 +300,7 @@ impl proto::workflow_service_server::WorkflowService for Svc {
         {
             let mut st = self.engine.state.lock();
             for t in &r.schedules {
-                let at = hatchet_runtime::calendar::from_unix_secs(t.seconds)
+                let at = hatchet_protocol::calendar::from_unix_secs(t.seconds)
                     + std::time::Duration::from_nanos(t.nanos.clamp(0, 999_999_999) as u64);
                 st.add_schedule(&planned, at)
                     .map_err(Status::invalid_argument)?;

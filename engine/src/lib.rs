@@ -48,9 +48,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::codec::CompressionEncoding;
 
+use hatchet_protocol::MAX_MESSAGE_BYTES;
+use hatchet_protocol::{self as proto, v1};
 use hatchet_runtime::config::{ClientConfig, SecretToken, TlsStrategy, encode_dev_token};
-use hatchet_runtime::proto::{self, v1};
-use hatchet_runtime::transport::MAX_MESSAGE_BYTES;
 
 /// How often the scheduler looks at timers when nothing wakes it.
 const TICK: Duration = Duration::from_millis(100);
@@ -461,9 +461,15 @@ impl DevEngine {
     /// Authenticated clients of the generated stubs, for tests below the runtime.
     ///
     /// # Errors
-    /// The engine's TLS material cannot make a client channel (see [`EngineTls`]).
-    pub fn raw_clients(&self) -> Result<clients::RawClients, hatchet_runtime::ConfigError> {
-        clients::RawClients::new(&self.client_config())
+    /// The engine serves TLS (see [`EngineTls`]): the raw clients speak plaintext only.
+    pub fn raw_clients(&self) -> Result<clients::RawClients, String> {
+        let uri = self.client_config().grpc_uri();
+        if uri.starts_with("https") {
+            return Err(format!(
+                "this engine serves TLS at {uri}; raw clients speak plaintext only: start it without EngineTls"
+            ));
+        }
+        clients::RawClients::new(&uri, self.token.expose())
     }
 
     /// A ready client configuration (the engine's token and addresses).

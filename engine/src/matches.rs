@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use tonic::Status as GrpcStatus;
 
 use super::expr::condition_holds;
-use hatchet_runtime::proto::v1;
+use hatchet_protocol::v1;
 
 /// What a satisfied action does to the task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -461,7 +461,7 @@ impl super::core::State {
     /// Applies what a task's matcher decides now, if anything.
     pub(crate) fn apply_decision(&mut self, tid: &str) {
         use super::model::Status;
-        use hatchet_runtime::proto::ResourceEventType as Ev;
+        use hatchet_protocol::ResourceEventType as Ev;
         let Some(t) = self.tasks.get_mut(tid) else {
             return;
         };

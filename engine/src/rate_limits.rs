@@ -17,7 +17,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::core::{State, key_of_expression};
-use hatchet_runtime::proto::v1;
+use hatchet_protocol::v1;
 
 /// A declared limit and its current window.
 #[derive(Debug, Clone)]
@@ -206,7 +206,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hatchet_runtime::proto::v1::RateLimitDuration as D;
+    use hatchet_protocol::v1::RateLimitDuration as D;
     use serde_json::json;
 
     fn state_with_limited_task(declared: v1::CreateTaskRateLimit) -> (State, Vec<String>) {

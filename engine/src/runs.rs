@@ -10,7 +10,7 @@ use tonic::Status as GrpcStatus;
 
 use super::core::*;
 use super::model::*;
-use hatchet_runtime::proto::{self, v1};
+use hatchet_protocol::{self as proto, v1};
 
 /// Options of one run creation.
 #[derive(Debug, Default, Clone)]

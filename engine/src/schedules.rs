@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::core::{State, TriggerOpts, new_id};
 use super::cron::Cron;
-use hatchet_runtime::calendar::{format_rfc3339, unix_secs};
+use hatchet_protocol::calendar::{format_rfc3339, unix_secs};
 
 /// What a new cron or schedule row holds besides its timing.
 #[derive(Debug, Clone)]
@@ -121,7 +121,7 @@ impl State {
         for (i, s) in self.scheduled.iter().enumerate() {
             let at = s["triggerAt"]
                 .as_str()
-                .and_then(hatchet_runtime::calendar::parse_rfc3339);
+                .and_then(hatchet_protocol::calendar::parse_rfc3339);
             let open = s.get("workflowRunId").is_none() && s.get("error").is_none();
             if open && at.is_some_and(|at| at <= now) {
                 due.push((s.clone(), Some(i)));
@@ -173,7 +173,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hatchet_runtime::calendar::parse_rfc3339;
+    use hatchet_protocol::calendar::parse_rfc3339;
 
     fn state_with_workflow() -> State {
         super::super::core::state_with(super::super::core::one_task_workflow())

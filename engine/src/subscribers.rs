@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::core::*;
 use super::model::*;
-use hatchet_runtime::proto;
+use hatchet_protocol as proto;
 
 impl State {
     pub(crate) fn track_metadata_subscribers(&mut self, run_id: &str) {

@@ -1,6 +1,6 @@
 #![no_main]
 //! Decoding an assignment's `action_payload` JSON never panics.
-use hatchet_runtime::worker::context::decode_action_payload;
+use hatchet_runtime::test_hooks::decode_action_payload;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

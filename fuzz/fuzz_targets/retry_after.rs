@@ -1,6 +1,6 @@
 #![no_main]
 //! `Retry-After` and `grpc-retry-pushback-ms` parsing never panic.
-use hatchet_runtime::retry::pushback::{parse_grpc_pushback, parse_retry_after};
+use hatchet_runtime::test_hooks::{parse_grpc_pushback, parse_retry_after};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -79,28 +79,6 @@ impl std::fmt::Display for RunStatus {
     }
 }
 
-/// A run, as `GET /api/v1/stable/workflow-runs/{id}` shows it.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RunSummary {
-    /// Id.
-    pub metadata: Meta,
-    /// Status.
-    pub status: RunStatus,
-    /// Output (a DAG's outputs by task).
-    #[serde(default)]
-    pub output: Value,
-    /// Error, if failed.
-    #[serde(default)]
-    pub error_message: Option<String>,
-    /// Input.
-    #[serde(default)]
-    pub input: Value,
-    /// Workflow name.
-    #[serde(default)]
-    pub display_name: String,
-}
-
 /// A task, as the REST API shows it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -122,19 +100,9 @@ pub struct TaskSummary {
     pub retry_count: i32,
 }
 
-/// Run details.
-#[derive(Debug, Clone, Deserialize)]
-pub struct RunDetails {
-    /// The run.
-    pub run: RunSummary,
-    /// Its tasks.
-    #[serde(default)]
-    pub tasks: Vec<TaskSummary>,
-}
-
 /// A page of rows.
 #[derive(Debug, Clone, Deserialize)]
-pub struct Page<T> {
+pub(crate) struct Page<T> {
     /// Rows.
     pub rows: Vec<T>,
 }

@@ -28,7 +28,7 @@ use crate::proto;
 
 /// Items per BulkTriggerWorkflow or BulkPush call (the official SDKs' chunk; the engine
 /// refuses more than 1,000 events per BulkPush).
-pub const BULK_CHUNK: usize = 1_000;
+pub(crate) const BULK_CHUNK: usize = 1_000;
 
 /// One run of a bulk trigger: its input and options (metadata, priority).
 #[derive(Debug, Clone)]

@@ -7,12 +7,12 @@
 //!    a second trigger.
 //! 2. [`RunHandle::result`] is cancel safe: dropping the future removes its waiter.
 
-pub mod api;
-pub mod bulk;
-pub mod control;
-pub mod events;
-pub mod filters;
-pub mod typed;
+pub(crate) mod api;
+pub(crate) mod bulk;
+pub(crate) mod control;
+pub(crate) mod events;
+pub(crate) mod filters;
+pub(crate) mod typed;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -395,7 +395,7 @@ impl RunHandle {
 }
 
 /// A single-task run decodes from its one output; a DAG from the map of outputs.
-pub fn decode_outputs<O: DeserializeOwned>(
+pub(crate) fn decode_outputs<O: DeserializeOwned>(
     run_id: &str,
     outputs: serde_json::Map<String, Value>,
 ) -> Result<O, Error> {

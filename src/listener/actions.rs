@@ -30,13 +30,13 @@ use crate::error::{Error, Outcome};
 use crate::proto;
 
 /// OK ends without a message, in a row, that mean the worker row is gone.
-pub const EMPTY_ENDS_BEFORE_REREGISTER: u32 = 2;
+pub(crate) const EMPTY_ENDS_BEFORE_REREGISTER: u32 = 2;
 
 const REGISTER: &str = "/Dispatcher/Register";
 
 /// What the worker registers with.
 #[derive(Debug)]
-pub struct Registration {
+pub(crate) struct Registration {
     /// Worker name.
     pub name: String,
     /// Action ids (`workflow:task`, lower case).
@@ -50,7 +50,7 @@ pub struct Registration {
 
 /// The worker's identity as the engine knows it: its id, and heartbeat liveness.
 #[derive(Debug, Default)]
-pub struct WorkerIdentity {
+pub(crate) struct WorkerIdentity {
     id: Mutex<Option<String>>,
     /// When a heartbeat last succeeded.
     pub last_heartbeat_ok: Mutex<Option<Instant>>,
@@ -60,18 +60,18 @@ pub struct WorkerIdentity {
 
 impl WorkerIdentity {
     /// The current worker id.
-    pub fn get(&self) -> Option<String> {
+    pub(crate) fn get(&self) -> Option<String> {
         self.id.lock().clone()
     }
 
     /// Records a new registration.
-    pub fn set(&self, id: String) {
+    pub(crate) fn set(&self, id: String) {
         self.registrations.fetch_add(1, Ordering::Relaxed);
         *self.id.lock() = Some(id);
     }
 
     /// Forgets the id (the worker row is gone): the next stream registers again.
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         *self.id.lock() = None;
     }
 }
@@ -83,7 +83,7 @@ impl WorkerIdentity {
 ///
 /// Not cancel safe: a dropped registration may have created a worker row whose id is lost (the
 /// engine expires it after its heartbeat window).
-pub async fn register(
+pub(crate) async fn register(
     conn: &Connection,
     registration: &Registration,
     identity: &WorkerIdentity,
@@ -125,7 +125,7 @@ pub async fn register(
 
 /// The gRPC status a failed call ends a stream with, for the reconnect decision: the engine's
 /// own status when it answered, otherwise the code that means the same outcome.
-pub fn status_of(e: &Error) -> tonic::Status {
+pub(crate) fn status_of(e: &Error) -> tonic::Status {
     if let Some(s) = e.status() {
         return tonic::Status::new(s.code(), e.to_string());
     }
@@ -140,7 +140,7 @@ pub fn status_of(e: &Error) -> tonic::Status {
 }
 
 /// The worker-actions listener's kind.
-pub struct ActionsKind {
+pub(crate) struct ActionsKind {
     /// What to register.
     pub registration: Arc<Registration>,
     /// Where actions go (bounded: backpressure).
@@ -155,7 +155,7 @@ pub struct ActionsKind {
 
 impl ActionsKind {
     /// The kind for a worker registered (or to register) as `registration`.
-    pub fn new(
+    pub(crate) fn new(
         registration: Arc<Registration>,
         sink: mpsc::Sender<proto::AssignedAction>,
         identity: Arc<WorkerIdentity>,

@@ -3,7 +3,7 @@
 //! keyed stream like the workflow-runs one: keys are `(task id, signal key)`, replayed on every
 //! new stream; idle without waiters.
 
-use super::keyed::{Keyed, KeyedRegistry};
+use super::keyed::Keyed;
 use super::subscriptions::{KeyedKind, KeyedStream};
 use crate::connection::Connection;
 use crate::error::{Error, Outcome};
@@ -11,7 +11,7 @@ use crate::proto::v1;
 
 /// The `ListenForDurableEvent` stream.
 #[derive(Debug, Clone, Copy)]
-pub struct DurableEventsStream;
+pub(crate) struct DurableEventsStream;
 
 impl Keyed for DurableEventsStream {
     type Key = (String, String);
@@ -54,7 +54,5 @@ impl KeyedStream for DurableEventsStream {
     }
 }
 
-/// The waiters of durable events.
-pub type EventRegistry = KeyedRegistry<DurableEventsStream>;
 /// The durable-events listener's kind.
-pub type DurableEventsKind = KeyedKind<DurableEventsStream>;
+pub(crate) type DurableEventsKind = KeyedKind<DurableEventsStream>;

@@ -60,7 +60,7 @@ pub enum ListenerState {
 
 /// The publishing side of a listener's health, with the degraded/recovered log lines.
 #[derive(Debug)]
-pub struct HealthReporter {
+pub(crate) struct HealthReporter {
     kind: ListenerKind,
     tx: watch::Sender<ListenerState>,
     reconnects: std::sync::atomic::AtomicU64,
@@ -71,7 +71,7 @@ const WARN_EVERY: u32 = 5;
 
 impl HealthReporter {
     /// A reporter starting `Idle`.
-    pub fn new(kind: ListenerKind) -> Self {
+    pub(crate) fn new(kind: ListenerKind) -> Self {
         HealthReporter {
             kind,
             tx: watch::Sender::new(ListenerState::Idle),
@@ -80,22 +80,22 @@ impl HealthReporter {
     }
 
     /// A receiver of the state.
-    pub fn subscribe(&self) -> watch::Receiver<ListenerState> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<ListenerState> {
         self.tx.subscribe()
     }
 
     /// The current state.
-    pub fn get(&self) -> ListenerState {
+    pub(crate) fn get(&self) -> ListenerState {
         self.tx.borrow().clone()
     }
 
     /// Reconnects made so far.
-    pub fn reconnects(&self) -> u64 {
+    pub(crate) fn reconnects(&self) -> u64 {
         self.reconnects.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The listener is opening its first stream.
-    pub fn connecting(&self) {
+    pub(crate) fn connecting(&self) {
         self.tx.send_if_modified(|s| {
             if matches!(s, ListenerState::Idle) {
                 *s = ListenerState::Connecting;
@@ -107,7 +107,7 @@ impl HealthReporter {
     }
 
     /// A stream was published.
-    pub fn connected(&self) {
+    pub(crate) fn connected(&self) {
         let now = Instant::now();
         let prev = self.get();
         if let ListenerState::Reconnecting {
@@ -127,7 +127,7 @@ impl HealthReporter {
     }
 
     /// The stream was lost; `attempts` reconnects so far in this outage.
-    pub fn reconnecting(&self, attempts: u32, error: &str) {
+    pub(crate) fn reconnecting(&self, attempts: u32, error: &str) {
         self.reconnects
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let now = Instant::now();
@@ -151,12 +151,12 @@ impl HealthReporter {
     }
 
     /// The listener is idle (nobody needs it).
-    pub fn idle(&self) {
+    pub(crate) fn idle(&self) {
         self.tx.send_replace(ListenerState::Idle);
     }
 
     /// The listener stopped.
-    pub fn stopped(&self, error: Option<String>) {
+    pub(crate) fn stopped(&self, error: Option<String>) {
         if let Some(e) = &error {
             tracing::error!(listener = self.kind.as_str(), error = %e, "listener stopped");
         }

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::error::Error;
 
 /// What a keyed stream carries.
-pub trait Keyed: Send + Sync + 'static {
+pub(crate) trait Keyed: Send + Sync + 'static {
     /// What waiters wait for.
     type Key: Clone + Eq + Hash + Send + Sync + std::fmt::Debug + 'static;
     /// The subscription request for a key.
@@ -50,7 +50,7 @@ pub trait Keyed: Send + Sync + 'static {
 
 /// What a waiter receives: its key's reply, or the error that ended the wait (not to be
 /// confused with [`crate::Outcome`], the kind of an error).
-pub type Reply<P> = Result<<P as Keyed>::Resp, Error>;
+pub(crate) type Reply<P> = Result<<P as Keyed>::Resp, Error>;
 /// The waiters of one key: almost always one, kept inline (no allocation of its own).
 type KeyWaiters<P> = SmallVec<[(u64, oneshot::Sender<Reply<P>>); 1]>;
 type Waiters<P> = HashMap<<P as Keyed>::Key, KeyWaiters<P>>;
@@ -67,7 +67,7 @@ struct Inner<P: Keyed> {
 }
 
 /// The waiter registry. Outlives listener restarts.
-pub struct KeyedRegistry<P: Keyed> {
+pub(crate) struct KeyedRegistry<P: Keyed> {
     inner: Mutex<Inner<P>>,
     next_waiter: AtomicU64,
     delivered: AtomicU64,
@@ -104,7 +104,7 @@ type Added<P> = (u64, oneshot::Receiver<Reply<P>>, bool);
 /// registry dropped it unanswered), and dropping it unresolved removes it from the registry
 /// (other waiters of the key keep theirs). It is all a pending wait holds (a few words), so a
 /// million of them stay small.
-pub struct Waiter<'a, P: Keyed> {
+pub(crate) struct Waiter<'a, P: Keyed> {
     registry: &'a KeyedRegistry<P>,
     key: P::Key,
     id: u64,
@@ -170,7 +170,7 @@ impl<P: Keyed> KeyedRegistry<P> {
 
     /// Adds a waiter for `key` as a [`Waiter`], and whether a stream must be armed (none
     /// published); `closed` makes the error when the runtime is shut down.
-    pub fn wait(
+    pub(crate) fn wait(
         &self,
         key: P::Key,
         closed: impl FnOnce() -> Error,
@@ -189,7 +189,7 @@ impl<P: Keyed> KeyedRegistry<P> {
     }
 
     /// Removes one waiter (its caller gave up).
-    pub fn remove(&self, key: &P::Key, waiter: u64) {
+    pub(crate) fn remove(&self, key: &P::Key, waiter: u64) {
         let mut g = self.inner.lock();
         if let Some(list) = g.waiters.get_mut(key) {
             list.retain(|(w, _)| *w != waiter);
@@ -200,7 +200,7 @@ impl<P: Keyed> KeyedRegistry<P> {
     }
 
     /// Delivers a reply to every waiter of its key (once: they are removed).
-    pub fn deliver(&self, mut resp: P::Resp) {
+    pub(crate) fn deliver(&self, mut resp: P::Resp) {
         let list = self.inner.lock().waiters.remove(&P::key_of(&resp));
         if let Some(mut list) = list {
             P::trim(&mut resp);
@@ -225,7 +225,7 @@ impl<P: Keyed> KeyedRegistry<P> {
     }
 
     /// Fails every waiter with `make(key)`, and refuses new ones when `close`.
-    pub fn fail_all(&self, close: bool, make: impl Fn(&P::Key) -> Error) {
+    pub(crate) fn fail_all(&self, close: bool, make: impl Fn(&P::Key) -> Error) {
         let all: Vec<_> = {
             let mut g = self.inner.lock();
             g.closed |= close;
@@ -265,17 +265,12 @@ impl<P: Keyed> KeyedRegistry<P> {
     }
 
     /// Keys with at least one waiter.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.inner.lock().waiters.len()
     }
 
-    /// Waiters delivered so far.
-    pub fn delivered(&self) -> u64 {
-        self.delivered.load(Ordering::Relaxed)
-    }
-
     /// The keys with waiters.
-    pub fn pending_keys(&self) -> Vec<P::Key> {
+    pub(crate) fn pending_keys(&self) -> Vec<P::Key> {
         self.inner.lock().waiters.keys().cloned().collect()
     }
 
@@ -316,7 +311,7 @@ impl<P: Keyed> KeyedRegistry<P> {
     }
 
     /// Whether anyone waits.
-    pub fn has_waiters(&self) -> bool {
+    pub(crate) fn has_waiters(&self) -> bool {
         !self.inner.lock().waiters.is_empty()
     }
 }

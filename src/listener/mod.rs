@@ -30,20 +30,20 @@
 //! 4. Nothing here imports the runtime, the worker or the client: listeners receive a
 //!    [`Connection`](crate::connection::Connection) and their registries.
 
-pub mod actions;
-pub mod durable_events;
-pub mod durable_task;
-pub mod health;
-pub mod keyed;
-pub mod reconnect;
-pub mod run_key;
-pub mod runs;
+pub(crate) mod actions;
+pub(crate) mod durable_events;
+pub(crate) mod durable_task;
+pub(crate) mod health;
+pub(crate) mod keyed;
+pub(crate) mod reconnect;
+pub(crate) mod run_key;
+pub(crate) mod runs;
 mod set;
-pub mod stream;
-pub mod subscriptions;
+pub(crate) mod stream;
+pub(crate) mod subscriptions;
 
-pub use crate::connection::{AuthChannel, StreamBackoff};
-pub use set::Listeners;
+pub(crate) use crate::connection::StreamBackoff;
+pub(crate) use set::Listeners;
 
 use tokio_util::sync::CancellationToken;
 
@@ -64,7 +64,7 @@ pub(crate) fn with_end_status(
 
 /// Where a listener's stream is, as its actor sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// No stream and no reconnect scheduled (never opened, idle, or stopped).
     #[default]
     Closed,
@@ -79,7 +79,7 @@ impl Phase {
     /// listener opens on demand: an open stream, or the scheduled reconnect, carries the newcomer
     /// (everything pending is replayed before a stream is published), so new waiters arriving
     /// during an outage coalesce into the scheduled reconnect and never bypass its backoff.
-    pub fn opens_on_demand(self) -> bool {
+    pub(crate) fn opens_on_demand(self) -> bool {
         self == Phase::Closed
     }
 }

@@ -19,7 +19,7 @@ use tonic::Code;
 use crate::retry::backoff::Backoff;
 
 /// Codes that reconnect without limit.
-pub const TRANSIENT_STREAM_CODES: [Code; 6] = [
+pub(crate) const TRANSIENT_STREAM_CODES: [Code; 6] = [
     Code::Unavailable,
     Code::Internal,
     Code::DeadlineExceeded,
@@ -29,21 +29,21 @@ pub const TRANSIENT_STREAM_CODES: [Code; 6] = [
 ];
 
 /// Codes that stop a listener at once.
-pub const PERMANENT_STREAM_CODES: [Code; 3] = [
+pub(crate) const PERMANENT_STREAM_CODES: [Code; 3] = [
     Code::Unauthenticated,
     Code::PermissionDenied,
     Code::InvalidArgument,
 ];
 
 /// Consecutive ends without progress after which a non-transient error stops the listener.
-pub const MAX_NO_PROGRESS: u32 = 10;
+pub(crate) const MAX_NO_PROGRESS: u32 = 10;
 
 /// How long a stream must stay open to count as progress.
-pub const HEALTHY_STREAM: Duration = Duration::from_secs(30);
+pub(crate) const HEALTHY_STREAM: Duration = Duration::from_secs(30);
 
 /// How a stream ended (or failed to open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamEnd {
+pub(crate) enum StreamEnd {
     /// The server closed it with OK.
     Eof,
     /// It ended (or failed to open) with this code.
@@ -52,7 +52,7 @@ pub enum StreamEnd {
 
 /// What the listener should do next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     /// Open a new stream after `delay`.
     Reconnect {
         /// The backoff delay.
@@ -71,13 +71,13 @@ pub enum Next {
 
 /// The per-listener counters the decision reads and updates.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ReconnectState {
+pub(crate) struct ReconnectState {
     /// Consecutive stream ends without progress.
     pub no_progress: u32,
 }
 
 /// Decides what follows a stream end.
-pub fn decide<R: rand::Rng + ?Sized>(
+pub(crate) fn decide<R: rand::Rng + ?Sized>(
     state: &mut ReconnectState,
     end: StreamEnd,
     progressed: bool,

@@ -15,7 +15,7 @@ use std::fmt;
 
 /// A run id as a waiter key.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub enum RunKey {
+pub(crate) enum RunKey {
     /// A canonical lowercase hyphenated UUID, as two halves (a `u128` would align the key, and
     /// every registry slot, to 16 bytes).
     Uuid([u64; 2]),
@@ -25,7 +25,7 @@ pub enum RunKey {
 
 impl RunKey {
     /// The key of `run_id`. Allocates only for an id that is not a canonical UUID.
-    pub fn new(run_id: &str) -> Self {
+    pub(crate) fn new(run_id: &str) -> Self {
         if let Ok(u) = uuid::Uuid::try_parse(run_id) {
             let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
             if u.hyphenated().encode_lower(&mut buf) == run_id {

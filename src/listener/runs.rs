@@ -8,20 +8,15 @@
 //!    the waiters are also polled with GetRunDetails every 2 s, until the stream returns.
 
 use super::keyed::{Keyed, KeyedRegistry};
-pub use super::run_key::RunKey;
+pub(crate) use super::run_key::RunKey;
 use super::subscriptions::{KeyedKind, KeyedStream};
 use crate::connection::Connection;
 use crate::error::{Cause, Error, Outcome, TaskFailure};
 use crate::proto::{self, v1};
 
-pub use crate::connection::{POLL_AFTER, POLL_EVERY};
-
-/// What a waiter receives.
-pub type RunOutcome = Result<proto::WorkflowRunEvent, Error>;
-
 /// The `SubscribeToWorkflowRuns` stream: keys are run ids.
 #[derive(Debug, Clone, Copy)]
-pub struct RunsStream;
+pub(crate) struct RunsStream;
 
 impl Keyed for RunsStream {
     const SWEPT: bool = true;
@@ -83,9 +78,9 @@ impl KeyedStream for RunsStream {
 }
 
 /// The waiter registry of run results.
-pub type RunRegistry = KeyedRegistry<RunsStream>;
+pub(crate) type RunRegistry = KeyedRegistry<RunsStream>;
 /// The workflow-runs listener's kind.
-pub type RunsKind = KeyedKind<RunsStream>;
+pub(crate) type RunsKind = KeyedKind<RunsStream>;
 
 /// One polling pass: GetRunDetails (a read, under the retry core, bounded by the poll interval)
 /// for every pending run; finished ones are delivered. A run the engine answers for alone (not
@@ -203,7 +198,10 @@ pub(crate) fn unknown_run_error(run_id: &str) -> Error {
 }
 
 /// Builds the `WorkflowRunEvent` a finished run's details describe.
-pub fn event_from_details(run_id: &str, d: v1::GetRunDetailsResponse) -> proto::WorkflowRunEvent {
+pub(crate) fn event_from_details(
+    run_id: &str,
+    d: v1::GetRunDetailsResponse,
+) -> proto::WorkflowRunEvent {
     let mut results: Vec<proto::StepRunResult> = d
         .task_runs
         .into_iter()
@@ -225,13 +223,13 @@ pub fn event_from_details(run_id: &str, d: v1::GetRunDetailsResponse) -> proto::
 }
 
 /// The error a waiter gets when the runtime shuts down.
-pub fn closed_error(run_id: &str) -> Error {
+pub(crate) fn closed_error(run_id: &str) -> Error {
     Error::closed("wait for run").with_run_id(run_id)
 }
 
 /// Turns a run's result into its outputs or its error. Takes the event by value: names and
 /// outputs move out of it (one decoded result costs no copies).
-pub fn outputs_of(
+pub(crate) fn outputs_of(
     run_id: &str,
     ev: proto::WorkflowRunEvent,
 ) -> Result<serde_json::Map<String, serde_json::Value>, Error> {

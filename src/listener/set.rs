@@ -14,7 +14,7 @@ use super::runs::RunsKind;
 use super::stream::Home;
 
 /// The four listeners' homes: what the stream supervisor spawns its children from.
-pub struct Listeners {
+pub(crate) struct Listeners {
     /// Workflow runs (result waiters).
     pub runs: Arc<Home<RunsKind>>,
     /// Durable events (the legacy durable path).
@@ -35,12 +35,13 @@ impl std::fmt::Debug for Listeners {
 
 impl Listeners {
     /// The worker-actions listener's home, once the worker has started.
-    pub fn actions(&self) -> Option<Arc<Home<ActionsKind>>> {
+    pub(crate) fn actions(&self) -> Option<Arc<Home<ActionsKind>>> {
         self.actions.lock().clone()
     }
 
     /// Makes the named listener's actor panic (test and chaos hook).
-    pub fn crash(&self, kind: ListenerKind) {
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn crash(&self, kind: ListenerKind) {
         match kind {
             ListenerKind::WorkflowRuns => self.runs.crash(),
             ListenerKind::DurableEvents => self.events.crash(),
@@ -54,7 +55,7 @@ impl Listeners {
     }
 
     /// Stops every listener quietly (shutdown).
-    pub fn stop_all(&self) {
+    pub(crate) fn stop_all(&self) {
         self.runs.stop();
         self.events.stop();
         self.durable.stop();
@@ -64,7 +65,7 @@ impl Listeners {
     }
 
     /// Stops every listener for good with `why` (their waiters fail with it).
-    pub fn stop_all_for_good(&self, why: &str) {
+    pub(crate) fn stop_all_for_good(&self, why: &str) {
         self.runs.stop_for_good(why);
         self.events.stop_for_good(why);
         self.durable.stop_for_good(why);

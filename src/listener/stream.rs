@@ -53,7 +53,7 @@ use crate::retry::Backoff;
 
 /// Whether to keep reading after a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
+pub(crate) enum Flow {
     /// Read on.
     Continue,
     /// The consumer is done (a run's final event; the worker is gone): end without reconnecting.
@@ -62,7 +62,7 @@ pub enum Flow {
 
 /// How one stream generation ended.
 #[derive(Debug, Clone)]
-pub struct EndReport {
+pub(crate) struct EndReport {
     /// How it ended (or failed to open).
     pub end: StreamEnd,
     /// Messages read on it.
@@ -77,17 +77,15 @@ pub struct EndReport {
 
 /// What an end means to its kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Judged {
+pub(crate) enum Judged {
     /// Apply the reconnect rules to this end.
     Decide(StreamEnd),
     /// The consumer is done: stop without reconnecting.
     Finish,
-    /// Stop for good with this reason (the kind knows the end is final).
-    Stop(String),
 }
 
 /// What differs between stream consumers.
-pub trait StreamKind: Send + Sync + Sized + 'static {
+pub(crate) trait StreamKind: Send + Sync + Sized + 'static {
     /// A message read from the stream.
     type Item: Send + 'static;
     /// Name in logs, and the salt of the jitter generator.
@@ -140,14 +138,14 @@ pub trait StreamKind: Send + Sync + Sized + 'static {
 
 /// The reconnect rules of one stream: the no-progress count and the jitter generator.
 #[derive(Debug)]
-pub struct ReconnectRules {
+pub(crate) struct ReconnectRules {
     state: ReconnectState,
     rng: rand::rngs::StdRng,
 }
 
 impl ReconnectRules {
     /// Fresh rules drawing jitter from `rng`.
-    pub fn new(rng: rand::rngs::StdRng) -> Self {
+    pub(crate) fn new(rng: rand::rngs::StdRng) -> Self {
         ReconnectRules {
             state: ReconnectState::default(),
             rng,
@@ -155,7 +153,7 @@ impl ReconnectRules {
     }
 
     /// The decision for one end ([`reconnect::decide`]).
-    pub fn decide(
+    pub(crate) fn decide(
         &mut self,
         end: StreamEnd,
         progressed: bool,
@@ -176,13 +174,13 @@ impl ReconnectRules {
 }
 
 /// Restarts allowed within [`RESTART_WINDOW`] before a listener is stopped for good.
-pub const MAX_RESTARTS: usize = 10;
+pub(crate) const MAX_RESTARTS: usize = 10;
 /// The window of the restart intensity limit.
-pub const RESTART_WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const RESTART_WINDOW: Duration = Duration::from_secs(60);
 
 /// The restart intensity rule, as a pure function: records a restart at `now` and says whether it
 /// is allowed (at most `max` within `window`, counting this one).
-pub fn restart_allowed(
+pub(crate) fn restart_allowed(
     history: &mut VecDeque<Instant>,
     now: Instant,
     max: usize,
@@ -200,7 +198,7 @@ pub fn restart_allowed(
 
 /// Messages of a stream actor.
 #[derive(Debug)]
-pub enum StreamMsg {
+pub(crate) enum StreamMsg {
     /// Someone needs the stream: open one if none is open, opening or scheduled.
     Ensure,
     /// Drop the current stream and open a new one now (a heartbeat refused, a re-registration);
@@ -222,11 +220,12 @@ pub enum StreamMsg {
     /// Periodic tick (kinds with a tick).
     Tick,
     /// Test and chaos hook: panic inside the actor.
+    #[cfg(feature = "test-hooks")]
     Crash,
 }
 
 /// What survives a stream actor's restart: kept by whoever spawns it.
-pub struct Home<K: StreamKind> {
+pub(crate) struct Home<K: StreamKind> {
     /// The kind (its registry, sink, ...).
     pub kind: Arc<K>,
     /// Health, when the stream is one of the runtime's listeners.
@@ -253,7 +252,7 @@ impl<K: StreamKind> std::fmt::Debug for Home<K> {
 
 impl<K: StreamKind> Home<K> {
     /// A home for `kind`, living under `parent` (the runtime's lifecycle token).
-    pub fn new(
+    pub(crate) fn new(
         kind: K,
         health: Option<Arc<HealthReporter>>,
         parent: &CancellationToken,
@@ -274,12 +273,12 @@ impl<K: StreamKind> Home<K> {
     }
 
     /// Records the actor now serving this home.
-    pub fn set_actor(&self, actor: ActorRef<StreamMsg>) {
+    pub(crate) fn set_actor(&self, actor: ActorRef<StreamMsg>) {
         *self.actor.lock() = Some(actor);
     }
 
     /// The actor now serving this home.
-    pub fn actor(&self) -> Option<ActorRef<StreamMsg>> {
+    pub(crate) fn actor(&self) -> Option<ActorRef<StreamMsg>> {
         self.actor.lock().clone()
     }
 
@@ -290,22 +289,23 @@ impl<K: StreamKind> Home<K> {
     }
 
     /// Asks for the stream (opens it if closed).
-    pub fn ensure(&self) {
+    pub(crate) fn ensure(&self) {
         self.send(StreamMsg::Ensure);
     }
 
     /// Asks for a fresh stream now.
-    pub fn reopen(&self) {
+    pub(crate) fn reopen(&self) {
         self.send(StreamMsg::Reopen);
     }
 
     /// Makes the actor panic (its supervisor restarts it).
-    pub fn crash(&self) {
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn crash(&self) {
         self.send(StreamMsg::Crash);
     }
 
     /// Records a restart of this listener's actor: whether the intensity limit allows it.
-    pub fn restart_allowed(&self) -> bool {
+    pub(crate) fn restart_allowed(&self) -> bool {
         self.restarts_total.fetch_add(1, Ordering::Relaxed);
         restart_allowed(
             &mut self.restarts.lock(),
@@ -316,18 +316,14 @@ impl<K: StreamKind> Home<K> {
     }
 
     /// Restarts (after a crash) so far.
-    pub fn restarts(&self) -> u64 {
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn restarts(&self) -> u64 {
         self.restarts_total.load(Ordering::Relaxed)
-    }
-
-    /// Why the listener stopped for good, if it did.
-    pub fn stopped_reason(&self) -> Option<String> {
-        self.stopped.lock().clone()
     }
 
     /// Stops the listener for good: its token is cancelled, its reader aborted, its actor
     /// stopped, health says why, and every waiter fails with `why` (invariant 6).
-    pub fn stop_for_good(&self, why: &str) {
+    pub(crate) fn stop_for_good(&self, why: &str) {
         *self.stopped.lock() = Some(why.to_string());
         self.stop();
         if let Some(h) = &self.health {
@@ -337,7 +333,7 @@ impl<K: StreamKind> Home<K> {
     }
 
     /// Stops the listener quietly (runtime shutdown, end of a drain): nothing is failed here.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.token.cancel();
         self.abort_reader();
         if let Some(a) = self.actor.lock().take() {
@@ -353,7 +349,7 @@ impl<K: StreamKind> Home<K> {
 }
 
 /// The actor's arguments.
-pub struct StreamArgs<K: StreamKind> {
+pub(crate) struct StreamArgs<K: StreamKind> {
     /// The connection.
     pub conn: Connection,
     /// The home.
@@ -361,7 +357,7 @@ pub struct StreamArgs<K: StreamKind> {
 }
 
 /// The actor's state: where the stream is. Everything else lives in the home.
-pub struct StreamState<K: StreamKind> {
+pub(crate) struct StreamState<K: StreamKind> {
     conn: Connection,
     home: Arc<Home<K>>,
     phase: Phase,
@@ -373,7 +369,7 @@ pub struct StreamState<K: StreamKind> {
 }
 
 /// The generic stream actor.
-pub struct StreamActor<K>(PhantomData<fn() -> K>);
+pub(crate) struct StreamActor<K>(PhantomData<fn() -> K>);
 
 impl<K> Default for StreamActor<K> {
     fn default() -> Self {
@@ -488,10 +484,6 @@ impl<K: StreamKind> StreamActor<K> {
                 // The consumer is done: this stream's life ends with it.
                 st.home.token.cancel();
                 myself.stop(None);
-                return;
-            }
-            Judged::Stop(why) => {
-                Self::stop_for_now(st, why, Some(report.end));
                 return;
             }
             Judged::Decide(end) => end,
@@ -637,6 +629,7 @@ impl<K: StreamKind> Actor for StreamActor<K> {
             }
             StreamMsg::Poll => Self::poll(&myself, st),
             StreamMsg::Tick => st.home.kind.on_tick(),
+            #[cfg(feature = "test-hooks")]
             StreamMsg::Crash => panic!("{} stream actor crash requested by a test", K::NAME),
         }
         Ok(())
@@ -649,7 +642,7 @@ impl<K: StreamKind> Actor for StreamActor<K> {
 /// # Cancel safety
 ///
 /// Not cancel safe: dropping it mid-way may leave an actor that is not recorded in the home.
-pub async fn spawn<K: StreamKind>(
+pub(crate) async fn spawn<K: StreamKind>(
     conn: Connection,
     home: Arc<Home<K>>,
     supervisor: Option<ractor::ActorCell>,

@@ -25,7 +25,7 @@ use crate::connection::Connection;
 use crate::retry::Backoff;
 
 /// A keyed bidi stream: how to open it, how to back off, how to poll.
-pub trait KeyedStream: Keyed + Sized {
+pub(crate) trait KeyedStream: Keyed + Sized {
     /// Name in logs and errors (the method path).
     const OP: &'static str;
     /// Whether pending keys are polled when the stream stays down.
@@ -47,7 +47,7 @@ pub trait KeyedStream: Keyed + Sized {
 }
 
 /// A keyed stream consumer: its registry.
-pub struct KeyedKind<P: KeyedStream> {
+pub(crate) struct KeyedKind<P: KeyedStream> {
     /// The waiters.
     pub registry: Arc<KeyedRegistry<P>>,
 }

@@ -20,21 +20,21 @@ pub struct Backoff {
 }
 
 /// Unary gRPC and REST calls: windows 0–250 ms, 0–500 ms, 0–1 s, 0–2 s (CONTRACT.md §2).
-pub const UNARY_BACKOFF: Backoff = Backoff {
+pub(crate) const UNARY_BACKOFF: Backoff = Backoff {
     base: Duration::from_millis(250),
     factor: 2,
     cap: Duration::from_secs(5),
 };
 
 /// Stream reconnects: base 1 s, cap 30 s (CONTRACT.md §3).
-pub const STREAM_BACKOFF: Backoff = Backoff {
+pub(crate) const STREAM_BACKOFF: Backoff = Backoff {
     base: Duration::from_secs(1),
     factor: 2,
     cap: Duration::from_secs(30),
 };
 
 /// Stream reconnects while result waiters are pending: capped at 5 s (CONTRACT.md §4).
-pub const WAITER_STREAM_BACKOFF: Backoff = Backoff {
+pub(crate) const WAITER_STREAM_BACKOFF: Backoff = Backoff {
     base: Duration::from_secs(1),
     factor: 2,
     cap: Duration::from_secs(5),

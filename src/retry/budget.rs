@@ -79,7 +79,7 @@ struct Ring {
 
 /// A retry budget. Cheap to share behind an `Arc`.
 #[derive(Debug)]
-pub struct RetryBudget {
+pub(crate) struct RetryBudget {
     cfg: BudgetConfig,
     ring: Mutex<Ring>,
 }
@@ -88,7 +88,7 @@ const SLOT: Duration = Duration::from_secs(1);
 
 impl RetryBudget {
     /// A budget with `cfg`; its window starts now.
-    pub fn new(cfg: BudgetConfig) -> Self {
+    pub(crate) fn new(cfg: BudgetConfig) -> Self {
         let n = cfg.window.as_secs().clamp(1, 60) as usize;
         RetryBudget {
             cfg,
@@ -116,7 +116,7 @@ impl RetryBudget {
     }
 
     /// Records a first attempt.
-    pub fn deposit(&self) {
+    pub(crate) fn deposit(&self) {
         let mut r = self.ring.lock();
         Self::roll(&mut r, Instant::now());
         let h = r.head;
@@ -124,7 +124,7 @@ impl RetryBudget {
     }
 
     /// Takes one retry from the budget; `false` when it is spent.
-    pub fn try_withdraw(&self) -> bool {
+    pub(crate) fn try_withdraw(&self) -> bool {
         let now = Instant::now();
         let mut r = self.ring.lock();
         Self::roll(&mut r, now);
@@ -152,7 +152,7 @@ impl RetryBudget {
 
 /// The two limits of the module docs, for `firsts` first attempts in a window of `window_secs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Retries allowed in any 1-second window.
     pub per_second: u64,
     /// Retries allowed in the window.
@@ -160,7 +160,7 @@ pub struct Limits {
 }
 
 /// The budget's rule as a pure function.
-pub fn limits(cfg: &BudgetConfig, firsts: u64, window_secs: u64) -> Limits {
+pub(crate) fn limits(cfg: &BudgetConfig, firsts: u64, window_secs: u64) -> Limits {
     let ratio = firsts * u64::from(cfg.retry_ratio_pct) / 100;
     let reserve = u64::from(cfg.reserve_per_sec);
     Limits {

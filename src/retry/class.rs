@@ -5,7 +5,7 @@
 
 /// What retrying a request can do to the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RequestClass {
+pub(crate) enum RequestClass {
     /// Has no effect: retried on transient failure.
     Read,
     /// The engine dedupes it, or a repeat is harmless: retried on transient failure.
@@ -16,7 +16,7 @@ pub enum RequestClass {
 
 impl RequestClass {
     /// Name for logs.
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             RequestClass::Read => "read",
             RequestClass::IdempotentWrite => "idempotent_write",
@@ -25,7 +25,7 @@ impl RequestClass {
     }
 
     /// Whether a transient failure after the request was sent may be retried.
-    pub const fn retries_after_send(self) -> bool {
+    pub(crate) const fn retries_after_send(self) -> bool {
         !matches!(self, RequestClass::Write)
     }
 }
@@ -33,7 +33,7 @@ impl RequestClass {
 use RequestClass::*;
 
 /// Every unary RPC with its class. The reason column is the engine behaviour that makes it so.
-pub const UNARY_METHODS: &[(&str, RequestClass, &str)] = &[
+pub(crate) const UNARY_METHODS: &[(&str, RequestClass, &str)] = &[
     ("/Dispatcher/GetVersion", Read, "no effect"),
     ("/v1.AdminService/GetRunDetails", Read, "no effect"),
     (
@@ -161,8 +161,10 @@ pub const UNARY_METHODS: &[(&str, RequestClass, &str)] = &[
     ),
 ];
 
-/// Streaming RPCs: owned by the stream supervisor, never wrapped by the unary retry layer.
-pub const STREAMING_METHODS: &[&str] = &[
+/// Streaming RPCs: owned by the stream supervisor, never wrapped by the unary retry layer (the
+/// tests check this list and the table against the compiled protocol).
+#[cfg(test)]
+pub(crate) const STREAMING_METHODS: &[&str] = &[
     "/Dispatcher/Listen",
     "/Dispatcher/ListenV2",
     "/Dispatcher/SubscribeToWorkflowEvents",
@@ -172,7 +174,7 @@ pub const STREAMING_METHODS: &[&str] = &[
 ];
 
 /// The class of a unary method path, or `None` for streams and unknown paths.
-pub fn class_of(path: &str) -> Option<RequestClass> {
+pub(crate) fn class_of(path: &str) -> Option<RequestClass> {
     // An index over the one table, built on first use (the hot path looks up every call).
     static INDEX: std::sync::OnceLock<std::collections::HashMap<&'static str, RequestClass>> =
         std::sync::OnceLock::new();
@@ -183,13 +185,14 @@ pub fn class_of(path: &str) -> Option<RequestClass> {
 }
 
 /// Whether `path` is a streaming RPC.
-pub fn is_streaming(path: &str) -> bool {
+#[cfg(test)]
+pub(crate) fn is_streaming(path: &str) -> bool {
     STREAMING_METHODS.contains(&path)
 }
 
 /// Per-request override of a method's class (CONTRACT.md §2: classification is per request).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClassOverride {
+pub(crate) enum ClassOverride {
     /// A child trigger carrying its parent and `child_index`/`child_key`: the engine returns the
     /// existing run on a repeat.
     ChildKeyed,
@@ -199,10 +202,112 @@ pub enum ClassOverride {
 }
 
 /// The class of one request: the method's, raised to `IdempotentWrite` by an override.
-pub fn request_class(path: &str, over: Option<ClassOverride>) -> Option<RequestClass> {
+pub(crate) fn request_class(path: &str, over: Option<ClassOverride>) -> Option<RequestClass> {
     let base = class_of(path)?;
     Some(match (base, over) {
         (Write, Some(_)) => IdempotentWrite,
         (c, _) => c,
     })
+}
+
+/// The retry table against the compiled protocol (the descriptor set of `hatchet-protocol`):
+/// every unary method has one class, every stream none, and no row names a method that is not
+/// compiled.
+#[cfg(test)]
+mod table_tests {
+    use std::collections::BTreeSet;
+
+    use prost::Message as _;
+
+    /// (path, client_streaming, server_streaming) of every compiled method.
+    fn compiled_methods() -> Vec<(String, bool, bool)> {
+        let fds = prost_types::FileDescriptorSet::decode(crate::proto::FILE_DESCRIPTOR_SET)
+            .expect("descriptor set decodes");
+        let mut out = Vec::new();
+        for f in fds.file {
+            let pkg = f.package().to_string();
+            for s in &f.service {
+                for m in &s.method {
+                    let svc = if pkg.is_empty() {
+                        s.name().to_string()
+                    } else {
+                        format!("{pkg}.{}", s.name())
+                    };
+                    out.push((
+                        format!("/{svc}/{}", m.name()),
+                        m.client_streaming(),
+                        m.server_streaming(),
+                    ));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn every_compiled_method_has_a_retry_class_or_is_a_stream() {
+        let mut unary_seen = BTreeSet::new();
+        for (path, cs, ss) in compiled_methods() {
+            if cs || ss {
+                assert!(
+                    super::is_streaming(&path),
+                    "{path} streams but is not in STREAMING_METHODS"
+                );
+                assert!(
+                    super::class_of(&path).is_none(),
+                    "{path} streams but has a unary class"
+                );
+            } else {
+                assert!(
+                    super::class_of(&path).is_some(),
+                    "{path} has no retry class: add it to UNARY_METHODS"
+                );
+                unary_seen.insert(path);
+            }
+        }
+        // And no stale rows: every table row is a compiled method.
+        for (path, _, _) in super::UNARY_METHODS {
+            assert!(
+                unary_seen.contains(*path),
+                "{path} is in the table but not compiled"
+            );
+        }
+        assert_eq!(super::STREAMING_METHODS.len(), 6);
+    }
+
+    #[test]
+    fn writes_and_reads_are_classified_as_the_contract_says() {
+        use super::RequestClass::*;
+        let expect = [
+            ("/Dispatcher/GetVersion", Read),
+            ("/v1.AdminService/GetRunDetails", Read),
+            ("/Dispatcher/Heartbeat", IdempotentWrite),
+            ("/Dispatcher/SendStepActionEvent", IdempotentWrite),
+            ("/v1.AdminService/PutWorkflow", IdempotentWrite),
+            ("/v1.AdminService/CancelTasks", IdempotentWrite),
+            ("/EventsService/PutLog", IdempotentWrite),
+            ("/WorkflowService/TriggerWorkflow", Write),
+            ("/WorkflowService/BulkTriggerWorkflow", Write),
+            ("/WorkflowService/ScheduleWorkflow", Write),
+            ("/EventsService/Push", Write),
+            ("/EventsService/BulkPush", Write),
+            ("/Dispatcher/Register", Write),
+            ("/v1.AdminService/ReplayTasks", Write),
+        ];
+        for (path, c) in expect {
+            assert_eq!(super::class_of(path), Some(c), "{path}");
+        }
+        // Per-request overrides raise a Write to IdempotentWrite, and never lower anything.
+        let child = super::request_class(
+            "/WorkflowService/TriggerWorkflow",
+            Some(super::ClassOverride::ChildKeyed),
+        );
+        assert_eq!(child, Some(IdempotentWrite));
+        let read = super::request_class(
+            "/Dispatcher/GetVersion",
+            Some(super::ClassOverride::CallerIdempotent),
+        );
+        assert_eq!(read, Some(Read));
+    }
 }

@@ -13,16 +13,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Per-attempt timeout when the caller set no deadline.
-pub const ATTEMPT_BACKSTOP: Duration = Duration::from_secs(30);
+pub(crate) const ATTEMPT_BACKSTOP: Duration = Duration::from_secs(30);
 /// Whole-operation timeout when the caller set no deadline.
-pub const OPERATION_BACKSTOP: Duration = Duration::from_secs(60);
+pub(crate) const OPERATION_BACKSTOP: Duration = Duration::from_secs(60);
 /// The least time worth starting an attempt with: a loopback round trip is ~0.1 ms, a WAN one
 /// tens of ms; under 5 ms an attempt would only produce another DEADLINE_EXCEEDED.
-pub const MIN_ATTEMPT_TIME: Duration = Duration::from_millis(5);
+pub(crate) const MIN_ATTEMPT_TIME: Duration = Duration::from_millis(5);
 
 /// The time budget of one logical operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Deadline {
+pub(crate) struct Deadline {
     /// When the operation must be over.
     pub end: Instant,
     /// Whether `end` is the caller's (true) or the backstop (false).
@@ -31,7 +31,7 @@ pub struct Deadline {
 
 impl Deadline {
     /// The deadline of an operation starting at `now` with the caller's optional `timeout`.
-    pub fn new(now: Instant, caller_timeout: Option<Duration>) -> Self {
+    pub(crate) fn new(now: Instant, caller_timeout: Option<Duration>) -> Self {
         match caller_timeout {
             Some(t) => Deadline {
                 end: now + t,
@@ -45,12 +45,12 @@ impl Deadline {
     }
 
     /// Time left at `now` (zero when past).
-    pub fn remaining(&self, now: Instant) -> Duration {
+    pub(crate) fn remaining(&self, now: Instant) -> Duration {
         self.end.saturating_duration_since(now)
     }
 
     /// The timeout of an attempt started at `now`.
-    pub fn attempt_timeout(&self, now: Instant) -> Duration {
+    pub(crate) fn attempt_timeout(&self, now: Instant) -> Duration {
         let left = self.remaining(now);
         if self.caller_set {
             left
@@ -60,12 +60,12 @@ impl Deadline {
     }
 
     /// Whether an attempt started at `now` can still do useful work.
-    pub fn can_attempt(&self, now: Instant) -> bool {
+    pub(crate) fn can_attempt(&self, now: Instant) -> bool {
         self.remaining(now) >= MIN_ATTEMPT_TIME
     }
 
     /// Whether sleeping `delay` from `now` still leaves time for an attempt.
-    pub fn fits_sleep(&self, now: Instant, delay: Duration) -> bool {
+    pub(crate) fn fits_sleep(&self, now: Instant, delay: Duration) -> bool {
         self.remaining(now) >= delay.saturating_add(MIN_ATTEMPT_TIME)
     }
 }

@@ -28,17 +28,18 @@ use super::pushback::{Pushback, RETRY_AFTER_CAP};
 use crate::error::Outcome;
 
 /// gRPC codes retried for reads and idempotent writes. DEADLINE_EXCEEDED is handled separately.
-pub const TRANSIENT_CODES: [Code; 3] = [Code::Unavailable, Code::ResourceExhausted, Code::Internal];
+pub(crate) const TRANSIENT_CODES: [Code; 3] =
+    [Code::Unavailable, Code::ResourceExhausted, Code::Internal];
 
 /// HTTP statuses retried for GET/HEAD.
-pub const TRANSIENT_HTTP: [u16; 4] = [429, 502, 503, 504];
+pub(crate) const TRANSIENT_HTTP: [u16; 4] = [429, 502, 503, 504];
 
 /// HTTP statuses whose `Retry-After` is honoured.
-pub const RETRY_AFTER_HTTP: [u16; 2] = [429, 503];
+pub(crate) const RETRY_AFTER_HTTP: [u16; 2] = [429, 503];
 
 /// The unary retry policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// Attempts per operation, the first included.
     pub max_attempts: u32,
     /// Backoff between attempts.
@@ -59,7 +60,7 @@ impl Default for Policy {
 
 impl Policy {
     /// The policy with retries switched off.
-    pub fn disabled() -> Self {
+    pub(crate) fn disabled() -> Self {
         Policy {
             enabled: false,
             ..Policy::default()
@@ -67,7 +68,7 @@ impl Policy {
     }
 
     /// The most network attempts one operation of `class` can make.
-    pub fn max_attempts_for(&self, _class: RequestClass) -> u32 {
+    pub(crate) fn max_attempts_for(&self, _class: RequestClass) -> u32 {
         // Writes too: they are retried when the request never left (rule 1).
         if self.enabled { self.max_attempts } else { 1 }
     }
@@ -76,7 +77,7 @@ impl Policy {
 /// The gRPC and REST policies for the two kill switches (CONTRACT.md §2 "Switches"):
 /// `HATCHET_CLIENT_NO_RETRY` turns off unary gRPC and REST retries, `HATCHET_CLIENT_NO_GRPC_RETRY`
 /// unary gRPC retries only. Streams are not affected by either.
-pub fn policies_for(no_retry: bool, no_grpc_retry: bool) -> (Policy, Policy) {
+pub(crate) fn policies_for(no_retry: bool, no_grpc_retry: bool) -> (Policy, Policy) {
     let grpc = if no_retry || no_grpc_retry {
         Policy::disabled()
     } else {
@@ -117,7 +118,7 @@ mod switch_tests {
 
 /// How one attempt failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// The request provably never reached the server (connect refused, refused stream).
     NotSent,
     /// The connection broke after the request may have been sent.
@@ -142,7 +143,7 @@ pub enum Failure {
 
 /// What to do after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Sleep `delay`, then attempt again.
     Retry {
         /// The sleep.
@@ -201,7 +202,7 @@ fn classify(
 }
 
 /// Decides what follows attempt number `attempt` (1-based) that failed with `failure`.
-pub fn decide<R: rand::Rng + ?Sized>(
+pub(crate) fn decide<R: rand::Rng + ?Sized>(
     policy: &Policy,
     class: RequestClass,
     failure: &Failure,

@@ -43,7 +43,7 @@ async fn cancelled(token: Option<&CancellationToken>) {
 
 /// One failed attempt: the decision's input and the error to hand back if we stop.
 #[derive(Debug)]
-pub struct AttemptError {
+pub(crate) struct AttemptError {
     /// How it failed.
     pub failure: Failure,
     /// The underlying error.
@@ -52,7 +52,7 @@ pub struct AttemptError {
 
 impl AttemptError {
     /// The code name the ledger counts the failure under.
-    pub fn code_name(&self) -> String {
+    pub(crate) fn code_name(&self) -> String {
         match self.failure {
             Failure::NotSent => "not_sent".into(),
             Failure::Lost => "lost".into(),
@@ -64,7 +64,7 @@ impl AttemptError {
 
 /// A logical operation to run.
 #[derive(Debug, Clone)]
-pub struct Operation<'a> {
+pub(crate) struct Operation<'a> {
     /// Method path or REST route, for spans, counters and errors.
     pub method: &'a str,
     /// The request's class.
@@ -78,7 +78,7 @@ pub struct Operation<'a> {
 
 impl<'a> Operation<'a> {
     /// An operation with no caller deadline and no cancellation.
-    pub fn new(method: &'a str, class: RequestClass) -> Self {
+    pub(crate) fn new(method: &'a str, class: RequestClass) -> Self {
         Operation {
             method,
             class,
@@ -88,13 +88,13 @@ impl<'a> Operation<'a> {
     }
 
     /// Sets the caller's deadline.
-    pub fn timeout(mut self, t: Option<Duration>) -> Self {
+    pub(crate) fn timeout(mut self, t: Option<Duration>) -> Self {
         self.timeout = t;
         self
     }
 
     /// Sets the caller's cancellation.
-    pub fn cancel(mut self, c: Option<&'a CancellationToken>) -> Self {
+    pub(crate) fn cancel(mut self, c: Option<&'a CancellationToken>) -> Self {
         self.cancel = c;
         self
     }
@@ -102,7 +102,7 @@ impl<'a> Operation<'a> {
 
 /// Policy, budget, ledger and RNG of one endpoint. Shared behind an `Arc`.
 #[derive(Debug)]
-pub struct RetryCore {
+pub(crate) struct RetryCore {
     policy: Policy,
     budget: RetryBudget,
     ledger: Arc<Ledger>,
@@ -111,7 +111,12 @@ pub struct RetryCore {
 
 impl RetryCore {
     /// A core with `policy`, a fresh budget and an RNG seeded from `seed`.
-    pub fn new(policy: Policy, budget: BudgetConfig, ledger: Arc<Ledger>, seed: u64) -> Self {
+    pub(crate) fn new(
+        policy: Policy,
+        budget: BudgetConfig,
+        ledger: Arc<Ledger>,
+        seed: u64,
+    ) -> Self {
         RetryCore {
             policy,
             budget: RetryBudget::new(budget),
@@ -120,13 +125,8 @@ impl RetryCore {
         }
     }
 
-    /// The policy.
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-
     /// The ledger.
-    pub fn ledger(&self) -> &Arc<Ledger> {
+    pub(crate) fn ledger(&self) -> &Arc<Ledger> {
         &self.ledger
     }
 
@@ -136,7 +136,7 @@ impl RetryCore {
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future abandons the attempt in flight and starts no other.
-    pub async fn run<T, F, Fut>(&self, op: Operation<'_>, mut attempt: F) -> Result<T, Error>
+    pub(crate) async fn run<T, F, Fut>(&self, op: Operation<'_>, mut attempt: F) -> Result<T, Error>
     where
         F: FnMut(Duration) -> Fut,
         Fut: Future<Output = Result<T, AttemptError>>,

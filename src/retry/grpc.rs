@@ -24,7 +24,7 @@ use super::pushback::grpc_pushback;
 use crate::error::{Cause, Error};
 
 /// Whether the status's source chain proves the request never reached the server.
-pub fn status_not_sent(status: &tonic::Status) -> bool {
+pub(crate) fn status_not_sent(status: &tonic::Status) -> bool {
     let mut src = status.source();
     while let Some(e) = src {
         if e.is::<tonic::ConnectError>() {
@@ -47,7 +47,7 @@ pub fn status_not_sent(status: &tonic::Status) -> bool {
 
 /// Whether the status is tonic's own client-side timeout (`grpc-timeout` expired locally), which
 /// tonic reports as CANCELLED with a `TimeoutExpired` source.
-pub fn status_is_local_timeout(status: &tonic::Status) -> bool {
+pub(crate) fn status_is_local_timeout(status: &tonic::Status) -> bool {
     let mut src = status.source();
     while let Some(e) = src {
         if e.is::<tonic::TimeoutExpired>() {
@@ -61,7 +61,7 @@ pub fn status_is_local_timeout(status: &tonic::Status) -> bool {
 /// Whether the status's source chain shows the connection broke while the request was out: any
 /// client-side transport error (hyper, h2, I/O, tonic transport) under the status. A status the
 /// server sent has no such source.
-pub fn status_connection_lost(status: &tonic::Status) -> bool {
+pub(crate) fn status_connection_lost(status: &tonic::Status) -> bool {
     let mut src = status.source();
     while let Some(e) = src {
         if e.is::<hyper::Error>()
@@ -77,7 +77,7 @@ pub fn status_connection_lost(status: &tonic::Status) -> bool {
 }
 
 /// The [`Failure`] a status represents.
-pub fn failure_of_status(status: &tonic::Status) -> Failure {
+pub(crate) fn failure_of_status(status: &tonic::Status) -> Failure {
     if status_not_sent(status) {
         return Failure::NotSent;
     }
@@ -99,7 +99,7 @@ pub fn failure_of_status(status: &tonic::Status) -> Failure {
 }
 
 /// Wraps a status as an [`AttemptError`].
-pub fn attempt_error(status: tonic::Status) -> AttemptError {
+pub(crate) fn attempt_error(status: tonic::Status) -> AttemptError {
     AttemptError {
         failure: failure_of_status(&status),
         cause: Cause::Status(status),
@@ -113,7 +113,7 @@ pub fn attempt_error(status: tonic::Status) -> AttemptError {
 /// # Cancel safety
 ///
 /// Cancel safe: see [`RetryCore::run`].
-pub async fn call_unary<T, F, Fut>(
+pub(crate) async fn call_unary<T, F, Fut>(
     core: &RetryCore,
     path: &'static str,
     over: Option<ClassOverride>,
@@ -137,7 +137,7 @@ where
 }
 
 /// Builds a `tonic::Request` with the attempt's timeout set (sent as `grpc-timeout`).
-pub fn request_with_timeout<M>(msg: M, timeout: Duration) -> tonic::Request<M> {
+pub(crate) fn request_with_timeout<M>(msg: M, timeout: Duration) -> tonic::Request<M> {
     let mut req = tonic::Request::new(msg);
     req.set_timeout(timeout);
     req

@@ -47,23 +47,23 @@ struct Live {
 
 /// The ledger of one runtime.
 #[derive(Debug, Default)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     methods: RwLock<HashMap<String, Arc<Live>>>,
 }
 
 /// One method's counters, looked up once per operation (the executor counts its operation,
 /// attempts and outcome through it without further map lookups).
 #[derive(Debug, Clone)]
-pub struct MethodLedger(Arc<Live>);
+pub(crate) struct MethodLedger(Arc<Live>);
 
 impl MethodLedger {
     /// An operation started.
-    pub fn operation(&self) {
+    pub(crate) fn operation(&self) {
         self.0.operations.fetch_add(1, Ordering::Relaxed);
     }
 
     /// An attempt is being made; `retry` when it is not the first.
-    pub fn attempt(&self, retry: bool) {
+    pub(crate) fn attempt(&self, retry: bool) {
         self.0.attempts.fetch_add(1, Ordering::Relaxed);
         if retry {
             self.0.retries.fetch_add(1, Ordering::Relaxed);
@@ -71,7 +71,7 @@ impl MethodLedger {
     }
 
     /// An attempt failed with `code`.
-    pub fn failure(&self, code: &str) {
+    pub(crate) fn failure(&self, code: &str) {
         *self
             .0
             .rare
@@ -82,12 +82,12 @@ impl MethodLedger {
     }
 
     /// A retry was refused by the budget.
-    pub fn budget_refusal(&self) {
+    pub(crate) fn budget_refusal(&self) {
         self.0.budget_refusals.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The operation finished with `outcome` (`ok` on success).
-    pub fn finished(&self, outcome: &'static str) {
+    pub(crate) fn finished(&self, outcome: &'static str) {
         if outcome == "ok" {
             self.0.ok.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -98,7 +98,7 @@ impl MethodLedger {
 
 impl Ledger {
     /// The counters of `method`.
-    pub fn method(&self, method: &str) -> MethodLedger {
+    pub(crate) fn method(&self, method: &str) -> MethodLedger {
         MethodLedger(self.live(method))
     }
 
@@ -114,12 +114,12 @@ impl Ledger {
     }
 
     /// An operation started.
-    pub fn operation(&self, method: &str) {
+    pub(crate) fn operation(&self, method: &str) {
         self.live(method).operations.fetch_add(1, Ordering::Relaxed);
     }
 
     /// An attempt is being made; `retry` when it is not the first.
-    pub fn attempt(&self, method: &str, retry: bool) {
+    pub(crate) fn attempt(&self, method: &str, retry: bool) {
         let l = self.live(method);
         l.attempts.fetch_add(1, Ordering::Relaxed);
         if retry {
@@ -128,20 +128,13 @@ impl Ledger {
     }
 
     /// An attempt failed with `code`.
-    pub fn failure(&self, method: &str, code: &str) {
+    pub(crate) fn failure(&self, method: &str, code: &str) {
         let l = self.live(method);
         *l.rare.lock().failures.entry(code.to_string()).or_default() += 1;
     }
 
-    /// A retry was refused by the budget.
-    pub fn budget_refusal(&self, method: &str) {
-        self.live(method)
-            .budget_refusals
-            .fetch_add(1, Ordering::Relaxed);
-    }
-
     /// An operation finished with `outcome` (`ok` on success).
-    pub fn finished(&self, method: &str, outcome: &'static str) {
+    pub(crate) fn finished(&self, method: &str, outcome: &'static str) {
         let l = self.live(method);
         if outcome == "ok" {
             l.ok.fetch_add(1, Ordering::Relaxed);
@@ -151,7 +144,7 @@ impl Ledger {
     }
 
     /// A copy of every method's counters.
-    pub fn snapshot(&self) -> BTreeMap<String, MethodCounters> {
+    pub(crate) fn snapshot(&self) -> BTreeMap<String, MethodCounters> {
         self.methods
             .read()
             .iter()

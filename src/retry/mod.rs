@@ -16,31 +16,29 @@
 //! `HATCHET_CLIENT_NO_RETRY` / `HATCHET_CLIENT_NO_GRPC_RETRY` make every method one attempt.
 //! Streams are never here: the stream supervisor owns them.
 
-pub mod backoff;
-pub mod budget;
-pub mod class;
-pub mod deadline;
-pub mod decision;
-pub mod executor;
-pub mod grpc;
-pub mod layer;
-pub mod ledger;
-pub mod pushback;
-pub mod rest;
+pub(crate) mod backoff;
+pub(crate) mod budget;
+pub(crate) mod class;
+pub(crate) mod deadline;
+pub(crate) mod decision;
+pub(crate) mod executor;
+pub(crate) mod grpc;
+pub(crate) mod ledger;
+pub(crate) mod pushback;
+pub(crate) mod rest;
 
-pub use backoff::Backoff;
-pub use budget::{BudgetConfig, RetryBudget};
-pub use class::{ClassOverride, RequestClass};
-pub use deadline::Deadline;
-pub use decision::{Decision, Failure, Policy, decide};
-pub use executor::{AttemptError, Operation, RetryCore};
-pub use ledger::{Ledger, MethodCounters};
+pub(crate) use backoff::Backoff;
+pub(crate) use budget::BudgetConfig;
+pub(crate) use class::RequestClass;
+pub(crate) use decision::Policy;
+pub(crate) use executor::RetryCore;
+pub(crate) use ledger::{Ledger, MethodCounters};
 
 use std::time::Duration;
 
 /// The computed ceiling of one method.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ceiling {
+pub(crate) struct Ceiling {
     /// Method path.
     pub method: &'static str,
     /// Its class.
@@ -52,7 +50,7 @@ pub struct Ceiling {
 }
 
 /// The ceiling of every unary method under `policy`, computed from the policy itself.
-pub fn ceiling_table(policy: &Policy) -> Vec<Ceiling> {
+pub(crate) fn ceiling_table(policy: &Policy) -> Vec<Ceiling> {
     class::UNARY_METHODS
         .iter()
         .map(|&(method, class, _)| {
@@ -73,7 +71,7 @@ pub fn ceiling_table(policy: &Policy) -> Vec<Ceiling> {
 }
 
 /// Logs the ceiling table once (the runtime calls this at start).
-pub fn log_ceiling_table(policy: &Policy) {
+pub(crate) fn log_ceiling_table(policy: &Policy) {
     for c in ceiling_table(policy) {
         tracing::info!(
             method = c.method,
@@ -84,3 +82,6 @@ pub fn log_ceiling_table(policy: &Policy) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,14 +5,14 @@
 use std::time::{Duration, SystemTime};
 
 /// The trailer name of gRPC pushback.
-pub const GRPC_PUSHBACK_KEY: &str = "grpc-retry-pushback-ms";
+pub(crate) const GRPC_PUSHBACK_KEY: &str = "grpc-retry-pushback-ms";
 
 /// Largest `Retry-After` the runtime honours; a longer one ends the retries (CONTRACT.md §2).
-pub const RETRY_AFTER_CAP: Duration = Duration::from_secs(60);
+pub(crate) const RETRY_AFTER_CAP: Duration = Duration::from_secs(60);
 
 /// What the server asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pushback {
+pub(crate) enum Pushback {
     /// Retry no sooner than this.
     After(Duration),
     /// Do not retry (a negative or malformed gRPC pushback).
@@ -21,7 +21,7 @@ pub enum Pushback {
 
 /// Parses a `grpc-retry-pushback-ms` value: a non-negative decimal integer of milliseconds is
 /// `After`; anything else (negative, malformed, empty) is `DoNotRetry`, as gRFC A6 says.
-pub fn parse_grpc_pushback(value: &str) -> Pushback {
+pub(crate) fn parse_grpc_pushback(value: &str) -> Pushback {
     let v = value.trim();
     if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
         return Pushback::DoNotRetry;
@@ -33,7 +33,7 @@ pub fn parse_grpc_pushback(value: &str) -> Pushback {
 }
 
 /// Reads the pushback from a status's metadata (trailers), if present.
-pub fn grpc_pushback(status: &tonic::Status) -> Option<Pushback> {
+pub(crate) fn grpc_pushback(status: &tonic::Status) -> Option<Pushback> {
     let v = status.metadata().get(GRPC_PUSHBACK_KEY)?;
     Some(match v.to_str() {
         Ok(s) => parse_grpc_pushback(s),
@@ -43,7 +43,7 @@ pub fn grpc_pushback(status: &tonic::Status) -> Option<Pushback> {
 
 /// Parses an HTTP `Retry-After` value, either delta-seconds or an HTTP-date (relative to `now`).
 /// A date in the past means "now" (zero). Unparseable input is `None` (ignored: normal backoff).
-pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let v = value.trim();
     if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
         // Absurdly long digit strings saturate rather than fail: they are "too long" anyway.

@@ -24,11 +24,11 @@ use crate::error::{Cause, Error};
 
 /// Largest body read from a response: a run's details carry every task's output (each up to
 /// the 4 MiB a gRPC message holds), so a DAG's read is larger than one message.
-pub const MAX_BODY: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_BODY: usize = 64 * 1024 * 1024;
 
 /// A complete HTTP response.
 #[derive(Debug, Clone)]
-pub struct RestResponse {
+pub(crate) struct RestResponse {
     /// Status code.
     pub status: u16,
     /// Headers.
@@ -39,13 +39,13 @@ pub struct RestResponse {
 
 impl RestResponse {
     /// Whether the status is 2xx.
-    pub fn is_success(&self) -> bool {
+    pub(crate) fn is_success(&self) -> bool {
         (200..300).contains(&self.status)
     }
 }
 
 /// The class of an HTTP method.
-pub fn class_of_method(m: &reqwest::Method) -> RequestClass {
+pub(crate) fn class_of_method(m: &reqwest::Method) -> RequestClass {
     if m == reqwest::Method::GET || m == reqwest::Method::HEAD {
         RequestClass::Read
     } else {
@@ -90,7 +90,7 @@ fn transport_failure(e: &reqwest::Error) -> Failure {
 /// # Cancel safety
 ///
 /// Cancel safe: dropping the future abandons the attempt in flight and starts no other.
-pub async fn send(
+pub(crate) async fn send(
     core: &RetryCore,
     route: &str,
     method: reqwest::Method,
@@ -150,3 +150,7 @@ pub async fn send(
         Err(e) => Err(e),
     }
 }
+
+#[cfg(test)]
+#[path = "rest_tests.rs"]
+mod tests;

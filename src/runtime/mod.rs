@@ -26,9 +26,9 @@
 //!    `rest`), except the heartbeat, which is its own retry (one attempt per tick, counted in
 //!    the ledger); streams go through the stream actors only.
 
-pub mod ops;
+pub(crate) mod ops;
 mod signals;
-pub mod supervisor;
+pub(crate) mod supervisor;
 
 pub use signals::StopSignal;
 
@@ -93,7 +93,7 @@ pub struct RuntimeOptions {
     pub seed: Option<u64>,
     /// Listener reconnect backoff (tests scale it down).
     pub stream_backoff: crate::listener::StreamBackoff,
-    /// Heartbeat interval ([`crate::worker::heartbeat::HEARTBEAT_EVERY`] when `None`; tests
+    /// Heartbeat interval (4 s when `None`; tests
     /// shorten it together with the engine's reassignment window).
     pub heartbeat_every: Option<Duration>,
 }
@@ -673,7 +673,7 @@ impl RuntimeHandle {
     }
 
     /// Task log lines dropped because the engine did not take them fast enough (the queue holds
-    /// [`crate::worker::logs::LOG_QUEUE`] lines).
+    /// 1,024 lines).
     pub fn logs_dropped(&self) -> u64 {
         self.inner.tree.worker.logs.get().map_or(0, |q| q.dropped())
     }

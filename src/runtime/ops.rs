@@ -37,7 +37,7 @@ use crate::worker::TaskCounts;
 
 /// Everything the two endpoints show, read at once.
 #[derive(Debug, Clone, Default)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// Each listener's state.
     pub listeners: BTreeMap<ListenerKind, ListenerState>,
     /// Reconnects per listener.
@@ -56,7 +56,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Reads it from a runtime.
-    pub fn of(rt: &RuntimeHandle) -> Snapshot {
+    pub(crate) fn of(rt: &RuntimeHandle) -> Snapshot {
         Snapshot {
             listeners: rt
                 .health()
@@ -86,7 +86,7 @@ fn state_name(s: &ListenerState) -> &'static str {
 /// What the probes decide (invariant 2): whether the process is live, why not, and whether it
 /// is ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Probes {
+pub(crate) struct Probes {
     /// Live: the actor tree works and no listener stopped with an error.
     pub live: bool,
     /// Ready: live, and the worker's actions stream is connected.
@@ -96,7 +96,7 @@ pub struct Probes {
 }
 
 /// Decides both probes from a snapshot.
-pub fn probes(s: &Snapshot) -> Probes {
+pub(crate) fn probes(s: &Snapshot) -> Probes {
     let stopped: Vec<&str> = s
         .listeners
         .iter()
@@ -142,19 +142,19 @@ fn probe(ok: bool, yes: &str, no: &str, reason: String) -> (StatusCode, serde_js
 }
 
 /// `/live` (invariant 2): the status code and the JSON body.
-pub fn live(s: &Snapshot) -> (StatusCode, serde_json::Value) {
+pub(crate) fn live(s: &Snapshot) -> (StatusCode, serde_json::Value) {
     let p = probes(s);
     probe(p.live, "live", "not_live", p.reason)
 }
 
 /// `/ready` (invariant 2): the status code and the JSON body.
-pub fn ready(s: &Snapshot) -> (StatusCode, serde_json::Value) {
+pub(crate) fn ready(s: &Snapshot) -> (StatusCode, serde_json::Value) {
     let p = probes(s);
     probe(p.ready, "ready", "not_ready", p.reason)
 }
 
 /// `/health` (invariant 2): answers as `/ready`, with every listener's state.
-pub fn health(s: &Snapshot) -> (StatusCode, serde_json::Value) {
+pub(crate) fn health(s: &Snapshot) -> (StatusCode, serde_json::Value) {
     let p = probes(s);
     let listeners: serde_json::Map<String, serde_json::Value> = s
         .listeners
@@ -200,7 +200,7 @@ fn label(pairs: &[(&str, &str)]) -> Labels {
 }
 
 /// `/metrics` (OpenMetrics text, which Prometheus reads), rendered from a snapshot.
-pub fn metrics_text(s: &Snapshot) -> String {
+pub(crate) fn metrics_text(s: &Snapshot) -> String {
     let mut r = Registry::with_prefix("hatchet");
     let tasks = Family::<Labels, Counter>::default();
     for (outcome, n) in [

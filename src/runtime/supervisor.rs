@@ -35,7 +35,7 @@ use crate::worker::{WorkerActor, WorkerCore};
 /// What the supervisors share: the connection, the listeners' homes, the worker's core, and
 /// where the current stream supervisor and worker actor are.
 #[derive(Clone)]
-pub struct Tree {
+pub(crate) struct Tree {
     pub(crate) conn: Connection,
     pub(crate) listeners: Arc<Listeners>,
     pub(crate) worker: Arc<WorkerCore>,
@@ -52,17 +52,15 @@ impl std::fmt::Debug for Tree {
 
 // ======== retry service ========
 
-/// Messages of the retry service.
+/// Messages of the retry service: none yet (its counters are read from the shared ledger; see
+/// issue 25's note: it is to answer for its counters and switches).
 #[derive(Debug)]
-pub enum RetryMsg {
-    /// Logs the per-method ceiling table.
-    LogCeilings,
-}
+pub(crate) enum RetryMsg {}
 
 /// The retry service: owns the policy, budget and ledger (the connection's retry cores). Calls
 /// run in their callers' tasks against those cores, so the actor never serialises them.
 #[derive(Debug, Clone, Copy)]
-pub struct RetryService;
+pub(crate) struct RetryService;
 
 impl Actor for RetryService {
     type Msg = RetryMsg;
@@ -83,10 +81,8 @@ impl Actor for RetryService {
         msg: RetryMsg,
         conn: &mut Connection,
     ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            RetryMsg::LogCeilings => crate::retry::log_ceiling_table(conn.grpc_core().policy()),
-        }
-        Ok(())
+        let _ = conn;
+        match msg {}
     }
 }
 
@@ -94,16 +90,17 @@ impl Actor for RetryService {
 
 /// Messages of the stream supervisor.
 #[derive(Debug)]
-pub enum StreamSupMsg {
+pub(crate) enum StreamSupMsg {
     /// The worker has started: spawn its actions listener (its home is in [`Listeners`]).
     StartActions,
     /// Test and chaos hook: panic inside the stream supervisor.
+    #[cfg(feature = "test-hooks")]
     Crash,
 }
 
 /// The stream supervisor.
 #[derive(Debug, Clone, Copy)]
-pub struct StreamSupervisor;
+pub(crate) struct StreamSupervisor;
 
 async fn spawn_listener<K: StreamKind>(
     conn: &Connection,
@@ -184,6 +181,7 @@ impl Actor for StreamSupervisor {
                     spawn_listener(&tree.conn, &actions, &myself).await?;
                 }
             }
+            #[cfg(feature = "test-hooks")]
             StreamSupMsg::Crash => panic!("stream supervisor crash requested by a test"),
         }
         Ok(())
@@ -222,11 +220,11 @@ impl Actor for StreamSupervisor {
 
 /// Messages of the root supervisor.
 #[derive(Debug)]
-pub enum RootMsg {}
+pub(crate) enum RootMsg {}
 
 /// The root supervisor.
 #[derive(Debug, Clone, Copy)]
-pub struct Root;
+pub(crate) struct Root;
 
 async fn spawn_stream_supervisor(
     tree: &Tree,

@@ -124,7 +124,7 @@ impl From<Condition> for AnyOf {
 
 /// What a satisfied task condition does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConditionAction {
+pub(crate) enum ConditionAction {
     /// Run the task (`wait_for`).
     Queue,
     /// Skip it: it completes with `{"skipped": true}` (`skip_if`).
@@ -192,7 +192,7 @@ fn push_group(
 }
 
 /// A registered task's conditions (invariant 2: stable group ids).
-pub fn task_conditions(
+pub(crate) fn task_conditions(
     workflow: &str,
     task: &str,
     groups: &[(ConditionAction, AnyOf)],
@@ -222,7 +222,7 @@ pub fn task_conditions(
 }
 
 /// A durable wait's conditions (every action CREATE; fresh group ids).
-pub fn durable_conditions(
+pub(crate) fn durable_conditions(
     groups: &[AnyOf],
     namespaced: &dyn Fn(&str) -> String,
 ) -> v1::DurableEventListenerConditions {

@@ -19,7 +19,7 @@ use super::WorkerCore;
 use crate::proto;
 
 /// How long the pause may take before the drain goes on without it (the Python SDK's 10 s).
-pub const PAUSE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const PAUSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long cancelled tasks get to end after the deadline.
 const CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// How long the final Unsubscribe may take.

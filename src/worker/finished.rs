@@ -14,7 +14,7 @@ use std::collections::{HashSet, VecDeque};
 use parking_lot::Mutex;
 
 /// Finished attempts remembered.
-pub const REMEMBERED: usize = 10_000;
+pub(super) const REMEMBERED: usize = 10_000;
 
 /// The set of recently finished attempts.
 #[derive(Debug, Default)]

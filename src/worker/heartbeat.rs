@@ -22,15 +22,15 @@ use crate::proto;
 use crate::retry::grpc::request_with_timeout;
 
 /// Heartbeat interval (the engine assigns only to workers heard from in the last 5 s).
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(4);
+pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(4);
 /// Heartbeat deadline.
-pub const HEARTBEAT_DEADLINE: Duration = Duration::from_secs(3);
+pub(crate) const HEARTBEAT_DEADLINE: Duration = Duration::from_secs(3);
 
 const PATH: &str = "/Dispatcher/Heartbeat";
 
 /// What the worker does after a heartbeat refused with `code`, `refusals` in a row (pure).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AfterRefusal {
+pub(crate) enum AfterRefusal {
     /// Nothing (a transient failure: the next tick retries).
     Wait,
     /// Reopen the actions stream.
@@ -40,7 +40,7 @@ pub enum AfterRefusal {
 }
 
 /// The rule of invariant 3.
-pub fn after_refusal(code: Code, refusals: u32) -> AfterRefusal {
+pub(crate) fn after_refusal(code: Code, refusals: u32) -> AfterRefusal {
     match code {
         Code::NotFound => AfterRefusal::Reregister,
         Code::FailedPrecondition if refusals > 1 => AfterRefusal::Reregister,

@@ -21,9 +21,9 @@ use crate::connection::Connection;
 use crate::proto;
 
 /// Lines waiting to be sent.
-pub const LOG_QUEUE: usize = 1024;
+pub(crate) const LOG_QUEUE: usize = 1024;
 /// Lines sent at once.
-pub const LOG_SENDS: usize = 8;
+pub(crate) const LOG_SENDS: usize = 8;
 
 /// The runtime's log queue.
 #[derive(Debug)]
@@ -41,11 +41,11 @@ pub(crate) struct TaskLogTarget {
 }
 
 /// The longest log line the engine takes (characters).
-pub const MAX_LOG_CHARS: usize = 10_000;
+pub(crate) const MAX_LOG_CHARS: usize = 10_000;
 
 /// The engine's name for a `tracing` level: it knows `DEBUG`, `INFO`, `WARN` and `ERROR`, so
 /// `TRACE` is sent as `DEBUG`.
-pub fn engine_level(level: tracing::Level) -> &'static str {
+pub(crate) fn engine_level(level: tracing::Level) -> &'static str {
     match level {
         tracing::Level::TRACE | tracing::Level::DEBUG => "DEBUG",
         tracing::Level::INFO => "INFO",

@@ -22,18 +22,18 @@
 //!    (a newer invocation of the same task may run on this worker at the same time).
 
 mod child_index;
-pub mod conditions;
-pub mod context;
+pub(crate) mod conditions;
+pub(crate) mod context;
 mod drain;
 mod finished;
-pub mod heartbeat;
+pub(crate) mod heartbeat;
 mod labels;
-pub mod logs;
-pub mod placement;
-pub mod task;
+pub(crate) mod logs;
+pub(crate) mod placement;
+pub(crate) mod task;
 
-pub use context::Context;
-pub use task::{Concurrency, TaskDef, TaskError, TaskOptions, Workflow};
+pub(crate) use context::Context;
+pub(crate) use task::{TaskDef, TaskError, Workflow};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -58,10 +58,10 @@ use crate::listener::stream::Home;
 use crate::proto::{self, ActionType, StepActionEventType as E};
 
 /// After this long without a successful heartbeat, the engine has reassigned our attempts.
-pub const STALE_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const STALE_AFTER: Duration = Duration::from_secs(30);
 /// Largest output a task may return: a step event must fit in one 4 MiB message, with room for
 /// its other fields.
-pub const MAX_OUTPUT_BYTES: usize = crate::transport::MAX_MESSAGE_BYTES - 64 * 1024;
+pub(crate) const MAX_OUTPUT_BYTES: usize = crate::transport::MAX_MESSAGE_BYTES - 64 * 1024;
 /// Pause between delivery rounds of a final step event.
 const REDELIVER_PAUSE: Duration = Duration::from_secs(1);
 
@@ -73,9 +73,10 @@ pub struct WorkerOptions {
     pub name: String,
     /// Concurrent tasks (default slots).
     pub slots: usize,
-    /// Concurrent durable tasks (durable slots).
+    /// Concurrent durable tasks (durable slots; registered only when a task of the worker is
+    /// durable, see [`WorkerOptions::durable_slots`]).
     pub durable_slots: usize,
-    /// Labels (tasks can want or require them; see [`placement`]).
+    /// Labels (tasks can want or require them; see [`DesiredLabel`](crate::DesiredLabel)).
     pub labels: HashMap<String, placement::LabelValue>,
 }
 
@@ -90,6 +91,14 @@ impl WorkerOptions {
         }
     }
 
+    /// Sets the durable slots (default: as many as `slots`). The worker registers them only
+    /// when one of its tasks is durable, as the official SDKs do: on the real engine, idle
+    /// durable slots delay the refill of a plain task's slots (see the worker's `slot_config`).
+    pub fn durable_slots(mut self, n: usize) -> Self {
+        self.durable_slots = n;
+        self
+    }
+
     /// Adds the label `key` = `value` (a string or an int).
     pub fn label(
         mut self,
@@ -99,6 +108,27 @@ impl WorkerOptions {
         self.labels.insert(key.into(), value.into());
         self
     }
+}
+
+/// The slot pools a worker registers: `default` always (at least 1), `durable` (at least 1)
+/// only when one of its tasks is durable or asks for durable slots, as the official SDKs do.
+///
+/// Why not always both: the real engine counts every pool of a worker, whatever its slot type,
+/// when it decides whether a finished task should refill an action's slots at once
+/// (`pkg/scheduling/v1`: it refills early only when the free slots fall to half the last count
+/// or to zero). Idle durable slots keep that count high for a worker of plain tasks, so slots
+/// came back only on its 1-1.5 s poll: 2,000 echo tasks took 57-69 s instead of ~20 s.
+pub(crate) fn slot_config(
+    slots: usize,
+    durable_slots: usize,
+    needs_durable: bool,
+) -> HashMap<String, i32> {
+    let clamp = |n: usize| i32::try_from(n.max(1)).unwrap_or(i32::MAX);
+    let mut pools: HashMap<String, i32> = [("default".to_string(), clamp(slots))].into();
+    if needs_durable {
+        pools.insert("durable".to_string(), clamp(durable_slots));
+    }
+    pools
 }
 
 /// A running attempt: its task run id, its durable invocation (0 for a plain task) and its
@@ -141,7 +171,7 @@ struct Counters {
 }
 
 /// The worker's state; lives outside the worker actor so an actor restart keeps it.
-pub struct WorkerCore {
+pub(crate) struct WorkerCore {
     conn: Connection,
     client: Arc<ClientCore>,
     listeners: Arc<Listeners>,
@@ -280,7 +310,7 @@ impl WorkerCore {
 
 /// Whether a version string (`v0.79.2`, `0.94.16`) is below `min`. Unparseable versions are not
 /// below anything (assume a current engine).
-pub fn version_below(version: &str, min: (u64, u64, u64)) -> bool {
+pub(crate) fn version_below(version: &str, min: (u64, u64, u64)) -> bool {
     let mut parts = version
         .trim()
         .trim_start_matches('v')
@@ -289,6 +319,26 @@ pub fn version_below(version: &str, min: (u64, u64, u64)) -> bool {
     match (parts.next(), parts.next(), parts.next()) {
         (Some(Ok(a)), Some(Ok(b)), Some(Ok(c))) => (a, b, c) < min,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod slot_config_tests {
+    use super::slot_config;
+
+    #[test]
+    fn a_worker_of_plain_tasks_registers_no_durable_pool() {
+        let pools = slot_config(50, 50, false);
+        assert_eq!(pools.len(), 1, "{pools:?}");
+        assert_eq!(pools["default"], 50);
+    }
+
+    #[test]
+    fn a_worker_with_a_durable_task_registers_both_pools_of_at_least_one_slot() {
+        let pools = slot_config(0, 0, true);
+        assert_eq!((pools["default"], pools["durable"]), (1, 1));
+        let pools = slot_config(8, 3, true);
+        assert_eq!((pools["default"], pools["durable"]), (8, 3));
     }
 }
 
@@ -307,7 +357,7 @@ mod version_tests {
 }
 
 /// Messages of the worker actor.
-pub enum WorkerMsg {
+pub(crate) enum WorkerMsg {
     /// Register a workflow.
     Register(Box<Workflow>, oneshot::Sender<Result<(), Error>>),
     /// Register the worker and start taking work; answers with the worker id.
@@ -329,7 +379,7 @@ impl std::fmt::Debug for WorkerMsg {
 /// The worker actor: a mailbox in front of [`WorkerCore`]; network work runs in its own tasks,
 /// so the actor never waits on the engine.
 #[derive(Debug, Clone, Copy)]
-pub struct WorkerActor;
+pub(crate) struct WorkerActor;
 
 impl Actor for WorkerActor {
     type Msg = WorkerMsg;
@@ -453,16 +503,18 @@ async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Er
         );
     }
     core.legacy_durable.store(legacy, Ordering::Relaxed);
-    let slots = opts.slots.max(1);
-    let durable_slots = opts.durable_slots.max(1);
+    let needs_durable = core
+        .handlers
+        .lock()
+        .values()
+        .any(|t| t.durable || t.options.slot_requests.contains_key("durable"));
+    let slot_config = slot_config(opts.slots, opts.durable_slots, needs_durable);
+    let slots = slot_config.get("default").copied().unwrap_or(1) as usize;
+    let durable_slots = slot_config.get("durable").copied().unwrap_or(0) as usize;
     let registration = Arc::new(Registration {
         name: opts.name.clone(),
         actions,
-        slot_config: [
-            ("default".to_string(), slots as i32),
-            ("durable".to_string(), durable_slots as i32),
-        ]
-        .into(),
+        slot_config,
         labels: parking_lot::Mutex::new(opts.labels.clone()),
     });
     // Registered before this returns (CONTRACT.md §3: a synchronous path, bounded; permanent

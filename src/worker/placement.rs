@@ -111,7 +111,7 @@ impl LabelValue {
 }
 
 /// Worker labels on the wire.
-pub fn labels_to_proto(
+pub(crate) fn labels_to_proto(
     labels: &HashMap<String, LabelValue>,
 ) -> HashMap<String, proto::WorkerLabels> {
     labels
@@ -179,7 +179,7 @@ impl DesiredLabel {
 }
 
 /// Desired labels on the wire.
-pub fn desired_to_proto(
+pub(crate) fn desired_to_proto(
     labels: &HashMap<String, DesiredLabel>,
 ) -> HashMap<String, v1::DesiredWorkerLabels> {
     labels

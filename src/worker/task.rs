@@ -81,11 +81,11 @@ impl From<serde_json::Error> for TaskError {
 }
 
 /// A type-erased task handler.
-pub type TaskFn =
+pub(crate) type TaskFn =
     Arc<dyn Fn(Context) -> BoxFuture<'static, Result<Value, TaskError>> + Send + Sync>;
 
 /// Wraps a typed `async fn(input, ctx) -> Result<output, error>`.
-pub fn typed<I, O, E, F, Fut>(f: F) -> TaskFn
+pub(crate) fn typed<I, O, E, F, Fut>(f: F) -> TaskFn
 where
     I: DeserializeOwned + Send + 'static,
     O: Serialize + Send + 'static,
@@ -112,30 +112,38 @@ where
 
 /// Options of one task.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct TaskOptions {
     /// Parent tasks (by name) in the same workflow.
-    pub parents: Vec<String>,
+    pub(crate) parents: Vec<String>,
     /// Retries after a failure.
-    pub retries: i32,
+    pub(crate) retries: i32,
     /// Execution timeout of one attempt; the engine default is 60 s.
-    pub timeout: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
     /// How long a run may wait for a worker before it fails; the engine default is 5 minutes.
-    pub schedule_timeout: Option<Duration>,
+    pub(crate) schedule_timeout: Option<Duration>,
     /// Exponential retry backoff factor.
-    pub backoff_factor: Option<f32>,
+    pub(crate) backoff_factor: Option<f32>,
     /// Cap of the retry backoff, in seconds.
-    pub backoff_max_seconds: Option<i32>,
+    pub(crate) backoff_max_seconds: Option<i32>,
     /// Slot requests (`default: 1` when empty; `durable: 1` for durable tasks).
-    pub slot_requests: HashMap<String, i32>,
+    pub(crate) slot_requests: HashMap<String, i32>,
     /// Rate limits each attempt takes units of (see [`TaskOptions::rate_limit`]).
-    pub rate_limits: Vec<v1::CreateTaskRateLimit>,
+    pub(crate) rate_limits: Vec<v1::CreateTaskRateLimit>,
     /// Labels its worker should have (see [`TaskOptions::desired_label`]).
-    pub desired_labels: HashMap<String, DesiredLabel>,
+    pub(crate) desired_labels: HashMap<String, DesiredLabel>,
     /// Its conditions: what it waits for, what skips it, what cancels it.
-    pub conditions: Vec<(ConditionAction, AnyOf)>,
+    pub(crate) conditions: Vec<(ConditionAction, AnyOf)>,
 }
 
 impl TaskOptions {
+    /// The retry backoff: each retry waits `factor` times longer than the one before, up to
+    /// `max_seconds` (the engine's defaults apply when unset).
+    pub fn backoff(mut self, factor: f32, max_seconds: i32) -> Self {
+        self.backoff_factor = Some(factor);
+        self.backoff_max_seconds = Some(max_seconds);
+        self
+    }
     /// Requests `units` slots of `slot_type` (e.g. a heavy task taking 4 default slots).
     pub fn slots(mut self, slot_type: impl Into<String>, units: i32) -> Self {
         self.slot_requests.insert(slot_type.into(), units);
@@ -221,7 +229,7 @@ impl TaskOptions {
 
 /// One task of a workflow.
 #[derive(Clone)]
-pub struct TaskDef {
+pub(crate) struct TaskDef {
     /// Name (readable id).
     pub name: String,
     /// Options.
@@ -236,7 +244,7 @@ pub struct TaskDef {
 
 /// The Rust types a task's handler takes and returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TaskTypes {
+pub(crate) struct TaskTypes {
     /// The input type.
     pub input: TypeId,
     /// Its name, for messages.
@@ -249,7 +257,7 @@ pub struct TaskTypes {
 
 impl TaskTypes {
     /// The types of a handler `Fn(I, Context) -> Result<O, _>`.
-    pub fn of<I: 'static, O: 'static>() -> Self {
+    pub(crate) fn of<I: 'static, O: 'static>() -> Self {
         TaskTypes {
             input: TypeId::of::<I>(),
             input_name: std::any::type_name::<I>(),
@@ -262,7 +270,7 @@ impl TaskTypes {
 impl TaskDef {
     /// The task's part of the registration request (`namespaced` applies the namespace to
     /// event keys).
-    pub fn to_proto(
+    pub(crate) fn to_proto(
         &self,
         workflow: &str,
         namespaced: &dyn Fn(&str) -> String,
@@ -300,7 +308,7 @@ impl TaskDef {
 /// A duration as the engine's duration strings spell it (`1h2m3s`, `250ms`): whole seconds
 /// when it has no milliseconds, milliseconds otherwise (rounded up, never `0ms` for a
 /// non-zero duration).
-pub fn wire_duration(d: Duration) -> String {
+pub(crate) fn wire_duration(d: Duration) -> String {
     if d.subsec_nanos() != 0 {
         let ms = d.as_nanos().div_ceil(1_000_000);
         return format!("{ms}ms");
@@ -334,38 +342,38 @@ impl std::fmt::Debug for TaskDef {
 #[derive(Debug, Clone)]
 pub struct Workflow {
     /// Name.
-    pub name: String,
+    pub(crate) name: String,
     /// Tasks.
-    pub tasks: Vec<TaskDef>,
+    pub(crate) tasks: Vec<TaskDef>,
     /// Event keys that trigger it (`*` wildcards).
-    pub on_events: Vec<String>,
+    pub(crate) on_events: Vec<String>,
     /// Cron expressions (5 fields, UTC) the engine runs it on, and their input.
-    pub on_crons: Vec<String>,
+    pub(crate) on_crons: Vec<String>,
     /// The input of cron-triggered runs (JSON; `{}` when unset).
-    pub cron_input: Option<serde_json::Value>,
+    pub(crate) cron_input: Option<serde_json::Value>,
     /// Idempotency key expression (`input.order_id`) and TTL.
-    pub idempotency: Option<(String, std::time::Duration)>,
+    pub(crate) idempotency: Option<(String, std::time::Duration)>,
     /// Concurrency limits: a CEL expression grouping runs, and how many may run per group.
-    pub concurrency: Vec<Concurrency>,
+    pub(crate) concurrency: Vec<Concurrency>,
     /// Runs once after any task of a run fails for good (see [`Workflow::on_failure`]).
-    pub on_failure: Option<TaskDef>,
+    pub(crate) on_failure: Option<TaskDef>,
     /// Priority (1–3) of runs that name none.
-    pub default_priority: Option<i32>,
+    pub(crate) default_priority: Option<i32>,
     /// Keep a run's tasks (and its sticky children) on the worker that started it.
-    pub sticky: Option<StickyStrategy>,
+    pub(crate) sticky: Option<StickyStrategy>,
     /// Event filters declared with the workflow: (CEL expression, scope, payload).
-    pub default_filters: Vec<(String, String, Value)>,
+    pub(crate) default_filters: Vec<(String, String, Value)>,
 }
 
 /// A concurrency limit of a workflow (enforced by the engine).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Concurrency {
+pub(crate) struct Concurrency {
     /// CEL expression giving the group key (e.g. `input.user_id`).
-    pub expression: String,
+    pub(crate) expression: String,
     /// Runs allowed at once per group.
-    pub max_runs: i32,
+    pub(crate) max_runs: i32,
     /// What happens to runs over the limit.
-    pub strategy: ConcurrencyStrategy,
+    pub(crate) strategy: ConcurrencyStrategy,
 }
 
 /// What the engine does with runs over a concurrency limit.
@@ -511,8 +519,13 @@ impl Workflow {
         self
     }
 
+    /// Its name (as registered, before any namespace).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Every task, the `on_failure` task last.
-    pub fn all_tasks(&self) -> impl Iterator<Item = &TaskDef> {
+    pub(crate) fn all_tasks(&self) -> impl Iterator<Item = &TaskDef> {
         self.tasks.iter().chain(self.on_failure.iter())
     }
 

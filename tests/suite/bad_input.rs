@@ -202,7 +202,7 @@ async fn a_handler_that_never_returns_is_cancelled_at_its_timeout_and_frees_its_
 
 #[tokio::test]
 async fn a_flood_of_log_lines_against_a_stalled_engine_never_blocks_the_task_and_stays_bounded() {
-    use hatchet_runtime::worker::logs::{LOG_QUEUE, LOG_SENDS};
+    use hatchet_runtime::test_hooks::{LOG_QUEUE, LOG_SENDS};
     const LINES: usize = 5_000;
     let (e, rt) = setup().await;
     rt.register(

@@ -1605,7 +1605,7 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
     let task_of_one = api.run(h1.run_id()).await.expect("run").tasks["only"]
         .task_run_id
         .clone();
-    let since = hatchet_runtime::calendar::format_rfc3339(since);
+    let since = hatchet_protocol::calendar::format_rfc3339(since);
     let mut out = Vec::new();
     for (name, path) in [
         (

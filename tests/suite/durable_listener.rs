@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
-use hatchet_runtime::error::DurableError;
-use hatchet_runtime::listener::durable_task::MAX_SEND_ATTEMPTS;
-use hatchet_runtime::listener::health::ListenerKind;
-use hatchet_runtime::proto::v1;
+use hatchet_protocol::v1;
+use hatchet_runtime::DurableError;
+use hatchet_runtime::ListenerKind;
+use hatchet_runtime::test_hooks::DURABLE_MAX_SEND_ATTEMPTS as MAX_SEND_ATTEMPTS;
 use hatchet_runtime::{
     Context, Runtime, RuntimeHandle, RuntimeOptions, TaskError, TaskOptions, WorkerOptions,
     Workflow,
@@ -115,10 +115,7 @@ async fn a_nondeterministic_replay_fails_the_task_with_a_typed_error_and_is_not_
     let record = seen.clone();
     rt.register(Workflow::new("drift").durable_task(
         "d",
-        TaskOptions {
-            retries: 3,
-            ..TaskOptions::default()
-        },
+        TaskOptions::default().retries(3),
         move |_i: Value, c: Context| {
             let record = record.clone();
             async move {
@@ -327,10 +324,7 @@ async fn a_retried_durable_task_replays_its_sleep_instead_of_diverging() {
     let rt = runtime(&engine).await;
     rt.register(Workflow::new("replayer").durable_task(
         "d",
-        TaskOptions {
-            retries: 1,
-            ..TaskOptions::default()
-        },
+        TaskOptions::default().retries(1),
         |_i: Value, c: Context| async move {
             // Each call makes fresh condition-group ids; the replay must still match node 1.
             c.sleep_for(Duration::from_millis(10)).await?;
@@ -364,10 +358,7 @@ async fn a_durable_ack_lost_with_its_stream_fails_the_attempt_and_its_retry_repl
     let (count, errors) = (executions.clone(), seen.clone());
     rt.register(Workflow::new("cut").durable_task(
         "d",
-        TaskOptions {
-            retries: 1,
-            ..TaskOptions::default()
-        },
+        TaskOptions::default().retries(1),
         move |_i: Value, c: Context| {
             let (count, errors) = (count.clone(), errors.clone());
             async move {

@@ -127,7 +127,6 @@ async fn the_token_never_appears_in_trace_logs() {
 
 #[tokio::test]
 async fn every_unary_call_the_engine_sees_is_in_the_runtime_s_ledger() {
-    use hatchet_runtime::retry::class::UNARY_METHODS;
     // A workload that makes every kind of unary call the runtime makes: registration, triggers,
     // step events, logs, stream chunks, child runs, durable and legacy-free waits, pushes, rate
     // limits, reads, heartbeats, the drain's unsubscribe. Then the engine's count of each unary
@@ -186,9 +185,9 @@ async fn every_unary_call_the_engine_sees_is_in_the_runtime_s_ledger() {
     let ledger = rt.counters();
     let seen = engine.faults().counters();
     let mut checked = 0;
-    for (path, _, _) in UNARY_METHODS {
-        let at_engine = seen.get(*path).copied().unwrap_or(0);
-        let in_ledger = ledger.get(*path).map_or(0, |c| c.attempts);
+    for path in hatchet_runtime::test_hooks::unary_methods() {
+        let at_engine = seen.get(path).copied().unwrap_or(0);
+        let in_ledger = ledger.get(path).map_or(0, |c| c.attempts);
         assert_eq!(
             at_engine, in_ledger,
             "{path}: engine {at_engine}, ledger {in_ledger}"

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
+use hatchet_runtime::ListenerKind;
 use hatchet_runtime::config::ClientConfig;
-use hatchet_runtime::listener::health::ListenerKind;
 use hatchet_runtime::{Context, Runtime, RuntimeOptions, TaskError, WorkerOptions, Workflow};
 use serde_json::{Value, json};
 use tonic::Code;
@@ -50,10 +50,7 @@ async fn health_and_metrics_endpoints_report_the_worker() {
     let base = format!("http://{addr}");
     let client = http();
     until(&rt, ListenerKind::WorkerActions, |s| {
-        matches!(
-            s,
-            hatchet_runtime::listener::health::ListenerState::Connected { .. }
-        )
+        matches!(s, hatchet_runtime::ListenerState::Connected { .. })
     })
     .await;
 
@@ -67,7 +64,8 @@ async fn health_and_metrics_endpoints_report_the_worker() {
     assert_eq!(body["status"], "healthy");
     assert_eq!(body["listeners"]["worker_actions"]["state"], "connected");
     assert_eq!(body["worker_id"], json!(rt.worker_id()));
-    assert_eq!(body["slots"]["total"], 8, "4 default + 4 durable");
+    // 4 default slots; no durable pool: none of its tasks is durable (as the official SDKs).
+    assert_eq!(body["slots"]["total"], 4, "4 default, no durable pool");
 
     let _: Value = rt.run("echo", &json!({"x": 1})).await.expect("echo");
     let _ = rt.run::<_, Value>("boom", &json!({})).await;
@@ -83,7 +81,7 @@ async fn health_and_metrics_endpoints_report_the_worker() {
         "hatchet_tasks_total{event=\"started\"} 2",
         "hatchet_tasks_total{event=\"completed\"} 1",
         "hatchet_tasks_total{event=\"failed\"} 1",
-        "hatchet_worker_slots{state=\"free\"} 8",
+        "hatchet_worker_slots{state=\"free\"} 4",
         "hatchet_network_attempts_total{method=\"/WorkflowService/TriggerWorkflow\"} 2",
         "hatchet_listener_state{listener=\"worker_actions\",state=\"connected\"} 1",
     ] {
@@ -132,10 +130,7 @@ async fn health_and_metrics_endpoints_report_the_worker() {
     );
     e.faults().drop_connections();
     until(&rt, ListenerKind::WorkerActions, |s| {
-        matches!(
-            s,
-            hatchet_runtime::listener::health::ListenerState::Reconnecting { .. }
-        )
+        matches!(s, hatchet_runtime::ListenerState::Reconnecting { .. })
     })
     .await;
     let (code, body) = status("/ready").await;
@@ -153,10 +148,7 @@ async fn health_and_metrics_endpoints_report_the_worker() {
     assert_eq!(status("/health").await.0, 503, "/health answers as /ready");
     e.faults().clear();
     until(&rt, ListenerKind::WorkerActions, |s| {
-        matches!(
-            s,
-            hatchet_runtime::listener::health::ListenerState::Connected { .. }
-        )
+        matches!(s, hatchet_runtime::ListenerState::Connected { .. })
     })
     .await;
     assert_eq!(
@@ -252,8 +244,7 @@ fn the_healthcheck_is_switched_on_like_the_python_sdk_s() {
 #[tokio::test]
 async fn a_task_s_tracing_events_reach_the_engine_as_its_logs_with_the_layer() {
     use tracing_subscriber::layer::SubscriberExt as _;
-    let subscriber =
-        tracing_subscriber::registry().with(hatchet_runtime::worker::logs::TaskLogLayer);
+    let subscriber = tracing_subscriber::registry().with(hatchet_runtime::TaskLogLayer);
     // The test runtime is current-thread: every task of this test sees this subscriber.
     let _guard = tracing::subscriber::set_default(subscriber);
     let e = DevEngine::start(DevEngineOptions::default())

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
-use hatchet_runtime::listener::health::{ListenerKind, ListenerState};
 use hatchet_runtime::{
     Context, Outcome, Runtime, RuntimeHandle, TaskError, TaskOptions, TriggerOptions,
     WorkerOptions, Workflow,
 };
+use hatchet_runtime::{ListenerKind, ListenerState};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -384,7 +384,7 @@ async fn results_survive_an_engine_restart_and_a_listener_crash() {
 
 #[test]
 fn definitions_carry_retries_timeouts_triggers_slots_concurrency_and_durability() {
-    use hatchet_runtime::proto::v1::ConcurrencyLimitStrategy;
+    use hatchet_protocol::v1::ConcurrencyLimitStrategy;
     let wf = Workflow::new("Orders")
         .task_with(
             "charge",

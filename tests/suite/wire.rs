@@ -3,8 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use hatchet_runtime::proto::{self, v1};
-use hatchet_runtime::retry::class;
+use hatchet_protocol::{self as proto, v1};
 use prost::Message as _;
 use prost_types::FileDescriptorSet;
 
@@ -194,72 +193,6 @@ fn every_method_path_matches_the_protocol() {
     );
     assert_eq!(v1::v1_dispatcher_server::SERVICE_NAME, "v1.V1Dispatcher");
     assert_eq!(v1::admin_service_server::SERVICE_NAME, "v1.AdminService");
-}
-
-#[test]
-fn every_compiled_method_has_a_retry_class_or_is_a_stream() {
-    let mut unary_seen = BTreeSet::new();
-    for (path, cs, ss) in compiled_methods() {
-        if cs || ss {
-            assert!(
-                class::is_streaming(&path),
-                "{path} streams but is not in STREAMING_METHODS"
-            );
-            assert!(
-                class::class_of(&path).is_none(),
-                "{path} streams but has a unary class"
-            );
-        } else {
-            assert!(
-                class::class_of(&path).is_some(),
-                "{path} has no retry class: add it to UNARY_METHODS"
-            );
-            unary_seen.insert(path);
-        }
-    }
-    // And no stale rows: every table row is a compiled method.
-    for (path, _, _) in class::UNARY_METHODS {
-        assert!(
-            unary_seen.contains(*path),
-            "{path} is in the table but not compiled"
-        );
-    }
-    assert_eq!(class::STREAMING_METHODS.len(), 6);
-}
-
-#[test]
-fn writes_and_reads_are_classified_as_the_contract_says() {
-    use hatchet_runtime::retry::RequestClass::*;
-    let expect = [
-        ("/Dispatcher/GetVersion", Read),
-        ("/v1.AdminService/GetRunDetails", Read),
-        ("/Dispatcher/Heartbeat", IdempotentWrite),
-        ("/Dispatcher/SendStepActionEvent", IdempotentWrite),
-        ("/v1.AdminService/PutWorkflow", IdempotentWrite),
-        ("/v1.AdminService/CancelTasks", IdempotentWrite),
-        ("/EventsService/PutLog", IdempotentWrite),
-        ("/WorkflowService/TriggerWorkflow", Write),
-        ("/WorkflowService/BulkTriggerWorkflow", Write),
-        ("/WorkflowService/ScheduleWorkflow", Write),
-        ("/EventsService/Push", Write),
-        ("/EventsService/BulkPush", Write),
-        ("/Dispatcher/Register", Write),
-        ("/v1.AdminService/ReplayTasks", Write),
-    ];
-    for (path, c) in expect {
-        assert_eq!(class::class_of(path), Some(c), "{path}");
-    }
-    // Per-request overrides raise a Write to IdempotentWrite, and never lower anything.
-    let child = class::request_class(
-        "/WorkflowService/TriggerWorkflow",
-        Some(class::ClassOverride::ChildKeyed),
-    );
-    assert_eq!(child, Some(IdempotentWrite));
-    let read = class::request_class(
-        "/Dispatcher/GetVersion",
-        Some(class::ClassOverride::CallerIdempotent),
-    );
-    assert_eq!(read, Some(Read));
 }
 
 #[test]

@@ -83,7 +83,7 @@ pub fn data(st: &State, now: SystemTime) -> Value {
                 "id": r.id,
                 "workflow": r.workflow_name,
                 "status": status(r.status),
-                "created_at": hatchet_runtime::calendar::format_rfc3339(r.created_at),
+                "created_at": hatchet_protocol::calendar::format_rfc3339(r.created_at),
                 "duration_ms": r.started_at.map(|s| millis(s, end)),
                 "tasks": tasks,
             })
@@ -120,7 +120,7 @@ pub fn data(st: &State, now: SystemTime) -> Value {
         .map(|e| {
             json!({
                 "key": e.key,
-                "at": hatchet_runtime::calendar::format_rfc3339(e.at),
+                "at": hatchet_protocol::calendar::format_rfc3339(e.at),
                 "payload": cut(&e.payload.to_string()),
             })
         })

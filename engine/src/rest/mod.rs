@@ -21,7 +21,7 @@ mod runs;
 use crate::core::Engine;
 use crate::faults::{Fault, FaultRule, Faults};
 use crate::gate::bearer_ok;
-use hatchet_runtime::proto::rfc3339;
+use hatchet_protocol::rfc3339;
 
 /// Shared by the handlers.
 #[derive(Clone, Debug)]
@@ -230,7 +230,7 @@ async fn create_scheduled(
     let Some(text) = b.get("triggerAt").and_then(Value::as_str) else {
         return err(StatusCode::BAD_REQUEST, "triggerAt is required");
     };
-    let Some(at) = hatchet_runtime::calendar::parse_rfc3339(text) else {
+    let Some(at) = hatchet_protocol::calendar::parse_rfc3339(text) else {
         return err(
             StatusCode::BAD_REQUEST,
             "triggerAt must be an RFC 3339 time such as 2026-12-01T09:30:00Z",
@@ -547,7 +547,7 @@ pub fn router(state: Rest) -> axum::Router {
         .route("/_dev/counters", get(counters))
         .route("/_dev/drop-connections", post(drop_connections))
         .layer(axum::extract::DefaultBodyLimit::max(
-            hatchet_runtime::transport::MAX_MESSAGE_BYTES,
+            hatchet_protocol::MAX_MESSAGE_BYTES,
         ))
         .layer(axum::middleware::from_fn_with_state(state.clone(), gate))
         .with_state(state)

@@ -25,7 +25,7 @@ use super::{Rest, meta, tenant_ok};
 use crate::control::{RunFilter, Targets};
 use crate::core::State;
 use crate::model::{Run, Status, Task};
-use hatchet_runtime::proto::rfc3339;
+use hatchet_protocol::rfc3339;
 
 /// How an unset time reads on a run (Go's zero time).
 const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
@@ -388,7 +388,7 @@ impl Params {
     fn time(&self, k: &str) -> Result<Option<SystemTime>, String> {
         match self.one(k) {
             None => Ok(None),
-            Some(v) => hatchet_runtime::calendar::parse_rfc3339(v)
+            Some(v) => hatchet_protocol::calendar::parse_rfc3339(v)
                 .map(Some)
                 .ok_or_else(|| format!("{k} must be an RFC 3339 time, got {v:?}")),
         }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use hatchet_runtime::proto::{self, ActionType, StepActionEventType as E, v1};
+use hatchet_protocol::{self as proto, ActionType, StepActionEventType as E, v1};
 use tonic::Code;
 
 use crate::support::{H, next};

@@ -4,13 +4,13 @@
 use std::sync::Arc;
 
 use super::registry::{Ack, Completion, DurableRegistry, EntryKey, key_of, target};
-use super::{ACK_TIMEOUT, EVICTION_ACK_TIMEOUT, OPERATION};
+use super::{ACK_TIMEOUT, OPERATION};
 use crate::error::{Error, Outcome};
 use crate::proto::v1::{self, durable_task_request::Message as Req};
 
 /// What a task context uses to run durable operations.
 #[derive(Clone)]
-pub struct DurableClient {
+pub(crate) struct DurableClient {
     /// Registry.
     pub registry: Arc<DurableRegistry>,
     /// Arms the stream.
@@ -62,7 +62,7 @@ impl DurableClient {
     ///
     /// Cancel safe: dropping it forgets the wait locally; the engine keeps the node, and a replay
     /// of the same wait finds it.
-    pub async fn wait_for(
+    pub(crate) async fn wait_for(
         &self,
         task: &str,
         invocation: i32,
@@ -99,7 +99,7 @@ impl DurableClient {
     /// # Cancel safety
     ///
     /// Cancel safe: an interrupted memo is recomputed on replay.
-    pub async fn memo<F, Fut>(
+    pub(crate) async fn memo<F, Fut>(
         &self,
         task: &str,
         invocation: i32,
@@ -138,28 +138,6 @@ impl DurableClient {
         });
         Ok(value)
     }
-
-    /// Tells the engine to evict this invocation; fails if no ack comes in 30 s.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn evict(&self, task: &str, invocation: i32, reason: &str) -> Result<(), Error> {
-        let req = v1::DurableTaskRequest {
-            message: Some(Req::EvictInvocation(
-                v1::DurableTaskEvictInvocationRequest {
-                    invocation_count: invocation,
-                    durable_task_external_id: task.to_string(),
-                    reason: Some(reason.to_string()),
-                },
-            )),
-        };
-        match tokio::time::timeout(EVICTION_ACK_TIMEOUT, self.request(req)).await {
-            Ok(r) => r.map(|_| ()),
-            Err(_) => Err(Error::new(Outcome::DeadlineExceeded, "DurableTask")
-                .with_detail("no eviction ack within 30 s")),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -167,24 +145,6 @@ mod tests {
     use super::*;
     use crate::proto::v1::durable_task_response::Message as Resp;
     use tokio::sync::mpsc;
-
-    #[tokio::test(start_paused = true)]
-    async fn an_eviction_without_an_ack_fails_after_thirty_seconds_and_is_dropped() {
-        let registry = Arc::new(DurableRegistry::default());
-        let client = DurableClient {
-            registry: registry.clone(),
-            ensure: Arc::new(|| {}),
-        };
-        let started = tokio::time::Instant::now();
-        let err = client.evict("t", 1, "test").await.expect_err("no ack");
-        assert_eq!(err.outcome(), Outcome::DeadlineExceeded);
-        assert_eq!(started.elapsed(), EVICTION_ACK_TIMEOUT);
-        assert_eq!(
-            registry.pending_counts(),
-            (0, 0, 0),
-            "the abandoned request is neither re-sent nor awaited"
-        );
-    }
 
     #[tokio::test(start_paused = true)]
     async fn a_request_never_acknowledged_fails_after_sixty_seconds_and_its_late_ack_wakes_nobody()

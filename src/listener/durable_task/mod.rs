@@ -38,8 +38,8 @@
 mod client;
 mod registry;
 
-pub use client::DurableClient;
-pub use registry::{Ack, Completion, DurableRegistry, EntryKey};
+pub(crate) use client::DurableClient;
+pub(crate) use registry::DurableRegistry;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,28 +54,26 @@ use crate::connection::Connection;
 use crate::proto::v1;
 
 /// How long a completion that arrived before its waiter is kept.
-pub const EARLY_COMPLETION_TTL: Duration = Duration::from_secs(10);
-/// How long an eviction waits for its ack.
-pub const EVICTION_ACK_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const EARLY_COMPLETION_TTL: Duration = Duration::from_secs(10);
 /// How often pending waits are listed to the engine (`worker_status`), as the SDKs do.
-pub const STATUS_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// How long a request waits for its ack on any stream before it fails (the Python SDK's
 /// 60 s for event acks).
-pub const ACK_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const ACK_TIMEOUT: Duration = Duration::from_secs(60);
 /// Consecutive streams without progress a request may ride before it fails (the bound on
 /// synchronous paths, CONTRACT.md §3).
-pub const MAX_SEND_ATTEMPTS: u32 = 5;
+pub(crate) const MAX_SEND_ATTEMPTS: u32 = 5;
 /// Status ticks a stream stays open before requests go out on it without the engine's answer to
 /// `register_worker` (an engine that does not answer it still serves the stream).
-pub const READY_AFTER_TICKS: u32 = 2;
+pub(crate) const READY_AFTER_TICKS: u32 = 2;
 
 const OPERATION: &str = "/v1.V1Dispatcher/DurableTask";
 
 /// Called with `(task, invocation)` when the engine evicts that invocation and every older one.
-pub type EvictHook = Arc<dyn Fn(&str, i32) + Send + Sync>;
+pub(crate) type EvictHook = Arc<dyn Fn(&str, i32) + Send + Sync>;
 
 /// The durable-task listener's kind: its registry and the worker's identity.
-pub struct DurableTaskKind {
+pub(crate) struct DurableTaskKind {
     /// Requests, acks, waits and completions.
     pub registry: Arc<DurableRegistry>,
     /// The worker's id (every stream starts by registering it).
@@ -86,7 +84,7 @@ pub struct DurableTaskKind {
 
 impl DurableTaskKind {
     /// The kind for `registry`, registering as `identity`'s worker.
-    pub fn new(registry: Arc<DurableRegistry>, identity: Arc<WorkerIdentity>) -> Self {
+    pub(crate) fn new(registry: Arc<DurableRegistry>, identity: Arc<WorkerIdentity>) -> Self {
         DurableTaskKind {
             registry,
             identity,

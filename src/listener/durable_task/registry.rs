@@ -23,7 +23,7 @@ use crate::proto::v1::{
 };
 
 /// An entry ref: `(task, invocation, branch, node)`.
-pub type EntryKey = (String, i32, i64, i64);
+pub(crate) type EntryKey = (String, i32, i64, i64);
 
 /// A task invocation: `(task, invocation)`, the unit whose requests go out one at a time.
 pub(super) type Lane = (String, i32);
@@ -39,13 +39,13 @@ pub(super) fn key_of(r: &v1::DurableEventLogEntryRef) -> EntryKey {
 
 /// An ack.
 #[derive(Debug)]
-pub enum Ack {
+pub(crate) enum Ack {
     /// `wait_for_ack`.
     Wait(v1::DurableEventLogEntryRef),
     /// `memo_ack`.
     Memo(v1::DurableTaskEventMemoAckResponse),
-    /// `trigger_runs_ack`.
-    Runs(v1::DurableTaskEventTriggerRunsAckResponse),
+    /// `trigger_runs_ack` (its run ids are read once durable children come: issue 26).
+    Runs,
     /// `eviction_ack`.
     Evicted,
 }
@@ -74,7 +74,7 @@ impl AckKind {
         match ack {
             Ack::Wait(_) => AckKind::Wait,
             Ack::Memo(_) => AckKind::Memo,
-            Ack::Runs(_) => AckKind::Runs,
+            Ack::Runs => AckKind::Runs,
             Ack::Evicted => AckKind::Evict,
         }
     }
@@ -82,7 +82,7 @@ impl AckKind {
 
 /// A completed entry.
 #[derive(Debug, Clone)]
-pub struct Completion {
+pub(crate) struct Completion {
     /// The payload (JSON bytes).
     pub payload: Vec<u8>,
     /// Whether it is a failure.
@@ -203,7 +203,7 @@ fn behind_doubt_error() -> Error {
 
 /// The durable registry. Outlives listener restarts.
 #[derive(Default)]
-pub struct DurableRegistry {
+pub(crate) struct DurableRegistry {
     inner: Mutex<Inner>,
     next: AtomicU64,
     on_evict: Mutex<Option<EvictHook>>,
@@ -350,7 +350,7 @@ impl DurableRegistry {
     }
 
     /// Sets what runs when the engine evicts an invocation (the worker cancels it).
-    pub fn set_evict_hook(&self, hook: EvictHook) {
+    pub(crate) fn set_evict_hook(&self, hook: EvictHook) {
         *self.on_evict.lock() = Some(hook);
     }
 
@@ -476,7 +476,8 @@ impl DurableRegistry {
             }
             Resp::TriggerRunsAck(t) => {
                 let lane = (t.durable_task_external_id.clone(), t.invocation_count);
-                self.ack(lane, Ack::Runs(t));
+                let _ = t;
+                self.ack(lane, Ack::Runs);
             }
             Resp::EvictionAck(e) => {
                 let lane = (e.durable_task_external_id.clone(), e.invocation_count);
@@ -643,7 +644,7 @@ impl DurableRegistry {
     }
 
     /// Fails everything pending and refuses new work (runtime shutdown).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         let mut g = self.inner.lock();
         g.closed = true;
         g.published = None;

@@ -20,7 +20,7 @@ mod waits;
 /// What an assignment's `action_payload` carries for the task.
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
-pub struct ActionPayload {
+pub(crate) struct ActionPayload {
     /// The run's input (`{}` when absent or null).
     pub input: Value,
     /// The parents' outputs, by task name.
@@ -34,7 +34,7 @@ pub struct ActionPayload {
 /// Decodes an assignment's `action_payload`: the one parser the worker uses (and the fuzz
 /// target drives). Tolerates missing, null, mistyped and extra keys (hatchet-protocol.md
 /// §4.1.3); anything that is not a JSON object is an error that says so.
-pub fn decode_action_payload(payload: &str) -> Result<ActionPayload, String> {
+pub(crate) fn decode_action_payload(payload: &str) -> Result<ActionPayload, String> {
     let payload: Value = if payload.trim().is_empty() {
         Value::Object(Default::default())
     } else {
@@ -243,7 +243,7 @@ impl Context {
     }
 
     /// Sends a log line to the engine (PutLog), in the background. Never waits: when the engine
-    /// falls behind by [`crate::worker::logs::LOG_QUEUE`] lines, new lines are dropped and
+    /// falls behind by 1,024 lines, new lines are dropped and
     /// counted ([`crate::RuntimeHandle::logs_dropped`]).
     pub fn log(&self, message: impl Into<String>) {
         self.log_at(tracing::Level::INFO, message);

@@ -151,3 +151,93 @@ func benchLatency() error {
 	fmt.Println(string(line))
 	return nil
 }
+
+// benchOutage is the Go SDK's side of benchmark 4 (outage amplification,
+// benches/side_by_side.rs): BENCH_OUTAGE_READERS (20) readers on one client, each calling
+// GetEngineVersion (the Dispatcher's GetVersion, through the SDK's own gRPC retry interceptor)
+// once a second. Prints {"event":"ready"} once the client exists, waits for one line on stdin,
+// runs for BENCH_OUTAGE_SECS (20) s, then prints {"event":"done","operations":N} (the reads
+// started) and exits without waiting for the reads still in their backoff.
+func benchOutage() error {
+	client, err := hatchet.NewClient()
+	if err != nil {
+		return fmt.Errorf("hatchet.NewClient: %w", err)
+	}
+	readers, secs := envInt("BENCH_OUTAGE_READERS", 20), envInt("BENCH_OUTAGE_SECS", 20)
+	fmt.Println(`{"event":"ready"}`)
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return fmt.Errorf("waiting for the go line on stdin: %w", err)
+	}
+	var ops atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs)*time.Second)
+	defer cancel()
+	for r := 0; r < readers; r++ {
+		go func() {
+			for ctx.Err() == nil {
+				ops.Add(1)
+				_, _ = client.GetEngineVersion(ctx)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+		}()
+	}
+	<-ctx.Done()
+	fmt.Printf("{\"event\":\"done\",\"operations\":%d}\n", ops.Load())
+	os.Exit(0)
+	return nil
+}
+
+// benchReconnect is the Go SDK's side of benchmark 3 (10,000 waiters across an engine
+// restart, benches/side_by_side.rs): triggers BENCH_RECONNECT_RUNS (10000) runs of
+// BENCH_WORKFLOW (noop; no worker serves it, the benchmark completes the runs itself) with
+// RunMany, awaits every result with Result() (the SDK's pooled SubscribeToWorkflowRuns
+// listener), prints `waiting`, then `done <results> <errors>` once every result arrived, or
+// after BENCH_RECONNECT_WAIT_S (100) s with what arrived by then.
+func benchReconnect() error {
+	client, err := hatchet.NewClient()
+	if err != nil {
+		return fmt.Errorf("hatchet.NewClient: %w", err)
+	}
+	workflow := os.Getenv("BENCH_WORKFLOW")
+	if workflow == "" {
+		workflow = "noop"
+	}
+	n, chunk := envInt("BENCH_RECONNECT_RUNS", 10000), envInt("BENCH_CHUNK", 500)
+	var refs []hatchet.WorkflowRunRef
+	for at := 0; at < n; at += chunk {
+		var inputs []hatchet.RunManyOpt
+		for k := at; k < min(at+chunk, n); k++ {
+			inputs = append(inputs, hatchet.RunManyOpt{Input: benchIn{I: k}})
+		}
+		got, err := client.RunMany(context.Background(), workflow, inputs)
+		if err != nil {
+			return fmt.Errorf("RunMany: %w", err)
+		}
+		refs = append(refs, got...)
+	}
+	var ok, bad atomic.Int64
+	all := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range refs {
+		wg.Add(1)
+		go func(ref *hatchet.WorkflowRunRef) {
+			defer wg.Done()
+			if _, err := ref.Result(); err != nil {
+				bad.Add(1)
+			} else {
+				ok.Add(1)
+			}
+		}(&refs[i])
+	}
+	go func() { wg.Wait(); close(all) }()
+	fmt.Println("waiting")
+	select {
+	case <-all:
+	case <-time.After(time.Duration(envInt("BENCH_RECONNECT_WAIT_S", 100)) * time.Second):
+	}
+	fmt.Printf("done %d %d\n", ok.Load(), bad.Load())
+	os.Exit(0)
+	return nil
+}

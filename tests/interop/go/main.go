@@ -26,7 +26,8 @@
 //	g11 our Rust client binary runs go-echo on the Go worker
 //	g12 the Go client runs our Rust worker's rust-echo and rust-dag
 //
-// `go-interop bench-worker`, `bench-drive` and `bench-latency` are the Go SDK's side of the
+// `go-interop bench-worker`, `bench-drive`, `bench-latency`, `bench-outage` and
+// `bench-reconnect` are the Go SDK's side of the
 // throughput benchmark (bench.go).
 //
 // Env: HATCHET_DEV_ENGINE_BIN (our engine; unused on the real engine), HATCHET_RUST_WORKER_BIN
@@ -315,8 +316,12 @@ func main() {
 			err = benchDrive()
 		case "bench-latency":
 			err = benchLatency()
+		case "bench-outage":
+			err = benchOutage()
+		case "bench-reconnect":
+			err = benchReconnect()
 		default:
-			err = fmt.Errorf("unknown command %q: suite (the default), bench-worker, bench-drive or bench-latency", os.Args[1])
+			err = fmt.Errorf("unknown command %q: suite (the default), bench-worker, bench-drive, bench-latency, bench-outage or bench-reconnect", os.Args[1])
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "go-interop %s: %v\n", os.Args[1], err)

@@ -1,11 +1,13 @@
 //! Inputs kept from fuzzing (`scripts/fuzz.sh`) and edge cases next to them: each must give a
 //! clear error or value, never a panic. A crash the fuzzer finds gets its input added here.
+//! Unit tests of the crate: the parsers they drive are internal (the fuzz targets reach them
+//! through `test_hooks`).
 
 use std::time::{Duration, SystemTime};
 
-use hatchet_runtime::config::{SecretToken, parse_claims};
-use hatchet_runtime::retry::pushback::{Pushback, parse_grpc_pushback, parse_retry_after};
-use hatchet_runtime::worker::context::decode_action_payload;
+use crate::config::{SecretToken, parse_claims};
+use crate::retry::pushback::{Pushback, parse_grpc_pushback, parse_retry_after};
+use crate::worker::context::decode_action_payload;
 
 #[test]
 fn token_edge_cases() {

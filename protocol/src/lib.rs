@@ -1,10 +1,20 @@
-//! Code generated from `proto/` (our own definitions, written from the protocol fact sheet).
+//! The Hatchet wire protocol as `hatchet-runtime` and `hatchet-dev-engine` speak it: code
+//! generated from `proto/` (our own definitions, written from the protocol fact sheet), the
+//! details the engine puts in its statuses, and the protocol's facts ([`calendar`]: the REST
+//! API's time format; [`MAX_MESSAGE_BYTES`]). Its own crate, as Temporal's sdk-core keeps its
+//! protos: the runtime's public API converts to its own types at this boundary and never names
+//! a generated type.
 //!
 //! The three legacy files have no package, so their types live at this module's root; the `v1`
 //! files live in [`v1`]. The generated legacy code refers to `v1::…`, which resolves to the
 //! sibling module below.
 
 #![allow(missing_docs, clippy::all, clippy::pedantic)]
+
+pub mod calendar;
+
+/// Largest message sent or received (the engine's default limit).
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
 
 include!(concat!(env!("OUT_DIR"), "/_.rs"));
 
@@ -84,9 +94,9 @@ pub fn timestamp_now() -> prost_types::Timestamp {
     timestamp(std::time::SystemTime::now())
 }
 
-/// `t` as RFC 3339 in UTC (the REST API's time format), see [`crate::calendar::format_rfc3339`].
+/// `t` as RFC 3339 in UTC (the REST API's time format), see [`calendar::format_rfc3339`].
 pub fn rfc3339(t: std::time::SystemTime) -> String {
-    crate::calendar::format_rfc3339(t)
+    calendar::format_rfc3339(t)
 }
 
 #[cfg(test)]

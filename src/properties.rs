@@ -1,15 +1,15 @@
-//! Property tests (proptest): backoff windows and caps, deadline arithmetic, Retry-After and
+//! Property tests (proptest, unit tests of the crate: they drive internals): backoff windows and caps, deadline arithmetic, Retry-After and
 //! pushback parsing, the retry decision, token parsing, the action payload.
 
 use std::time::{Duration, SystemTime};
 
-use hatchet_runtime::Outcome;
-use hatchet_runtime::config::{SecretToken, encode_dev_token, parse_claims};
-use hatchet_runtime::retry::Backoff;
-use hatchet_runtime::retry::backoff::{STREAM_BACKOFF, UNARY_BACKOFF};
-use hatchet_runtime::retry::decision::{Decision, Failure, Policy, decide};
-use hatchet_runtime::retry::pushback::{Pushback, parse_grpc_pushback, parse_retry_after};
-use hatchet_runtime::retry::{Deadline, RequestClass};
+use crate::Outcome;
+use crate::config::{SecretToken, encode_dev_token, parse_claims};
+use crate::retry::RequestClass;
+use crate::retry::backoff::{Backoff, STREAM_BACKOFF, UNARY_BACKOFF};
+use crate::retry::deadline::Deadline;
+use crate::retry::decision::{Decision, Failure, Policy, decide};
+use crate::retry::pushback::{Pushback, parse_grpc_pushback, parse_retry_after};
 use proptest::prelude::*;
 use rand::SeedableRng as _;
 use rand::rngs::StdRng;
