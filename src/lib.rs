@@ -25,7 +25,7 @@ mod transport;
 mod worker;
 
 pub use client::api::{
-    Api, Cron, Meta, RateLimitInfo, RunStatus, Schedule, TaskSummary, WorkerInfo,
+    Api, Cron, Meta, RateLimitInfo, RunStatus, Schedule, SlotCapacity, TaskSummary, WorkerInfo,
 };
 pub use client::bulk::{BulkEvent, BulkRun};
 pub use client::control::RunFilter;

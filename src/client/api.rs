@@ -155,6 +155,21 @@ pub struct WorkerInfo {
     /// Actions it runs.
     #[serde(default)]
     pub actions: Vec<String>,
+    /// Its slot pools by slot type (`default`; `durable` only for a worker with durable
+    /// tasks): how many it registered and how many are free.
+    #[serde(default)]
+    pub slot_config: std::collections::BTreeMap<String, SlotCapacity>,
+}
+
+/// One slot pool of a worker, as the REST API shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct SlotCapacity {
+    /// Slots registered.
+    pub limit: i32,
+    /// Slots free now (the engine's view; it trails assignments a little).
+    #[serde(default)]
+    pub available: Option<i32>,
 }
 
 /// A rate limit.

@@ -711,8 +711,15 @@ async fn execute(
         )
     };
     let result = match (
-        handler,
-        Context::new(action.clone(), token.clone(), core.clone(), durable, slot),
+        handler.clone(),
+        Context::new(
+            action.clone(),
+            handler,
+            token.clone(),
+            core.clone(),
+            durable,
+            slot,
+        ),
     ) {
         (None, _) => Err(TaskError::non_retryable(format!(
             "this worker has no handler for action {}",

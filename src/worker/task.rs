@@ -232,6 +232,8 @@ impl TaskOptions {
 pub(crate) struct TaskDef {
     /// Name (readable id).
     pub name: String,
+    /// Its workflow's name, as declared (no namespace).
+    pub workflow: String,
     /// Options.
     pub options: TaskOptions,
     /// Durable (sleeps and event waits survive worker restarts).
@@ -332,6 +334,7 @@ impl std::fmt::Debug for TaskDef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TaskDef")
             .field("name", &self.name)
+            .field("workflow", &self.workflow)
             .field("options", &self.options)
             .field("durable", &self.durable)
             .finish()
@@ -500,6 +503,7 @@ impl Workflow {
         Fut: Future<Output = Result<O, E>> + Send + 'static,
     {
         self.on_failure = Some(TaskDef {
+            workflow: self.name.clone(),
             name: name.to_string(),
             options: TaskOptions {
                 parents: Vec::new(),
@@ -566,6 +570,7 @@ impl Workflow {
         Fut: Future<Output = Result<O, E>> + Send + 'static,
     {
         self.tasks.push(TaskDef {
+            workflow: self.name.clone(),
             name: name.to_string(),
             options,
             durable: false,
@@ -585,6 +590,7 @@ impl Workflow {
         Fut: Future<Output = Result<O, E>> + Send + 'static,
     {
         self.tasks.push(TaskDef {
+            workflow: self.name.clone(),
             name: name.to_string(),
             options,
             durable: true,

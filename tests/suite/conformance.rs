@@ -218,7 +218,179 @@ fn counter() -> Arc<AtomicU32> {
     Arc::new(AtomicU32::new(0))
 }
 
+/// What a task reads about its attempt (the official SDKs' context accessors), from the
+/// assignment the engine sends and the worker's own declarations: names, attempt numbers,
+/// priority, lineage of a child, the event that triggered a run, the worker's labels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_task_reads_its_attempt_lineage_trigger_and_worker() {
+    fn about(c: &Context) -> Value {
+        json!({
+            "task": c.task_name(), "workflow": c.workflow_name(),
+            "attempt": c.attempt_number(), "max": c.max_attempts(), "priority": c.priority(),
+            "parent": c.parent_task_run_id(), "index": c.child_index(), "key": c.child_key(),
+            "event_key": c.triggering_event_key(), "event_id": c.triggering_event_id(),
+            "workflow_id": c.workflow_id().is_some(), "version_id": c.workflow_version_id().is_some(),
+            "zone_a": c.worker_labels().get("zone") == Some(&hatchet_runtime::LabelValue::from("a")),
+        })
+    }
+    let t = Target::new("about").await;
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let s = seen.clone();
+    let child = Workflow::new("about-child").task("c", move |_i: Value, c: Context| {
+        s.lock().push(about(&c));
+        async move { Ok::<_, TaskError>(json!({"child_of": c.parent_task_run_id()})) }
+    });
+    let parent = Workflow::new("about-parent").task_with(
+        "p",
+        TaskOptions::default().retries(2),
+        |_i: Value, c: Context| async move {
+            if c.attempt_number() == 1 {
+                return Err(TaskError::new("the first attempt fails"));
+            }
+            let h = c
+                .spawn_child_with_options("about-child", &json!({}), ChildOptions::new().key("k1"))
+                .await?;
+            let out: Value = h.result().await?;
+            Ok::<_, TaskError>(json!({"me": about(&c), "task_run": c.task_run_id(), "child": out}))
+        },
+    );
+    let s = seen.clone();
+    let on_event = Workflow::new("about-event")
+        .on_events(["about:happened"])
+        .task("e", move |_i: Value, c: Context| {
+            s.lock().push(about(&c));
+            async move { Ok::<_, TaskError>(Value::Null) }
+        });
+    let (rt, _) = t
+        .worker_with(
+            WorkerOptions::new("about", 8).label("zone", "a"),
+            vec![child, parent, on_event],
+        )
+        .await;
+    let h = rt
+        .run_no_wait_with(
+            "about-parent",
+            &json!({}),
+            TriggerOptions::new().priority(3),
+        )
+        .await
+        .expect("trigger");
+    let out: Value = h.result_within(RESULT).await.expect("result");
+    let me = &out["me"];
+    assert_eq!(
+        (
+            &me["task"],
+            &me["workflow"],
+            &me["attempt"],
+            &me["max"],
+            &me["priority"]
+        ),
+        (
+            &json!("p"),
+            &json!("about-parent"),
+            &json!(2),
+            &json!(3),
+            &json!(3)
+        ),
+        "{me}"
+    );
+    assert_eq!(
+        (&me["workflow_id"], &me["version_id"]),
+        (&json!(true), &json!(true))
+    );
+    assert_eq!(me["zone_a"], json!(true), "the worker's label: {me}");
+    assert_eq!(me["parent"], Value::Null);
+    let child_seen = seen.lock()[0].clone();
+    assert_eq!(
+        (
+            &child_seen["task"],
+            &child_seen["workflow"],
+            &child_seen["index"],
+            &child_seen["key"]
+        ),
+        (&json!("c"), &json!("about-child"), &json!(0), &json!("k1")),
+        "{child_seen}"
+    );
+    assert_eq!(
+        child_seen["parent"], out["task_run"],
+        "the parent task run spawned it"
+    );
+    let event_id = rt
+        .push("about:happened", &json!({"x": 1}))
+        .await
+        .expect("push");
+    until("the event-triggered run", || seen.lock().len() == 2).await;
+    let ev = seen.lock()[1].clone();
+    assert_eq!(
+        (&ev["workflow"], &ev["event_key"], &ev["event_id"]),
+        (
+            &json!("about-event"),
+            &json!("about:happened"),
+            &json!(event_id)
+        ),
+        "{ev}"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 // --- run, DAG, retries, non-retryable errors, timeouts --------------------------------------
+
+/// A worker registers the slot pools its tasks use, as the official SDKs do: `default` only for
+/// plain tasks, `durable` too once a task is durable. On the real engine idle durable slots
+/// beside plain ones delayed every refill of the plain slots to the scheduler's 1-1.5 s poll
+/// (2,000 echo tasks took 3x the Go SDK's time), so the shape is checked on both engines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_worker_registers_a_durable_pool_only_for_durable_tasks() {
+    let t = Target::new("pools").await;
+    let plain = Workflow::new("plain").task("t", |_i: Value, _c: Context| async move {
+        Ok::<_, TaskError>(Value::Null)
+    });
+    let (rt, id) = t
+        .worker_with(WorkerOptions::new("pools-plain", 6), vec![plain])
+        .await;
+    let mixed = Workflow::new("mixed").durable_task(
+        "d",
+        TaskOptions::default(),
+        |_i: Value, _c: Context| async move { Ok::<_, TaskError>(Value::Null) },
+    );
+    let (rt2, id2) = t
+        .worker_with(
+            WorkerOptions::new("pools-durable", 6).durable_slots(3),
+            vec![mixed],
+        )
+        .await;
+    let api = rt.api();
+    let workers = until_read(
+        "both workers listed",
+        || api.workers(),
+        |w| {
+            w.as_ref().is_ok_and(|w| {
+                [&id, &id2]
+                    .iter()
+                    .all(|id| w.iter().any(|x| &&x.metadata.id == id))
+            })
+        },
+    )
+    .await
+    .expect("workers");
+    let pools = |id: &str| {
+        let w = workers
+            .iter()
+            .find(|w| w.metadata.id == id)
+            .expect("listed");
+        w.slot_config
+            .iter()
+            .map(|(k, v)| (k.clone(), v.limit))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(pools(&id), vec![("default".to_string(), 6)]);
+    assert_eq!(
+        pools(&id2),
+        vec![("default".to_string(), 6), ("durable".to_string(), 3)]
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+    rt2.shutdown(Duration::from_secs(5)).await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_run_and_dag() {

@@ -14,6 +14,7 @@ use crate::listener::durable_task::DurableClient;
 use crate::proto::{self, v1};
 use crate::worker::WorkerCore;
 
+mod about;
 mod control;
 mod waits;
 
@@ -121,6 +122,8 @@ pub struct Context {
 
 struct Inner {
     action: proto::AssignedAction,
+    /// The task's declaration (its names and retries), when this worker has its handler.
+    task: Option<Arc<crate::worker::task::TaskDef>>,
     input: Value,
     parents: serde_json::Map<String, Value>,
     /// `step_run_errors` of an `on_failure` task: failed task name → error.
@@ -151,6 +154,7 @@ impl std::fmt::Debug for Context {
 impl Context {
     pub(crate) fn new(
         action: proto::AssignedAction,
+        task: Option<Arc<crate::worker::task::TaskDef>>,
         cancel: CancellationToken,
         core: Arc<WorkerCore>,
         durable: Option<DurableClient>,
@@ -176,6 +180,7 @@ impl Context {
         Ok(Context {
             inner: Arc::new(Inner {
                 action,
+                task,
                 input,
                 parents,
                 errors,
