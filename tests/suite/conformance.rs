@@ -932,6 +932,52 @@ async fn conf_durable_sleep_event_or_wait_and_memo() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Durable time: `now()` is recorded in the durable log, so the retry of a failed attempt (a
+/// replay of its invocation's log) reads the same instant; `sleep_until()` sleeps until an
+/// instant by that clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_durable_now_is_the_same_instant_on_replay_and_sleep_until_waits_for_it() {
+    let t = Target::new("clock").await;
+    let seen: Arc<Mutex<Vec<(i32, SystemTime)>>> = Arc::default();
+    let s = seen.clone();
+    let wf = Workflow::new("clock").durable_task(
+        "d",
+        TaskOptions::default().retries(1),
+        move |_i: Value, c: Context| {
+            let s = s.clone();
+            async move {
+                let now = c.now().await?;
+                s.lock().push((c.attempt_number(), now));
+                let began = std::time::Instant::now();
+                c.sleep_until(now + Duration::from_secs(2)).await?;
+                if c.attempt_number() == 1 {
+                    return Err(TaskError::new("the first attempt fails after its sleep"));
+                }
+                Ok::<_, TaskError>(json!({"slept_ms": began.elapsed().as_millis() as u64}))
+            }
+        },
+    );
+    let rt = t.worker(4, vec![wf]).await;
+    let out: Value = rt
+        .run_no_wait("clock", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within(RESULT)
+        .await
+        .expect("result");
+    let seen = seen.lock().clone();
+    assert_eq!(seen.len(), 2, "two attempts: {seen:?}");
+    assert_eq!(
+        seen[0].1, seen[1].1,
+        "the retry read the recorded instant: {seen:?}"
+    );
+    assert!(
+        out["slept_ms"].as_u64().is_some_and(|ms| ms < 1_900),
+        "the retry found the timer already fired instead of sleeping 2 s again: {out}"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 /// Two durable operations joined in one invocation: the real engine handles a stream's requests
 /// concurrently (ours, with its fault, newest first), and each operation must get its own answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1634,15 +1680,29 @@ async fn conf_a_static_rate_limit_key_must_exist_before_registration() {
 /// shapes merged, strings as `uuid`, `time` or `string`, numbers as `number`. The values of
 /// `status`, `type` and `eventType` outside arrays are kept (part of the shape). User payloads
 /// (`input`, `output`, `additionalMetadata`, `parents`) keep only their kind: their contents are
-/// the test's, and the real engine adds its own trace context to metadata.
+/// the test's, and the real engine adds its own trace context to metadata. Objects keyed by data
+/// (`slotConfig`) keep one placeholder key.
 fn skeleton(key: &str, v: &Value) -> Value {
     skeleton_in(key, v, false)
 }
 
 fn skeleton_in(key: &str, v: &Value, in_array: bool) -> Value {
     const PAYLOADS: [&str; 4] = ["input", "output", "additionalMetadata", "parents"];
+    // Objects keyed by data (a worker's slot pools by slot type: which pools a row has depends
+    // on its worker's tasks): their values' shapes merged under one placeholder key.
+    const MAPS: [&str; 1] = ["slotConfig"];
     match v {
         Value::Object(_) if PAYLOADS.contains(&key) => json!("payload object"),
+        Value::Object(m) if MAPS.contains(&key) => {
+            match m
+                .values()
+                .map(|v| skeleton_in(key, v, in_array))
+                .reduce(merge_shapes)
+            {
+                Some(shape) => json!({ "<key>": shape }),
+                None => json!({}),
+            }
+        }
         Value::Object(m) => Value::Object(
             m.iter()
                 .map(|(k, v)| (k.clone(), skeleton_in(k, v, in_array)))

@@ -15,6 +15,7 @@ use crate::proto::{self, v1};
 use crate::worker::WorkerCore;
 
 mod about;
+mod clock;
 mod control;
 mod waits;
 
