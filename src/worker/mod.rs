@@ -454,7 +454,8 @@ async fn register_workflow(core: &WorkerCore, wf: Workflow) -> Result<(), Error>
         })
         .await?;
     let mut h = core.handlers.lock();
-    for t in wf.tasks.into_iter().chain(wf.on_failure) {
+    let on_success = wf.on_success_task();
+    for t in wf.tasks.into_iter().chain(on_success).chain(wf.on_failure) {
         h.insert(Workflow::action_id(&name, &t.name), Arc::new(t));
     }
     Ok(())

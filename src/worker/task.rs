@@ -110,6 +110,15 @@ where
     })
 }
 
+/// The tasks no other task names as a parent, in declaration order (a DAG's last tasks).
+fn leaf_tasks(tasks: &[TaskDef]) -> Vec<String> {
+    tasks
+        .iter()
+        .filter(|t| !tasks.iter().any(|o| o.options.parents.contains(&t.name)))
+        .map(|t| t.name.clone())
+        .collect()
+}
+
 /// Options of one task.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
@@ -360,6 +369,8 @@ pub struct Workflow {
     pub(crate) concurrency: Vec<Concurrency>,
     /// Runs once after any task of a run fails for good (see [`Workflow::on_failure`]).
     pub(crate) on_failure: Option<TaskDef>,
+    /// Runs once after every other task completed (see [`Workflow::on_success`]).
+    pub(crate) on_success: Option<TaskDef>,
     /// Priority (1–3) of runs that name none.
     pub(crate) default_priority: Option<i32>,
     /// Keep a run's tasks (and its sticky children) on the worker that started it.
@@ -457,6 +468,7 @@ impl Workflow {
             idempotency: None,
             concurrency: Vec::new(),
             on_failure: None,
+            on_success: None,
             default_priority: None,
             sticky: None,
             default_filters: Vec::new(),
@@ -516,6 +528,40 @@ impl Workflow {
         self
     }
 
+    /// A task that runs once every other task of a run has completed, with their outputs as
+    /// its parents' (`Context::parent_output`); when a task fails for good or the run is
+    /// cancelled it is skipped. As the official SDKs do, it is declared to the engine as a task
+    /// whose parents are the workflow's leaf tasks (those no other task depends on), so the run's
+    /// outputs include its output.
+    pub fn on_success<I, O, E, F, Fut>(mut self, name: &str, options: TaskOptions, f: F) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + Send + 'static,
+        E: Into<TaskError> + Send + 'static,
+        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, E>> + Send + 'static,
+    {
+        self.on_success = Some(TaskDef {
+            workflow: self.name.clone(),
+            name: name.to_string(),
+            options: TaskOptions {
+                parents: Vec::new(),
+                ..options
+            },
+            durable: false,
+            handler: typed(f),
+            types: TaskTypes::of::<I, O>(),
+        });
+        self
+    }
+
+    /// The `on_success` task as the engine sees it: its parents are the leaf tasks.
+    pub(crate) fn on_success_task(&self) -> Option<TaskDef> {
+        let mut t = self.on_success.clone()?;
+        t.options.parents = leaf_tasks(&self.tasks);
+        Some(t)
+    }
+
     /// Runs that name no priority get `priority` (1 lowest to 3 highest; the engine's default
     /// is 1). The engine assigns queued tasks highest priority first.
     pub fn default_priority(mut self, priority: i32) -> Self {
@@ -530,7 +576,10 @@ impl Workflow {
 
     /// Every task, the `on_failure` task last.
     pub(crate) fn all_tasks(&self) -> impl Iterator<Item = &TaskDef> {
-        self.tasks.iter().chain(self.on_failure.iter())
+        self.tasks
+            .iter()
+            .chain(self.on_success.iter())
+            .chain(self.on_failure.iter())
     }
 
     /// The keys of its static rate limits (those that must exist before it is registered).
@@ -675,7 +724,13 @@ impl Workflow {
                 .collect(),
             cron_triggers: self.on_crons.clone(),
             cron_input: self.cron_input.as_ref().map(|v| v.to_string()),
-            tasks: self.tasks.iter().map(|t| t.to_proto(name, &ns)).collect(),
+            tasks: self
+                .tasks
+                .iter()
+                .cloned()
+                .chain(self.on_success_task())
+                .map(|t| t.to_proto(name, &ns))
+                .collect(),
             on_failure_task: self.on_failure.as_ref().map(|t| t.to_proto(name, &ns)),
             default_priority: self.default_priority,
             concurrency_arr: self
@@ -732,6 +787,23 @@ mod tests {
         assert!(hook.parents.is_empty());
         assert_eq!(req.default_priority, Some(3));
         assert_eq!(wf.all_tasks().count(), 2);
+    }
+
+    #[test]
+    fn an_on_success_task_is_sent_as_a_task_whose_parents_are_the_leaves() {
+        let t = |_: Value, _: Context| async { Ok::<_, TaskError>(1) };
+        let wf = Workflow::new("w")
+            .task("a", t)
+            .task_with("b", TaskOptions::default().parents(["a"]), t)
+            .task_with("c", TaskOptions::default().parents(["a"]), t)
+            .on_success("done", TaskOptions::default(), t);
+        let req = wf.to_proto("w");
+        let names: Vec<_> = req.tasks.iter().map(|t| t.readable_id.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", "done"]);
+        assert_eq!(req.tasks[3].parents, ["b", "c"], "after every leaf");
+        assert_eq!(req.tasks[3].action, "w:done");
+        assert!(req.on_failure_task.is_none());
+        assert_eq!(wf.all_tasks().count(), 4);
     }
 
     #[test]

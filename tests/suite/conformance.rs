@@ -333,6 +333,67 @@ async fn conf_a_task_reads_its_attempt_lineage_trigger_and_worker() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// `on_success` runs once every other task completed, after the leaves, with their outputs;
+/// a run whose task fails skips it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_on_success_runs_after_every_task_and_is_skipped_when_one_fails() {
+    let t = Target::new("onsuccess").await;
+    let runs = counter();
+    let r = runs.clone();
+    let wf = Workflow::new("onsuccess")
+        .task("a", |i: Num, _c: Context| async move {
+            if i.n < 0 {
+                return Err(TaskError::non_retryable("a negative input fails"));
+            }
+            Ok::<_, TaskError>(Num { n: i.n + 1 })
+        })
+        .task_with(
+            "b",
+            TaskOptions::default().parents(["a"]),
+            |_i: Value, c: Context| async move {
+                let a: Num = c.parent_output("a")?;
+                Ok::<_, TaskError>(Num { n: a.n * 10 })
+            },
+        )
+        .task("c", |_i: Value, _c: Context| async move {
+            Ok::<_, TaskError>(Num { n: 5 })
+        })
+        .on_success(
+            "done",
+            TaskOptions::default(),
+            move |_i: Value, c: Context| {
+                r.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    let b: Num = c.parent_output("b")?;
+                    let cc: Num = c.parent_output("c")?;
+                    Ok::<_, TaskError>(Num { n: b.n + cc.n })
+                }
+            },
+        );
+    let rt = t.worker(8, vec![wf]).await;
+    let out: Value = rt
+        .run_no_wait("onsuccess", &Num { n: 1 })
+        .await
+        .expect("trigger")
+        .result_within(RESULT)
+        .await
+        .expect("result");
+    assert_eq!(out["done"]["n"], 25, "b (20) + c (5): {out}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let failed = rt
+        .run_no_wait("onsuccess", &Num { n: -1 })
+        .await
+        .expect("trigger");
+    let err = failed
+        .result_within::<Value>(RESULT)
+        .await
+        .expect_err("a fails");
+    assert_eq!(err.outcome(), Outcome::RunFailed, "{err}");
+    // The failed run is final: on_success never ran for it.
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 // --- run, DAG, retries, non-retryable errors, timeouts --------------------------------------
 
 /// A worker registers the slot pools its tasks use, as the official SDKs do: `default` only for
