@@ -514,17 +514,7 @@ impl Workflow {
         F: Fn(I, Context) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, E>> + Send + 'static,
     {
-        self.on_failure = Some(TaskDef {
-            workflow: self.name.clone(),
-            name: name.to_string(),
-            options: TaskOptions {
-                parents: Vec::new(),
-                ..options
-            },
-            durable: false,
-            handler: typed(f),
-            types: TaskTypes::of::<I, O>(),
-        });
+        self.on_failure = Some(self.hook(name, options, f));
         self
     }
 
@@ -541,7 +531,20 @@ impl Workflow {
         F: Fn(I, Context) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, E>> + Send + 'static,
     {
-        self.on_success = Some(TaskDef {
+        self.on_success = Some(self.hook(name, options, f));
+        self
+    }
+
+    /// A task the engine places itself (`on_failure`, `on_success`): no parents of its own.
+    fn hook<I, O, E, F, Fut>(&self, name: &str, options: TaskOptions, f: F) -> TaskDef
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + Send + 'static,
+        E: Into<TaskError> + Send + 'static,
+        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, E>> + Send + 'static,
+    {
+        TaskDef {
             workflow: self.name.clone(),
             name: name.to_string(),
             options: TaskOptions {
@@ -551,8 +554,7 @@ impl Workflow {
             durable: false,
             handler: typed(f),
             types: TaskTypes::of::<I, O>(),
-        });
-        self
+        }
     }
 
     /// The `on_success` task as the engine sees it: its parents are the leaf tasks.
