@@ -441,6 +441,30 @@ impl RuntimeHandle {
         self.inner.client.run_many(workflow, &items).await
     }
 
+    /// Triggers one run per input (as [`RuntimeHandle::run_many`]) and waits for every
+    /// result: one typed result or error per input, in order. The waits share the one result
+    /// stream; a run that fails (or whose trigger was refused) gives its error in its place and
+    /// the others still arrive.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RuntimeHandle::run_many`] until the triggers return; then cancel safe (dropping it
+    /// stops the waits, not the runs).
+    pub async fn run_many_results<I: Serialize, O: DeserializeOwned>(
+        &self,
+        workflow: &str,
+        inputs: &[I],
+    ) -> Vec<Result<O, Error>> {
+        let handles = self.run_many(workflow, inputs).await;
+        futures::future::join_all(handles.into_iter().map(|h| async move {
+            match h {
+                Ok(h) => h.result().await,
+                Err(e) => Err(e),
+            }
+        }))
+        .await
+    }
+
     /// [`RuntimeHandle::run_many`] with per-run options (metadata, priority).
     ///
     /// # Cancel safety

@@ -498,6 +498,15 @@ async fn conf_run_and_dag() {
         assert_eq!(out["sum"]["n"], 2 * n as i64 + 3);
     }
     assert_eq!(execs.load(Ordering::SeqCst), 21);
+    // And waiting for all of them in one call: each result in its input's place.
+    let outs: Vec<Result<Value, Error>> = rt
+        .run_many_results("dag", &(0..5).map(|n| Num { n }).collect::<Vec<_>>())
+        .await;
+    assert_eq!(outs.len(), 5);
+    for (n, out) in outs.into_iter().enumerate() {
+        assert_eq!(out.expect("result")["sum"]["n"], 2 * n as i64 + 3);
+    }
+    assert_eq!(execs.load(Ordering::SeqCst), 26);
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
