@@ -578,6 +578,16 @@ impl RuntimeHandle {
         .map(|e| e.event_id)
     }
 
+    /// Hands `value` to every task of this runtime: a task reads it with [`Context::state`]
+    /// (`ctx.state::<T>()`), as axum handlers read `State<T>`, instead of an `Arc` cloned into
+    /// each closure. One value per type: setting a type again replaces its value for the tasks
+    /// that ask after that (a task holding the old one keeps it).
+    ///
+    /// [`Context::state`]: crate::Context::state
+    pub fn set_state<T: Send + Sync + 'static>(&self, value: T) {
+        self.inner.tree.worker.state.set(value);
+    }
+
     /// Sets labels on this runtime's worker at the engine; only the keys given change. Tasks
     /// that want or require labels ([`crate::TaskOptions::desired_label`]) see them at once.
     ///

@@ -30,6 +30,7 @@ pub(crate) mod heartbeat;
 mod labels;
 pub(crate) mod logs;
 pub(crate) mod placement;
+mod state;
 pub(crate) mod task;
 
 pub(crate) use context::Context;
@@ -201,6 +202,8 @@ pub(crate) struct WorkerCore {
     /// Task log lines on their way to the engine (started on first use).
     pub(crate) logs: std::sync::OnceLock<Arc<logs::LogQueue>>,
     /// What the worker registers with (its labels change with upserts), once started.
+    /// Shared handler state, by type (`RuntimeHandle::set_state`, `Context::state`).
+    pub(crate) state: state::StateMap,
     registration: Mutex<Option<Arc<Registration>>>,
 }
 
@@ -232,6 +235,7 @@ impl WorkerCore {
             handlers: Mutex::default(),
             identity,
             registration: Mutex::default(),
+            state: state::StateMap::default(),
             running: Mutex::default(),
             finished: finished::Finished::default(),
             attempt_ended: Notify::new(),

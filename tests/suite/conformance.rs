@@ -251,7 +251,14 @@ async fn conf_a_task_reads_its_attempt_lineage_trigger_and_worker() {
                 .spawn_child_with_options("about-child", &json!({}), ChildOptions::new().key("k1"))
                 .await?;
             let out: Value = h.result().await?;
-            Ok::<_, TaskError>(json!({"me": about(&c), "task_run": c.task_run_id(), "child": out}))
+            let missing = c
+                .state::<String>()
+                .expect_err("no String state was set")
+                .to_string();
+            Ok::<_, TaskError>(json!({
+                "me": about(&c), "task_run": c.task_run_id(), "child": out,
+                "tariff": c.state::<Tariff>()?.0, "missing": missing,
+            }))
         },
     );
     let s = seen.clone();
@@ -267,6 +274,10 @@ async fn conf_a_task_reads_its_attempt_lineage_trigger_and_worker() {
             vec![child, parent, on_event],
         )
         .await;
+    // Shared state, read by type (after the worker started: tasks ask when they run).
+    #[derive(Debug)]
+    struct Tariff(u32);
+    rt.set_state(Tariff(42));
     let h = rt
         .run_no_wait_with(
             "about-parent",
@@ -300,6 +311,13 @@ async fn conf_a_task_reads_its_attempt_lineage_trigger_and_worker() {
     );
     assert_eq!(me["zone_a"], json!(true), "the worker's label: {me}");
     assert_eq!(me["parent"], Value::Null);
+    assert_eq!(out["tariff"], 42, "the shared state: {out}");
+    assert!(
+        out["missing"]
+            .as_str()
+            .is_some_and(|m| m.contains("alloc::string::String") && m.contains("set_state")),
+        "{out}"
+    );
     let child_seen = seen.lock()[0].clone();
     assert_eq!(
         (

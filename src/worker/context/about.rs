@@ -1,6 +1,7 @@
 //! What an attempt is: its task and workflow, its attempt numbers, its priority, where it came
 //! from (a parent task, an event) and the worker it runs on. The names the official SDKs' task
-//! contexts give, read from the assignment and from this worker's own declarations.
+//! contexts give, read from the assignment and from this worker's own declarations; and the
+//! shared state handed to the runtime (`worker::state`).
 
 use std::collections::HashMap;
 
@@ -84,6 +85,22 @@ impl Context {
     /// The id of the workflow version the run uses.
     pub fn workflow_version_id(&self) -> Option<&str> {
         self.inner.action.workflow_version_id.as_deref()
+    }
+
+    /// The shared state of type `T` ([`RuntimeHandle::set_state`](crate::RuntimeHandle::set_state)).
+    ///
+    /// # Errors
+    /// No value of type `T` was handed to the runtime (the error names the type).
+    pub fn state<T: Send + Sync + 'static>(&self) -> Result<std::sync::Arc<T>, crate::Error> {
+        self.inner.core.state.get::<T>().ok_or_else(|| {
+            crate::Error::invalid(
+                "state",
+                format!(
+                    "no shared state of type {}: hand one to the runtime first with RuntimeHandle::set_state",
+                    std::any::type_name::<T>()
+                ),
+            )
+        })
     }
 
     /// The worker's labels now: as it registered them, with upserts since
