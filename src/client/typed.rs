@@ -301,6 +301,8 @@ impl Registered {
             tasks: wf
                 .tasks
                 .iter()
+                .cloned()
+                .chain(wf.on_success_task())
                 .map(|t| (t.name.clone(), t.options.parents.clone(), t.types))
                 .collect(),
             client,

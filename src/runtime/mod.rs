@@ -304,6 +304,26 @@ impl RuntimeHandle {
             .ok_or_else(|| Error::closed(op))
     }
 
+    /// Registers a standalone task ([`Task`](crate::Task)) and returns its typed reference:
+    /// `run` it with its input type, get its output type back.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`RuntimeHandle::register`].
+    pub async fn register_task<I, O>(
+        &self,
+        task: crate::worker::standalone::Task<I, O>,
+    ) -> Result<crate::WorkflowRef<I, O>, Error>
+    where
+        I: Serialize + serde::de::DeserializeOwned + Send + 'static,
+        O: Serialize + DeserializeOwned + Send + 'static,
+    {
+        let name = task.name().to_string();
+        self.register(task.into_workflow())
+            .await?
+            .returning::<I, O>(&name)
+    }
+
     /// Registers a workflow with the engine (PutWorkflow) and with this runtime's worker.
     ///
     /// # Cancel safety

@@ -30,6 +30,7 @@ pub(crate) mod heartbeat;
 mod labels;
 pub(crate) mod logs;
 pub(crate) mod placement;
+pub(crate) mod standalone;
 mod state;
 pub(crate) mod task;
 

@@ -412,6 +412,30 @@ async fn conf_on_success_runs_after_every_task_and_is_skipped_when_one_fails() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// A standalone task: declared and registered without a one-task `Workflow`, run through the
+/// typed reference its registration returns (input and output types from its handler).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_standalone_task_runs_typed() {
+    let t = Target::new("standalone").await;
+    let rt = t.runtime().await;
+    let double = rt
+        .register_task(hatchet_runtime::Task::with_options(
+            "double",
+            TaskOptions::default().retries(1),
+            |i: Num, _c: Context| async move { Ok::<_, TaskError>(Num { n: i.n * 2 }) },
+        ))
+        .await
+        .expect("register");
+    rt.start_worker(WorkerOptions::new("standalone", 4))
+        .await
+        .expect("start");
+    assert_eq!(
+        double.run(&Num { n: 21 }).await.expect("run"),
+        Num { n: 42 }
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 // --- run, DAG, retries, non-retryable errors, timeouts --------------------------------------
 
 /// A worker registers the slot pools its tasks use, as the official SDKs do: `default` only for
