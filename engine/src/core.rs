@@ -417,6 +417,7 @@ impl Engine {
             Workflow {
                 id: id.clone(),
                 version_id: version_id.clone(),
+                description: req.description,
                 name: req.name,
                 tasks,
                 event_triggers: req.event_triggers,

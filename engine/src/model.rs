@@ -99,6 +99,9 @@ pub struct Workflow {
     pub id: String,
     pub version_id: String,
     pub name: String,
+    /// As registered (the API shows it; the version label the request carries is not kept,
+    /// as on the real engine, whose versions read `""`).
+    pub description: String,
     pub tasks: Vec<TaskDef>,
     pub event_triggers: Vec<String>,
     pub idempotency: Option<proto::v1::IdempotencyConfig>,

@@ -377,6 +377,10 @@ pub struct Workflow {
     pub(crate) sticky: Option<StickyStrategy>,
     /// Event filters declared with the workflow: (CEL expression, scope, payload).
     pub(crate) default_filters: Vec<(String, String, Value)>,
+    /// Its description (shown by the engine's API and dashboard).
+    pub(crate) description: String,
+    /// Its version label (the engine's API shows it on the workflow version).
+    pub(crate) version: String,
 }
 
 /// A concurrency limit of a workflow (enforced by the engine).
@@ -469,6 +473,8 @@ impl Workflow {
             concurrency: Vec::new(),
             on_failure: None,
             on_success: None,
+            description: String::new(),
+            version: String::new(),
             default_priority: None,
             sticky: None,
             default_filters: Vec::new(),
@@ -568,6 +574,19 @@ impl Workflow {
     /// is 1). The engine assigns queued tasks highest priority first.
     pub fn default_priority(mut self, priority: i32) -> Self {
         self.default_priority = Some(priority);
+        self
+    }
+
+    /// Its description, as the engine's API and dashboard show it.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// Its version label (`"1.4.0"`), sent with the registration as the official SDKs send it.
+    /// The engine (v0.104.9) keeps none: its API reads every version's label as `""`.
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = version.into();
         self
     }
 
@@ -713,6 +732,8 @@ impl Workflow {
         };
         v1::CreateWorkflowVersionRequest {
             name: name.to_string(),
+            description: self.description.clone(),
+            version: self.version.clone(),
             event_triggers: self.on_events.iter().map(|k| ns(k)).collect(),
             sticky: self.sticky.map(|s| s.wire() as i32),
             default_filters: self

@@ -436,6 +436,36 @@ async fn conf_a_standalone_task_runs_typed() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// A workflow's description reaches the engine's API. Its version label is sent (as the SDKs
+/// send it) but the real engine keeps none: its versions read `""`, and so do ours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_workflow_s_description_and_version_reach_the_api() {
+    let t = Target::new("described").await;
+    let rt = t.runtime().await;
+    rt.register(
+        Workflow::new("described")
+            .description("prices an order")
+            .version("1.4.0")
+            .task("t", |_i: Value, _c: Context| async move {
+                Ok::<_, TaskError>(Value::Null)
+            }),
+    )
+    .await
+    .expect("register");
+    let id = rt.api().workflow_id("described").await.expect("id");
+    let wf = t.rest_get(&format!("/api/v1/workflows/{id}")).await;
+    assert_eq!(wf["description"], "prices an order", "{wf}");
+    let versions: Vec<&Value> = wf["versions"]
+        .as_array()
+        .map(|v| v.iter().collect())
+        .unwrap_or_default();
+    assert!(
+        !versions.is_empty() && versions.iter().all(|v| v["version"] == ""),
+        "versions read an empty label: {wf}"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 // --- run, DAG, retries, non-retryable errors, timeouts --------------------------------------
 
 /// A worker registers the slot pools its tasks use, as the official SDKs do: `default` only for

@@ -79,9 +79,9 @@ pub(crate) fn tenant_ok(s: &Rest, tenant: &str) -> Option<Response> {
 /// A `Workflow` object as the SDKs' strict models take it: every version entry has `order` and
 /// `workflowId`.
 fn workflow_json(w: &crate::model::Workflow, tenant: &str) -> Value {
-    let version = json!({"metadata": meta(&w.version_id, w.created_at), "version": w.version_id,
+    let version = json!({"metadata": meta(&w.version_id, w.created_at), "version": "",
                          "order": 1, "workflowId": w.id});
-    json!({"metadata": meta(&w.id, w.created_at), "name": w.name, "description": "", "isPaused": false,
+    json!({"metadata": meta(&w.id, w.created_at), "name": w.name, "description": w.description, "isPaused": false,
            "versions": [version], "tags": [], "tenantId": tenant})
 }
 
