@@ -143,9 +143,29 @@ pub struct TaskOptions {
     pub(crate) desired_labels: HashMap<String, DesiredLabel>,
     /// Its conditions: what it waits for, what skips it, what cancels it.
     pub(crate) conditions: Vec<(ConditionAction, AnyOf)>,
+    /// Task-level concurrency limits (see [`TaskOptions::concurrency`]).
+    pub(crate) concurrency: Vec<Concurrency>,
 }
 
 impl TaskOptions {
+    /// A concurrency limit on this task alone: at most `max_runs` of its attempts whose
+    /// `expression` (CEL over the input, e.g. `input.user_id`) gives the same group run at
+    /// once; `strategy` says what happens to the others. The workflow-level limit
+    /// ([`Workflow::concurrency`]) bounds whole runs instead.
+    pub fn concurrency(
+        mut self,
+        expression: impl Into<String>,
+        max_runs: i32,
+        strategy: ConcurrencyStrategy,
+    ) -> Self {
+        self.concurrency.push(Concurrency {
+            expression: expression.into(),
+            max_runs,
+            strategy,
+        });
+        self
+    }
+
     /// The retry backoff: each retry waits `factor` times longer than the one before, up to
     /// `max_seconds` (the engine's defaults apply when unset).
     pub fn backoff(mut self, factor: f32, max_seconds: i32) -> Self {
@@ -288,6 +308,7 @@ impl TaskDef {
     ) -> v1::CreateTaskOpts {
         let o = &self.options;
         v1::CreateTaskOpts {
+            concurrency: o.concurrency.iter().map(Concurrency::to_proto).collect(),
             worker_labels: desired_to_proto(&o.desired_labels),
             conditions: super::conditions::task_conditions(
                 workflow,
@@ -392,6 +413,16 @@ pub(crate) struct Concurrency {
     pub(crate) max_runs: i32,
     /// What happens to runs over the limit.
     pub(crate) strategy: ConcurrencyStrategy,
+}
+
+impl Concurrency {
+    fn to_proto(&self) -> v1::Concurrency {
+        v1::Concurrency {
+            expression: self.expression.clone(),
+            max_runs: Some(self.max_runs),
+            limit_strategy: Some(self.strategy.wire() as i32),
+        }
+    }
 }
 
 /// What the engine does with runs over a concurrency limit.
@@ -756,15 +787,7 @@ impl Workflow {
                 .collect(),
             on_failure_task: self.on_failure.as_ref().map(|t| t.to_proto(name, &ns)),
             default_priority: self.default_priority,
-            concurrency_arr: self
-                .concurrency
-                .iter()
-                .map(|c| v1::Concurrency {
-                    expression: c.expression.clone(),
-                    max_runs: Some(c.max_runs),
-                    limit_strategy: Some(c.strategy.wire() as i32),
-                })
-                .collect(),
+            concurrency_arr: self.concurrency.iter().map(Concurrency::to_proto).collect(),
             idempotency: self
                 .idempotency
                 .as_ref()
@@ -810,6 +833,27 @@ mod tests {
         assert!(hook.parents.is_empty());
         assert_eq!(req.default_priority, Some(3));
         assert_eq!(wf.all_tasks().count(), 2);
+    }
+
+    #[test]
+    fn a_task_level_concurrency_limit_is_sent_with_its_task() {
+        let wf = Workflow::new("w").task_with(
+            "a",
+            TaskOptions::default().concurrency("input.user", 2, ConcurrencyStrategy::CancelNewest),
+            |_: Value, _: Context| async { Ok::<_, TaskError>(1) },
+        );
+        let req = wf.to_proto("w");
+        let c = &req.tasks[0].concurrency;
+        assert_eq!(c.len(), 1);
+        assert_eq!(
+            (c[0].expression.as_str(), c[0].max_runs),
+            ("input.user", Some(2))
+        );
+        assert_eq!(
+            c[0].limit_strategy,
+            Some(ConcurrencyStrategy::CancelNewest.wire() as i32)
+        );
+        assert!(req.concurrency_arr.is_empty(), "not a workflow-level limit");
     }
 
     #[test]

@@ -1397,8 +1397,20 @@ async fn conf_rate_limits_and_concurrency_bound_running_tasks() {
             hatchet_runtime::ConcurrencyStrategy::GroupRoundRobin,
         )
         .task("t", body(running.clone(), peak.clone()));
+    // The same limit on the task alone.
+    let (task_running, task_peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let task_grouped = Workflow::new("task-grouped").task_with(
+        "t",
+        TaskOptions::default().concurrency(
+            "input.group",
+            1,
+            hatchet_runtime::ConcurrencyStrategy::GroupRoundRobin,
+        ),
+        body(task_running.clone(), task_peak.clone()),
+    );
     rt.register(limited).await.expect("register");
     rt.register(grouped).await.expect("register");
+    rt.register(task_grouped).await.expect("register");
     rt.start_worker(WorkerOptions::new("w", 8))
         .await
         .expect("start");
@@ -1417,6 +1429,24 @@ async fn conf_rate_limits_and_concurrency_bound_running_tasks() {
             .expect("result");
     }
     assert_eq!(peak.load(Ordering::SeqCst), 1, "one at a time per group");
+    let hs = rt
+        .run_many(
+            "task-grouped",
+            &(0..4).map(|_| json!({"group": "g"})).collect::<Vec<_>>(),
+        )
+        .await;
+    for h in hs {
+        let _: Value = h
+            .expect("trigger")
+            .result_within(RESULT)
+            .await
+            .expect("result");
+    }
+    assert_eq!(
+        task_peak.load(Ordering::SeqCst),
+        1,
+        "a task-level limit: one at a time per group"
+    );
     // Rate limit 2 per minute: of three runs, two complete and the third waits.
     let hs = rt
         .run_many("limited", &(0..3).map(|_| json!({})).collect::<Vec<_>>())
