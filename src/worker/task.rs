@@ -158,11 +158,8 @@ impl TaskOptions {
         max_runs: i32,
         strategy: ConcurrencyStrategy,
     ) -> Self {
-        self.concurrency.push(Concurrency {
-            expression: expression.into(),
-            max_runs,
-            strategy,
-        });
+        self.concurrency
+            .push(Concurrency::new(expression.into(), max_runs, strategy));
         self
     }
 
@@ -416,6 +413,14 @@ pub(crate) struct Concurrency {
 }
 
 impl Concurrency {
+    fn new(expression: String, max_runs: i32, strategy: ConcurrencyStrategy) -> Self {
+        Concurrency {
+            expression,
+            max_runs,
+            strategy,
+        }
+    }
+
     fn to_proto(&self) -> v1::Concurrency {
         v1::Concurrency {
             expression: self.expression.clone(),
@@ -732,11 +737,8 @@ impl Workflow {
         max_runs: i32,
         strategy: ConcurrencyStrategy,
     ) -> Self {
-        self.concurrency.push(Concurrency {
-            expression: expression.into(),
-            max_runs,
-            strategy,
-        });
+        self.concurrency
+            .push(Concurrency::new(expression.into(), max_runs, strategy));
         self
     }
 

@@ -1415,33 +1415,20 @@ async fn conf_rate_limits_and_concurrency_bound_running_tasks() {
         .await
         .expect("start");
     // Concurrency 1 per group: never two of one group at once.
-    let hs = rt
-        .run_many(
-            "grouped",
-            &(0..6).map(|_| json!({"group": "g"})).collect::<Vec<_>>(),
-        )
-        .await;
-    for h in hs {
-        let _: Value = h
-            .expect("trigger")
-            .result_within(RESULT)
-            .await
-            .expect("result");
-    }
+    let all_of_one_group = |workflow: &'static str, n: usize| {
+        let rt = rt.clone();
+        async move {
+            let inputs: Vec<Value> = (0..n).map(|_| json!({"group": "g"})).collect();
+            let outs: Vec<Result<Value, Error>> =
+                tokio::time::timeout(RESULT, rt.run_many_results(workflow, &inputs))
+                    .await
+                    .expect("every result in time");
+            assert!(outs.iter().all(Result::is_ok), "{workflow}: {outs:?}");
+        }
+    };
+    all_of_one_group("grouped", 6).await;
     assert_eq!(peak.load(Ordering::SeqCst), 1, "one at a time per group");
-    let hs = rt
-        .run_many(
-            "task-grouped",
-            &(0..4).map(|_| json!({"group": "g"})).collect::<Vec<_>>(),
-        )
-        .await;
-    for h in hs {
-        let _: Value = h
-            .expect("trigger")
-            .result_within(RESULT)
-            .await
-            .expect("result");
-    }
+    all_of_one_group("task-grouped", 4).await;
     assert_eq!(
         task_peak.load(Ordering::SeqCst),
         1,
