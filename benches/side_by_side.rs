@@ -513,6 +513,36 @@ async fn reconnect(r: &mut Report, smoke: bool) {
     r.line("\nTarget: ours, the backoff delay plus <= 1 s to replay; lost 0, duplicated 0. The Python and Go rows are the same restart and the same number of runs, awaited through each SDK's run refs.");
 }
 
+/// The method benchmark 4 takes down.
+const OUTAGE_PATH: &str = "/Dispatcher/GetVersion";
+
+/// Benchmark 4's outage: every GetVersion fails UNAVAILABLE from now on, counted from zero.
+fn begin_outage(engine: &DevEngine) {
+    engine.faults().reset_counters();
+    engine.faults().inject(
+        OUTAGE_PATH,
+        u32::MAX,
+        Fault::Fail {
+            code: tonic::Code::Unavailable as i32,
+            message: "outage".into(),
+            pushback_ms: None,
+        },
+    );
+}
+
+/// The network attempts the engine sees during `secs` s of outage: per second, and in all.
+async fn outage_attempts(engine: &DevEngine, secs: u64) -> (Vec<u64>, u64) {
+    let mut per_sec = Vec::new();
+    let mut last = 0;
+    for _ in 0..secs {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = engine.faults().attempts(OUTAGE_PATH);
+        per_sec.push(now - last);
+        last = now;
+    }
+    (per_sec, engine.faults().attempts(OUTAGE_PATH))
+}
+
 /// Which retry policy an outage run uses.
 #[derive(Clone, Copy)]
 enum OutagePolicy {
@@ -536,16 +566,7 @@ async fn outage_run(
     .await
     .expect("runtime");
     let raw = raw_dispatcher(engine);
-    engine.faults().reset_counters();
-    engine.faults().inject(
-        "/Dispatcher/GetVersion",
-        u32::MAX,
-        Fault::Fail {
-            code: tonic::Code::Unavailable as i32,
-            message: "outage".into(),
-            pushback_ms: None,
-        },
-    );
+    begin_outage(engine);
     let ops = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let mut readers = Vec::new();
@@ -575,16 +596,8 @@ async fn outage_run(
             }
         }));
     }
-    let mut per_sec = Vec::new();
-    let mut last = 0;
-    for _ in 0..secs {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = engine.faults().attempts("/Dispatcher/GetVersion");
-        per_sec.push(now - last);
-        last = now;
-    }
+    let (per_sec, attempts) = outage_attempts(engine, secs).await;
     stop.store(true, Ordering::Relaxed);
-    let attempts = engine.faults().attempts("/Dispatcher/GetVersion");
     let operations = ops.load(Ordering::Relaxed);
     engine.faults().clear();
     for r in readers {

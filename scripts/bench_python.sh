@@ -80,14 +80,14 @@ DRIVER="${HATCHET_RUST_DRIVER_BIN:-$ROOT/target/release/examples/bench_driver}"
 ENGINE="${HATCHET_DEV_ENGINE_BIN:-$ROOT/target/release/hatchet-dev-engine}"
 WORKER="${HATCHET_RUST_WORKER_BIN:-$ROOT/target/release/examples/worker}"
 # the official Go SDK's worker and driver (tests/interop/go; BENCH_SKIP_GO=1 leaves it out)
-GO_SDK=v0.104.9 # keep in step with tests/interop/run.sh and tests/interop/go/go.mod
+# The Go SDK release the suite pins (go.mod's require line).
+GO_SDK="$(awk '$1 == "github.com/hatchet-dev/hatchet" {print $2}' "$ROOT/tests/interop/go/go.mod")"
 SIDES_RUN="${BENCH_SIDES:-rust go python}"
 if [[ "${BENCH_SKIP_GO:-0}" == 1 ]]; then
     SIDES_RUN="${SIDES_RUN//go/}"
 elif [[ -z "${HATCHET_GO_BENCH_BIN:-}" ]]; then
     command -v go >/dev/null || { echo "bench: the Go toolchain is needed for the Go SDK side (BENCH_SKIP_GO=1 skips it)" >&2; exit 1; }
-    step 900 env -C "$ROOT/tests/interop/go" GOFLAGS="-buildvcs=false -mod=readonly" \
-        go build -o "$ROOT/target/interop-go/go-interop" .
+    step 900 "$ROOT/tests/interop/go/build.sh" "$ROOT/target/interop-go/go-interop"
 fi
 GO_BENCH="${HATCHET_GO_BENCH_BIN:-$ROOT/target/interop-go/go-interop}"
 for b in "$ENGINE" "$WORKER" "$DRIVER"; do

@@ -19,12 +19,6 @@ pub const LISTENER_MAX_RESTARTS: usize = crate::listener::stream::MAX_RESTARTS;
 /// Times a durable request is sent before it fails.
 pub const DURABLE_MAX_SEND_ATTEMPTS: u32 = crate::listener::durable_task::MAX_SEND_ATTEMPTS;
 
-/// The unary backoff (base, factor, cap) of CONTRACT.md §2.
-pub fn unary_backoff() -> (Duration, u32, Duration) {
-    let b = crate::retry::backoff::UNARY_BACKOFF;
-    (b.base, b.factor, b.cap)
-}
-
 /// `Retry-After` parsing (the fuzz target's entry): the delay, if the value is one.
 pub fn parse_retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
     crate::retry::pushback::parse_retry_after(value, now)

@@ -325,7 +325,6 @@ pub async fn go_outage(
     secs: u64,
 ) -> Option<(u64, u64, Vec<u64>)> {
     use tokio::io::AsyncWriteExt as _;
-    const PATH: &str = "/Dispatcher/GetVersion";
     let sdk = go_sdk()?;
     let mut child = command(&sdk.program, engine)
         .arg("bench-outage")
@@ -340,27 +339,10 @@ pub async fn go_outage(
     let result = async {
         let ready = tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await;
         ready.ok()?.ok()??.contains("ready").then_some(())?;
-        engine.faults().reset_counters();
-        engine.faults().inject(
-            PATH,
-            u32::MAX,
-            hatchet_dev_engine::Fault::Fail {
-                code: tonic::Code::Unavailable as i32,
-                message: "outage".into(),
-                pushback_ms: None,
-            },
-        );
+        super::begin_outage(engine);
         stdin.write_all(b"go\n").await.ok()?;
         stdin.flush().await.ok()?;
-        let mut per_sec = Vec::new();
-        let mut last = 0;
-        for _ in 0..secs {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let now = engine.faults().attempts(PATH);
-            per_sec.push(now - last);
-            last = now;
-        }
-        let attempts = engine.faults().attempts(PATH);
+        let (per_sec, attempts) = super::outage_attempts(engine, secs).await;
         let done = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
         let line = done.ok()?.ok()??;
         let v: serde_json::Value = serde_json::from_str(&line).ok()?;

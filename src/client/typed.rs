@@ -299,10 +299,7 @@ impl Registered {
         Registered {
             name: wf.name.clone(),
             tasks: wf
-                .tasks
-                .iter()
-                .cloned()
-                .chain(wf.on_success_task())
+                .engine_tasks()
                 .map(|t| (t.name.clone(), t.options.parents.clone(), t.types))
                 .collect(),
             client,

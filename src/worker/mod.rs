@@ -716,23 +716,24 @@ async fn execute(
             &metadata,
         )
     };
-    let result = match (
-        handler.clone(),
-        Context::new(
+    let ctx = match handler {
+        None => Err(TaskError::non_retryable(format!(
+            "this worker has no handler for action {}",
+            action.action_id
+        ))),
+        Some(h) => Context::new(
             action.clone(),
-            handler,
+            h,
             token.clone(),
             core.clone(),
             durable,
             slot,
-        ),
-    ) {
-        (None, _) => Err(TaskError::non_retryable(format!(
-            "this worker has no handler for action {}",
-            action.action_id
-        ))),
-        (_, Err(e)) => Err(TaskError::non_retryable(e)),
-        (Some(h), Ok(ctx)) => {
+        )
+        .map_err(TaskError::non_retryable),
+    };
+    let result = match ctx {
+        Err(e) => Err(e),
+        Ok(ctx) => {
             // One span per execution; the task's own `tracing` events can be forwarded to the
             // engine as its log lines (`logs::TaskLogLayer`).
             let span = tracing::info_span!(
@@ -749,7 +750,8 @@ async fn execute(
                 task_run_id: action.task_run_external_id.clone(),
                 retry_count: action.retry_count,
             };
-            let handler = std::panic::AssertUnwindSafe((h.handler)(ctx)).catch_unwind();
+            let handler =
+                std::panic::AssertUnwindSafe((ctx.task().handler)(ctx.clone())).catch_unwind();
             #[cfg(feature = "otel")]
             let handler = opentelemetry::trace::FutureExt::with_context(handler, otel_cx.clone());
             let fut =

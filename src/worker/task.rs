@@ -606,6 +606,15 @@ impl Workflow {
         Some(t)
     }
 
+    /// The tasks the engine is told of, in order: the declared ones, then `on_success` (as
+    /// [`Workflow::on_success_task`] makes it); `on_failure` is sent apart.
+    pub(crate) fn engine_tasks(&self) -> impl Iterator<Item = std::borrow::Cow<'_, TaskDef>> {
+        self.tasks
+            .iter()
+            .map(std::borrow::Cow::Borrowed)
+            .chain(self.on_success_task().map(std::borrow::Cow::Owned))
+    }
+
     /// Runs that name no priority get `priority` (1 lowest to 3 highest; the engine's default
     /// is 1). The engine assigns queued tasks highest priority first.
     pub fn default_priority(mut self, priority: i32) -> Self {
@@ -780,13 +789,7 @@ impl Workflow {
                 .collect(),
             cron_triggers: self.on_crons.clone(),
             cron_input: self.cron_input.as_ref().map(|v| v.to_string()),
-            tasks: self
-                .tasks
-                .iter()
-                .cloned()
-                .chain(self.on_success_task())
-                .map(|t| t.to_proto(name, &ns))
-                .collect(),
+            tasks: self.engine_tasks().map(|t| t.to_proto(name, &ns)).collect(),
             on_failure_task: self.on_failure.as_ref().map(|t| t.to_proto(name, &ns)),
             default_priority: self.default_priority,
             concurrency_arr: self.concurrency.iter().map(Concurrency::to_proto).collect(),

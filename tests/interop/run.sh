@@ -262,8 +262,7 @@ if [[ "${INTEROP_SKIP_GO:-0}" != 1 ]]; then
         GO_SUITE="$ROOT/target/interop-go/go-interop"
         grep -qE "^[[:space:]]*(require[[:space:]]+)?github.com/hatchet-dev/hatchet $GO_SDK_VERSION\b" "$HERE/go/go.mod" ||
             { echo "interop: go/go.mod does not pin github.com/hatchet-dev/hatchet $GO_SDK_VERSION"; abort "go.mod pin" 1 0; }
-        if run_step go-build 900 env -C "$HERE/go" GOFLAGS="-buildvcs=false -mod=readonly" \
-            go build -o "$GO_SUITE" .; then
+        if run_step go-build 900 "$HERE/go/build.sh" "$GO_SUITE"; then
             echo "interop: Go SDK github.com/hatchet-dev/hatchet $GO_SDK_VERSION, $(go version | cut -d' ' -f3)"
             go_suite go "${INTEROP_GO_TIMEOUT:-600}" "$GO_SUITE"
         else

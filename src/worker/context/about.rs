@@ -17,32 +17,17 @@ impl Context {
 
     /// How many attempts the task has in all: its retries plus one.
     pub fn max_attempts(&self) -> i32 {
-        match &self.inner.task {
-            Some(t) => t.options.retries.max(0).saturating_add(1),
-            None => self.attempt_number(),
-        }
+        self.inner.task.options.retries.max(0).saturating_add(1)
     }
 
     /// The task's name, as its workflow declares it.
     pub fn task_name(&self) -> &str {
-        match &self.inner.task {
-            Some(t) => &t.name,
-            None => &self.inner.action.task_name,
-        }
+        &self.inner.task.name
     }
 
     /// The workflow's name, as declared (without the client's namespace).
     pub fn workflow_name(&self) -> &str {
-        match &self.inner.task {
-            Some(t) => &t.workflow,
-            None => self
-                .inner
-                .action
-                .action_id
-                .split(':')
-                .next()
-                .unwrap_or_default(),
-        }
+        &self.inner.task.workflow
     }
 
     /// The run's priority as the engine holds it: 1 (lowest) to 3 (highest).

@@ -123,8 +123,8 @@ pub struct Context {
 
 struct Inner {
     action: proto::AssignedAction,
-    /// The task's declaration (its names and retries), when this worker has its handler.
-    task: Option<Arc<crate::worker::task::TaskDef>>,
+    /// The task's declaration: its handler, names and retries.
+    task: Arc<crate::worker::task::TaskDef>,
     input: Value,
     parents: serde_json::Map<String, Value>,
     /// `step_run_errors` of an `on_failure` task: failed task name → error.
@@ -155,7 +155,7 @@ impl std::fmt::Debug for Context {
 impl Context {
     pub(crate) fn new(
         action: proto::AssignedAction,
-        task: Option<Arc<crate::worker::task::TaskDef>>,
+        task: Arc<crate::worker::task::TaskDef>,
         cancel: CancellationToken,
         core: Arc<WorkerCore>,
         durable: Option<DurableClient>,
@@ -196,6 +196,11 @@ impl Context {
                 legacy_signal: AtomicI32::new(0),
             }),
         })
+    }
+
+    /// The task's declaration (its handler runs this attempt).
+    pub(crate) fn task(&self) -> &crate::worker::task::TaskDef {
+        &self.inner.task
     }
 
     /// The run's input (raw JSON).
