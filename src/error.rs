@@ -388,6 +388,16 @@ impl Error {
         }
     }
 
+    /// Whether the engine answered that what was named does not exist (an unknown or
+    /// deleted id): a REST 404 or a gRPC `NOT_FOUND`.
+    pub fn is_not_found(&self) -> bool {
+        match &self.0.cause {
+            Some(Cause::HttpStatus { status, .. }) => *status == 404,
+            Some(Cause::Status(s)) => s.code() == tonic::Code::NotFound,
+            _ => false,
+        }
+    }
+
     /// The failed tasks of a failed run ([`Outcome::RunFailed`]); empty otherwise.
     pub fn run_failures(&self) -> &[TaskFailure] {
         match self.cause() {

@@ -24,13 +24,15 @@ pub mod test_hooks;
 mod transport;
 mod worker;
 
+pub use client::api::filters::{Filter, FilterUpdate};
 pub use client::api::{
-    Api, Cron, Meta, RateLimitInfo, RunStatus, Schedule, SlotCapacity, TaskSummary, WorkerInfo,
+    Api, Cron, EventInfo, EventQuery, LogLine, LogQuery, Meta, Page, Pagination, RateLimitInfo,
+    RunQuery, RunStatus, Schedule, SlotCapacity, TaskMetrics, TaskSummary, TriggeredRun,
+    WorkerInfo, WorkflowInfo, WorkflowPause,
 };
 pub use client::bulk::{BulkEvent, BulkRun};
 pub use client::control::RunFilter;
 pub use client::events::{FinalStatus, RunEvent, TaskEventKind};
-pub use client::filters::{Filter, FilterUpdate};
 pub use client::typed::{Registered, RunView, TaskView, TypedRun, WorkflowRef};
 pub use client::{PushOptions, RunHandle, TriggerOptions};
 pub use config::{ClientConfig, ConfigError, TlsStrategy};

@@ -255,6 +255,8 @@ pub struct State {
     pub filters: Vec<super::filters::Filter>,
     /// Deadlines of running attempts, earliest first (see `expire_timeouts`).
     pub deadlines: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
+    /// Paused workflows and the tasks they hold (see `pause.rs`).
+    pub pauses: super::pause::Pauses,
 }
 
 /// Rewrites the next `remaining` assignments.
@@ -406,9 +408,11 @@ impl Engine {
         if missing_key {
             return Err(GrpcStatus::internal("An internal error occurred."));
         }
+        // A new version keeps the workflow's id; a deleted workflow's name starts a new one.
         let id = st
             .workflows
             .get(&req.name)
+            .filter(|w| !w.deleted)
             .map(|w| w.id.clone())
             .unwrap_or_else(new_id);
         let version_id = new_id();
@@ -433,6 +437,7 @@ impl Engine {
                 default_priority: req.default_priority,
                 sticky: super::placement::Sticky::from_proto(req.sticky),
                 created_at: SystemTime::now(),
+                deleted: false,
             },
         );
         st.set_declarative_filters(&id, &default_filters);
@@ -680,7 +685,7 @@ impl Engine {
                 parse_json("input", &r.input).map_err(item)?;
                 parse_metadata(r.additional_metadata.as_deref()).map_err(item)?;
                 check_priority(r.priority).map_err(item)?;
-                if !st.workflows.contains_key(&r.name) {
+                if st.workflows.get(&r.name).is_none_or(|w| w.deleted) {
                     return Err(GrpcStatus::invalid_argument(format!(
                         "workflow {i}: workflow names not found: {}",
                         r.name
@@ -739,6 +744,8 @@ impl Engine {
             at,
             seq: st.event_seq,
             scope: req.scope.clone(),
+            metadata: meta.clone(),
+            runs: Vec::new(),
         };
         st.events.push_back(ev.clone());
         if st.events.len() > EVENTS_KEPT {
@@ -747,13 +754,14 @@ impl Engine {
         let targets: Vec<(String, String)> = st
             .workflows
             .values()
-            .filter(|w| w.event_triggers.iter().any(|t| key_matches(t, &req.key)))
+            .filter(|w| !w.deleted && w.event_triggers.iter().any(|t| key_matches(t, &req.key)))
             .map(|w| (w.name.clone(), w.id.clone()))
             .collect();
         // Event-triggered runs carry the event's id and key in their metadata.
         let mut run_meta = meta.clone();
         run_meta.insert("hatchet__event_id".into(), Value::String(ev.id.clone()));
         run_meta.insert("hatchet__event_key".into(), Value::String(ev.key.clone()));
+        let mut started = Vec::new();
         for (name, workflow_id) in targets {
             let decision = super::filters::decide(
                 &st.filters,
@@ -768,7 +776,7 @@ impl Engine {
                 super::filters::Decision::PerFilter(p) => p.into_iter().map(Some).collect(),
             };
             for filter_payload in payloads {
-                st.create_run(
+                let run = st.create_run(
                     &self.tenant_id,
                     &name,
                     payload.clone(),
@@ -780,7 +788,11 @@ impl Engine {
                         ..TriggerOpts::default()
                     },
                 )?;
+                started.push(run);
             }
+        }
+        if let Some(kept) = st.events.back_mut().filter(|e| e.id == ev.id) {
+            kept.runs = started;
         }
         st.durable_event_pushed(&ev);
         st.conditions_event(&ev);
@@ -932,8 +944,16 @@ impl Engine {
             .ok_or_else(|| GrpcStatus::not_found("task run not found"))?;
         if t.logs.len() < MAX_LOG_LINES_PER_TASK {
             let retry_count = req.task_retry_count.unwrap_or(t.retry_count);
+            // The sender's time when it names one (the real engine's too): lines read back
+            // in the order they were written, whatever order they arrived in.
+            let at = req
+                .created_at
+                .as_ref()
+                .and_then(hatchet_protocol::system_time)
+                .filter(|t| *t > SystemTime::UNIX_EPOCH)
+                .unwrap_or_else(SystemTime::now);
             t.logs.push(LogLine {
-                at: SystemTime::now(),
+                at,
                 level,
                 message: req.message.clone(),
                 metadata,
@@ -1163,6 +1183,7 @@ impl Engine {
         let mut st = self.state.lock();
         st.reap_silent_workers(now, self.reassign_after);
         st.expire_timeouts(now);
+        st.expire_paused(now);
         st.durable_tick(now);
         st.conditions_tick(now);
         st.fire_calendar(SystemTime::now());

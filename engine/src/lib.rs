@@ -26,6 +26,7 @@ mod grpc;
 mod io;
 mod matches;
 mod model;
+mod pause;
 mod placement;
 mod queue;
 mod rate_limits;

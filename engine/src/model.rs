@@ -111,6 +111,9 @@ pub struct Workflow {
     /// Its sticky strategy (copied onto every task of its runs).
     pub sticky: super::placement::Sticky,
     pub created_at: SystemTime,
+    /// Deleted over REST: not listed, not triggered, its name free to register again (a new
+    /// workflow then, with a new id); its runs finish and stay readable.
+    pub deleted: bool,
 }
 
 /// One task of one run.
@@ -259,6 +262,10 @@ pub struct StoredEvent {
     pub seq: u64,
     /// The scope it was pushed with.
     pub scope: Option<String>,
+    /// Its additional metadata.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// The runs it started, in the order it started them.
+    pub runs: Vec<String>,
 }
 
 /// A subscriber of `SubscribeToWorkflowRuns`.

@@ -104,8 +104,12 @@ impl TaskQueue {
 }
 
 impl super::core::State {
-    /// Queues task `tid` at the back of its lane (its run's priority, its slot type).
+    /// Queues task `tid` at the back of its lane (its run's priority, its slot type), or holds
+    /// it when its workflow is paused (see `pause.rs`).
     pub(crate) fn enqueue(&mut self, tid: &str) {
+        if self.hold_if_paused(tid, tokio::time::Instant::now()) {
+            return;
+        }
         if let Some(t) = self.tasks.get(tid) {
             let lane = Lane::new(t.priority, &t.slot_type);
             self.queue.push_back(lane, tid.to_string());
@@ -114,6 +118,9 @@ impl super::core::State {
 
     /// Queues task `tid` at the front of its lane.
     pub(crate) fn enqueue_front(&mut self, tid: &str) {
+        if self.hold_if_paused(tid, tokio::time::Instant::now()) {
+            return;
+        }
         if let Some(t) = self.tasks.get(tid) {
             let lane = Lane::new(t.priority, &t.slot_type);
             self.queue.push_front(lane, tid.to_string());

@@ -40,9 +40,14 @@ impl State {
         opts: TriggerOpts,
     ) -> Result<String, GrpcStatus> {
         let _ = tenant;
-        let wf = self.workflows.get(name).cloned().ok_or_else(|| {
-            GrpcStatus::invalid_argument(format!("workflow names not found: {name}"))
-        })?;
+        let wf = self
+            .workflows
+            .get(name)
+            .filter(|w| !w.deleted)
+            .cloned()
+            .ok_or_else(|| {
+                GrpcStatus::invalid_argument(format!("workflow names not found: {name}"))
+            })?;
         // Child dedupe: the same parent and index/key returns the existing run.
         let child_slot = match (&opts.parent_task, &opts.child_key, opts.child_index) {
             (Some(p), Some(k), _) => Some((p.clone(), format!("key:{k}"))),
@@ -115,6 +120,7 @@ impl State {
             );
         }
         let mut task_ids = Vec::new();
+        let mut ready = Vec::new();
         for def in &wf.tasks {
             let id = if single { run_id.clone() } else { new_id() };
             let slot_type = def.slot_requests.keys().next().cloned().unwrap_or_else(|| {
@@ -190,7 +196,7 @@ impl State {
             );
             self.start_matcher(&id, matcher);
             if status == Status::Queued {
-                self.enqueue(&id);
+                ready.push(id.clone());
             }
             task_ids.push(id);
         }
@@ -218,6 +224,10 @@ impl State {
         };
         self.runs.insert(run_id.clone(), run);
         self.run_order.push(run_id.clone());
+        // Queued once the run exists: a paused workflow's tasks are held by their run's workflow.
+        for tid in &ready {
+            self.enqueue(tid);
+        }
         if let Some((key, until)) = idem {
             self.idempotency
                 .insert((name.to_string(), key), (run_id.clone(), until));

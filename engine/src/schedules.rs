@@ -107,8 +107,14 @@ impl State {
         let now_secs = unix_secs(now);
         let since = self.calendar_checked.replace(now_secs).unwrap_or(now_secs);
         let mut due: Vec<(Value, Option<usize>)> = Vec::new();
+        let paused = |row: &Value| {
+            self.pauses
+                .rule(row["workflowName"].as_str().unwrap_or_default())
+        };
         for c in &self.crons {
+            // A workflow paused with DROP skips its cron ticks (invariant 5 of `pause.rs`).
             let fires = c["enabled"] != false
+                && !paused(c).is_some_and(|p| p.drop_crons)
                 && c["cron"]
                     .as_str()
                     .and_then(|e| Cron::parse(e).ok())
@@ -122,17 +128,22 @@ impl State {
             let at = s["triggerAt"]
                 .as_str()
                 .and_then(hatchet_protocol::calendar::parse_rfc3339);
-            let open = s.get("workflowRunId").is_none() && s.get("error").is_none();
+            let open = s.get("workflowRunId").is_none()
+                && s.get("error").is_none()
+                && !paused(s).is_some_and(|p| p.drop_schedules);
             if open && at.is_some_and(|at| at <= now) {
                 due.push((s.clone(), Some(i)));
             }
         }
         let mut fired: Vec<usize> = Vec::new();
         for (row, schedule) in due {
-            let meta = row["additionalMetadata"]
+            let mut meta = row["additionalMetadata"]
                 .as_object()
                 .cloned()
                 .unwrap_or_default();
+            if schedule.is_none() {
+                meta.extend(cron_metadata(&row, now));
+            }
             let created = self.create_run(
                 row["tenantId"].as_str().unwrap_or_default(),
                 row["workflowName"].as_str().unwrap_or_default(),
@@ -167,6 +178,53 @@ impl State {
         for i in fired.into_iter().rev() {
             self.scheduled.remove(i);
         }
+    }
+}
+
+/// What the real engine adds to a cron run's metadata (beside the cron's own): the
+/// expression, when it fired, and the name of a cron created through the API.
+fn cron_metadata(row: &Value, at: SystemTime) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    m.insert("hatchet__cron_expression".into(), row["cron"].clone());
+    m.insert(
+        "hatchet__cron_scheduled_at".into(),
+        json!(format_rfc3339(at)),
+    );
+    if row["method"] == "API"
+        && let Some(name) = row["name"].as_str().filter(|n| !n.is_empty())
+    {
+        m.insert("hatchet__cron_name".into(), json!(name));
+    }
+    m
+}
+
+impl State {
+    /// Runs cron `id` now (`POST .../workflows/crons/{id}`), with its input, metadata and
+    /// priority, whether or not it is enabled; `None` for an unknown cron.
+    pub fn trigger_cron(&mut self, id: &str, now: SystemTime) -> Option<Result<String, String>> {
+        let row = self
+            .crons
+            .iter()
+            .find(|c| c["metadata"]["id"] == id)?
+            .clone();
+        let mut meta = row["additionalMetadata"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        meta.extend(cron_metadata(&row, now));
+        Some(
+            self.create_run(
+                row["tenantId"].as_str().unwrap_or_default(),
+                row["workflowName"].as_str().unwrap_or_default(),
+                row["input"].clone(),
+                meta,
+                TriggerOpts {
+                    priority: row["priority"].as_i64().map(|p| p as i32),
+                    ..TriggerOpts::default()
+                },
+            )
+            .map_err(|e| e.message().to_string()),
+        )
     }
 }
 

@@ -89,6 +89,13 @@ pub fn timestamp(t: std::time::SystemTime) -> prost_types::Timestamp {
     }
 }
 
+/// The time a protobuf timestamp names; `None` for one out of range.
+pub fn system_time(ts: &prost_types::Timestamp) -> Option<std::time::SystemTime> {
+    let secs = u64::try_from(ts.seconds).ok()?;
+    let nanos = u32::try_from(ts.nanos).ok()?;
+    std::time::UNIX_EPOCH.checked_add(std::time::Duration::new(secs, nanos))
+}
+
 /// A protobuf timestamp of now.
 pub fn timestamp_now() -> prost_types::Timestamp {
     timestamp(std::time::SystemTime::now())

@@ -11,7 +11,6 @@ pub(crate) mod api;
 pub(crate) mod bulk;
 pub(crate) mod control;
 pub(crate) mod events;
-pub(crate) mod filters;
 pub(crate) mod typed;
 
 use std::sync::Arc;

@@ -22,6 +22,12 @@ hatchet-dev-engine, one counted check each:
       and `workflows.list/get` validate through the SDK's pydantic models for runs queued (no
       worker), running, failed, cancelled, completed and a failed two-task DAG (on_failure),
       and the filters filter;
+  p10. the rest of the API: `workflows.pause` holds a new run QUEUED while another workflow's
+      run completes on the same worker, `unpause` lets it complete; `workflows.delete` of a
+      workflow makes `workflows.get` fail with 404 and drops it from `workflows.list`;
+      `workers.pause`/`unpause` read back PAUSED/ACTIVE; `event.list(keys=...)` shows a pushed
+      event; `metrics.get_task_metrics(workflow_ids=...)` counts the completed runs and
+      `metrics.get_queue_metrics()` answers a mapping;
   p9. task context: `ctx.refresh_timeout` lets a 2 s-timeout task run 4 s (a twin without the
       refresh is timed out); on a 1-slot worker a task that keeps its slot delays the next run
       while one that calls `ctx.release_slot()` lets it start; `ctx.additional_metadata` shows
@@ -563,6 +569,81 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
             pass
         expect(not problems, "\n    ".join([f"{len(problems)} problem(s):"] + problems))
 
+    # ----- p10 -----
+    def p10_rest_of_the_api() -> None:
+        import datetime as dt
+        from hatchet_sdk.clients.rest.exceptions import NotFoundException
+
+        def workflow_id(name: str) -> str:
+            rows = bounded(lambda: h.workflows.list(workflow_name=name), 30).rows or []
+            ids = [w.metadata.id for w in rows if w.name == name]
+            expect(len(ids) == 1, f"workflows.list(workflow_name={name}) gave {rows}")
+            return ids[0]
+
+        problems: list[str] = []
+        since = dt.datetime.now(UTC) - dt.timedelta(seconds=30)
+        wid = workflow_id("parity-double")
+        paused = bounded(lambda: h.workflows.pause(wid, queue_ttl=dt.timedelta(hours=1)), 30)
+        if not paused.is_paused:
+            problems.append(f"workflows.pause answered {paused}")
+        held = trigger(t.double, t.Num(nonce=uuid.uuid4().hex, n=4))
+        nonce = uuid.uuid4().hex
+        bounded(lambda: t.logs.run(t.Msg(nonce=nonce)), 60)
+        if (s := status(held.workflow_run_id)) != "QUEUED":
+            problems.append(f"a paused workflow's run read {s}, not QUEUED")
+        unpaused = bounded(lambda: h.workflows.unpause(wid), 30)
+        if unpaused.is_paused:
+            problems.append(f"workflows.unpause answered {unpaused}")
+        wait_status(held.workflow_run_id, "COMPLETED", 60)
+
+        def counted():
+            m = bounded(lambda: h.metrics.get_task_metrics(since=since, workflow_ids=[wid]), 30)
+            return m if m.completed >= 1 else None
+        try:
+            wait_until("the completed run counted", counted, 30, 0.5)
+        except TimeoutError as e:
+            problems.append(f"metrics.get_task_metrics: {e}")
+        queues = bounded(h.metrics.get_queue_metrics, 30)
+        if not isinstance(queues, dict):
+            problems.append(f"metrics.get_queue_metrics answered {queues!r}")
+
+        key = f"parity:listed:{nonce}"
+        bounded(lambda: h.event.push(key, {"nonce": nonce}), 30)
+
+        def listed():
+            return bounded(lambda: h.event.list(keys=[key], since=since), 30).rows
+        try:
+            rows = wait_until("the pushed event listed", listed, 30, 0.5)
+            if rows[0].payload != {"nonce": nonce}:
+                problems.append(f"event.list row {rows[0]}")
+        except TimeoutError as e:
+            problems.append(f"event.list: {e}")
+
+        workers = bounded(h.workers.list, 30).rows or []
+        main = [w for w in workers if w.name == "parity-main" and w.status == "ACTIVE"]
+        if main:
+            wk = main[0].metadata.id
+            bounded(lambda: h.workers.pause(wk), 30)
+            if (s := bounded(lambda: h.workers.get(wk), 30).status) != "PAUSED":
+                problems.append(f"a paused worker read {s}")
+            bounded(lambda: h.workers.unpause(wk), 30)
+            if (s := bounded(lambda: h.workers.get(wk), 30).status) != "ACTIVE":
+                problems.append(f"an unpaused worker read {s}")
+        else:
+            problems.append(f"no ACTIVE parity-main in workers.list: {[w.name for w in workers]}")
+
+        gone = workflow_id("parity-doomed")
+        bounded(lambda: h.workflows.delete(gone), 30)
+        try:
+            bounded(lambda: h.workflows.get(gone), 30)
+            problems.append("workflows.get of a deleted workflow answered")
+        except NotFoundException:
+            pass
+        rows = bounded(lambda: h.workflows.list(workflow_name="parity-doomed"), 30).rows or []
+        if any(w.metadata.id == gone for w in rows):
+            problems.append("workflows.list still shows a deleted workflow")
+        expect(not problems, "\n    ".join([f"{len(problems)} problem(s):"] + problems))
+
     checks = [
         ("p1", "p1 on_failure task runs and reads the error", p1_on_failure),
         ("p2", "p2 runs.cancel(run_id) cancels a running task", p2_cancel_by_id),
@@ -573,6 +654,8 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
         ("p7", "p7 ctx.log lines read back with logs.list", p7_logs),
         ("p9", "p9 refresh_timeout, release_slot, additional_metadata", p9_task_context),
         ("p8", "p8 strict REST reads in every run state", p8_strict_reads),
+        ("p10", "p10 workflows pause/delete, workers pause, events list, metrics",
+         p10_rest_of_the_api),
     ]
     for key, name, fn in checks:
         if not only or key in only:
@@ -611,7 +694,7 @@ def main() -> int:
             import parity_tasks as t
             wait_registered(hs, "parity-main", {"parity-slow:parity-slow"}, procs["main"], 40)
             # Workflows no worker serves yet: registered the way a worker registers them.
-            for wf in (t.prio_wf, t.release, t.hold, t.quick, t.orphan):
+            for wf in (t.prio_wf, t.release, t.hold, t.quick, t.orphan, t.doomed):
                 bounded(lambda wf=wf: t.hatchet._client.admin.put_workflow(wf.to_proto()), 15)
 
         try:

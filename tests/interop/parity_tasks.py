@@ -192,5 +192,12 @@ def orphan(input: Msg, ctx: Context) -> dict[str, str]:
     return {"nonce": input.nonce}
 
 
+# ----- p10: a workflow registered by the client to be deleted -----
+
+@hatchet.task(name="parity-doomed", input_validator=Msg)
+def doomed(input: Msg, ctx: Context) -> dict[str, str]:
+    return {"nonce": input.nonce}
+
+
 MAIN_WORKFLOWS = [on_failure_wf, slow, flaky, double, on_bulk, logs, refresh, no_refresh]
 PRIO_WORKFLOWS = [prio_wf, release, hold, quick]

@@ -4,8 +4,9 @@
 # then runs scenario.py (checks a-f: worker, run, aio_run, push->on_events, durable sleep +
 # event, stdin-EOF exit), embedded_check.py (check g: Hatchet.from_embedded()) and
 # rust_interop.py (checks h-i: our Rust example worker runs SDK-triggered runs, our Rust
-# example client runs a task on the SDK worker), parity.py (checks p1-p9: on_failure, cancel,
-# replay, bulk, priority, logs, strict REST reads, task context) and placement.py (checks
+# example client runs a task on the SDK worker), parity.py (checks p1-p10: on_failure, cancel,
+# replay, bulk, priority, logs, strict REST reads, task context, pauses, events, metrics) and
+# placement.py (checks
 # q1-q5: worker labels, sticky, DAG conditions, durable OR waits, event filters); then the
 # TypeScript suite ts/suite.mjs
 # (checks t1-t11 with the official TypeScript SDK, npm @hatchet-dev/typescript-sdk pinned in

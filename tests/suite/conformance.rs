@@ -22,12 +22,14 @@ use std::time::{Duration, SystemTime};
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use hatchet_runtime::{
     BulkEvent, BulkRun, ChildOptions, ClientConfig, Condition, Context, DesiredLabel, Error,
-    Outcome, PushOptions, RunFilter, RunStatus, Runtime, RuntimeHandle, StickyStrategy, TaskError,
-    TaskOptions, TriggerOptions, WorkerOptions, Workflow, any_of,
+    Outcome, PushOptions, RunFilter, RunQuery, RunStatus, Runtime, RuntimeHandle, StickyStrategy,
+    TaskError, TaskOptions, TriggerOptions, WorkerOptions, Workflow, any_of,
 };
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+
+mod api;
 
 /// How long a result may take on either engine.
 const RESULT: Duration = Duration::from_secs(90);
@@ -1525,59 +1527,6 @@ async fn conf_crons_and_schedules() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_task_logs_read_back_over_rest() {
-    let t = Target::new("logs").await;
-    let wf = Workflow::new("logger").task("t", |_: Value, c: Context| async move {
-        c.log("starting");
-        c.log_at(tracing::Level::WARN, "disk almost full");
-        Ok::<_, TaskError>(json!({}))
-    });
-    let rt = t.worker(2, vec![wf]).await;
-    let h = rt.run_no_wait("logger", &json!({})).await.expect("trigger");
-    let _: Value = h.result_within(RESULT).await.expect("done");
-    let view = rt.run_details(h.run_id()).await.expect("details");
-    let task = view
-        .tasks
-        .values()
-        .next()
-        .expect("one task")
-        .task_run_id
-        .clone();
-    let path = format!("/api/v1/stable/tasks/{task}/logs");
-    let logs = until_read(
-        "two log lines",
-        || t.rest_read(&path),
-        |v| {
-            v.as_ref()
-                .and_then(|v| v["rows"].as_array())
-                .is_some_and(|r| r.len() >= 2)
-        },
-    )
-    .await
-    .unwrap_or_default();
-    let mut lines: Vec<(String, String)> = logs["rows"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|r| {
-            (
-                r["level"].as_str().unwrap_or("?").to_string(),
-                r["message"].as_str().unwrap_or("?").to_string(),
-            )
-        })
-        .collect();
-    lines.sort();
-    assert_eq!(
-        lines,
-        [
-            ("INFO".to_string(), "starting".to_string()),
-            ("WARN".to_string(), "disk almost full".to_string()),
-        ]
-    );
-    rt.shutdown(Duration::from_secs(5)).await;
-}
-
 // --- REST reads with typed outputs; outputs of 5 MiB ----------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1613,7 +1562,12 @@ async fn conf_rest_reads_run_status_and_list_with_typed_outputs() {
     assert_eq!(grpc.output::<Num>("double").expect("typed"), Num { n: 42 });
     let rows = until_read(
         "the run is listed",
-        || async { api.list_runs(since, &[], 100).await.expect("list") },
+        || async {
+            api.list_runs(&RunQuery::new(RunFilter::since(since)).limit(100))
+                .await
+                .expect("list")
+                .rows
+        },
         |rows| !rows.is_empty(),
     )
     .await;
@@ -1991,6 +1945,7 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
         .await
         .expect("trigger");
     let h3 = rt.run_no_wait("fails", &json!({})).await.expect("trigger");
+    let event = rt.push("diff:event", &json!({"e": 1})).await.expect("push");
     let _: Value = h1.result_within(RESULT).await.expect("one");
     let _: Value = h2.result_within(RESULT).await.expect("dag");
     let _ = h3.result_within::<Value>(RESULT).await.expect_err("fails");
@@ -2013,6 +1968,7 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
     let task_of_one = api.run(h1.run_id()).await.expect("run").tasks["only"]
         .task_run_id
         .clone();
+    let one_id = api.workflow_id("one").await.expect("workflow id");
     let since = hatchet_protocol::calendar::format_rfc3339(since);
     let mut out = Vec::new();
     for (name, path) in [
@@ -2055,6 +2011,17 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
             format!("/api/v1/stable/tasks/{task_of_one}/logs"),
         ),
         ("workers", format!("/api/v1/tenants/{tenant}/worker")),
+        (
+            "events list",
+            format!("/api/v1/stable/tenants/{tenant}/events?since={since}&eventIds={event}"),
+        ),
+        (
+            "task metrics",
+            format!(
+                "/api/v1/stable/tenants/{tenant}/task-metrics?since={since}&workflow_ids={one_id}"
+            ),
+        ),
+        ("workflow", format!("/api/v1/workflows/{one_id}")),
         ("workflows", format!("/api/v1/tenants/{tenant}/workflows")),
     ] {
         let mut v = until_read(name, || t.rest_read(&path), Option::is_some)

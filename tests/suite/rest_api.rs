@@ -3,8 +3,8 @@
 use std::time::{Duration, SystemTime};
 
 use hatchet_dev_engine::Fault;
-use hatchet_runtime::RunStatus;
 use hatchet_runtime::{Context, Outcome, TaskError, WorkerOptions, Workflow};
+use hatchet_runtime::{RunFilter, RunQuery, RunStatus};
 use serde_json::{Value, json};
 
 use crate::runtime_e2e::setup;
@@ -38,11 +38,14 @@ async fn typed_reads_of_runs_workers_crons_schedules_and_rate_limits() {
     );
     let since = SystemTime::now() - Duration::from_secs(3600);
     let runs = api
-        .list_runs(since, &["COMPLETED"], 50)
+        .list_runs(&RunQuery::new(
+            RunFilter::since(since).status(RunStatus::Completed),
+        ))
         .await
         .expect("list");
     assert!(
-        runs.iter()
+        runs.rows
+            .iter()
             .any(|r| r.workflow_run_external_id == h.run_id())
     );
     let workers = api.workers().await.expect("workers");

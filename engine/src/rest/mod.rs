@@ -15,8 +15,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
+mod events;
 mod filters;
+mod metrics;
 mod runs;
+mod workflows;
 
 use crate::core::Engine;
 use crate::faults::{Fault, FaultRule, Faults};
@@ -37,6 +40,61 @@ pub(crate) fn err(status: StatusCode, description: &str) -> Response {
         Json(json!({"errors": [{"description": description}]})),
     )
         .into_response()
+}
+
+/// `{"message": ...}`, the shape of the real engine's path and proxy errors.
+pub(crate) fn message(status: StatusCode, text: &str) -> Response {
+    (status, Json(json!({ "message": text }))).into_response()
+}
+
+/// What the real engine answers for a path id it cannot find: 400 for a malformed one (not a
+/// UUID), 404 for an unknown one.
+pub(crate) fn bad_id_or_missing(id: &str, what: &str) -> Response {
+    if uuid::Uuid::parse_str(id).is_err() {
+        message(
+            StatusCode::BAD_REQUEST,
+            &format!("invalid {what} id {id:?}"),
+        )
+    } else {
+        message(StatusCode::NOT_FOUND, &format!("{what} {id} not found"))
+    }
+}
+
+/// Query parameters as sent (repeated names kept), read the way the real engine reads them.
+pub(crate) struct Params(pub(crate) Vec<(String, String)>);
+
+impl Params {
+    pub(crate) fn one(&self, k: &str) -> Option<&str> {
+        self.0.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str())
+    }
+
+    pub(crate) fn all(&self, k: &str) -> Vec<String> {
+        let bracketed = format!("{k}[]");
+        self.0
+            .iter()
+            .filter(|(a, _)| a == k || *a == bracketed)
+            .flat_map(|(_, v)| v.split(',').map(str::to_string))
+            .filter(|v| !v.is_empty())
+            .collect()
+    }
+
+    pub(crate) fn number(&self, k: &str, default: usize) -> Result<usize, String> {
+        match self.one(k) {
+            None => Ok(default),
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("{k} must be a whole number, got {v:?}")),
+        }
+    }
+
+    pub(crate) fn time(&self, k: &str) -> Result<Option<SystemTime>, String> {
+        match self.one(k) {
+            None => Ok(None),
+            Some(v) => hatchet_protocol::calendar::parse_rfc3339(v)
+                .map(Some)
+                .ok_or_else(|| format!("{k} must be an RFC 3339 time, got {v:?}")),
+        }
+    }
 }
 
 pub(crate) fn meta(id: &str, created: SystemTime) -> Value {
@@ -76,15 +134,6 @@ pub(crate) fn tenant_ok(s: &Rest, tenant: &str) -> Option<Response> {
     })
 }
 
-/// A `Workflow` object as the SDKs' strict models take it: every version entry has `order` and
-/// `workflowId`.
-fn workflow_json(w: &crate::model::Workflow, tenant: &str) -> Value {
-    let version = json!({"metadata": meta(&w.version_id, w.created_at), "version": "",
-                         "order": 1, "workflowId": w.id});
-    json!({"metadata": meta(&w.id, w.created_at), "name": w.name, "description": w.description, "isPaused": false,
-           "versions": [version], "tags": [], "tenantId": tenant})
-}
-
 /// `GET /api/v1/tenants/{tenant}`: the tenant, on the v1 engine (the TypeScript SDK reads
 /// `version` at start and warns about anything but `V1`).
 async fn get_tenant(AxState(s): AxState<Rest>, Path(tenant): Path<String>) -> Response {
@@ -95,45 +144,6 @@ async fn get_tenant(AxState(s): AxState<Rest>, Path(tenant): Path<String>) -> Re
     Json(json!({"metadata": meta(id, SystemTime::UNIX_EPOCH), "name": "development", "slug": "development",
                 "analyticsOptOut": true, "alertMemberEmails": false, "version": "V1"}))
     .into_response()
-}
-
-/// `GET /api/v1/workflows/{workflow}`: one workflow by id (400 for a malformed id, 404 unknown).
-async fn get_workflow(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
-    let st = s.engine.state.lock();
-    match st.workflows.values().find(|w| w.id == id) {
-        Some(w) => Json(workflow_json(w, &s.engine.tenant_id)).into_response(),
-        None if uuid::Uuid::parse_str(&id).is_err() => err(
-            StatusCode::BAD_REQUEST,
-            &format!("invalid workflow id {id:?}"),
-        ),
-        None => err(StatusCode::NOT_FOUND, "workflow not found"),
-    }
-}
-
-async fn list_workflows(
-    AxState(s): AxState<Rest>,
-    Path(tenant): Path<String>,
-    Query(q): Query<Value>,
-) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
-    let (offset, limit) = page(&q);
-    // The real engine matches `name` as a case-insensitive substring (ILIKE).
-    let name = q
-        .get("name")
-        .and_then(|v| v.as_str())
-        .unwrap_or("")
-        .to_lowercase();
-    let st = s.engine.state.lock();
-    let mut rows: Vec<Value> = st
-        .workflows
-        .values()
-        .filter(|w| name.is_empty() || w.name.to_lowercase().contains(&name))
-        .map(|w| workflow_json(w, &s.engine.tenant_id))
-        .collect();
-    rows.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-    paged(rows, offset, limit)
 }
 
 /// The common part of a cron or schedule created through the API, from its request body.
@@ -304,6 +314,29 @@ async fn delete_cron(
     delete_row(&s, &tenant, &id, "cron", |st| &mut st.crons)
 }
 
+/// `POST .../workflows/crons/{id}`: runs the cron now; answers the run's id. An unknown cron
+/// is the real engine's bare 500 (its lookup error is not a "no rows").
+async fn trigger_cron(
+    AxState(s): AxState<Rest>,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    if uuid::Uuid::parse_str(&id).is_err() {
+        return message(StatusCode::BAD_REQUEST, "invalid cron workflow id");
+    }
+    let started = s.engine.state.lock().trigger_cron(&id, SystemTime::now());
+    match started {
+        Some(Ok(run)) => {
+            s.engine.wake.notify_one();
+            Json(json!({ "externalId": run })).into_response()
+        }
+        Some(Err(why)) => err(StatusCode::INTERNAL_SERVER_ERROR, &why),
+        None => message(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
+    }
+}
+
 async fn get_scheduled(
     AxState(s): AxState<Rest>,
     Path((tenant, id)): Path<(String, String)>,
@@ -380,7 +413,7 @@ async fn get_worker(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Respon
     let st = s.engine.state.lock();
     match st.workers.get(&id) {
         Some(w) => Json(worker_json(w, &s.engine.tenant_id)).into_response(),
-        None => err(StatusCode::NOT_FOUND, "worker not found"),
+        None => bad_id_or_missing(&id, "worker"),
     }
 }
 
@@ -394,12 +427,16 @@ async fn patch_worker(
     };
     let mut st = s.engine.state.lock();
     let Some(w) = st.workers.get_mut(&id) else {
-        return err(StatusCode::NOT_FOUND, "worker not found");
+        return bad_id_or_missing(&id, "worker");
     };
     if let Some(p) = b.get("isPaused").and_then(Value::as_bool) {
         w.paused = p;
     }
-    Json(worker_json(w, &s.engine.tenant_id)).into_response()
+    let answer = Json(worker_json(w, &s.engine.tenant_id)).into_response();
+    drop(st);
+    // An unpaused worker takes what waited for it at once.
+    s.engine.wake.notify_one();
+    answer
 }
 
 async fn list_rate_limits(
@@ -508,8 +545,9 @@ pub fn router(state: Rest) -> axum::Router {
     axum::Router::new()
         .merge(runs::routes())
         .merge(filters::routes())
-        .route("/api/v1/tenants/{tenant}/workflows", get(list_workflows))
-        .route("/api/v1/workflows/{workflow}", get(get_workflow))
+        .merge(workflows::routes())
+        .merge(events::routes())
+        .merge(metrics::routes())
         .route("/api/v1/tenants/{tenant}", get(get_tenant))
         .route("/api/v1/tenants/{tenant}/workflows/crons", get(list_crons))
         .route(
@@ -518,7 +556,7 @@ pub fn router(state: Rest) -> axum::Router {
         )
         .route(
             "/api/v1/tenants/{tenant}/workflows/crons/{id}",
-            get(get_cron).delete(delete_cron),
+            get(get_cron).delete(delete_cron).post(trigger_cron),
         )
         .route(
             "/api/v1/tenants/{tenant}/workflows/scheduled",

@@ -53,21 +53,7 @@ pub fn routes() -> axum::Router<Rest> {
         .route("/api/v1/stable/tenants/{tenant}/tasks/replay", post(replay))
 }
 
-/// `{"message": ...}`, the shape of the real engine's path and proxy errors.
-fn message(status: StatusCode, text: &str) -> Response {
-    (status, Json(json!({ "message": text }))).into_response()
-}
-
-fn bad_id_or_missing(id: &str, what: &str) -> Response {
-    if uuid::Uuid::parse_str(id).is_err() {
-        message(
-            StatusCode::BAD_REQUEST,
-            &format!("invalid {what} id {id:?}"),
-        )
-    } else {
-        message(StatusCode::NOT_FOUND, &format!("{what} {id} not found"))
-    }
-}
+use super::{Params, bad_id_or_missing, message};
 
 /// A stable UUID for a workflow step (invariant 2).
 pub(crate) fn step_id(run: &Run, readable: &str) -> String {
@@ -359,41 +345,7 @@ async fn task_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Resp
 }
 
 /// A query string's values: `one("k")` the first, `all("k")` every `k` and `k[]`.
-struct Params(Vec<(String, String)>);
-
 impl Params {
-    fn one(&self, k: &str) -> Option<&str> {
-        self.0.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str())
-    }
-
-    fn all(&self, k: &str) -> Vec<String> {
-        let bracketed = format!("{k}[]");
-        self.0
-            .iter()
-            .filter(|(a, _)| a == k || *a == bracketed)
-            .flat_map(|(_, v)| v.split(',').map(str::to_string))
-            .filter(|v| !v.is_empty())
-            .collect()
-    }
-
-    fn number(&self, k: &str, default: usize) -> Result<usize, String> {
-        match self.one(k) {
-            None => Ok(default),
-            Some(v) => v
-                .parse()
-                .map_err(|_| format!("{k} must be a whole number, got {v:?}")),
-        }
-    }
-
-    fn time(&self, k: &str) -> Result<Option<SystemTime>, String> {
-        match self.one(k) {
-            None => Ok(None),
-            Some(v) => hatchet_protocol::calendar::parse_rfc3339(v)
-                .map(Some)
-                .ok_or_else(|| format!("{k} must be an RFC 3339 time, got {v:?}")),
-        }
-    }
-
     /// The run filter of a run list: since/until, statuses, workflows, metadata (`k:v`
     /// strings; one without a colon is ignored, as the real engine does).
     fn run_filter(&self) -> Result<RunFilter, String> {
@@ -413,8 +365,10 @@ impl Params {
 }
 
 /// Runs (or tasks) the list's other parameters select.
-fn selected<'a>(st: &'a State, p: &Params, filter: &RunFilter) -> Vec<&'a Run> {
-    let parent = p.one("parent_task_external_id");
+/// Runs a list selects. The parent filter is read only by run lists (`by_parent`): the real
+/// engine ignores it in a task list.
+fn selected<'a>(st: &'a State, p: &Params, filter: &RunFilter, by_parent: bool) -> Vec<&'a Run> {
+    let parent = p.one("parent_task_external_id").filter(|_| by_parent);
     let event = p.one("triggering_event_external_id");
     let any_metadata =
         p.one("additional_metadata_operator") == Some("OR") && filter.metadata.len() > 1;
@@ -477,7 +431,7 @@ async fn list_runs(
     } else {
         filter.clone()
     };
-    let runs = selected(&st, &p, &run_filter);
+    let runs = selected(&st, &p, &run_filter, !only_tasks);
     let rows: Vec<Value> = if only_tasks {
         runs.iter()
             .flat_map(|r| tasks_of(&st, r).into_iter().map(move |t| (t, *r)))
@@ -522,7 +476,7 @@ async fn list_run_ids(
         Err(why) => return super::err(StatusCode::BAD_REQUEST, &why),
     };
     let st = s.engine.state.lock();
-    let ids: Vec<&str> = selected(&st, &p, &filter)
+    let ids: Vec<&str> = selected(&st, &p, &filter, true)
         .iter()
         .map(|r| r.id.as_str())
         .collect();
@@ -623,9 +577,11 @@ async fn task_logs(
     let Some(t) = st.tasks.get(&id) else {
         return bad_id_or_missing(&id, "task");
     };
-    let mut rows: Vec<Value> = t
-        .logs
-        .iter()
+    let mut lines: Vec<&crate::model::LogLine> = t.logs.iter().collect();
+    // By the time each was written (the order they arrived in breaks ties).
+    lines.sort_by_key(|l| l.at);
+    let mut rows: Vec<Value> = lines
+        .into_iter()
         .filter(|l| since.is_none_or(|s| l.at > s) && until.is_none_or(|u| l.at < u))
         .filter(|l| {
             search

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::api::{Api, Meta};
+use super::{Api, Meta};
 use crate::error::Error;
 
 /// A stored event filter.
