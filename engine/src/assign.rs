@@ -2,7 +2,7 @@
 //! tasks, and execution timeouts.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::time::Instant;
@@ -206,7 +206,7 @@ impl State {
             t.slot_type = slot.clone();
             t.slot_held = true;
             t.deadline = Some(now + t.timeout);
-            t.started_at = Some(SystemTime::now());
+            t.started_at = Some(self.clock.system_now());
             let run = t.run_id.clone();
             self.deadlines
                 .push(std::cmp::Reverse((now + t.timeout, tid.to_string())));
@@ -216,7 +216,7 @@ impl State {
             && r.status == Status::Queued
         {
             r.status = Status::Running;
-            r.started_at = Some(SystemTime::now());
+            r.started_at = Some(self.clock.system_now());
         }
         Offer::Sent(slot)
     }

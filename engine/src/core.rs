@@ -257,6 +257,8 @@ pub struct State {
     pub deadlines: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
     /// Paused workflows and the tasks they hold (see `pause.rs`).
     pub pauses: super::pause::Pauses,
+    /// The engine's clock (see `clock.rs`): every time the state reads comes from it.
+    pub clock: std::sync::Arc<super::clock::Clock>,
 }
 
 /// Rewrites the next `remaining` assignments.
@@ -279,6 +281,8 @@ const EVENTS_KEPT: usize = 10_000;
 #[derive(Debug)]
 pub struct Engine {
     pub state: Mutex<State>,
+    /// The state's clock (the same one), for reads outside the lock.
+    pub clock: std::sync::Arc<super::clock::Clock>,
     pub wake: Notify,
     pub tenant_id: String,
     /// Running tasks of a worker silent this long are requeued ([`REASSIGN_AFTER`] by default).
@@ -290,8 +294,10 @@ pub struct Engine {
 impl Engine {
     /// A new, empty engine for `tenant_id`.
     pub fn new(tenant_id: String, reassign_after: Duration, version: String) -> Self {
+        let state = State::default();
         Engine {
-            state: Mutex::new(State::default()),
+            clock: state.clock.clone(),
+            state: Mutex::new(state),
             wake: Notify::new(),
             tenant_id,
             reassign_after,
@@ -436,7 +442,7 @@ impl Engine {
                 ),
                 default_priority: req.default_priority,
                 sticky: super::placement::Sticky::from_proto(req.sticky),
-                created_at: SystemTime::now(),
+                created_at: self.clock.system_now(),
                 deleted: false,
             },
         );
@@ -495,7 +501,7 @@ impl Engine {
         }
         let id = new_id();
         let labels = super::placement::worker_labels(&req.labels);
-        let now = Instant::now();
+        let now = self.clock.now();
         let worker = Worker {
             id: id.clone(),
             name: req.worker_name.clone(),
@@ -504,12 +510,12 @@ impl Engine {
             slots_used: BTreeMap::new(),
             sessions: Vec::new(),
             last_heartbeat: now,
-            last_heartbeat_at: SystemTime::now(),
+            last_heartbeat_at: self.clock.system_now(),
             ever_listened: false,
             labels,
             runtime_info: req.runtime_info,
             paused: false,
-            created_at: SystemTime::now(),
+            created_at: self.clock.system_now(),
             last_listener_established: None,
             assignments: 0,
             heartbeats: 0,
@@ -549,9 +555,9 @@ impl Engine {
             legacy,
         });
         w.ever_listened = true;
-        w.last_listener_established = Some(SystemTime::now());
+        w.last_listener_established = Some(self.clock.system_now());
         if legacy {
-            w.last_heartbeat = Instant::now();
+            w.last_heartbeat = self.clock.now();
         }
         drop(st);
         self.wake.notify_one();
@@ -605,8 +611,8 @@ impl Engine {
                 "Heartbeat rejected: worker stream is not active",
             ));
         }
-        w.last_heartbeat = Instant::now();
-        w.last_heartbeat_at = SystemTime::now();
+        w.last_heartbeat = self.clock.now();
+        w.last_heartbeat_at = self.clock.system_now();
         w.heartbeats += 1;
         drop(st);
         self.wake.notify_one();
@@ -734,7 +740,7 @@ impl Engine {
 
     pub fn push(&self, req: &proto::PushEventRequest) -> Result<proto::Event, GrpcStatus> {
         let (payload, meta) = check_event(req)?;
-        let at = SystemTime::now();
+        let at = self.clock.system_now();
         let mut st = self.state.lock();
         st.event_seq += 1;
         let ev = StoredEvent {
@@ -833,7 +839,7 @@ impl Engine {
             }
             E::StepEventTypeStarted | E::StepEventTypeAcknowledged => {
                 if !stale && let Some(t) = st.tasks.get_mut(&ev.task_run_external_id) {
-                    t.started_at.get_or_insert_with(SystemTime::now);
+                    t.started_at.get_or_insert_with(|| self.clock.system_now());
                     t.answered = true;
                 }
             }
@@ -890,12 +896,12 @@ impl Engine {
             .get_mut(task_id)
             .filter(|t| t.status == Status::Running)
             .ok_or_else(|| GrpcStatus::not_found("task is not running"))?;
-        let base = t.deadline.unwrap_or_else(Instant::now);
+        let base = t.deadline.unwrap_or_else(|| self.clock.now());
         let at = base + inc;
         t.deadline = Some(at);
         let id = t.id.clone();
         st.deadlines.push(std::cmp::Reverse((at, id)));
-        Ok(SystemTime::now() + at.saturating_duration_since(Instant::now()))
+        Ok(self.clock.system_now() + at.saturating_duration_since(self.clock.now()))
     }
 
     /// `Dispatcher/ReleaseSlot`.
@@ -951,7 +957,7 @@ impl Engine {
                 .as_ref()
                 .and_then(hatchet_protocol::system_time)
                 .filter(|t| *t > SystemTime::UNIX_EPOCH)
-                .unwrap_or_else(SystemTime::now);
+                .unwrap_or_else(|| self.clock.system_now());
             t.logs.push(LogLine {
                 at,
                 level,
@@ -975,7 +981,7 @@ impl Engine {
             resource_type: proto::ResourceType::StepRun as i32,
             event_type: proto::ResourceEventType::Stream as i32,
             resource_id: t.id.clone(),
-            event_timestamp: Some(timestamp(SystemTime::now())),
+            event_timestamp: Some(timestamp(self.clock.system_now())),
             event_payload: String::from_utf8_lossy(&req.message).into_owned(),
             hangup: false,
             task_retries: None,
@@ -1179,14 +1185,24 @@ impl Engine {
 
     /// One scheduler pass at `now`: reassignment, timeouts, durable sleeps, then assignment.
     pub fn tick(&self) {
-        let now = Instant::now();
         let mut st = self.state.lock();
+        self.pass(&mut st);
+        // Virtual time: nothing to do but wait on a timer while a client waits on a result,
+        // so the clock jumps to that timer and the pass runs again (see `clock.rs`).
+        if st.skip_if_idle().is_some() {
+            self.pass(&mut st);
+        }
+    }
+
+    fn pass(&self, st: &mut State) {
+        let now = st.clock.now();
         st.reap_silent_workers(now, self.reassign_after);
         st.expire_timeouts(now);
         st.expire_paused(now);
         st.durable_tick(now);
         st.conditions_tick(now);
-        st.fire_calendar(SystemTime::now());
+        let wall = st.clock.system_now();
+        st.fire_calendar(wall);
         // A worker silent long enough to lose its tasks is never live (matters when tests make
         // the reassignment window shorter than the liveness window).
         st.assign(now, LIVE_HEARTBEAT.min(self.reassign_after));

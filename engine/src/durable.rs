@@ -103,6 +103,19 @@ impl Conditions {
         Ok(out)
     }
 
+    /// The earliest sleep of a group not yet satisfied.
+    fn next_sleep(&self) -> Option<Instant> {
+        self.groups
+            .iter()
+            .filter(|(g, _)| !self.hits.contains_key(*g))
+            .flat_map(|(_, conds)| conds)
+            .filter_map(|c| match c {
+                Cond::Sleep { until, .. } => Some(*until),
+                Cond::Event { .. } => None,
+            })
+            .min()
+    }
+
     fn satisfied(&self) -> bool {
         !self.groups.is_empty() && self.groups.keys().all(|g| self.hits.contains_key(g))
     }
@@ -439,7 +452,7 @@ impl State {
                 }
                 let conds = w.wait_for_conditions.clone().unwrap_or_default();
                 let key = wait_key(&conds);
-                let now = Instant::now();
+                let now = self.clock.now();
                 let seq = self.event_seq;
                 let parsed = match Conditions::from_proto(&conds, now, seq) {
                     Ok(c) => c,
@@ -647,6 +660,33 @@ impl State {
     }
 
     /// Satisfies due sleeps.
+    /// Open waits of both durable paths, with their task ids.
+    fn open_waits(&self) -> impl Iterator<Item = (&str, &Conditions)> {
+        let v1 = self.durable.logs.iter().flat_map(|(task, log)| {
+            log.nodes.values().filter_map(move |n| match &n.kind {
+                NodeKind::Wait(c) if n.result.is_none() => Some((task.as_str(), c)),
+                _ => None,
+            })
+        });
+        let legacy = self
+            .durable
+            .legacy
+            .iter()
+            .filter(|(_, c)| !c.satisfied())
+            .map(|((task, _), c)| (task.as_str(), c));
+        v1.chain(legacy)
+    }
+
+    /// Tasks blocked in a durable wait (see `clock.rs`, invariant 4).
+    pub(crate) fn durable_blocked_tasks(&self) -> HashSet<&str> {
+        self.open_waits().map(|(t, _)| t).collect()
+    }
+
+    /// The earliest sleep of an open durable wait.
+    pub(crate) fn durable_next_sleep(&self) -> Option<Instant> {
+        self.open_waits().filter_map(|(_, c)| c.next_sleep()).min()
+    }
+
     pub fn durable_tick(&mut self, now: Instant) {
         self.satisfy_waits(|c| c.tick(now));
     }
@@ -777,7 +817,7 @@ impl State {
                 return Err(GrpcStatus::invalid_argument("or_group_id must be a UUID"));
             }
         }
-        let c = Conditions::from_proto(&conds, Instant::now(), self.event_seq)?;
+        let c = Conditions::from_proto(&conds, self.clock.now(), self.event_seq)?;
         self.durable
             .legacy
             .insert((req.task_id.clone(), req.signal_key.clone()), c);

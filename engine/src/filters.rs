@@ -116,7 +116,7 @@ impl State {
         }
         self.filters
             .retain(|f| !(f.declarative && f.workflow_id == workflow_id));
-        let now = SystemTime::now();
+        let now = self.clock.system_now();
         for d in declared {
             let payload = d
                 .payload

@@ -12,6 +12,7 @@
 
 mod assign;
 pub mod clients;
+mod clock;
 mod concurrency;
 pub mod control;
 mod core;
@@ -79,6 +80,11 @@ pub struct DevEngineOptions {
     /// Requeue running tasks of a worker silent this long (30 s, the engine's rule, by default;
     /// tests shorten it).
     pub reassign_after: Option<Duration>,
+    /// Virtual time: when all the engine does is wait on a timer (a durable or condition
+    /// sleep, a retry's backoff, a schedule, a cron) while a client waits on a result, its clock
+    /// jumps to that timer. An hour's `sleep_for` ends in milliseconds; [`DevEngine::advance`]
+    /// jumps by hand. Off by default (the real engine has no such thing).
+    pub virtual_time: bool,
 }
 
 /// One worker as the engine sees it ([`DevEngine::worker`]).
@@ -115,6 +121,12 @@ impl std::fmt::Debug for EngineTls {
 }
 
 impl DevEngineOptions {
+    /// Runs on virtual time (see [`DevEngineOptions::virtual_time`]).
+    pub fn virtual_time(mut self) -> Self {
+        self.virtual_time = true;
+        self
+    }
+
     /// Serves gRPC over TLS.
     pub fn tls(mut self, tls: EngineTls) -> Self {
         self.tls = Some(tls);
@@ -264,8 +276,28 @@ impl DevEngine {
             config,
             serving: Mutex::new(None),
         };
+        engine.engine.clock.set_virtual(opts.virtual_time);
         engine.serve(grpc, api)?;
         Ok(engine)
+    }
+
+    /// Moves the engine's clock forward by `by`: every timer due in that time fires (durable
+    /// and condition sleeps, retry backoffs, schedules, crons, and timeouts too), and the times
+    /// the engine reports move with it. Connected workers stay alive. Works with or without
+    /// [`DevEngineOptions::virtual_time`].
+    pub fn advance(&self, by: Duration) {
+        self.engine.state.lock().advance_clock(by);
+        self.engine.tick();
+    }
+
+    /// How far the engine's clock is ahead of the wall clock (jumps, by hand or by itself).
+    pub fn skipped(&self) -> Duration {
+        self.engine.clock.skew()
+    }
+
+    /// The engine's time now (the wall clock plus [`DevEngine::skipped`]).
+    pub fn now(&self) -> SystemTime {
+        self.engine.clock.system_now()
     }
 
     fn serve(&self, grpc: TcpListener, api: TcpListener) -> std::io::Result<()> {

@@ -391,7 +391,7 @@ impl super::core::State {
 
     fn arm_matcher(&mut self, tid: &str) {
         let seq = self.event_seq;
-        let now = Instant::now();
+        let now = self.clock.now();
         let Some(m) = self.tasks.get_mut(tid).and_then(|t| t.matcher.as_mut()) else {
             return;
         };
@@ -475,7 +475,7 @@ impl super::core::State {
         else {
             return;
         };
-        let now = std::time::SystemTime::now();
+        let now = self.clock.system_now();
         let run_id = t.run_id.clone();
         match act {
             Act::Queue => {

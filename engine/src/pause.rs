@@ -99,6 +99,11 @@ impl Pauses {
         self.rules.get(workflow).copied()
     }
 
+    /// Whether `tid` is held.
+    pub fn holds(&self, tid: &str) -> bool {
+        !self.held.is_empty() && self.held.values().flatten().any(|(t, _)| t == tid)
+    }
+
     /// Every held task's id.
     pub fn held_ids(&self) -> impl Iterator<Item = &str> {
         self.held.values().flatten().map(|(t, _)| t.as_str())

@@ -107,7 +107,7 @@ impl super::core::State {
     /// Queues task `tid` at the back of its lane (its run's priority, its slot type), or holds
     /// it when its workflow is paused (see `pause.rs`).
     pub(crate) fn enqueue(&mut self, tid: &str) {
-        if self.hold_if_paused(tid, tokio::time::Instant::now()) {
+        if self.hold_if_paused(tid, self.clock.now()) {
             return;
         }
         if let Some(t) = self.tasks.get(tid) {
@@ -118,7 +118,7 @@ impl super::core::State {
 
     /// Queues task `tid` at the front of its lane.
     pub(crate) fn enqueue_front(&mut self, tid: &str) {
-        if self.hold_if_paused(tid, tokio::time::Instant::now()) {
+        if self.hold_if_paused(tid, self.clock.now()) {
             return;
         }
         if let Some(t) = self.tasks.get(tid) {

@@ -195,7 +195,7 @@ impl State {
             if let Some(l) = self.rate_limits.get_mut(&key) {
                 if l.window_start.is_none() {
                     l.window_start = Some(now);
-                    l.refilled_at = std::time::SystemTime::now();
+                    l.refilled_at = self.clock.system_now();
                 }
                 l.used = l.used.saturating_add(units);
             }

@@ -2,10 +2,9 @@
 //! task completion, failure and retry, cancellation, and the end of a run.
 
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde_json::Value;
-use tokio::time::Instant;
 use tonic::Status as GrpcStatus;
 
 use super::core::*;
@@ -63,7 +62,7 @@ impl State {
         let mut idem = None;
         if let Some(cfg) = &wf.idempotency {
             let key = key_of_expression(&cfg.expression, &input, &meta);
-            let now = Instant::now();
+            let now = self.clock.now();
             let collision = self
                 .idempotency
                 .get(&(name.to_string(), key.clone()))
@@ -98,7 +97,7 @@ impl State {
             .or(wf.default_priority)
             .unwrap_or(super::queue::DEFAULT_PRIORITY);
         let run_id = new_id();
-        let now = SystemTime::now();
+        let now = self.clock.system_now();
         let mut meta = meta;
         if let Some(p) = &opts.parent_task
             && let Some(pt) = self.tasks.get(p)
@@ -284,7 +283,7 @@ impl State {
             };
             t.status = Status::Completed;
             t.output = Some(output.clone());
-            t.finished_at = Some(SystemTime::now());
+            t.finished_at = Some(self.clock.system_now());
             t.deadline = None;
             t.run_id.clone()
         };
@@ -314,13 +313,13 @@ impl State {
             } else {
                 Duration::ZERO
             };
-            t.not_before = Some(Instant::now() + delay);
+            t.not_before = Some(self.clock.now() + delay);
             self.enqueue(tid);
             return;
         }
         t.status = Status::Failed;
         t.error = Some(error.clone());
-        t.finished_at = Some(SystemTime::now());
+        t.finished_at = Some(self.clock.system_now());
         let run_id = t.run_id.clone();
         let first = (!t.on_failure).then(|| (t.readable_id.clone(), error.clone()));
         if let Some(r) = self.runs.get_mut(&run_id)
@@ -390,7 +389,7 @@ impl State {
             if let Some(t) = self.tasks.get_mut(&id) {
                 t.status = Status::Completed;
                 t.output = Some(SKIPPED.to_string());
-                t.finished_at = Some(SystemTime::now());
+                t.finished_at = Some(self.clock.system_now());
             }
             self.emit_task_event(&id, proto::ResourceEventType::Completed, SKIPPED.into());
         }
@@ -457,7 +456,7 @@ impl State {
         // The real engine reports no error text for a cancelled task (the reason goes in the
         // task's CANCELLED event).
         t.error = Some(String::new());
-        t.finished_at = Some(SystemTime::now());
+        t.finished_at = Some(self.clock.system_now());
         t.deadline = None;
         let run_id = t.run_id.clone();
         self.emit_task_event(tid, proto::ResourceEventType::Cancelled, why.to_string());
@@ -489,7 +488,7 @@ impl State {
         };
         if let Some(r) = self.runs.get_mut(run_id) {
             r.status = status;
-            r.finished_at = Some(SystemTime::now());
+            r.finished_at = Some(self.clock.system_now());
         }
         let event = self.run_event(&self.runs[run_id]);
         for sub in self.run_subs.values_mut() {
@@ -528,7 +527,9 @@ impl State {
         proto::WorkflowRunEvent {
             workflow_run_id: run.id.clone(),
             event_type: proto::WorkflowRunEventType::Finished as i32,
-            event_timestamp: Some(timestamp(run.finished_at.unwrap_or_else(SystemTime::now))),
+            event_timestamp: Some(timestamp(
+                run.finished_at.unwrap_or_else(|| self.clock.system_now()),
+            )),
             results: fit_results(results, RESULTS_THRESHOLD),
         }
     }

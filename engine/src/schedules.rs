@@ -49,7 +49,7 @@ impl State {
             .get(&p.workflow)
             .ok_or_else(|| format!("workflow {:?} not found", p.workflow))?;
         Ok(json!({
-            "metadata": row_meta(&new_id(), SystemTime::now()),
+            "metadata": row_meta(&new_id(), self.clock.system_now()),
             "tenantId": p.tenant, "workflowId": wf.id, "workflowVersionId": wf.version_id,
             "workflowName": p.workflow, "input": p.input, "additionalMetadata": p.metadata,
             "method": p.method, "priority": p.priority,
@@ -178,6 +178,38 @@ impl State {
         for i in fired.into_iter().rev() {
             self.scheduled.remove(i);
         }
+    }
+}
+
+impl State {
+    /// When the next cron or schedule fires, after the last pass (or `now`).
+    pub(crate) fn next_calendar_fire(&self, now: SystemTime) -> Option<SystemTime> {
+        let since = self.calendar_checked.unwrap_or_else(|| unix_secs(now));
+        let paused = |row: &Value| {
+            self.pauses
+                .rule(row["workflowName"].as_str().unwrap_or_default())
+        };
+        let crons = self
+            .crons
+            .iter()
+            .filter(|c| c["enabled"] != false && !paused(c).is_some_and(|p| p.drop_crons))
+            .filter_map(|c| Cron::parse(c["cron"].as_str()?).ok()?.next_after(since))
+            .filter_map(|secs| {
+                u64::try_from(secs)
+                    .ok()
+                    .map(|s| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s))
+            });
+        let schedules = self
+            .scheduled
+            .iter()
+            .filter(|s| s.get("workflowRunId").is_none() && s.get("error").is_none())
+            .filter(|s| !paused(s).is_some_and(|p| p.drop_schedules))
+            .filter_map(|s| {
+                s["triggerAt"]
+                    .as_str()
+                    .and_then(hatchet_protocol::calendar::parse_rfc3339)
+            });
+        crons.chain(schedules).min()
     }
 }
 

@@ -1,8 +1,6 @@
 //! What subscribers see: run and task events on `SubscribeToWorkflowEvents` (by run id or by
 //! metadata), and the end of a run.
 
-use std::time::SystemTime;
-
 use serde_json::Value;
 
 use super::core::*;
@@ -42,7 +40,7 @@ impl State {
             resource_type: proto::ResourceType::StepRun as i32,
             event_type: kind as i32,
             resource_id: t.id.clone(),
-            event_timestamp: Some(timestamp(SystemTime::now())),
+            event_timestamp: Some(timestamp(self.clock.system_now())),
             event_payload: payload,
             hangup: false,
             task_retries: Some(t.retries),
@@ -71,7 +69,7 @@ impl State {
             resource_type: proto::ResourceType::WorkflowRun as i32,
             event_type: kind as i32,
             resource_id: run_id.to_string(),
-            event_timestamp: Some(timestamp(SystemTime::now())),
+            event_timestamp: Some(timestamp(self.clock.system_now())),
             event_payload: String::new(),
             hangup: false,
             task_retries: None,

@@ -1,7 +1,9 @@
 //! `hatchet-dev-engine`: the embedded development engine as a standalone process.
 //!
-//! By hand: `hatchet-dev-engine [--grpc-port N] [--api-port N]` prints the token and the
-//! `HATCHET_CLIENT_*` lines a client needs, and serves until Ctrl-C.
+//! By hand: `hatchet-dev-engine [--grpc-port N] [--api-port N] [--virtual-time]` prints the token
+//! and the `HATCHET_CLIENT_*` lines a client needs, and serves until Ctrl-C. With
+//! `--virtual-time` the engine's clock jumps over waits (see `DevEngineOptions::virtual_time`);
+//! `POST /_dev/advance?seconds=N` on the REST port jumps by hand.
 //!
 //! As the official Python SDK's embedded engine (`HATCHET_CLIENT_EMBEDDED_BINARY_PATH`): accepts
 //! `-handshake-file F`, `-grpc-port N`, `-api-port N` (one or two dashes), ignores the database and
@@ -29,6 +31,7 @@ struct Args {
     grpc_port: u16,
     api_port: u16,
     handshake: Option<PathBuf>,
+    virtual_time: bool,
 }
 
 fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
@@ -58,6 +61,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
                     .map_err(|_| "-api-port takes a port number")?
             }
             "handshake-file" => out.handshake = Some(PathBuf::from(value("handshake-file")?)),
+            "virtual-time" => out.virtual_time = true,
             n if IGNORED_WITH_VALUE.contains(&n) => {
                 value(n)?;
             }
@@ -69,7 +73,8 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
     Ok(out)
 }
 
-const USAGE: &str = "usage: hatchet-dev-engine [--grpc-port N] [--api-port N] [--handshake-file F]";
+const USAGE: &str = "usage: hatchet-dev-engine [--grpc-port N] [--api-port N] [--handshake-file F] \
+                     [--virtual-time]";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -83,9 +88,12 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let opts = DevEngineOptions::default()
+    let mut opts = DevEngineOptions::default()
         .grpc_port(args.grpc_port)
         .api_port(args.api_port);
+    if args.virtual_time {
+        opts = opts.virtual_time();
+    }
     let engine = match DevEngine::start(opts).await {
         Ok(e) => e,
         Err(e) => {
@@ -165,7 +173,8 @@ mod tests {
             Some(std::path::Path::new("/tmp/h.json"))
         );
         let a = args("--grpc-port=1 --api-port 2").expect("parses");
-        assert_eq!((a.grpc_port, a.api_port), (1, 2));
+        assert_eq!((a.grpc_port, a.api_port, a.virtual_time), (1, 2, false));
+        assert!(args("--virtual-time").expect("parses").virtual_time);
     }
 
     #[test]

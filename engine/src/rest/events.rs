@@ -76,7 +76,7 @@ struct EventFilter {
 impl EventFilter {
     /// From the query: `Err(Some(why))` for a bad time (a 400), `Err(None)` for a metadata
     /// filter without both sides (the real engine's bare 500).
-    fn from_params(p: &Params) -> Result<Self, Option<String>> {
+    fn from_params(p: &Params, now: SystemTime) -> Result<Self, Option<String>> {
         let since = p.time("since").map_err(Some)?;
         let until = p.time("until").map_err(Some)?;
         let mut metadata = Vec::new();
@@ -89,7 +89,7 @@ impl EventFilter {
             }
         }
         Ok(EventFilter {
-            since: since.unwrap_or_else(|| SystemTime::now() - DEFAULT_LOOK_BACK),
+            since: since.unwrap_or_else(|| now - DEFAULT_LOOK_BACK),
             until,
             keys: p.all("keys"),
             ids: p.all("eventIds"),
@@ -130,7 +130,7 @@ async fn list_events(
         return r;
     }
     let p = Params(q);
-    let filter = match EventFilter::from_params(&p) {
+    let filter = match EventFilter::from_params(&p, s.engine.clock.system_now()) {
         Ok(f) => f,
         Err(Some(why)) => return err(StatusCode::BAD_REQUEST, &why),
         Err(None) => return message(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),

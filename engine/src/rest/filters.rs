@@ -7,8 +7,6 @@
 //! 2. PATCH keeps the fields it does not name; DELETE answers with the deleted filter.
 //! 3. Lists page 0-based (`current_page = offset / limit`), default limit 20,000.
 
-use std::time::SystemTime;
-
 use axum::Json;
 use axum::extract::{Path, Query, State as AxState};
 use axum::http::StatusCode;
@@ -107,7 +105,7 @@ async fn create(
     if uuid::Uuid::parse_str(&workflow_id).is_err() {
         return err(StatusCode::BAD_REQUEST, "workflowId must be a UUID");
     }
-    let now = SystemTime::now();
+    let now = s.engine.clock.system_now();
     let f = Filter {
         id: crate::core::new_id(),
         workflow_id,
@@ -177,7 +175,7 @@ async fn update(
         if let Some(p) = body.get("payload").filter(|p| !p.is_null()) {
             f.payload = p.clone();
         }
-        f.updated_at = SystemTime::now();
+        f.updated_at = s.engine.clock.system_now();
         f.to_json(&tenant_id)
     })
 }

@@ -326,7 +326,11 @@ async fn trigger_cron(
     if uuid::Uuid::parse_str(&id).is_err() {
         return message(StatusCode::BAD_REQUEST, "invalid cron workflow id");
     }
-    let started = s.engine.state.lock().trigger_cron(&id, SystemTime::now());
+    let started = s
+        .engine
+        .state
+        .lock()
+        .trigger_cron(&id, s.engine.clock.system_now());
     match started {
         Some(Ok(run)) => {
             s.engine.wake.notify_one();
@@ -491,7 +495,7 @@ async fn dashboard_page() -> Response {
 }
 
 async fn dashboard_data(AxState(s): AxState<Rest>) -> Response {
-    let data = crate::dashboard::data(&s.engine.state.lock(), SystemTime::now());
+    let data = crate::dashboard::data(&s.engine.state.lock(), s.engine.clock.system_now());
     Json(data).into_response()
 }
 
@@ -540,6 +544,28 @@ async fn gate(AxState(s): AxState<Rest>, req: Request, next: Next) -> Response {
     }
 }
 
+/// `POST /_dev/advance?seconds=N`: moves the engine's clock forward (see `clock.rs`); answers
+/// how far it is ahead of the wall clock in all.
+async fn advance_clock(AxState(s): AxState<Rest>, Query(q): Query<Value>) -> Response {
+    let secs = q
+        .get("seconds")
+        .and_then(|v| v.as_str())
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|n| n.is_finite() && *n >= 0.0);
+    let Some(secs) = secs else {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "seconds must be a number of seconds, 0 or more: /_dev/advance?seconds=3600",
+        );
+    };
+    s.engine
+        .state
+        .lock()
+        .advance_clock(std::time::Duration::from_secs_f64(secs));
+    s.engine.tick();
+    Json(json!({ "skipped_seconds": s.engine.clock.skew().as_secs_f64() })).into_response()
+}
+
 /// The REST router.
 pub fn router(state: Rest) -> axum::Router {
     axum::Router::new()
@@ -584,6 +610,7 @@ pub fn router(state: Rest) -> axum::Router {
         .route("/_dev/faults", post(add_fault).delete(clear_faults))
         .route("/_dev/counters", get(counters))
         .route("/_dev/drop-connections", post(drop_connections))
+        .route("/_dev/advance", post(advance_clock))
         .layer(axum::extract::DefaultBodyLimit::max(
             hatchet_protocol::MAX_MESSAGE_BYTES,
         ))

@@ -1,8 +1,6 @@
 //! Workflows over REST: list, get, delete (a soft delete, as the real engine's) and pause or
 //! unpause (`PATCH` with `pause`, see `pause.rs`).
 
-use tokio::time::Instant;
-
 use axum::Json;
 use axum::extract::{Path, Query, State as AxState};
 use axum::http::StatusCode;
@@ -134,7 +132,8 @@ async fn patch_workflow(
     };
     let requeued = match rule {
         Some(rule) => {
-            st.pause_workflow(&name, rule, Instant::now());
+            let now = st.clock.now();
+            st.pause_workflow(&name, rule, now);
             0
         }
         None => st.unpause_workflow(&name),

@@ -7,4 +7,5 @@ mod faults;
 mod lifecycle;
 mod parity;
 mod support;
+mod virtual_time;
 mod your_workflow;

@@ -1,0 +1,132 @@
+//! A worked test of time you can skip: the development engine on virtual time runs a workflow
+//! that sleeps an hour, retries after ten minutes and waits a day for a schedule, in well under
+//! a second of wall time. Copy it into your service's tests and change the workflows.
+//!
+//! With `DevEngineOptions::virtual_time()`, whenever all the engine does is wait on a timer while
+//! your test waits on a result, its clock jumps to that timer. `DevEngine::advance` jumps by
+//! hand, for what nobody awaits yet (a schedule, a cron).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+use hatchet_dev_engine::{DevEngine, DevEngineOptions};
+use hatchet_runtime::{Context, Runtime, TaskError, TaskOptions, WorkerOptions, Workflow};
+use serde_json::{Value, json};
+
+const HOUR: Duration = Duration::from_secs(3_600);
+
+/// A hang guard on the wall clock, far above what the test needs.
+const BOUND: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_hour_of_sleep_a_retry_backoff_and_a_schedule_pass_in_milliseconds() {
+    let engine = DevEngine::start(DevEngineOptions::default().virtual_time())
+        .await
+        .expect("the engine starts");
+    let rt = Runtime::spawn(engine.client_config())
+        .await
+        .expect("the runtime starts");
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let a = attempts.clone();
+    rt.register(
+        Workflow::new("nightly")
+            // Skipped time counts toward timeouts as real time does (the real engine times out a
+            // durable task that waits past its timeout): give the sleep room.
+            .durable_task(
+                "wait",
+                TaskOptions::default().timeout(2 * HOUR),
+                |_: Value, ctx: Context| async move {
+                    ctx.sleep_for(HOUR).await?;
+                    Ok::<_, TaskError>(json!({ "slept": true }))
+                },
+            )
+            .task_with(
+                "flaky",
+                // The first retry waits ten minutes (600^1 s, capped at 600 s).
+                TaskOptions::default().retries(1).backoff(600.0, 600),
+                move |_: Value, _c: Context| {
+                    let n = a.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        if n == 0 {
+                            return Err(TaskError::new("the first attempt fails"));
+                        }
+                        Ok::<_, TaskError>(json!({"attempt": n + 1}))
+                    }
+                },
+            ),
+    )
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("virtual", 4))
+        .await
+        .expect("the worker starts");
+
+    // 1. An hour's durable sleep and a ten-minute backoff, awaited: the clock jumps by itself.
+    let wall = std::time::Instant::now();
+    let h = rt
+        .run_no_wait("nightly", &json!({}))
+        .await
+        .expect("trigger");
+    let out: Value = h.result_within(BOUND).await.expect("the run finishes");
+    assert_eq!(out["wait"]["slept"], true, "{out}");
+    assert_eq!(out["flaky"]["attempt"], 2);
+    assert_eq!(attempts.load(Ordering::SeqCst), 2, "one failure, one retry");
+    // The clock jumped to each timer: the backoff's, then the sleep's (less the wall time
+    // that had passed since each was set).
+    assert!(
+        engine.skipped() + wall.elapsed() >= HOUR,
+        "skipped {:?}",
+        engine.skipped()
+    );
+    assert!(
+        wall.elapsed() < Duration::from_secs(20),
+        "an hour took {:?} of wall time",
+        wall.elapsed()
+    );
+
+    // 2. A schedule a day out: nobody awaits its run yet, so jump by hand.
+    let api = rt.api();
+    let at = engine.now() + 24 * HOUR;
+    api.create_schedule("nightly", at, &json!({}))
+        .await
+        .expect("schedule");
+    let skipped = engine.skipped();
+    engine.advance(24 * HOUR);
+    assert!(engine.skipped() >= skipped + 24 * HOUR);
+    let mut fired = None;
+    for _ in 0..200 {
+        let schedules = api.list_schedules().await.expect("schedules");
+        fired = schedules.first().and_then(|s| s.workflow_run_id.clone());
+        if fired.is_some() || schedules.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A fired schedule is deleted (as on the real engine): find its run in the run list.
+    let since = SystemTime::UNIX_EPOCH + Duration::from_secs(1);
+    let runs = api
+        .list_runs(&hatchet_runtime::RunQuery::new(
+            hatchet_runtime::RunFilter::since(since),
+        ))
+        .await
+        .expect("runs");
+    assert_eq!(
+        runs.rows.len(),
+        2,
+        "the awaited run and the scheduled one: {fired:?}"
+    );
+    let scheduled = runs
+        .rows
+        .iter()
+        .find(|r| r.workflow_run_external_id != h.run_id())
+        .expect("the scheduled run");
+    let out: Value = rt
+        .run_handle(scheduled.workflow_run_external_id.clone())
+        .result_within(BOUND)
+        .await
+        .expect("the scheduled run finishes");
+    assert_eq!(out["wait"]["slept"], true, "{out}");
+    // The worker's own clock is not skipped: `ctx.now()` in a handler reads the wall clock.
+    rt.shutdown(Duration::from_secs(5)).await;
+}
