@@ -563,11 +563,11 @@ impl State {
                                 .unwrap_or_default();
                             let opts = TriggerOpts {
                                 parent_task: Some(task.clone()),
+                                // Keyed as the real engine keys a durable child: by its key,
+                                // else by its index (a spawn of the same index, durable or
+                                // not, is the same child).
                                 child_index: opt.child_index,
-                                child_key: opt
-                                    .child_key
-                                    .clone()
-                                    .or_else(|| Some(format!("durable:{BRANCH}:{node}"))),
+                                child_key: opt.child_key.clone(),
                                 priority: opt.priority,
                                 event: None,
                                 desired_worker: opt.desired_worker_id.clone(),

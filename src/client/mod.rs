@@ -182,6 +182,16 @@ impl ClientCore {
         opts: TriggerOptions,
     ) -> Result<RunHandle, Error> {
         let input = encode_input("trigger", input)?;
+        self.run_no_wait_encoded(workflow, input, opts).await
+    }
+
+    /// [`ClientCore::run_no_wait_with`] with the input already JSON.
+    pub(crate) async fn run_no_wait_encoded(
+        self: &Arc<Self>,
+        workflow: &str,
+        input: String,
+        opts: TriggerOptions,
+    ) -> Result<RunHandle, Error> {
         let id = self.trigger(workflow, input, opts).await?;
         Ok(RunHandle::new(id, self.clone()))
     }

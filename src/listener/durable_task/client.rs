@@ -82,7 +82,16 @@ impl DurableClient {
             return Err(Error::new(Outcome::Undecodable, "DurableTask")
                 .with_detail("the engine answered wait_for with an ack of another kind"));
         };
-        let key = key_of(&r);
+        self.completion(key_of(&r)).await
+    }
+
+    /// Waits for entry `key` to complete (a wait satisfied, a child run finished).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping it forgets the wait locally; the engine keeps the entry, and a
+    /// replay finds it.
+    pub(crate) async fn completion(&self, key: EntryKey) -> Result<Completion, Error> {
         let rx = self.registry.wait(key.clone());
         struct Forget<'a>(&'a DurableRegistry, EntryKey);
         impl Drop for Forget<'_> {
@@ -92,6 +101,36 @@ impl DurableClient {
         }
         let _guard = Forget(&self.registry, key);
         rx.await.map_err(|_| Error::closed(OPERATION))?
+    }
+
+    /// Triggers child runs as entries of the durable log; answers each child's entry and run
+    /// id, in the order asked. A replay of the same children (same indexes or keys) finds the
+    /// same runs.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a dropped call may have started the children, and a replay finds them.
+    pub(crate) async fn trigger_runs(
+        &self,
+        task: &str,
+        invocation: i32,
+        children: Vec<v1::TriggerWorkflowRequest>,
+    ) -> Result<Vec<(EntryKey, String)>, Error> {
+        let asked = children.len();
+        let ack = self
+            .request(v1::DurableTaskRequest {
+                message: Some(Req::TriggerRuns(v1::DurableTaskTriggerRunsRequest {
+                    invocation_count: invocation,
+                    durable_task_external_id: task.to_string(),
+                    trigger_opts: children,
+                })),
+            })
+            .await?;
+        let Ack::Runs(r) = ack else {
+            return Err(Error::new(Outcome::Undecodable, "DurableTask")
+                .with_detail("the engine answered trigger_runs with an ack of another kind"));
+        };
+        entries_of(task, invocation, asked, r)
     }
 
     /// Memoizes `compute` under `key` for this task: a replay returns the stored value.
@@ -140,9 +179,62 @@ impl DurableClient {
     }
 }
 
+/// The entries of a `trigger_runs_ack`, matched to the children by position (as the official
+/// SDKs match them); an ack with another count of entries is undecodable.
+fn entries_of(
+    task: &str,
+    invocation: i32,
+    asked: usize,
+    ack: v1::DurableTaskEventTriggerRunsAckResponse,
+) -> Result<Vec<(EntryKey, String)>, Error> {
+    if ack.run_entries.len() != asked {
+        return Err(
+            Error::new(Outcome::Undecodable, "DurableTask").with_detail(format!(
+                "the engine acknowledged {} children of the {asked} asked for",
+                ack.run_entries.len()
+            )),
+        );
+    }
+    Ok(ack
+        .run_entries
+        .into_iter()
+        .map(|e| {
+            (
+                (task.to_string(), invocation, e.branch_id, e.node_id),
+                e.workflow_run_external_id,
+            )
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trigger_runs_ack_maps_its_entries_by_position_and_must_count_every_child() {
+        let entry = |node_id, run: &str| v1::DurableTaskRunAckEntry {
+            node_id,
+            branch_id: 1,
+            workflow_run_external_id: run.into(),
+        };
+        let ack = |entries| v1::DurableTaskEventTriggerRunsAckResponse {
+            durable_task_external_id: "t".into(),
+            invocation_count: 2,
+            run_entries: entries,
+        };
+        let got = entries_of("t", 2, 2, ack(vec![entry(3, "a"), entry(4, "b")])).expect("two");
+        assert_eq!(
+            got,
+            [
+                (("t".to_string(), 2, 1, 3), "a".to_string()),
+                (("t".to_string(), 2, 1, 4), "b".to_string())
+            ]
+        );
+        let short = entries_of("t", 2, 2, ack(vec![entry(3, "a")])).unwrap_err();
+        assert_eq!(short.outcome(), Outcome::Undecodable);
+        assert!(short.to_string().contains("1 children of the 2"), "{short}");
+    }
     use crate::proto::v1::durable_task_response::Message as Resp;
     use tokio::sync::mpsc;
 

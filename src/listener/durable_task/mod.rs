@@ -39,7 +39,7 @@ mod client;
 mod registry;
 
 pub(crate) use client::DurableClient;
-pub(crate) use registry::DurableRegistry;
+pub(crate) use registry::{Completion, DurableRegistry, EntryKey};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

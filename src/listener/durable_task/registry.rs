@@ -44,8 +44,8 @@ pub(crate) enum Ack {
     Wait(v1::DurableEventLogEntryRef),
     /// `memo_ack`.
     Memo(v1::DurableTaskEventMemoAckResponse),
-    /// `trigger_runs_ack` (its run ids are read once durable children come: issue 26).
-    Runs,
+    /// `trigger_runs_ack`: one entry per child, with its run id.
+    Runs(v1::DurableTaskEventTriggerRunsAckResponse),
     /// `eviction_ack`.
     Evicted,
 }
@@ -74,7 +74,7 @@ impl AckKind {
         match ack {
             Ack::Wait(_) => AckKind::Wait,
             Ack::Memo(_) => AckKind::Memo,
-            Ack::Runs => AckKind::Runs,
+            Ack::Runs(_) => AckKind::Runs,
             Ack::Evicted => AckKind::Evict,
         }
     }
@@ -476,8 +476,7 @@ impl DurableRegistry {
             }
             Resp::TriggerRunsAck(t) => {
                 let lane = (t.durable_task_external_id.clone(), t.invocation_count);
-                let _ = t;
-                self.ack(lane, Ack::Runs);
+                self.ack(lane, Ack::Runs(t));
             }
             Resp::EvictionAck(e) => {
                 let lane = (e.durable_task_external_id.clone(), e.invocation_count);

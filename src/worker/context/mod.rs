@@ -8,13 +8,14 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{RunHandle, TriggerOptions};
+use crate::client::TriggerOptions;
 use crate::error::{Error, Outcome};
 use crate::listener::durable_task::DurableClient;
 use crate::proto::{self, v1};
 use crate::worker::WorkerCore;
 
 mod about;
+mod children;
 mod clock;
 mod control;
 mod waits;
@@ -299,66 +300,6 @@ impl Context {
         )
         .await
         .map(|_| ())
-    }
-
-    /// Spawns a child run. The child index counts spawns in this task, so a retried task that
-    /// spawns again gets the same children back from the engine instead of duplicates.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: an index is spent only when the spawn succeeds, so calling it again after a
-    /// dropped (or failed) call uses the same index and the engine answers with the same child.
-    pub async fn spawn_child<I: serde::Serialize>(
-        &self,
-        workflow: &str,
-        input: &I,
-    ) -> Result<RunHandle, Error> {
-        self.spawn_child_inner(workflow, input, ChildOptions::default(), None)
-            .await
-    }
-
-    /// [`Context::spawn_child`] with options: a child key (the engine answers a second spawn
-    /// with the same key with the same child, whatever its index), metadata, priority, labels.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Context::spawn_child`].
-    pub async fn spawn_child_with_options<I: serde::Serialize>(
-        &self,
-        workflow: &str,
-        input: &I,
-        options: ChildOptions,
-    ) -> Result<RunHandle, Error> {
-        self.spawn_child_inner(workflow, input, options, None).await
-    }
-
-    /// A child spawn with `options`, optionally wanting a worker (sticky children).
-    pub(super) async fn spawn_child_inner<I: serde::Serialize>(
-        &self,
-        workflow: &str,
-        input: &I,
-        options: ChildOptions,
-        desired_worker_id: Option<String>,
-    ) -> Result<RunHandle, Error> {
-        let index = self.inner.child_index.take(workflow);
-        let mut opts = options.trigger;
-        opts.parent = Some((
-            self.workflow_run_id().to_string(),
-            self.task_run_id().to_string(),
-            index.index,
-        ));
-        opts.child_key = options.key;
-        if desired_worker_id.is_some() {
-            opts.desired_worker_id = desired_worker_id;
-        }
-        let child = self
-            .inner
-            .core
-            .client()
-            .run_no_wait_with(workflow, input, opts)
-            .await?;
-        index.spend();
-        Ok(child)
     }
 
     pub(super) fn durable(&self) -> Result<(&DurableClient, i32), Error> {

@@ -619,3 +619,80 @@ async fn conf_task_logs_read_through_the_api_with_filters() {
     assert_eq!(found.len(), 1);
     rt.shutdown(Duration::from_secs(5)).await;
 }
+
+/// Children of a durable task are entries of its durable log (issue 26): `run_child` and
+/// `run_children` go through the durable stream keyed by child index, a retry replays onto the
+/// same children (each child runs once), and a failed child is the parent's error to handle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_durable_task_s_children_are_entries_of_its_log() {
+    let t = Target::new("dkids").await;
+    let child_runs = counter();
+    let c = child_runs.clone();
+    let child = Workflow::new("dkid").task("k", move |i: Value, _c: Context| {
+        c.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if i["fail"] == true {
+                return Err(TaskError::non_retryable("the child refuses"));
+            }
+            Ok::<_, TaskError>(json!({"n": i["n"].as_i64().unwrap_or(0) * 10}))
+        }
+    });
+    let attempts = counter();
+    let a = attempts.clone();
+    let parent = Workflow::new("dparent").durable_task(
+        "p",
+        hatchet_runtime::TaskOptions::default().retries(1),
+        move |_: Value, ctx: Context| {
+            a.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let one: Value = ctx.run_child("dkid", &json!({"n": 1})).await?;
+                let many: Vec<Result<Value, hatchet_runtime::Error>> = ctx
+                    .run_children("dkid", &[json!({"n": 2}), json!({"n": 3})])
+                    .await?;
+                let failed = ctx
+                    .run_child::<_, Value>("dkid", &json!({"fail": true}))
+                    .await
+                    .unwrap_err();
+                if ctx.attempt_number() == 1 {
+                    return Err(TaskError::new("the first attempt fails after its children"));
+                }
+                let many: Vec<Value> = many.into_iter().map(|r| r.unwrap_or(Value::Null)).collect();
+                Ok::<_, TaskError>(json!({
+                    "one": one, "many": many,
+                    "failed": [failed.outcome().as_str(), failed.to_string().contains("the child refuses")],
+                }))
+            }
+        },
+    );
+    let rt = t.worker(8, vec![child, parent]).await;
+    let out: Value = rt
+        .run_no_wait("dparent", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within(RESULT)
+        .await
+        .expect("the parent's result");
+    assert_eq!(
+        out,
+        json!({"one": {"n": 10}, "many": [{"n": 20}, {"n": 30}], "failed": ["run_failed", true]})
+    );
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        2,
+        "two attempts of the parent"
+    );
+    assert_eq!(
+        child_runs.load(Ordering::SeqCst),
+        4,
+        "each of the four children ran once: the retry found them in the log"
+    );
+    if let Some(engine) = t.ours_only("children go through the durable stream, not TriggerWorkflow")
+    {
+        assert_eq!(
+            engine.faults().attempts("/WorkflowService/TriggerWorkflow"),
+            1,
+            "only the parent was triggered with TriggerWorkflow"
+        );
+    }
+    rt.shutdown(Duration::from_secs(5)).await;
+}
