@@ -26,8 +26,9 @@ mod worker;
 
 pub use client::api::filters::{Filter, FilterUpdate};
 pub use client::api::{
-    Api, Cron, EventInfo, EventQuery, LogLine, LogQuery, Meta, Page, Pagination, RateLimitInfo,
-    RunQuery, RunStatus, Schedule, SlotCapacity, TaskMetrics, TaskSummary, TriggeredRun,
+    Api, Cron, EventInfo, EventQuery, HmacAlgorithm, LogLine, LogQuery, Meta, NewWebhook, Page,
+    Pagination, RateLimitInfo, RunQuery, RunStatus, Schedule, SignatureEncoding, SlotCapacity,
+    TaskMetrics, TaskSummary, TriggeredRun, WebhookAuth, WebhookInfo, WebhookSource, WebhookUpdate,
     WorkerInfo, WorkflowInfo, WorkflowPause,
 };
 pub use client::bulk::{BulkEvent, BulkRun};

@@ -257,6 +257,8 @@ pub struct State {
     pub deadlines: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
     /// Paused workflows and the tasks they hold (see `pause.rs`).
     pub pauses: super::pause::Pauses,
+    /// Incoming webhooks by name (see `webhooks.rs`).
+    pub webhooks: BTreeMap<String, super::webhooks::Webhook>,
     /// The engine's clock (see `clock.rs`): every time the state reads comes from it.
     pub clock: std::sync::Arc<super::clock::Clock>,
 }
@@ -752,6 +754,7 @@ impl Engine {
             scope: req.scope.clone(),
             metadata: meta.clone(),
             runs: Vec::new(),
+            webhook: None,
         };
         st.events.push_back(ev.clone());
         if st.events.len() > EVENTS_KEPT {

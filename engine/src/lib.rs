@@ -36,6 +36,7 @@ mod runs;
 mod schedules;
 mod streams;
 mod subscribers;
+mod webhooks;
 
 pub use self::core::{ENGINE_VERSION, parse_duration};
 pub use faults::{Fault, FaultRule, Faults};

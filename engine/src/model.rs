@@ -266,6 +266,8 @@ pub struct StoredEvent {
     pub metadata: serde_json::Map<String, serde_json::Value>,
     /// The runs it started, in the order it started them.
     pub runs: Vec<String>,
+    /// The webhook it came through, if one.
+    pub webhook: Option<String>,
 }
 
 /// A subscriber of `SubscribeToWorkflowRuns`.

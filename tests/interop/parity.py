@@ -28,6 +28,9 @@ hatchet-dev-engine, one counted check each:
       `workers.pause`/`unpause` read back PAUSED/ACTIVE; `event.list(keys=...)` shows a pushed
       event; `metrics.get_task_metrics(workflow_ids=...)` counts the completed runs and
       `metrics.get_queue_metrics()` answers a mapping;
+  p11. webhooks: `webhooks.create` (GENERIC, HMAC-SHA256 hex, a static payload), `list`, `get`;
+      a request with a bad signature is refused 403, a signed one answers its event (key from
+      CEL over the body, the static payload merged); `delete`, then `get` is a 404;
   p9. task context: `ctx.refresh_timeout` lets a 2 s-timeout task run 4 s (a twin without the
       refresh is timed out); on a 1-slot worker a task that keeps its slot delays the next run
       while one that calls `ctx.release_slot()` lets it start; `ctx.additional_metadata` shows
@@ -644,6 +647,71 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
             problems.append("workflows.list still shows a deleted workflow")
         expect(not problems, "\n    ".join([f"{len(problems)} problem(s):"] + problems))
 
+    # ----- p11 -----
+    def p11_webhooks() -> None:
+        import hashlib
+        import hmac
+        import urllib.error
+        import urllib.request
+        from hatchet_sdk.clients.rest.exceptions import NotFoundException
+        from hatchet_sdk.clients.rest.models.v1_webhook_hmac_algorithm import (
+            V1WebhookHMACAlgorithm)
+        from hatchet_sdk.clients.rest.models.v1_webhook_hmac_auth import V1WebhookHMACAuth
+        from hatchet_sdk.clients.rest.models.v1_webhook_hmac_encoding import (
+            V1WebhookHMACEncoding)
+        from hatchet_sdk.clients.rest.models.v1_webhook_source_name import V1WebhookSourceName
+
+        nonce = uuid.uuid4().hex
+        name = f"parity-hook-{nonce[:12]}"
+        secret = "parity-secret"
+        auth = V1WebhookHMACAuth(algorithm=V1WebhookHMACAlgorithm.SHA256,
+                                 encoding=V1WebhookHMACEncoding.HEX,
+                                 signatureHeaderName="X-Signature", signingSecret=secret)
+        made = bounded(lambda: h.webhooks.create(
+            source_name=V1WebhookSourceName.GENERIC, name=name,
+            event_key_expression="'parity:hooked:' + input.nonce", auth=auth,
+            static_payload={"via": "webhook"}), 30)
+        problems: list[str] = []
+        if made.name != name:
+            problems.append(f"webhooks.create answered {made}")
+        names = [w.name for w in (bounded(h.webhooks.list, 30).rows or [])]
+        if name not in names:
+            problems.append(f"webhooks.list lacks {name}: {names}")
+        if bounded(lambda: h.webhooks.get(name), 30).auth_type != "HMAC":
+            problems.append("webhooks.get: auth type is not HMAC")
+        url = f"{h.config.server_url}/api/v1/stable/tenants/{h.tenant_id}/webhooks/{name}"
+        body = json.dumps({"nonce": nonce}).encode()
+
+        def post(signature: str) -> tuple[int, bytes]:
+            req = urllib.request.Request(url, data=body, method="POST", headers={
+                "Content-Type": "application/json", "X-Signature": signature})
+            try:
+                with urllib.request.urlopen(req, timeout=20) as r:
+                    return r.status, r.read()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read()
+
+        code, _ = post("0" * 64)
+        if code != 403:
+            problems.append(f"a bad signature answered {code}, not 403")
+        good = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+        code, answer = post(f"sha256={good}")
+        if code != 200:
+            problems.append(f"a good signature answered {code}: {answer[:300]!r}")
+        else:
+            event = json.loads(answer).get("event", {})
+            if event.get("key") != f"parity:hooked:{nonce}":
+                problems.append(f"the webhook's event key is {event.get('key')!r}")
+            if event.get("payload") != {"nonce": nonce, "via": "webhook"}:
+                problems.append(f"the webhook's event payload is {event.get('payload')!r}")
+        bounded(lambda: h.webhooks.delete(name), 30)
+        try:
+            bounded(lambda: h.webhooks.get(name), 30)
+            problems.append("webhooks.get of a deleted webhook answered")
+        except NotFoundException:
+            pass
+        expect(not problems, "\n    ".join([f"{len(problems)} problem(s):"] + problems))
+
     checks = [
         ("p1", "p1 on_failure task runs and reads the error", p1_on_failure),
         ("p2", "p2 runs.cancel(run_id) cancels a running task", p2_cancel_by_id),
@@ -656,6 +724,8 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
         ("p8", "p8 strict REST reads in every run state", p8_strict_reads),
         ("p10", "p10 workflows pause/delete, workers pause, events list, metrics",
          p10_rest_of_the_api),
+        ("p11", "p11 webhooks: create/list/get/delete, an HMAC-signed request becomes an event",
+         p11_webhooks),
     ]
     for key, name, fn in checks:
         if not only or key in only:

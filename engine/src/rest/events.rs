@@ -58,6 +58,9 @@ fn event_json(st: &State, e: &StoredEvent) -> Value {
     if let Some(scope) = &e.scope {
         v["scope"] = json!(scope);
     }
+    if let Some(hook) = &e.webhook {
+        v["triggeringWebhookName"] = json!(hook);
+    }
     v
 }
 

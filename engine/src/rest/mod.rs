@@ -19,6 +19,7 @@ mod events;
 mod filters;
 mod metrics;
 mod runs;
+mod webhooks;
 mod workflows;
 
 use crate::core::Engine;
@@ -511,6 +512,10 @@ async fn gate(AxState(s): AxState<Rest>, req: Request, next: Next) -> Response {
     if path == "/dashboard" {
         return next.run(req).await;
     }
+    // A webhook's receive carries the sender's credentials, not the tenant's token.
+    if webhooks::is_receive(req.method(), &path) {
+        return next.run(req).await;
+    }
     let auth = req
         .headers()
         .get("authorization")
@@ -574,6 +579,7 @@ pub fn router(state: Rest) -> axum::Router {
         .merge(workflows::routes())
         .merge(events::routes())
         .merge(metrics::routes())
+        .merge(webhooks::routes())
         .route("/api/v1/tenants/{tenant}", get(get_tenant))
         .route("/api/v1/tenants/{tenant}/workflows/crons", get(list_crons))
         .route(

@@ -30,6 +30,9 @@ pub struct EventInfo {
     /// Its additional metadata.
     #[serde(default)]
     pub additional_metadata: Value,
+    /// The webhook it came through, if one.
+    #[serde(default)]
+    pub triggering_webhook_name: Option<String>,
     /// The runs it started (none: the engine answers `null`).
     #[serde(default, deserialize_with = "null_as_empty")]
     pub triggered_runs: Vec<TriggeredRun>,

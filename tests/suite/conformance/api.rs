@@ -696,3 +696,117 @@ async fn conf_a_durable_task_s_children_are_entries_of_its_log() {
     }
     rt.shutdown(Duration::from_secs(5)).await;
 }
+
+/// An incoming webhook (issue 26): created with an API-key scheme and a static payload, a
+/// request without the key is refused, one with it becomes an event that starts the workflow
+/// listening for its CEL-computed key; updated to answer 204; deleted, it is a 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_webhook_turns_an_authenticated_request_into_an_event() {
+    use hatchet_runtime::{NewWebhook, WebhookAuth, WebhookUpdate};
+    let t = Target::new("hooks").await;
+    let seen: Arc<parking_lot::Mutex<Vec<Value>>> = Arc::default();
+    let s = seen.clone();
+    let wf = Workflow::new("hooked").on_events(["hooks:paid"]).task(
+        "t",
+        move |i: Value, _c: Context| {
+            s.lock().push(i);
+            async move { Ok::<_, TaskError>(json!({})) }
+        },
+    );
+    let rt = t.worker(2, vec![wf]).await;
+    let api = rt.api();
+    // The engine does not namespace a webhook's key: the expression names the namespaced one.
+    let prefix = t.config().namespaced("hooks:");
+    let name = format!(
+        "hook-{}",
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_micros())
+            .unwrap_or(0)
+    );
+    let hook = NewWebhook::new(
+        &name,
+        format!("'{prefix}' + input.kind"),
+        WebhookAuth::api_key("X-Api-Key", "k-123"),
+    )
+    .static_payload(json!({"via": "hook"}))
+    .expect("payload");
+    let made = api.create_webhook(&hook).await.expect("create");
+    assert_eq!(
+        (made.auth_type.as_str(), made.source_name.as_str()),
+        ("API_KEY", "GENERIC")
+    );
+    assert!(
+        api.list_webhooks()
+            .await
+            .expect("list")
+            .iter()
+            .any(|h| h.name == name)
+    );
+    assert_eq!(
+        api.webhook(&name).await.expect("read").event_key_expression,
+        made.event_key_expression
+    );
+
+    let url = api.webhook_url(&name);
+    let http = reqwest::Client::new();
+    let post = |key: Option<&'static str>| {
+        let mut r = http.post(&url).json(&json!({"kind": "paid", "amount": 5}));
+        if let Some(k) = key {
+            r = r.header("X-Api-Key", k);
+        }
+        r.send()
+    };
+    let refused = post(Some("wrong")).await.expect("send");
+    assert_eq!(refused.status().as_u16(), 403);
+    let ok = post(Some("k-123")).await.expect("send");
+    assert_eq!(ok.status().as_u16(), 200);
+    let answer: Value = ok.json().await.expect("json");
+    assert_eq!(answer["message"], "ok", "{answer}");
+    let event_id = answer["event"]["metadata"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    until("the webhook's event ran the workflow", || {
+        !seen.lock().is_empty()
+    })
+    .await;
+    assert_eq!(
+        seen.lock()[0],
+        json!({"kind": "paid", "amount": 5, "via": "hook"})
+    );
+    let by_id = hatchet_runtime::EventQuery::new()
+        .since(SystemTime::now() - Duration::from_secs(600))
+        .event_id(&event_id);
+    let listed = until_read(
+        "the webhook's event listed",
+        || api.list_events(&by_id),
+        |p| p.as_ref().is_ok_and(|p| p.rows.len() == 1),
+    )
+    .await
+    .expect("events");
+    assert_eq!(
+        listed.rows[0].triggering_webhook_name.as_deref(),
+        Some(name.as_str())
+    );
+
+    let quiet = WebhookUpdate::new().return_event(false);
+    assert!(
+        !api.update_webhook(&name, &quiet)
+            .await
+            .expect("update")
+            .return_event_as_response_payload
+    );
+    assert_eq!(
+        post(Some("k-123")).await.expect("send").status().as_u16(),
+        204
+    );
+    api.delete_webhook(&name).await.expect("delete");
+    assert!(api.webhook(&name).await.unwrap_err().is_not_found());
+    assert_eq!(
+        post(Some("k-123")).await.expect("send").status().as_u16(),
+        404
+    );
+    until("both accepted requests ran", || seen.lock().len() == 2).await;
+    rt.shutdown(Duration::from_secs(5)).await;
+}
