@@ -660,6 +660,20 @@ impl State {
     }
 
     /// Satisfies due sleeps.
+    /// Queues an evicted task again (a new invocation replays its log); whether it was
+    /// evicted, `None` for an unknown task.
+    pub fn restore_evicted(&mut self, id: &str) -> Option<bool> {
+        let t = self.tasks.get_mut(id)?;
+        if !(t.evicted && t.status == Status::Running) {
+            return Some(false);
+        }
+        t.status = Status::Queued;
+        t.worker_id = None;
+        t.deadline = None;
+        self.enqueue(id);
+        Some(true)
+    }
+
     /// Open waits of both durable paths, with their task ids.
     fn open_waits(&self) -> impl Iterator<Item = (&str, &Conditions)> {
         let v1 = self.durable.logs.iter().flat_map(|(task, log)| {

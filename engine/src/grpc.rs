@@ -187,19 +187,12 @@ impl proto::dispatcher_server::Dispatcher for Svc {
         r: Request<proto::RestoreEvictedTaskRequest>,
     ) -> R<proto::RestoreEvictedTaskResponse> {
         let id = r.into_inner().task_run_external_id;
-        let mut st = self.engine.state.lock();
-        let requeued = match st.tasks.get_mut(&id) {
-            Some(t) if t.evicted && t.status == super::model::Status::Running => {
-                t.status = super::model::Status::Queued;
-                t.worker_id = None;
-                t.deadline = None;
-                st.enqueue(&id);
-                true
-            }
-            Some(_) => false,
-            None => return Err(Status::not_found("task not found")),
-        };
-        drop(st);
+        let requeued = self
+            .engine
+            .state
+            .lock()
+            .restore_evicted(&id)
+            .ok_or_else(|| Status::not_found("task not found"))?;
         self.engine.wake.notify_one();
         ok(proto::RestoreEvictedTaskResponse { requeued })
     }

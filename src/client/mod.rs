@@ -296,15 +296,48 @@ impl TriggerOptions {
     }
 }
 
-/// Options of one event push.
+/// Options of one event push: [`PushOptions::new`], then what applies.
 #[derive(Debug, Clone, Default)]
 pub struct PushOptions {
     /// Additional metadata, copied onto the runs the event starts.
-    pub metadata: Option<serde_json::Map<String, Value>>,
+    pub(crate) metadata: Option<serde_json::Map<String, Value>>,
     /// Priority (1–3) of the runs it starts.
-    pub priority: Option<i32>,
+    pub(crate) priority: Option<i32>,
     /// Its scope: a workflow with event filters is started only through that scope's filters.
-    pub scope: Option<String>,
+    pub(crate) scope: Option<String>,
+}
+
+impl PushOptions {
+    /// No metadata, the workflows' own priority, no scope.
+    pub fn new() -> Self {
+        PushOptions::default()
+    }
+
+    /// Additional metadata, copied onto the runs the event starts (replaces what was set).
+    pub fn metadata(mut self, metadata: serde_json::Map<String, Value>) -> Self {
+        self.metadata = Some(metadata);
+        self
+    }
+
+    /// One additional-metadata pair.
+    pub fn meta(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.metadata
+            .get_or_insert_with(Default::default)
+            .insert(key.into(), value.into());
+        self
+    }
+
+    /// The priority (1–3) of the runs it starts; checked when pushed.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// Its scope: a workflow with event filters is started only through that scope's filters.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
 }
 
 /// A triggered run: its id, and a way to await its result.

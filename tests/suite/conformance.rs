@@ -1347,10 +1347,7 @@ async fn conf_event_filters_and_scopes() {
             rt.push_with(
                 "order:created",
                 &json!({"amount": amount}),
-                PushOptions {
-                    scope: Some(scope),
-                    ..Default::default()
-                },
+                PushOptions::new().scope(scope),
             )
             .await
             .expect("push")
@@ -2046,6 +2043,31 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
         }
         out.push((name.to_string(), skeleton("", &v)));
     }
+    // A webhook as read, and a request to it as answered.
+    let hook = format!("diff-hook-{}", &one_id[..8]);
+    api.create_webhook(&hatchet_runtime::NewWebhook::new(
+        &hook,
+        "'diff:' + input.kind",
+        hatchet_runtime::WebhookAuth::api_key("X-Key", "k"),
+    ))
+    .await
+    .expect("create webhook");
+    let read = t
+        .rest_get(&format!("/api/v1/stable/tenants/{tenant}/webhooks/{hook}"))
+        .await;
+    out.push(("webhook".to_string(), skeleton("", &read)));
+    let answer: Value = reqwest::Client::new()
+        .post(api.webhook_url(&hook))
+        .header("X-Key", "k")
+        .json(&json!({"kind": "x"}))
+        .send()
+        .await
+        .expect("post to the webhook")
+        .json()
+        .await
+        .expect("its answer");
+    out.push(("webhook receive".to_string(), skeleton("", &answer)));
+    api.delete_webhook(&hook).await.expect("delete webhook");
     rt.shutdown(Duration::from_secs(5)).await;
     out
 }

@@ -410,9 +410,9 @@ async fn event_filters_choose_which_scoped_events_start_runs_and_hand_over_their
             rt.push_with(
                 "order:created",
                 &json!({"amount": amount}),
-                PushOptions {
-                    scope,
-                    ..Default::default()
+                match scope {
+                    Some(s) => PushOptions::new().scope(s),
+                    None => PushOptions::new(),
                 },
             )
             .await
@@ -474,10 +474,7 @@ async fn filters_declared_with_the_workflow_apply_to_scoped_pushes() {
         rt.push_with(
             "signup",
             &json!({"plan": plan}),
-            PushOptions {
-                scope: Some("eu".into()),
-                ..Default::default()
-            },
+            PushOptions::new().scope("eu"),
         )
         .await
         .expect("push");

@@ -41,6 +41,7 @@ pub fn routes() -> axum::Router<Rest> {
         .route("/api/v1/stable/workflow-runs/{run}/status", get(run_status))
         .route("/api/v1/stable/tasks/{task}", get(task_details))
         .route("/api/v1/stable/tasks/{task}/logs", get(task_logs))
+        .route("/api/v1/stable/tasks/{task}/restore", post(restore_task))
         .route(
             "/api/v1/stable/tenants/{tenant}/workflow-runs",
             get(list_runs),
@@ -610,4 +611,18 @@ async fn task_logs(
     // The per-task route's pagination is always zeros.
     let zeros = json!({"current_page": 0, "next_page": 0, "num_pages": 0});
     Json(json!({"rows": rows, "pagination": zeros})).into_response()
+}
+
+/// `POST /api/v1/stable/tasks/{task}/restore`: queues an evicted durable task again. The real
+/// engine answers `{"requeued": true}` whatever the task's state (it only enqueues a message),
+/// and so does this one.
+async fn restore_task(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
+    let known = s.engine.state.lock().restore_evicted(&id);
+    match known {
+        Some(_) => {
+            s.engine.wake.notify_one();
+            Json(json!({ "requeued": true })).into_response()
+        }
+        None => bad_id_or_missing(&id, "task"),
+    }
 }

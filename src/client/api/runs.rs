@@ -372,6 +372,24 @@ impl Api {
         .await
     }
 
+    /// Asks the engine to run an evicted durable task again: its new invocation replays its
+    /// durable log (what it had done, the waits that completed meanwhile). The engine answers
+    /// the same for a task that is not evicted, and does nothing with it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: restoring twice is restoring once (the second finds it queued).
+    pub async fn restore_task(&self, task_run_id: &str) -> Result<(), Error> {
+        self.checked(
+            reqwest::Method::POST,
+            "POST /api/v1/stable/tasks/{task}/restore",
+            &format!("/api/v1/stable/tasks/{}/restore", encode(task_run_id)),
+            None,
+        )
+        .await
+        .map(drop)
+    }
+
     /// A task's log lines (by its task run id, not its run's id).
     ///
     /// # Cancel safety
