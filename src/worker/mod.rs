@@ -268,7 +268,7 @@ impl WorkerCore {
     }
 
     /// Cancels the running invocations of `task` that `which` selects.
-    fn cancel_running(&self, task: &str, which: impl Fn(i32) -> bool) {
+    pub(crate) fn cancel_running(&self, task: &str, which: impl Fn(i32) -> bool) {
         for ((t, inv, _), token) in self.running.lock().iter() {
             if t == task && which(*inv) {
                 token.cancel();

@@ -145,9 +145,22 @@ pub struct TaskOptions {
     pub(crate) conditions: Vec<(ConditionAction, AnyOf)>,
     /// Task-level concurrency limits (see [`TaskOptions::concurrency`]).
     pub(crate) concurrency: Vec<Concurrency>,
+    /// A durable task waiting longer than this evicts itself (see
+    /// [`TaskOptions::evict_while_waiting`]).
+    pub(crate) evict_after: Option<Duration>,
 }
 
 impl TaskOptions {
+    /// A durable task whose wait (a sleep, an event, a child) lasts longer than `after` is
+    /// evicted: the worker tells the engine, which frees its slot, and stops the invocation
+    /// (nothing is reported). When the wait completes the engine runs the task again, and
+    /// the new invocation replays its durable log to where it was. Keep what the task does
+    /// before its waits replayable (`Context::memo` for side effects). Plain tasks ignore it.
+    pub fn evict_while_waiting(mut self, after: Duration) -> Self {
+        self.evict_after = Some(after);
+        self
+    }
+
     /// A concurrency limit on this task alone: at most `max_runs` of its attempts whose
     /// `expression` (CEL over the input, e.g. `input.user_id`) gives the same group run at
     /// once; `strategy` says what happens to the others. The workflow-level limit

@@ -103,6 +103,36 @@ impl DurableClient {
         rx.await.map_err(|_| Error::closed(OPERATION))?
     }
 
+    /// Evicts an invocation of this worker's durable task: the engine frees its slot and runs
+    /// the task again when what it waits for completes.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe: a dropped call may have evicted the invocation.
+    pub(crate) async fn evict(
+        &self,
+        task: &str,
+        invocation: i32,
+        reason: &str,
+    ) -> Result<(), Error> {
+        let ack = self
+            .request(v1::DurableTaskRequest {
+                message: Some(Req::EvictInvocation(
+                    v1::DurableTaskEvictInvocationRequest {
+                        invocation_count: invocation,
+                        durable_task_external_id: task.to_string(),
+                        reason: Some(reason.to_string()),
+                    },
+                )),
+            })
+            .await?;
+        match ack {
+            Ack::Evicted => Ok(()),
+            _ => Err(Error::new(Outcome::Undecodable, "DurableTask")
+                .with_detail("the engine answered evict_invocation with an ack of another kind")),
+        }
+    }
+
     /// Triggers child runs as entries of the durable log; answers each child's entry and run
     /// id, in the order asked. A replay of the same children (same indexes or keys) finds the
     /// same runs.

@@ -100,7 +100,7 @@ impl Context {
                     Error::new(Outcome::Undecodable, "run child")
                         .with_detail("the engine acknowledged no child")
                 })?;
-                self.child_result(d, key, &run).await
+                self.child_result(d, inv, key, &run).await
             }
             None => {
                 let (workflow, input, options) = spawn;
@@ -134,7 +134,7 @@ impl Context {
                 let entries = self.spawn_durable(d, inv, spawns, None).await?;
                 let waits = entries
                     .into_iter()
-                    .map(|(key, run)| async move { self.child_result(d, key, &run).await });
+                    .map(|(key, run)| async move { self.child_result(d, inv, key, &run).await });
                 Ok(futures::future::join_all(waits).await)
             }
             None => {
@@ -260,16 +260,14 @@ impl Context {
     async fn child_result<O: DeserializeOwned>(
         &self,
         d: &DurableClient,
+        inv: i32,
         key: EntryKey,
         run: &str,
     ) -> Result<O, Error> {
-        let done = tokio::select! {
-            biased;
-            r = d.completion(key) => r?,
-            _ = self.inner.cancel.cancelled() => {
-                return Err(Error::new(Outcome::Cancelled, "run child").with_run_id(run));
-            }
-        };
+        let done = self
+            .await_entry(d, inv, "run child", d.completion(key))
+            .await
+            .map_err(|e| e.with_run_id(run))?;
         decode_child(done, run)
     }
 }

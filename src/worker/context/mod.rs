@@ -18,6 +18,7 @@ mod about;
 mod children;
 mod clock;
 mod control;
+mod evict;
 mod waits;
 
 /// What an assignment's `action_payload` carries for the task.
@@ -432,13 +433,14 @@ impl Context {
         if self.inner.core.legacy_durable.load(Ordering::Relaxed) {
             return self.wait_legacy(cond).await;
         }
-        // Biased: an answer the engine already gave (an eviction, say) wins over the cancellation
-        // it caused, so the task sees why it stops.
-        let done = tokio::select! {
-            biased;
-            r = d.wait_for(self.task_run_id(), inv, cond) => r?,
-            _ = self.inner.cancel.cancelled() => return Err(Error::new(Outcome::Cancelled, "durable wait")),
-        };
+        let done = self
+            .await_entry(
+                d,
+                inv,
+                "durable wait",
+                d.wait_for(self.task_run_id(), inv, cond),
+            )
+            .await?;
         if done.is_failure {
             return Err(Error::new(Outcome::Rejected, "durable wait")
                 .with_detail(done.error.unwrap_or_default()));

@@ -834,3 +834,66 @@ async fn conf_a_webhook_turns_an_authenticated_request_into_an_event() {
     until("both accepted requests ran", || seen.lock().len() == 2).await;
     rt.shutdown(Duration::from_secs(5)).await;
 }
+
+/// Eviction while waiting (issue 26): a durable task that sleeps past its eviction time gives
+/// its durable slot back (another durable run takes the only slot and finishes while it
+/// sleeps), then the engine runs it again when the sleep ends and the new invocation replays
+/// the sleep to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_durable_task_evicted_while_waiting_frees_its_slot_and_resumes() {
+    let t = Target::new("evict").await;
+    let starts = counter();
+    let s = starts.clone();
+    let sleeper = Workflow::new("sleeper").durable_task(
+        "s",
+        hatchet_runtime::TaskOptions::default().evict_while_waiting(Duration::from_millis(300)),
+        move |_: Value, ctx: Context| {
+            s.fetch_add(1, Ordering::SeqCst);
+            async move {
+                ctx.sleep_for(Duration::from_secs(4)).await?;
+                Ok::<_, TaskError>(json!({"woke": true}))
+            }
+        },
+    );
+    let quick = Workflow::new("quick").durable_task(
+        "q",
+        hatchet_runtime::TaskOptions::default(),
+        |_: Value, _c: Context| async move { Ok::<_, TaskError>(json!({"quick": true})) },
+    );
+    let (rt, _) = t
+        .worker_with(
+            WorkerOptions::new("evict", 2).durable_slots(1),
+            vec![sleeper, quick],
+        )
+        .await;
+    let slow = rt
+        .run_no_wait("sleeper", &json!({}))
+        .await
+        .expect("trigger");
+    until("the sleeper started", || starts.load(Ordering::SeqCst) == 1).await;
+    let q: Value = rt
+        .run_no_wait("quick", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within(RESULT)
+        .await
+        .expect("the quick run");
+    assert_eq!(q, json!({"quick": true}));
+    let api = rt.api();
+    assert_ne!(
+        api.run_status(slow.run_id()).await.expect("status"),
+        RunStatus::Completed,
+        "the quick run took the only durable slot while the sleeper slept"
+    );
+    let out: Value = slow
+        .result_within(RESULT)
+        .await
+        .expect("the sleeper resumes");
+    assert_eq!(out, json!({"woke": true}));
+    assert_eq!(
+        starts.load(Ordering::SeqCst),
+        2,
+        "evicted once, run again once, the sleep replayed"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
