@@ -331,7 +331,8 @@ impl RuntimeHandle {
     /// Cancel safe: once the first poll has handed the workflow to the worker, dropping the
     /// future only loses the answer; PutWorkflow goes on, and a later `start_worker` waits for
     /// it and includes the workflow. PutWorkflow is idempotent, so registering again is safe.
-    pub async fn register(&self, workflow: Workflow) -> Result<Registered, Error> {
+    pub async fn register(&self, mut workflow: Workflow) -> Result<Registered, Error> {
+        workflow.apply_task_defaults();
         let worker = self.worker("register")?;
         let registered = Registered::new(&workflow, self.inner.client.clone());
         let static_keys: Vec<String> = workflow.static_rate_limit_keys();

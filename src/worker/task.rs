@@ -151,6 +151,20 @@ pub struct TaskOptions {
 }
 
 impl TaskOptions {
+    /// Takes from `d` what this leaves unset (see [`Workflow::task_defaults`]).
+    fn inherit(&mut self, d: &TaskOptions) {
+        if self.retries == 0 {
+            self.retries = d.retries;
+        }
+        self.timeout = self.timeout.or(d.timeout);
+        self.schedule_timeout = self.schedule_timeout.or(d.schedule_timeout);
+        if self.backoff_factor.is_none() {
+            self.backoff_factor = d.backoff_factor;
+            self.backoff_max_seconds = d.backoff_max_seconds;
+        }
+        self.evict_after = self.evict_after.or(d.evict_after);
+    }
+
     /// A durable task whose wait (a sleep, an event, a child) lasts longer than `after` is
     /// evicted: the worker tells the engine, which frees its slot, and stops the invocation
     /// (nothing is reported). When the wait completes the engine runs the task again, and
@@ -412,6 +426,9 @@ pub struct Workflow {
     pub(crate) description: String,
     /// Its version label (the engine's API shows it on the workflow version).
     pub(crate) version: String,
+    /// What its tasks take where their own options leave it unset (see
+    /// [`Workflow::task_defaults`]).
+    pub(crate) task_defaults: Option<TaskOptions>,
 }
 
 /// A concurrency limit of a workflow (enforced by the engine).
@@ -527,6 +544,7 @@ impl Workflow {
             default_priority: None,
             sticky: None,
             default_filters: Vec::new(),
+            task_defaults: None,
         }
     }
 
@@ -633,6 +651,26 @@ impl Workflow {
     pub fn default_priority(mut self, priority: i32) -> Self {
         self.default_priority = Some(priority);
         self
+    }
+
+    /// Defaults for every task of this workflow (as the official SDKs' `task_defaults`): a
+    /// task takes the retries (when its own are 0), execution and schedule timeouts, backoff and
+    /// eviction time it does not set itself. Applied when the workflow is registered, whatever
+    /// the order of the calls.
+    pub fn task_defaults(mut self, defaults: TaskOptions) -> Self {
+        self.task_defaults = Some(defaults);
+        self
+    }
+
+    /// Gives every task what [`Workflow::task_defaults`] names and it leaves unset.
+    pub(crate) fn apply_task_defaults(&mut self) {
+        let Some(d) = self.task_defaults.take() else {
+            return;
+        };
+        let hooks = self.on_failure.iter_mut().chain(self.on_success.iter_mut());
+        for t in self.tasks.iter_mut().chain(hooks) {
+            t.options.inherit(&d);
+        }
     }
 
     /// Its description, as the engine's API and dashboard show it.

@@ -905,3 +905,48 @@ async fn conf_a_durable_task_evicted_while_waiting_frees_its_slot_and_resumes() 
     );
     rt.shutdown(Duration::from_secs(5)).await;
 }
+
+/// Task defaults (issue 26): a workflow's `task_defaults` give its tasks the retries they do not
+/// set (the engine retries the failing one; the context counts two attempts), while a task's
+/// own setting wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_task_defaults_reach_the_tasks_that_set_nothing() {
+    use hatchet_runtime::TaskOptions;
+    let t = Target::new("defaults").await;
+    let (a, b) = (counter(), counter());
+    let (ca, cb) = (a.clone(), b.clone());
+    let wf = Workflow::new("defaulted")
+        .task("inherits", move |_: Value, c: Context| {
+            let n = ca.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n == 0 {
+                    return Err(TaskError::new("the first attempt fails"));
+                }
+                Ok::<_, TaskError>(json!({"max_attempts": c.max_attempts()}))
+            }
+        })
+        .task_with(
+            "own",
+            TaskOptions::default().retries(2),
+            move |_: Value, c: Context| {
+                cb.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, TaskError>(json!({"max_attempts": c.max_attempts()})) }
+            },
+        )
+        .task_defaults(TaskOptions::default().retries(1));
+    let rt = t.worker(4, vec![wf]).await;
+    let out: Value = rt
+        .run_no_wait("defaulted", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within(RESULT)
+        .await
+        .expect("result");
+    assert_eq!(
+        out,
+        json!({"inherits": {"max_attempts": 2}, "own": {"max_attempts": 3}})
+    );
+    assert_eq!(a.load(Ordering::SeqCst), 2, "retried once, by the default");
+    assert_eq!(b.load(Ordering::SeqCst), 1);
+    rt.shutdown(Duration::from_secs(5)).await;
+}
