@@ -12,7 +12,7 @@
 //! 3. A jump keeps connected workers alive: their last heartbeats move with it (a jump is not
 //!    silence).
 //! 4. The engine jumps by itself only when skipping is safe: virtual time is on, a client waits
-//!    on an unfinished run, no task runs except durable tasks blocked in a wait, and no queued
+//!    on an unfinished run (subscribed to it, or polled it in the last 5 s), no task runs except durable tasks blocked in a wait, and no queued
 //!    task could be assigned now. It jumps to the earliest timer (a durable or condition sleep,
 //!    a retry's backoff, a schedule, a cron), never to a timeout.
 
@@ -24,11 +24,17 @@ use tokio::time::Instant;
 use super::core::State;
 use super::model::Status;
 
+/// How long a poll of a run (GetRunDetails) counts as a client waiting on it.
+const POLL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The wall clock plus a skew.
 #[derive(Debug, Default)]
 pub struct Clock {
     skew_nanos: AtomicU64,
     virtual_time: AtomicBool,
+    /// Runs a client polled, and when (on the wall clock): a waiter that polls instead of
+    /// subscribing (the Python SDK's `run()`) waits on them too.
+    polled: parking_lot::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 impl Clock {
@@ -57,6 +63,27 @@ impl Clock {
         SystemTime::now() + self.skew()
     }
 
+    /// Notes that a client polled `run` (virtual time only).
+    pub fn polled(&self, run: &str) {
+        if self.is_virtual() {
+            let now = std::time::Instant::now();
+            let mut p = self.polled.lock();
+            p.retain(|_, at| now.duration_since(*at) < POLL_WAIT);
+            p.insert(run.to_string(), now);
+        }
+    }
+
+    /// Runs polled within the last few seconds.
+    fn recently_polled(&self) -> Vec<String> {
+        let now = std::time::Instant::now();
+        self.polled
+            .lock()
+            .iter()
+            .filter(|(_, at)| now.duration_since(**at) < POLL_WAIT)
+            .map(|(r, _)| r.clone())
+            .collect()
+    }
+
     fn add(&self, by: Duration) {
         let nanos = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
         self.skew_nanos.fetch_add(nanos, Ordering::Relaxed);
@@ -74,11 +101,13 @@ impl State {
 
     /// Whether the engine may jump now (invariant 4).
     pub(crate) fn may_skip(&self, now: Instant) -> bool {
+        let unfinished = |run: &String| self.runs.get(run).is_some_and(|r| !r.status.is_terminal());
         let awaited = self
             .run_subs
             .values()
             .flat_map(|s| &s.pending)
-            .any(|run| self.runs.get(run).is_some_and(|r| !r.status.is_terminal()));
+            .any(unfinished)
+            || self.clock.recently_polled().iter().any(unfinished);
         if !awaited {
             return false;
         }

@@ -1093,6 +1093,8 @@ impl Engine {
     /// `v1.AdminService/GetRunDetails`.
     pub fn run_details(&self, run_id: &str) -> Result<v1::GetRunDetailsResponse, GrpcStatus> {
         let st = self.state.lock();
+        // A client polling an unfinished run waits on it (virtual time skips for it).
+        st.clock.polled(run_id);
         let run = st
             .runs
             .get(run_id)

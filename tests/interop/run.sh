@@ -3,9 +3,11 @@
 # hatchet-dev-engine binary. Creates tests/interop/.venv if missing, installs the pinned SDK,
 # then runs scenario.py (checks a-f: worker, run, aio_run, push->on_events, durable sleep +
 # event, stdin-EOF exit), embedded_check.py (check g: Hatchet.from_embedded()) and
+# virtual_time.py (check v1: an SDK durable task's hour of sleep on --virtual-time, ours only),
 # rust_interop.py (checks h-i: our Rust example worker runs SDK-triggered runs, our Rust
-# example client runs a task on the SDK worker), parity.py (checks p1-p10: on_failure, cancel,
-# replay, bulk, priority, logs, strict REST reads, task context, pauses, events, metrics) and
+# example client runs a task on the SDK worker), parity.py (checks p1-p11: on_failure, cancel,
+# replay, bulk, priority, logs, strict REST reads, task context, pauses, events, metrics,
+# webhooks) and
 # placement.py (checks
 # q1-q5: worker labels, sticky, DAG conditions, durable OR waits, event filters); then the
 # TypeScript suite ts/suite.mjs
@@ -230,6 +232,8 @@ if [[ "${HATCHET_REAL_ENGINE:-0}" == 1 ]]; then
     echo "interop: check g (Hatchet.from_embedded) needs our engine's binary; skipped on the real engine"
 else
     scenario embedded "${INTEROP_EMBEDDED_TIMEOUT:-60}" embedded_check.py
+    # Virtual time (--virtual-time) is our engine's alone too.
+    scenario virtual "${INTEROP_VIRTUAL_TIMEOUT:-90}" virtual_time.py
 fi
 scenario rust "${INTEROP_RUST_TIMEOUT:-90}" rust_interop.py
 scenario parity "${INTEROP_PARITY_TIMEOUT:-300}" parity.py

@@ -54,7 +54,8 @@ def start_engine(work: Path) -> tuple[subprocess.Popen[bytes] | None, dict[str, 
     hs_path = work / "handshake.json"
     engine = subprocess.Popen(
         [os.environ["HATCHET_DEV_ENGINE_BIN"], "-handshake-file", str(hs_path),
-         "-grpc-port", "0", "-api-port", "0"],
+         "-grpc-port", "0", "-api-port", "0",
+         *os.environ.get("INTEROP_ENGINE_FLAGS", "").split()],
         stdin=subprocess.PIPE,  # the engine exits when this pipe closes
         stdout=subprocess.DEVNULL,
         stderr=open(work / "engine.log", "wb"),

@@ -253,6 +253,7 @@ fn task_number(id: &str) -> u32 {
 }
 
 async fn run_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
+    s.engine.clock.polled(&id);
     let st = s.engine.state.lock();
     let Some(run) = st.runs.get(&id) else {
         return bad_id_or_missing(&id, "workflow run");
@@ -321,6 +322,7 @@ fn event_number(t: &Task, kind: &str) -> u32 {
 }
 
 async fn run_status(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
+    s.engine.clock.polled(&id);
     let st = s.engine.state.lock();
     match st.runs.get(&id) {
         Some(r) => Json(Value::String(r.status.rest().into())).into_response(),
