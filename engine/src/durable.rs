@@ -738,15 +738,7 @@ impl State {
     fn node_done(&mut self, task: &str, node: i64) {
         self.send_completion(task, node);
         // An evicted task waiting on this node is queued again (new invocation).
-        if let Some(t) = self.tasks.get_mut(task)
-            && t.evicted
-            && t.status == Status::Running
-        {
-            t.status = Status::Queued;
-            t.worker_id = None;
-            t.deadline = None;
-            self.enqueue(task);
-        }
+        self.restore_evicted(task);
     }
 
     /// A child run finished: satisfies the RUN nodes waiting on it.

@@ -107,14 +107,8 @@ impl State {
         let now_secs = unix_secs(now);
         let since = self.calendar_checked.replace(now_secs).unwrap_or(now_secs);
         let mut due: Vec<(Value, Option<usize>)> = Vec::new();
-        let paused = |row: &Value| {
-            self.pauses
-                .rule(row["workflowName"].as_str().unwrap_or_default())
-        };
         for c in &self.crons {
-            // A workflow paused with DROP skips its cron ticks (invariant 5 of `pause.rs`).
-            let fires = c["enabled"] != false
-                && !paused(c).is_some_and(|p| p.drop_crons)
+            let fires = self.cron_live(c)
                 && c["cron"]
                     .as_str()
                     .and_then(|e| Cron::parse(e).ok())
@@ -128,32 +122,13 @@ impl State {
             let at = s["triggerAt"]
                 .as_str()
                 .and_then(hatchet_protocol::calendar::parse_rfc3339);
-            let open = s.get("workflowRunId").is_none()
-                && s.get("error").is_none()
-                && !paused(s).is_some_and(|p| p.drop_schedules);
-            if open && at.is_some_and(|at| at <= now) {
+            if self.schedule_open(s) && at.is_some_and(|at| at <= now) {
                 due.push((s.clone(), Some(i)));
             }
         }
         let mut fired: Vec<usize> = Vec::new();
         for (row, schedule) in due {
-            let mut meta = row["additionalMetadata"]
-                .as_object()
-                .cloned()
-                .unwrap_or_default();
-            if schedule.is_none() {
-                meta.extend(cron_metadata(&row, now));
-            }
-            let created = self.create_run(
-                row["tenantId"].as_str().unwrap_or_default(),
-                row["workflowName"].as_str().unwrap_or_default(),
-                row["input"].clone(),
-                meta,
-                TriggerOpts {
-                    priority: row["priority"].as_i64().map(|p| p as i32),
-                    ..TriggerOpts::default()
-                },
-            );
+            let created = self.start_row(&row, schedule.is_none(), now);
             match (created, schedule) {
                 (Ok(run), Some(i)) => {
                     self.scheduled[i]["workflowRunId"] = json!(run);
@@ -185,14 +160,10 @@ impl State {
     /// When the next cron or schedule fires, after the last pass (or `now`).
     pub(crate) fn next_calendar_fire(&self, now: SystemTime) -> Option<SystemTime> {
         let since = self.calendar_checked.unwrap_or_else(|| unix_secs(now));
-        let paused = |row: &Value| {
-            self.pauses
-                .rule(row["workflowName"].as_str().unwrap_or_default())
-        };
         let crons = self
             .crons
             .iter()
-            .filter(|c| c["enabled"] != false && !paused(c).is_some_and(|p| p.drop_crons))
+            .filter(|c| self.cron_live(c))
             .filter_map(|c| Cron::parse(c["cron"].as_str()?).ok()?.next_after(since))
             .filter_map(|secs| {
                 u64::try_from(secs)
@@ -202,8 +173,7 @@ impl State {
         let schedules = self
             .scheduled
             .iter()
-            .filter(|s| s.get("workflowRunId").is_none() && s.get("error").is_none())
-            .filter(|s| !paused(s).is_some_and(|p| p.drop_schedules))
+            .filter(|s| self.schedule_open(s))
             .filter_map(|s| {
                 s["triggerAt"]
                     .as_str()
@@ -239,23 +209,56 @@ impl State {
             .iter()
             .find(|c| c["metadata"]["id"] == id)?
             .clone();
+        Some(
+            self.start_row(&row, true, now)
+                .map_err(|e| e.message().to_string()),
+        )
+    }
+
+    /// Whether a cron fires at all: enabled, and its workflow not paused with DROP (invariant
+    /// 5 of `pause.rs`).
+    fn cron_live(&self, c: &Value) -> bool {
+        c["enabled"] != false && !self.paused_with(c, |p| p.drop_crons)
+    }
+
+    /// Whether a schedule may still fire: not fired, not failed, its workflow not paused with
+    /// DROP.
+    fn schedule_open(&self, s: &Value) -> bool {
+        s.get("workflowRunId").is_none()
+            && s.get("error").is_none()
+            && !self.paused_with(s, |p| p.drop_schedules)
+    }
+
+    fn paused_with(&self, row: &Value, drop: impl Fn(&crate::pause::PauseRule) -> bool) -> bool {
+        self.pauses
+            .rule(row["workflowName"].as_str().unwrap_or_default())
+            .is_some_and(|p| drop(&p))
+    }
+
+    /// Starts the run a cron (`cron`) or schedule row names, with its input, metadata (a
+    /// cron's with the real engine's `hatchet__cron_*` keys) and priority.
+    fn start_row(
+        &mut self,
+        row: &Value,
+        cron: bool,
+        now: SystemTime,
+    ) -> Result<String, tonic::Status> {
         let mut meta = row["additionalMetadata"]
             .as_object()
             .cloned()
             .unwrap_or_default();
-        meta.extend(cron_metadata(&row, now));
-        Some(
-            self.create_run(
-                row["tenantId"].as_str().unwrap_or_default(),
-                row["workflowName"].as_str().unwrap_or_default(),
-                row["input"].clone(),
-                meta,
-                TriggerOpts {
-                    priority: row["priority"].as_i64().map(|p| p as i32),
-                    ..TriggerOpts::default()
-                },
-            )
-            .map_err(|e| e.message().to_string()),
+        if cron {
+            meta.extend(cron_metadata(row, now));
+        }
+        self.create_run(
+            row["tenantId"].as_str().unwrap_or_default(),
+            row["workflowName"].as_str().unwrap_or_default(),
+            row["input"].clone(),
+            meta,
+            TriggerOpts {
+                priority: row["priority"].as_i64().map(|p| p as i32),
+                ..TriggerOpts::default()
+            },
         )
     }
 }
