@@ -176,6 +176,45 @@ mod tests {
     }
 
     #[test]
+    fn a_worker_s_last_heartbeat_moves_with_a_jump_and_timeouts_are_no_target() {
+        let mut st = super::super::core::state_with(super::super::core::one_task_workflow());
+        let id = "w".to_string();
+        let worker = super::super::model::Worker {
+            id: id.clone(),
+            name: "w".into(),
+            actions: Default::default(),
+            slot_limits: Default::default(),
+            slots_used: Default::default(),
+            sessions: Vec::new(),
+            last_heartbeat: st.clock.now(),
+            last_heartbeat_at: st.clock.system_now(),
+            ever_listened: false,
+            labels: Default::default(),
+            runtime_info: None,
+            paused: false,
+            created_at: st.clock.system_now(),
+            last_listener_established: None,
+            assignments: 0,
+            heartbeats: 0,
+        };
+        st.workers.insert(id.clone(), worker);
+        let before = st.workers[&id].last_heartbeat;
+        st.advance_clock(Duration::from_secs(3_600));
+        assert_eq!(
+            st.workers[&id].last_heartbeat,
+            before + Duration::from_secs(3_600),
+            "an hour's jump is not an hour's silence"
+        );
+        // A deadline alone is not a timer to jump to.
+        let now = st.clock.now();
+        st.deadlines.push(std::cmp::Reverse((
+            now + Duration::from_secs(60),
+            "t".into(),
+        )));
+        assert_eq!(st.next_timer(now), None);
+    }
+
+    #[test]
     fn nothing_awaited_means_no_jump_even_on_virtual_time() {
         let mut st = super::super::core::state_with(super::super::core::one_task_workflow());
         st.clock.set_virtual(true);

@@ -310,6 +310,38 @@ mod tests {
     }
 
     #[test]
+    fn a_workflow_paused_with_drop_skips_its_cron_ticks_and_holds_its_schedules() {
+        let mut st = state_with_workflow();
+        st.add_cron(&planned(), "every-minute", "* * * * *")
+            .expect("cron");
+        st.add_schedule(&planned(), at("2026-11-30T09:31:10Z"))
+            .expect("schedule");
+        let rule = crate::pause::PauseRule {
+            ttl: std::time::Duration::from_secs(3_600),
+            drop_crons: true,
+            drop_schedules: true,
+        };
+        let now = st.clock.now();
+        st.pause_workflow("wf", rule, now);
+        st.fire_calendar(at("2026-11-30T09:30:20Z"));
+        st.fire_calendar(at("2026-11-30T09:31:30Z"));
+        assert_eq!(
+            st.runs.len(),
+            0,
+            "the 09:31 tick is dropped, the schedule waits"
+        );
+        assert_eq!(st.scheduled.len(), 1, "the schedule is kept, unfired");
+        st.unpause_workflow("wf");
+        st.fire_calendar(at("2026-11-30T09:31:40Z"));
+        assert_eq!(
+            st.runs.len(),
+            1,
+            "unpaused, the schedule fires (the dropped tick does not)"
+        );
+        assert!(st.scheduled.is_empty());
+    }
+
+    #[test]
     fn a_schedule_fires_once_at_its_time_and_is_then_deleted() {
         let mut st = state_with_workflow();
         st.add_schedule(&planned(), at("2026-11-30T10:00:00Z"))

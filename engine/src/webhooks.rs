@@ -418,6 +418,18 @@ mod tests {
     }
 
     #[test]
+    fn sources_with_their_own_signing_are_refused_with_a_reason() {
+        let mut h = hook(Auth::ApiKey {
+            header: "k".into(),
+            key: "v".into(),
+        });
+        h.source = "STRIPE".into();
+        let (status, why) = h.check(&headers(&[("k", "v")]), b"{}").unwrap_err();
+        assert_eq!(status, 400);
+        assert!(why.contains("STRIPE") && why.contains("GENERIC"), "{why}");
+    }
+
+    #[test]
     fn basic_and_api_key_schemes_compare_what_was_configured() {
         let basic = hook(Auth::Basic {
             username: "u".into(),
