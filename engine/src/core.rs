@@ -24,9 +24,9 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tonic::Status as GrpcStatus;
 
-use super::durable::DurableState;
-use super::model::*;
-pub use super::runs::TriggerOpts;
+use crate::durable::DurableState;
+use crate::store::model::*;
+pub use crate::store::runs::TriggerOpts;
 use hatchet_protocol::{self as proto, v1};
 
 /// A worker is assignable while its last heartbeat is younger than this (engine rule).
@@ -153,9 +153,9 @@ pub const MAX_BULK_EVENTS: usize = 1_000;
 /// A run or event priority must be 1–3.
 fn check_priority(p: Option<i32>) -> Result<(), GrpcStatus> {
     match p {
-        Some(p) if !super::queue::PRIORITY_RANGE.contains(&p) => Err(GrpcStatus::invalid_argument(
-            format!("priority must be between 1 and 3, got {p}"),
-        )),
+        Some(p) if !crate::sched::queue::PRIORITY_RANGE.contains(&p) => Err(
+            GrpcStatus::invalid_argument(format!("priority must be between 1 and 3, got {p}")),
+        ),
         _ => Ok(()),
     }
 }
@@ -210,7 +210,7 @@ pub struct State {
     pub runs: HashMap<String, Run>,
     pub run_order: Vec<String>,
     pub tasks: HashMap<String, Task>,
-    pub queue: super::queue::TaskQueue,
+    pub queue: crate::sched::queue::TaskQueue,
     pub workers: HashMap<String, Worker>,
     pub run_subs: HashMap<u64, RunSubscriber>,
     pub event_subs: HashMap<u64, EventSubscriber>,
@@ -224,56 +224,28 @@ pub struct State {
     pub crons: Vec<Value>,
     /// REST schedules (`ScheduledWorkflows` objects).
     pub scheduled: Vec<Value>,
-    /// Subscribe messages received on `SubscribeToWorkflowRuns` streams (tests count replays).
-    pub run_subscribe_messages: u64,
-    /// Messages received on `ListenForDurableEvent` streams.
-    pub durable_event_listen_messages: u64,
     /// Runs held by a full concurrency group, in arrival order (see `concurrency.rs`).
-    pub held_runs: HashMap<super::concurrency::Group, VecDeque<String>>,
+    pub held_runs: HashMap<crate::sched::concurrency::Group, VecDeque<String>>,
     /// When crons and schedules were last checked (Unix seconds), see `fire_calendar`.
     pub calendar_checked: Option<i64>,
-    /// Fault injection: rewrite the next assignments (bad payloads, unknown enums).
-    pub mutate_actions: Option<ActionMutator>,
-    /// Fault injection: assign beyond the workers' slots (a flood).
-    pub over_assign: bool,
-    /// Fault injection (a kindness the real engine lacks): assignments a worker never answered
-    /// are offered again when their stream closes, instead of running out their timeout.
-    pub reoffer_unanswered: bool,
-    /// Fault injection: send the next this many assignments twice (the same attempt).
-    pub duplicate_assignments: u32,
-    /// Fault injection: send the next this many assignments again 300 ms later.
-    pub late_duplicates: u32,
-    /// Late duplicates sent so far (counted once on the stream).
-    pub late_duplicates_sent: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    /// Duplicate assignments sent so far.
-    pub duplicated_assignments: u64,
+    /// The fault switches a test turned on (see `faults.rs`); all off by default.
+    pub switches: crate::faults::Switches,
+    /// What tests count (see `stats.rs`).
+    pub counters: crate::stats::Counters,
     /// Condition sleeps of pending tasks, earliest first (see `matches.rs`).
     pub condition_sleeps: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
     /// Pending tasks whose conditions wait for events.
     pub event_waiters: HashSet<String>,
     /// Event filters (see `filters.rs`).
-    pub filters: Vec<super::filters::Filter>,
+    pub filters: Vec<crate::dag::filters::Filter>,
     /// Deadlines of running attempts, earliest first (see `expire_timeouts`).
     pub deadlines: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
     /// Paused workflows and the tasks they hold (see `pause.rs`).
-    pub pauses: super::pause::Pauses,
+    pub pauses: crate::store::pause::Pauses,
     /// Incoming webhooks by name (see `webhooks.rs`).
-    pub webhooks: BTreeMap<String, super::webhooks::Webhook>,
+    pub webhooks: BTreeMap<String, crate::store::webhooks::Webhook>,
     /// The engine's clock (see `clock.rs`): every time the state reads comes from it.
-    pub clock: std::sync::Arc<super::clock::Clock>,
-}
-
-/// Rewrites the next `remaining` assignments.
-#[derive(Clone)]
-pub struct ActionMutator {
-    pub remaining: u32,
-    pub f: std::sync::Arc<dyn Fn(&mut proto::AssignedAction) + Send + Sync>,
-}
-
-impl std::fmt::Debug for ActionMutator {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ActionMutator({} left)", self.remaining)
-    }
+    pub clock: std::sync::Arc<crate::time::clock::Clock>,
 }
 
 /// Events kept for durable look-back and REST reads.
@@ -284,7 +256,7 @@ const EVENTS_KEPT: usize = 10_000;
 pub struct Engine {
     pub state: Mutex<State>,
     /// The state's clock (the same one), for reads outside the lock.
-    pub clock: std::sync::Arc<super::clock::Clock>,
+    pub clock: std::sync::Arc<crate::time::clock::Clock>,
     pub wake: Notify,
     pub tenant_id: String,
     /// Running tasks of a worker silent this long are requeued ([`REASSIGN_AFTER`] by default).
@@ -328,7 +300,7 @@ impl Engine {
             .flat_map(|t| t.concurrency.iter().cloned())
             .collect();
         if let Some(p) = req.default_priority
-            && !super::queue::PRIORITY_RANGE.contains(&p)
+            && !crate::sched::queue::PRIORITY_RANGE.contains(&p)
         {
             return Err(GrpcStatus::invalid_argument(format!(
                 "default priority must be between 1 and 3, got {p}"
@@ -384,10 +356,10 @@ impl Engine {
                 slot_requests: t.slot_requests.clone(),
                 rate_limits: t.rate_limits.clone(),
                 on_failure: is_on_failure,
-                worker_labels: super::placement::desired_labels(&t.worker_labels),
+                worker_labels: crate::sched::placement::desired_labels(&t.worker_labels),
                 conditions: match &t.conditions {
                     Some(c) if !is_on_failure => {
-                        super::matches::validate(c)?;
+                        crate::dag::matches::validate(c)?;
                         Some(c.clone())
                     }
                     _ => None,
@@ -397,7 +369,7 @@ impl Engine {
         let crons = std::mem::take(&mut req.cron_triggers);
         let default_filters = std::mem::take(&mut req.default_filters);
         for c in &crons {
-            super::cron::Cron::parse(c).map_err(GrpcStatus::invalid_argument)?;
+            crate::time::cron::Cron::parse(c).map_err(GrpcStatus::invalid_argument)?;
         }
         let name = req.name.clone();
         let cron_input = match req.cron_input.as_deref() {
@@ -436,20 +408,20 @@ impl Engine {
                 idempotency: req.idempotency,
                 // Task-level limits (how the Python SDK declares a standalone task's) are applied
                 // per run: the same for one-task workflows, stricter for a DAG.
-                concurrency: super::concurrency::Limit::from_proto(
+                concurrency: crate::sched::concurrency::Limit::from_proto(
                     req.concurrency
                         .into_iter()
                         .chain(req.concurrency_arr)
                         .chain(task_limits),
                 ),
                 default_priority: req.default_priority,
-                sticky: super::placement::Sticky::from_proto(req.sticky),
+                sticky: crate::sched::placement::Sticky::from_proto(req.sticky),
                 created_at: self.clock.system_now(),
                 deleted: false,
             },
         );
         st.set_declarative_filters(&id, &default_filters);
-        let planned = super::schedules::Planned {
+        let planned = crate::time::schedules::Planned {
             tenant: self.tenant_id.clone(),
             workflow: name.clone(),
             input: cron_input,
@@ -502,7 +474,7 @@ impl Engine {
             slot_limits.insert("default".into(), req.slots.unwrap_or(100));
         }
         let id = new_id();
-        let labels = super::placement::worker_labels(&req.labels);
+        let labels = crate::sched::placement::worker_labels(&req.labels);
         let now = self.clock.now();
         let worker = Worker {
             id: id.clone(),
@@ -577,7 +549,7 @@ impl Engine {
         if let Some(w) = st.workers.get_mut(worker_id) {
             w.sessions.retain(|s| s.id != session);
         }
-        if !st.reoffer_unanswered {
+        if !st.switches.reoffer_unanswered {
             return;
         }
         let unanswered: Vec<String> = st
@@ -641,7 +613,8 @@ impl Engine {
             .get_mut(worker_id)
             .ok_or_else(|| GrpcStatus::not_found("worker not found"))?;
         // Per-key upsert: other keys are kept; there is no delete.
-        w.labels.extend(super::placement::worker_labels(labels));
+        w.labels
+            .extend(crate::sched::placement::worker_labels(labels));
         drop(st);
         self.wake.notify_one();
         Ok(())
@@ -667,7 +640,7 @@ impl Engine {
                 priority: req.priority,
                 event: None,
                 desired_worker: req.desired_worker_id.clone(),
-                desired_labels: super::placement::desired_labels(&req.desired_worker_labels),
+                desired_labels: crate::sched::placement::desired_labels(&req.desired_worker_labels),
                 filter_payload: None,
             },
         )?;
@@ -716,7 +689,9 @@ impl Engine {
         if collisions.is_empty() {
             Ok(created)
         } else {
-            Err(super::runs::bulk_idempotency_collision(created, collisions))
+            Err(crate::store::runs::bulk_idempotency_collision(
+                created, collisions,
+            ))
         }
     }
 
@@ -772,7 +747,7 @@ impl Engine {
         run_meta.insert("hatchet__event_key".into(), Value::String(ev.key.clone()));
         let mut started = Vec::new();
         for (name, workflow_id) in targets {
-            let decision = super::filters::decide(
+            let decision = crate::dag::filters::decide(
                 &st.filters,
                 &workflow_id,
                 req.scope.as_deref(),
@@ -781,8 +756,8 @@ impl Engine {
                 &meta,
             );
             let payloads = match decision {
-                super::filters::Decision::Once => vec![None],
-                super::filters::Decision::PerFilter(p) => p.into_iter().map(Some).collect(),
+                crate::dag::filters::Decision::Once => vec![None],
+                crate::dag::filters::Decision::PerFilter(p) => p.into_iter().map(Some).collect(),
             };
             for filter_payload in payloads {
                 let run = st.create_run(
@@ -1022,7 +997,7 @@ impl Engine {
     /// Adds a run id to a subscription; a finished run is delivered at once.
     pub fn subscribe_run(&self, sub: u64, run_id: &str) {
         let mut st = self.state.lock();
-        st.run_subscribe_messages += 1;
+        st.counters.run_subscribe_messages += 1;
         if uuid::Uuid::parse_str(run_id).is_err() {
             return; // invalid ids are skipped silently, as the engine does
         }

@@ -18,8 +18,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::Status as GrpcStatus;
 
-use super::core::{State, TriggerOpts, parse_duration};
-use super::model::{Status, StoredEvent};
+use crate::core::{State, TriggerOpts, parse_duration};
+use crate::store::model::{Status, StoredEvent};
 use hatchet_protocol::v1::{self, durable_task_response::Message as Resp};
 
 type Tx = mpsc::UnboundedSender<Result<v1::DurableTaskResponse, GrpcStatus>>;
@@ -69,7 +69,7 @@ impl Conditions {
                 ))
             })?;
             let group = if base.or_group_id.is_empty() {
-                super::core::new_id()
+                crate::core::new_id()
             } else {
                 base.or_group_id
             };
@@ -82,7 +82,7 @@ impl Conditions {
         for e in &c.user_event_conditions {
             let base = e.base.clone().unwrap_or_default();
             let group = if base.or_group_id.is_empty() {
-                super::core::new_id()
+                crate::core::new_id()
             } else {
                 base.or_group_id
             };
@@ -176,8 +176,8 @@ impl Conditions {
                     vars.insert("output".into(), serde_json::json!({}));
                     if in_window
                         && in_scope
-                        && super::core::key_matches(key, &ev.key)
-                        && super::expr::condition_holds(expression, &vars)
+                        && crate::core::key_matches(key, &ev.key)
+                        && crate::dag::expr::condition_holds(expression, &vars)
                     {
                         self.hits
                             .insert(g.clone(), (readable.clone(), ev.payload.clone()));
@@ -571,7 +571,7 @@ impl State {
                                 priority: opt.priority,
                                 event: None,
                                 desired_worker: opt.desired_worker_id.clone(),
-                                desired_labels: super::placement::desired_labels(
+                                desired_labels: crate::sched::placement::desired_labels(
                                     &opt.desired_worker_labels,
                                 ),
                                 filter_payload: None,

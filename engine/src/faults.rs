@@ -11,6 +11,37 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
+/// Rewrites the next `remaining` assignments.
+#[derive(Clone)]
+pub struct ActionMutator {
+    pub remaining: u32,
+    pub f: Arc<dyn Fn(&mut hatchet_protocol::AssignedAction) + Send + Sync>,
+}
+
+impl std::fmt::Debug for ActionMutator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ActionMutator({} left)", self.remaining)
+    }
+}
+
+/// The engine-state fault switches (the rules above act at the network boundary; these act
+/// inside the engine's rules). All off by default: the engine then does what the real one
+/// does. `DevEngine`'s fault methods turn them on.
+#[derive(Debug, Default)]
+pub struct Switches {
+    /// Rewrite the next assignments (bad payloads, unknown enums).
+    pub mutate_actions: Option<ActionMutator>,
+    /// Assign beyond the workers' slots (a flood).
+    pub over_assign: bool,
+    /// A kindness the real engine lacks: assignments a worker never answered are offered
+    /// again when their stream closes, instead of running out their timeout.
+    pub reoffer_unanswered: bool,
+    /// Send the next this many assignments twice (the same attempt).
+    pub duplicate_assignments: u32,
+    /// Send the next this many assignments again 300 ms later.
+    pub late_duplicates: u32,
+}
+
 /// What to do to a matching call.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

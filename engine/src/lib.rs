@@ -10,35 +10,24 @@
 
 #![warn(missing_docs, rust_2018_idioms)]
 
-mod assign;
-pub mod clients;
-mod clock;
-mod concurrency;
-pub mod control;
+// The rooms (ARCHITECTURE.md draws them): the transports, the store of runs and tasks, the
+// scheduler, the DAG rules, time, durable execution, and the test switches and counters.
+mod api;
 mod core;
-mod cron;
-pub mod dashboard;
+mod dag;
 mod durable;
-mod expr;
 mod faults;
-mod filters;
-mod gate;
-mod grpc;
-mod io;
-mod matches;
-mod model;
-mod pause;
-mod placement;
-mod queue;
-mod rate_limits;
-mod rest;
-mod runs;
-mod schedules;
-mod streams;
-mod subscribers;
-mod webhooks;
+mod sched;
+mod stats;
+mod store;
+mod time;
 
-pub use self::core::{ENGINE_VERSION, parse_duration};
+pub use api::{clients, dashboard};
+pub use store::control;
+
+use api::{gate, grpc, io, rest};
+
+pub use crate::core::{ENGINE_VERSION, parse_duration};
 pub use faults::{Fault, FaultRule, Faults};
 
 use std::net::SocketAddr;
@@ -195,7 +184,7 @@ struct Serving {
 
 /// A running development engine. Dropping it stops the servers.
 pub struct DevEngine {
-    engine: Arc<self::core::Engine>,
+    engine: Arc<crate::core::Engine>,
     tls: Option<EngineTls>,
     faults: Faults,
     grpc_addr: SocketAddr,
@@ -234,7 +223,7 @@ impl DevEngine {
         let api = bind(opts.api_port)?;
         let grpc_addr = grpc.local_addr()?;
         let api_addr = api.local_addr()?;
-        let tenant_id = opts.tenant_id.unwrap_or_else(self::core::new_id);
+        let tenant_id = opts.tenant_id.unwrap_or_else(crate::core::new_id);
         let exp = (SystemTime::now() + TOKEN_LIFETIME)
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -244,7 +233,7 @@ impl DevEngine {
             &format!("http://{api_addr}"),
             &grpc_addr.to_string(),
             exp,
-            &self::core::new_id(),
+            &crate::core::new_id(),
         );
         let strategy = match &opts.tls {
             None => TlsStrategy::None,
@@ -263,9 +252,9 @@ impl DevEngine {
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         let engine = DevEngine {
             tls: opts.tls.clone(),
-            engine: Arc::new(self::core::Engine::new(
+            engine: Arc::new(crate::core::Engine::new(
                 tenant_id,
-                opts.reassign_after.unwrap_or(self::core::REASSIGN_AFTER),
+                opts.reassign_after.unwrap_or(crate::core::REASSIGN_AFTER),
                 opts.version
                     .clone()
                     .unwrap_or_else(|| ENGINE_VERSION.to_string()),
@@ -523,10 +512,11 @@ impl DevEngine {
         n: u32,
         f: impl Fn(&mut proto::AssignedAction) + Send + Sync + 'static,
     ) {
-        self.engine.state.lock().mutate_actions = (n > 0).then(|| self::core::ActionMutator {
-            remaining: n,
-            f: Arc::new(f),
-        });
+        self.engine.state.lock().switches.mutate_actions =
+            (n > 0).then(|| crate::faults::ActionMutator {
+                remaining: n,
+                f: Arc::new(f),
+            });
     }
 
     /// Fault injection: lose the next `n` durable completions before they reach a stream, as
@@ -567,12 +557,12 @@ impl DevEngine {
     /// are offered again (same attempt) when their stream closes. Off by default, as on the real
     /// engine: such an attempt stays with its worker and runs out its timeout.
     pub fn reoffer_unanswered_assignments(&self, on: bool) {
-        self.engine.state.lock().reoffer_unanswered = on;
+        self.engine.state.lock().switches.reoffer_unanswered = on;
     }
 
     /// Fault injection: assign beyond the workers' slots (a flood of actions).
     pub fn over_assign(&self, on: bool) {
-        self.engine.state.lock().over_assign = on;
+        self.engine.state.lock().switches.over_assign = on;
         self.engine.wake.notify_one();
     }
 
@@ -580,13 +570,13 @@ impl DevEngine {
     /// same attempt, as a broken stream's re-offer would); see
     /// [`EngineStats::duplicated_assignments`].
     pub fn duplicate_next_assignments(&self, n: u32) {
-        self.engine.state.lock().duplicate_assignments = n;
+        self.engine.state.lock().switches.duplicate_assignments = n;
     }
 
     /// Fault injection: sends each of the next `n` assignments again 300 ms later (the same
     /// attempt, after the worker has most likely finished it: a re-offer racing its final event).
     pub fn duplicate_next_assignments_late(&self, n: u32) {
-        self.engine.state.lock().late_duplicates = n;
+        self.engine.state.lock().switches.late_duplicates = n;
     }
 
     /// Counts of what the engine holds, for tests and leak checks.
@@ -606,10 +596,11 @@ impl DevEngine {
                 .flat_map(|w| w.slots_used.values())
                 .map(|n| *n as usize)
                 .sum(),
-            run_subscribe_messages: st.run_subscribe_messages,
-            durable_event_listen_messages: st.durable_event_listen_messages,
-            duplicated_assignments: st.duplicated_assignments,
+            run_subscribe_messages: st.counters.run_subscribe_messages,
+            durable_event_listen_messages: st.counters.durable_event_listen_messages,
+            duplicated_assignments: st.counters.duplicated_assignments,
             late_duplicates_sent: st
+                .counters
                 .late_duplicates_sent
                 .load(std::sync::atomic::Ordering::SeqCst),
             durable_nodes_recorded: st.durable.nodes_recorded,

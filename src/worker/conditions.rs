@@ -60,6 +60,12 @@ impl Condition {
     }
 
     /// Holds when the parent task `task` completes (with the expression, over its `output`).
+    ///
+    /// In `wait_for` a parent condition is a gate, not a member of its group: the engine
+    /// checks the parents first and starts the task's sleeps and event waits only once they
+    /// hold. So `AnyOf[parent, sleep(30 s)]` waits the 30 s (the parent cannot stand in for the
+    /// sleep), and a parent whose expression is false keeps the task waiting. In `skip_if` and
+    /// `cancel_if` it decides on its own.
     pub fn parent(task: impl Into<String>) -> Self {
         Condition {
             kind: Kind::Parent(task.into()),

@@ -65,19 +65,37 @@ def expect(cond: bool, msg: str) -> None:
         raise AssertionError(msg)
 
 
-def check(name: str, fn: Callable[[], None]) -> bool:
-    """Run one counted check; prints `PASS name` or `FAIL name: why` for run.sh to count."""
-    t0 = time.monotonic()
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - every failure is reported and counted
-        failures.append(name)
-        print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+def second_attempt(check_id: str) -> bool:
+    """On the real engine a failed check runs once more, reported as `FLAKY id: why` (run.sh
+    lists those at the end): its read models and caches settle within seconds, not at once.
+    Checks listed as known failures there (INTEROP_REAL_ENGINE_KNOWN) get one attempt, and
+    our engine's checks always get one: there a failure is a failure."""
+    if os.environ.get("HATCHET_REAL_ENGINE") != "1":
         return False
-    except BaseException:  # SIGTERM (e.g. from `timeout`) or Ctrl-C: count it, then unwind
-        failures.append(name)
-        print(f"FAIL {name}: interrupted after {time.monotonic() - t0:.1f}s", flush=True)
-        raise
+    return check_id not in os.environ.get("INTEROP_REAL_ENGINE_KNOWN", "").split()
+
+
+def check(name: str, fn: Callable[[], None]) -> bool:
+    """Run one counted check; prints `PASS name` or `FAIL name: why` for run.sh to count
+    (after `FLAKY name: why` when a first attempt on the real engine failed)."""
+    check_id = name.split()[0]
+    t0 = time.monotonic()
+    attempts = 2 if second_attempt(check_id) else 1
+    for attempt in range(1, attempts + 1):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - every failure is reported and counted
+            if attempt < attempts:
+                print(f"FLAKY {name}: first attempt: {type(e).__name__}: {e}", flush=True)
+                continue
+            failures.append(name)
+            print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+            return False
+        except BaseException:  # SIGTERM (e.g. from `timeout`) or Ctrl-C: count it, then unwind
+            failures.append(name)
+            print(f"FAIL {name}: interrupted after {time.monotonic() - t0:.1f}s", flush=True)
+            raise
+        break
     print(f"PASS {name} ({time.monotonic() - t0:.1f}s)", flush=True)
     return True
 

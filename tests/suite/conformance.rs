@@ -1201,6 +1201,21 @@ async fn conf_dag_conditions_skip_and_wait() {
             |_: Value, c: Context| async move {
                 Ok::<_, TaskError>(json!({"triggers": c.triggers().clone()}))
             },
+        )
+        // A parent condition gates the sleeps and events: it does not stand in for the event of
+        // its group, so this waits for `conds-gate` (pushed from 3 s on), not just the 1 s sleep.
+        .task_with(
+            "gated",
+            TaskOptions::default()
+                .parents(["check"])
+                .wait_for(any_of([
+                    Condition::parent("check").expression("output.n > 5"),
+                    Condition::event("conds-gate"),
+                ]))
+                .wait_for(Condition::sleep(Duration::from_secs(1))),
+            |_: Value, c: Context| async move {
+                Ok::<_, TaskError>(json!({"triggers": c.triggers().clone()}))
+            },
         );
     let rt = t.worker(8, vec![wf]).await;
     let h = rt
@@ -1226,9 +1241,12 @@ async fn conf_dag_conditions_skip_and_wait() {
     let pushing = {
         let rt = rt.clone();
         tokio::spawn(async move {
-            loop {
+            for round in 0u32.. {
                 let _ = rt.push("approval", &json!({"ok": false})).await;
                 let _ = rt.push("approval", &json!({"ok": true})).await;
+                if round >= 2 {
+                    let _ = rt.push("conds-gate", &json!({"round": round})).await;
+                }
                 tokio::time::sleep(Duration::from_millis(1500)).await;
             }
         })
@@ -1236,6 +1254,10 @@ async fn conf_dag_conditions_skip_and_wait() {
     let out: Value = h.result_within(RESULT).await.expect("result");
     pushing.abort();
     assert_eq!(out["maybe"], json!({"skipped": true}), "{out}");
+    assert!(
+        out["gated"]["triggers"]["conds-gate"]["round"].as_u64() >= Some(2),
+        "the parent condition stood in for the event of its group: {out}"
+    );
     assert_eq!(
         out["approve"]["triggers"]["approval"],
         json!({"ok": true}),

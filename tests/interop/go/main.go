@@ -46,6 +46,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -62,11 +63,41 @@ func logf(format string, args ...any) {
 	fmt.Printf("[go-interop %s] %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 }
 
-// check runs one counted check, bounded by `limit`; a check fails by returning an error.
+// check runs one counted check, bounded by `limit`; a check fails by returning an error. On
+// the real engine a failed check runs once more, reported as `FLAKY id: why` first (run.sh
+// lists those at the end): its read models and caches settle within seconds, not at once.
+// Checks listed as known failures there (INTEROP_REAL_ENGINE_KNOWN) get one attempt, and on
+// our engine every check gets one.
 func check(id, what string, limit time.Duration, fn func(ctx context.Context) error) {
+	attempts := 1
+	if os.Getenv("HATCHET_REAL_ENGINE") == "1" && !slices.Contains(strings.Fields(os.Getenv("INTEROP_REAL_ENGINE_KNOWN")), id) {
+		attempts = 2
+	}
+	start := time.Now()
+	var err error
+	for attempt := 1; attempt <= attempts; attempt++ {
+		err = attemptCheck(limit, fn)
+		if err == nil {
+			break
+		}
+		if attempt < attempts {
+			fmt.Printf("FLAKY %s %s: first attempt: %v\n", id, what, err)
+		}
+	}
+	took := time.Since(start).Round(time.Millisecond)
+	if err != nil {
+		failed++
+		fmt.Printf("FAIL %s %s (%s): %v\n", id, what, took, err)
+	} else {
+		passed++
+		fmt.Printf("PASS %s %s (%s)\n", id, what, took)
+	}
+}
+
+// attemptCheck runs `fn` once, bounded by `limit`.
+func attemptCheck(limit time.Duration, fn func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	start := time.Now()
 	done := make(chan error, 1)
 	go func() {
 		defer func() {
@@ -76,19 +107,11 @@ func check(id, what string, limit time.Duration, fn func(ctx context.Context) er
 		}()
 		done <- fn(ctx)
 	}()
-	var err error
 	select {
-	case err = <-done:
+	case err := <-done:
+		return err
 	case <-ctx.Done():
-		err = fmt.Errorf("timed out after %s", limit)
-	}
-	took := time.Since(start).Round(time.Millisecond)
-	if err != nil {
-		failed++
-		fmt.Printf("FAIL %s %s (%s): %v\n", id, what, took, err)
-	} else {
-		passed++
-		fmt.Printf("PASS %s %s (%s)\n", id, what, took)
+		return fmt.Errorf("timed out after %s", limit)
 	}
 }
 

@@ -164,7 +164,9 @@ const condTasks = [
   cond.task({
     name: 'and_groups',
     parents: [condStart],
-    waitFor: [Or({ parent: condStart, expression: 'output.n > 5' }, { sleepFor: '30s' }), { sleepFor: '1s' }],
+    // The parent condition gates the task's sleeps (the real engine's CREATE_MATCH): it does
+    // not stand in for the 5 s sleep of its Or group, so this runs at +5 s, not +1 s.
+    waitFor: [Or({ parent: condStart, expression: 'output.n > 5' }, { sleepFor: '5s' }), { sleepFor: '1s' }],
     fn: async (_i, ctx) => at(ctx),
   }),
 ];

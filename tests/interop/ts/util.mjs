@@ -75,14 +75,29 @@ export function describe(e) {
 }
 
 /** Run one counted check, bounded by `ms`; prints `PASS id (..s)` or `FAIL id: why`. */
+/**
+ * Run one counted check. On the real engine a failed check runs once more, reported as
+ * `FLAKY id: why` first (run.sh lists those at the end): its read models and caches settle
+ * within seconds, not at once. Checks listed as known failures there
+ * (INTEROP_REAL_ENGINE_KNOWN) get one attempt, and on our engine every check gets one.
+ */
 export async function check(id, title, ms, fn) {
   const t0 = Date.now();
-  try {
-    await bounded(fn(), ms, `check ${id}`);
-  } catch (e) {
-    failures.push(id);
-    process.stdout.write(`FAIL ${id} ${title}: ${describe(e)}\n`);
-    return false;
+  const known = (process.env.INTEROP_REAL_ENGINE_KNOWN ?? '').split(/\s+/);
+  const attempts = process.env.HATCHET_REAL_ENGINE === '1' && !known.includes(id) ? 2 : 1;
+  for (let attempt = 1; attempt <= attempts; attempt++) {
+    try {
+      await bounded(fn(), ms, `check ${id}`);
+      break;
+    } catch (e) {
+      if (attempt < attempts) {
+        process.stdout.write(`FLAKY ${id} ${title}: first attempt: ${describe(e)}\n`);
+        continue;
+      }
+      failures.push(id);
+      process.stdout.write(`FAIL ${id} ${title}: ${describe(e)}\n`);
+      return false;
+    }
   }
   process.stdout.write(`PASS ${id} ${title} (${((Date.now() - t0) / 1000).toFixed(1)}s)\n`);
   return true;

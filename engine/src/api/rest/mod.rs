@@ -1,0 +1,625 @@
+//! The REST side of the development engine: the read endpoints SDKs use (runs, tasks, workflows,
+//! crons, schedules, workers, rate limits) and the fault-injection control endpoint.
+//!
+//! Every route needs `Authorization: Bearer <token>`; the fault middleware counts each request
+//! (by path) and applies HTTP faults before auth, like the gRPC gate.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::Json;
+use axum::extract::{Path, Query, Request, State as AxState};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+mod events;
+mod filters;
+mod metrics;
+mod runs;
+mod webhooks;
+mod workflows;
+
+use crate::api::gate::bearer_ok;
+use crate::core::Engine;
+use crate::faults::{Fault, FaultRule, Faults};
+use hatchet_protocol::rfc3339;
+
+/// Shared by the handlers.
+#[derive(Clone, Debug)]
+pub struct Rest {
+    pub engine: Arc<Engine>,
+    pub faults: Faults,
+    pub token: Arc<str>,
+}
+
+pub(crate) fn err(status: StatusCode, description: &str) -> Response {
+    (
+        status,
+        Json(json!({"errors": [{"description": description}]})),
+    )
+        .into_response()
+}
+
+/// `{"message": ...}`, the shape of the real engine's path and proxy errors.
+pub(crate) fn message(status: StatusCode, text: &str) -> Response {
+    (status, Json(json!({ "message": text }))).into_response()
+}
+
+/// What the real engine answers for a path id it cannot find: 400 for a malformed one (not a
+/// UUID), 404 for an unknown one.
+pub(crate) fn bad_id_or_missing(id: &str, what: &str) -> Response {
+    if uuid::Uuid::parse_str(id).is_err() {
+        message(
+            StatusCode::BAD_REQUEST,
+            &format!("invalid {what} id {id:?}"),
+        )
+    } else {
+        message(StatusCode::NOT_FOUND, &format!("{what} {id} not found"))
+    }
+}
+
+/// Query parameters as sent (repeated names kept), read the way the real engine reads them.
+pub(crate) struct Params(pub(crate) Vec<(String, String)>);
+
+impl Params {
+    pub(crate) fn one(&self, k: &str) -> Option<&str> {
+        self.0.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str())
+    }
+
+    pub(crate) fn all(&self, k: &str) -> Vec<String> {
+        let bracketed = format!("{k}[]");
+        self.0
+            .iter()
+            .filter(|(a, _)| a == k || *a == bracketed)
+            .flat_map(|(_, v)| v.split(',').map(str::to_string))
+            .filter(|v| !v.is_empty())
+            .collect()
+    }
+
+    pub(crate) fn number(&self, k: &str, default: usize) -> Result<usize, String> {
+        match self.one(k) {
+            None => Ok(default),
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("{k} must be a whole number, got {v:?}")),
+        }
+    }
+
+    pub(crate) fn time(&self, k: &str) -> Result<Option<SystemTime>, String> {
+        match self.one(k) {
+            None => Ok(None),
+            Some(v) => hatchet_protocol::calendar::parse_rfc3339(v)
+                .map(Some)
+                .ok_or_else(|| format!("{k} must be an RFC 3339 time, got {v:?}")),
+        }
+    }
+}
+
+pub(crate) fn meta(id: &str, created: SystemTime) -> Value {
+    json!({"id": id, "createdAt": rfc3339(created), "updatedAt": rfc3339(created)})
+}
+
+fn pagination(total: usize, offset: usize, limit: usize) -> Value {
+    let limit = limit.max(1);
+    let pages = total.div_ceil(limit).max(1);
+    let current = offset / limit + 1;
+    json!({"current_page": current, "next_page": if current < pages { current + 1 } else { current }, "num_pages": pages})
+}
+
+/// One page of `rows` with its pagination, as every list endpoint answers.
+pub(crate) fn paged(rows: Vec<Value>, offset: usize, limit: usize) -> Response {
+    let total = rows.len();
+    let rows: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
+    Json(json!({"rows": rows, "pagination": pagination(total, offset, limit)})).into_response()
+}
+
+pub(crate) fn page(q: &Value) -> (usize, usize) {
+    let n = |k: &str, d: usize| {
+        q.get(k)
+            .and_then(|v| v.as_str())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    (n("offset", 0), n("limit", 50).min(1000))
+}
+
+pub(crate) fn tenant_ok(s: &Rest, tenant: &str) -> Option<Response> {
+    (tenant != s.engine.tenant_id).then(|| {
+        err(
+            StatusCode::FORBIDDEN,
+            "the token's tenant differs from the path's",
+        )
+    })
+}
+
+/// `GET /api/v1/tenants/{tenant}`: the tenant, on the v1 engine (the TypeScript SDK reads
+/// `version` at start and warns about anything but `V1`).
+async fn get_tenant(AxState(s): AxState<Rest>, Path(tenant): Path<String>) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let id = &s.engine.tenant_id;
+    Json(json!({"metadata": meta(id, SystemTime::UNIX_EPOCH), "name": "development", "slug": "development",
+                "analyticsOptOut": true, "alertMemberEmails": false, "version": "V1"}))
+    .into_response()
+}
+
+/// The common part of a cron or schedule created through the API, from its request body.
+fn planned(s: &Rest, workflow: &str, body: &Value) -> crate::time::schedules::Planned {
+    crate::time::schedules::Planned {
+        tenant: s.engine.tenant_id.clone(),
+        workflow: workflow.to_string(),
+        input: body.get("input").cloned().unwrap_or(json!({})),
+        metadata: body.get("additionalMetadata").cloned().unwrap_or(json!({})),
+        method: "API",
+        priority: body.get("priority").cloned().unwrap_or(json!(1)),
+    }
+}
+
+async fn list_crons(
+    AxState(s): AxState<Rest>,
+    Path(tenant): Path<String>,
+    Query(q): Query<Value>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let (offset, limit) = page(&q);
+    let st = s.engine.state.lock();
+    let rows: Vec<Value> = st.crons.iter().skip(offset).take(limit).cloned().collect();
+    Json(json!({"rows": rows, "pagination": pagination(st.crons.len(), offset, limit)}))
+        .into_response()
+}
+
+async fn create_cron(
+    AxState(s): AxState<Rest>,
+    Path((tenant, wf)): Path<(String, String)>,
+    body: Option<Json<Value>>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let Some(Json(b)) = body else {
+        return err(StatusCode::BAD_REQUEST, "body must be a JSON object");
+    };
+    let (Some(name), Some(expr)) = (
+        b.get("cronName").and_then(Value::as_str),
+        b.get("cronExpression").and_then(Value::as_str),
+    ) else {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "cronName and cronExpression are required",
+        );
+    };
+    let added = s
+        .engine
+        .state
+        .lock()
+        .add_cron(&planned(&s, &wf, &b), name, expr);
+    match added {
+        Ok(row) => Json(row).into_response(),
+        Err(e) if e.contains("not found") => err(StatusCode::NOT_FOUND, &e),
+        Err(e) => err(StatusCode::BAD_REQUEST, &e),
+    }
+}
+
+async fn list_scheduled(
+    AxState(s): AxState<Rest>,
+    Path(tenant): Path<String>,
+    Query(q): Query<Value>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let (offset, limit) = page(&q);
+    let st = s.engine.state.lock();
+    let rows: Vec<Value> = st
+        .scheduled
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .map(|r| st.scheduled_view(r))
+        .collect();
+    Json(json!({"rows": rows, "pagination": pagination(st.scheduled.len(), offset, limit)}))
+        .into_response()
+}
+
+async fn create_scheduled(
+    AxState(s): AxState<Rest>,
+    Path((tenant, wf)): Path<(String, String)>,
+    body: Option<Json<Value>>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let Some(Json(b)) = body else {
+        return err(StatusCode::BAD_REQUEST, "body must be a JSON object");
+    };
+    let Some(text) = b.get("triggerAt").and_then(Value::as_str) else {
+        return err(StatusCode::BAD_REQUEST, "triggerAt is required");
+    };
+    let Some(at) = hatchet_protocol::calendar::parse_rfc3339(text) else {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "triggerAt must be an RFC 3339 time such as 2026-12-01T09:30:00Z",
+        );
+    };
+    let added = s
+        .engine
+        .state
+        .lock()
+        .add_schedule(&planned(&s, &wf, &b), at);
+    match added {
+        Ok(row) => Json(row).into_response(),
+        Err(e) => err(StatusCode::NOT_FOUND, &e),
+    }
+}
+
+/// One stored row by id (`None` when it is not there).
+fn row_by_id<'a>(rows: &'a [Value], id: &str) -> Option<&'a Value> {
+    rows.iter().find(|r| r["metadata"]["id"] == id)
+}
+
+/// Answers a GET of one row: the row `view` makes, or 404 naming `what`.
+fn get_row(
+    s: &Rest,
+    tenant: &str,
+    what: &str,
+    view: impl FnOnce(&crate::core::State) -> Option<Value>,
+) -> Response {
+    if let Some(r) = tenant_ok(s, tenant) {
+        return r;
+    }
+    match view(&s.engine.state.lock()) {
+        Some(row) => Json(row).into_response(),
+        None => err(StatusCode::NOT_FOUND, &format!("{what} not found")),
+    }
+}
+
+/// Answers a DELETE of one row of the list `rows` picks: 204, or 404 naming `what`.
+fn delete_row(
+    s: &Rest,
+    tenant: &str,
+    id: &str,
+    what: &str,
+    rows: impl FnOnce(&mut crate::core::State) -> &mut Vec<Value>,
+) -> Response {
+    if let Some(r) = tenant_ok(s, tenant) {
+        return r;
+    }
+    let mut st = s.engine.state.lock();
+    let list = rows(&mut st);
+    let before = list.len();
+    list.retain(|r| r["metadata"]["id"] != id);
+    if list.len() == before {
+        err(StatusCode::NOT_FOUND, &format!("{what} not found"))
+    } else {
+        StatusCode::NO_CONTENT.into_response()
+    }
+}
+
+async fn get_cron(
+    AxState(s): AxState<Rest>,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Response {
+    get_row(&s, &tenant, "cron", |st| row_by_id(&st.crons, &id).cloned())
+}
+
+async fn delete_cron(
+    AxState(s): AxState<Rest>,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Response {
+    delete_row(&s, &tenant, &id, "cron", |st| &mut st.crons)
+}
+
+/// `POST .../workflows/crons/{id}`: runs the cron now; answers the run's id. An unknown cron
+/// is the real engine's bare 500 (its lookup error is not a "no rows").
+async fn trigger_cron(
+    AxState(s): AxState<Rest>,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    if uuid::Uuid::parse_str(&id).is_err() {
+        return message(StatusCode::BAD_REQUEST, "invalid cron workflow id");
+    }
+    let started = s
+        .engine
+        .state
+        .lock()
+        .trigger_cron(&id, s.engine.clock.system_now());
+    match started {
+        Some(Ok(run)) => {
+            s.engine.wake.notify_one();
+            Json(json!({ "externalId": run })).into_response()
+        }
+        Some(Err(why)) => err(StatusCode::INTERNAL_SERVER_ERROR, &why),
+        None => message(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
+    }
+}
+
+async fn get_scheduled(
+    AxState(s): AxState<Rest>,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Response {
+    get_row(&s, &tenant, "scheduled run", |st| {
+        row_by_id(&st.scheduled, &id).map(|r| st.scheduled_view(r))
+    })
+}
+
+async fn delete_scheduled(
+    AxState(s): AxState<Rest>,
+    Path((tenant, id)): Path<(String, String)>,
+) -> Response {
+    delete_row(&s, &tenant, &id, "scheduled run", |st| &mut st.scheduled)
+}
+
+/// The development engine's one dispatcher (the REST models require a UUID).
+const DISPATCHER_ID: &str = "6b0f3a8e-1d4c-4c8a-9a63-2d7e5f0c1b11";
+
+fn label_id(worker: &str, key: &str) -> String {
+    uuid::Uuid::new_v5(
+        &uuid::Uuid::NAMESPACE_OID,
+        format!("{worker}/{key}").as_bytes(),
+    )
+    .to_string()
+}
+
+fn worker_json(w: &crate::store::model::Worker, tenant: &str) -> Value {
+    let status = if w.paused {
+        "PAUSED"
+    } else if w.sessions.is_empty() {
+        "INACTIVE"
+    } else {
+        "ACTIVE"
+    };
+    let slot_config: serde_json::Map<String, Value> = w
+        .slot_limits
+        .iter()
+        .map(|(k, lim)| {
+            (
+                k.clone(),
+                json!({"limit": lim, "available": lim - w.slots_used.get(k).copied().unwrap_or(0)}),
+            )
+        })
+        .collect();
+    json!({"metadata": meta(&w.id, w.created_at), "name": w.name, "type": "SELFHOSTED", "status": status,
+        "lastHeartbeatAt": rfc3339(w.last_heartbeat_at), "lastListenerEstablished": w.last_listener_established.map(rfc3339),
+        "actions": w.actions.iter().collect::<Vec<_>>(), "registeredWorkflows": [], "slots": [], "slotConfig": slot_config,
+        "dispatcherId": DISPATCHER_ID,
+        "labels": w.labels.iter().map(|(k, v)| json!({"metadata": meta(&label_id(&w.id, k), w.created_at), "key": k, "value": v.to_string()})).collect::<Vec<_>>(),
+        "runtimeInfo": w.runtime_info.as_ref().map(|r| json!({"sdkVersion": r.sdk_version, "languageVersion": r.language_version, "os": r.os})),
+        "tenantId": tenant})
+}
+
+async fn list_workers(
+    AxState(s): AxState<Rest>,
+    Path(tenant): Path<String>,
+    Query(q): Query<Value>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let (offset, limit) = page(&q);
+    let st = s.engine.state.lock();
+    let rows: Vec<Value> = st
+        .workers
+        .values()
+        .map(|w| worker_json(w, &s.engine.tenant_id))
+        .collect();
+    paged(rows, offset, limit)
+}
+
+async fn get_worker(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
+    let st = s.engine.state.lock();
+    match st.workers.get(&id) {
+        Some(w) => Json(worker_json(w, &s.engine.tenant_id)).into_response(),
+        None => bad_id_or_missing(&id, "worker"),
+    }
+}
+
+async fn patch_worker(
+    AxState(s): AxState<Rest>,
+    Path(id): Path<String>,
+    body: Option<Json<Value>>,
+) -> Response {
+    let Some(Json(b)) = body else {
+        return err(StatusCode::BAD_REQUEST, "body must be a JSON object");
+    };
+    let mut st = s.engine.state.lock();
+    let Some(w) = st.workers.get_mut(&id) else {
+        return bad_id_or_missing(&id, "worker");
+    };
+    if let Some(p) = b.get("isPaused").and_then(Value::as_bool) {
+        w.paused = p;
+    }
+    let answer = Json(worker_json(w, &s.engine.tenant_id)).into_response();
+    drop(st);
+    // An unpaused worker takes what waited for it at once.
+    s.engine.wake.notify_one();
+    answer
+}
+
+async fn list_rate_limits(
+    AxState(s): AxState<Rest>,
+    Path(tenant): Path<String>,
+    Query(q): Query<Value>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let (offset, limit) = page(&q);
+    let search = q
+        .get("search")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_string();
+    let st = s.engine.state.lock();
+    let rows: Vec<Value> = st
+        .rate_limits
+        .values()
+        .filter(|r| search.is_empty() || r.key.contains(&search))
+        .map(|r| json!({"key": r.key, "tenantId": s.engine.tenant_id, "limitValue": r.limit, "value": r.remaining(), "window": r.duration, "lastRefill": rfc3339(r.refilled_at)}))
+        .collect();
+    paged(rows, offset, limit)
+}
+
+// ===== control endpoint (faults) =====
+
+async fn add_fault(AxState(s): AxState<Rest>, body: Option<Json<FaultRule>>) -> Response {
+    let Some(Json(rule)) = body else {
+        return err(StatusCode::BAD_REQUEST, "body must be a FaultRule");
+    };
+    s.faults.inject(rule.target, rule.times, rule.fault);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn clear_faults(AxState(s): AxState<Rest>) -> Response {
+    s.faults.clear();
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn counters(AxState(s): AxState<Rest>) -> Response {
+    Json(json!(s.faults.counters())).into_response()
+}
+
+async fn dashboard_page() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        crate::api::dashboard::PAGE,
+    )
+        .into_response()
+}
+
+async fn dashboard_data(AxState(s): AxState<Rest>) -> Response {
+    let data = crate::api::dashboard::data(&s.engine.state.lock(), s.engine.clock.system_now());
+    Json(data).into_response()
+}
+
+async fn drop_connections(AxState(s): AxState<Rest>) -> Response {
+    s.faults.drop_connections();
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn gate(AxState(s): AxState<Rest>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    s.faults.count(&path);
+    // The dashboard page holds no data; its data route needs the token like every other.
+    if path == "/dashboard" {
+        return next.run(req).await;
+    }
+    // A webhook's receive carries the sender's credentials, not the tenant's token.
+    if webhooks::is_receive(req.method(), &path) {
+        return next.run(req).await;
+    }
+    let auth = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok());
+    if !bearer_ok(auth, &s.token) {
+        return err(StatusCode::UNAUTHORIZED, "missing or invalid bearer token");
+    }
+    match s.faults.take(&path) {
+        Some(Fault::HttpFail {
+            status,
+            retry_after,
+        }) => {
+            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+            let mut r = err(code, "injected fault");
+            if let Some(v) = retry_after.and_then(|v| HeaderValue::from_str(&v).ok()) {
+                r.headers_mut().insert("retry-after", v);
+            }
+            r
+        }
+        Some(Fault::Delay { ms }) => {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            next.run(req).await
+        }
+        Some(Fault::DelayAnswer { ms }) => {
+            let answer = next.run(req).await;
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            answer
+        }
+        Some(Fault::Hang) => std::future::pending().await,
+        _ => next.run(req).await,
+    }
+}
+
+/// `POST /_dev/advance?seconds=N`: moves the engine's clock forward (see `clock.rs`); answers
+/// how far it is ahead of the wall clock in all.
+async fn advance_clock(AxState(s): AxState<Rest>, Query(q): Query<Value>) -> Response {
+    let secs = q
+        .get("seconds")
+        .and_then(|v| v.as_str())
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|n| n.is_finite() && *n >= 0.0);
+    let Some(secs) = secs else {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "seconds must be a number of seconds, 0 or more: /_dev/advance?seconds=3600",
+        );
+    };
+    s.engine
+        .state
+        .lock()
+        .advance_clock(std::time::Duration::from_secs_f64(secs));
+    s.engine.tick();
+    Json(json!({ "skipped_seconds": s.engine.clock.skew().as_secs_f64() })).into_response()
+}
+
+/// The REST router.
+pub fn router(state: Rest) -> axum::Router {
+    axum::Router::new()
+        .merge(runs::routes())
+        .merge(filters::routes())
+        .merge(workflows::routes())
+        .merge(events::routes())
+        .merge(metrics::routes())
+        .merge(webhooks::routes())
+        .route("/api/v1/tenants/{tenant}", get(get_tenant))
+        .route("/api/v1/tenants/{tenant}/workflows/crons", get(list_crons))
+        .route(
+            "/api/v1/tenants/{tenant}/workflows/{wf}/crons",
+            post(create_cron),
+        )
+        .route(
+            "/api/v1/tenants/{tenant}/workflows/crons/{id}",
+            get(get_cron).delete(delete_cron).post(trigger_cron),
+        )
+        .route(
+            "/api/v1/tenants/{tenant}/workflows/scheduled",
+            get(list_scheduled),
+        )
+        .route(
+            "/api/v1/tenants/{tenant}/workflows/{wf}/scheduled",
+            post(create_scheduled),
+        )
+        .route(
+            "/api/v1/tenants/{tenant}/workflows/scheduled/{id}",
+            get(get_scheduled).delete(delete_scheduled),
+        )
+        .route("/api/v1/tenants/{tenant}/worker", get(list_workers))
+        .route(
+            "/api/v1/workers/{worker}",
+            get(get_worker).patch(patch_worker),
+        )
+        .route(
+            "/api/v1/tenants/{tenant}/rate-limits",
+            get(list_rate_limits),
+        )
+        .route("/dashboard", get(dashboard_page))
+        .route("/_dev/dashboard.json", get(dashboard_data))
+        .route("/_dev/faults", post(add_fault).delete(clear_faults))
+        .route("/_dev/counters", get(counters))
+        .route("/_dev/drop-connections", post(drop_connections))
+        .route("/_dev/advance", post(advance_clock))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            hatchet_protocol::MAX_MESSAGE_BYTES,
+        ))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), gate))
+        .with_state(state)
+}

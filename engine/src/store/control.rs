@@ -1,0 +1,430 @@
+//! Run control: cancel and replay by ids or by a filter (`v1.AdminService/CancelTasks` and
+//! `ReplayTasks`, and the REST routes that proxy to them), the way the real engine chooses and
+//! treats targets (`hatchet-engine-semantics.md` §1).
+//!
+//! # Invariants
+//!
+//! 1. Ids and a filter together, or a malformed id, are refused (`INVALID_ARGUMENT`); neither is
+//!    an empty success. Unknown ids are dropped silently.
+//! 2. A run id stands for every task of its run; a task id for that task (cancel) or that task
+//!    and everything downstream of it (replay).
+//! 3. Cancel answers with the ids it was given (or the run ids the filter found), including ids
+//!    that matched nothing; replay answers with every task id it re-queued or re-armed.
+//! 4. Replay leaves running tasks alone and gives a replayed task a new attempt
+//!    (`retry_count + 1`) with its full retry budget; descendants wait for their parents again.
+//! 5. A pending `on_failure` task is never cancelled by a run cancel: it is skipped when the run
+//!    settles (see `runs.rs`).
+
+use std::collections::HashSet;
+use std::time::SystemTime;
+
+use tonic::Status as GrpcStatus;
+
+use crate::core::{Engine, State};
+use crate::store::model::{Run, Status};
+use hatchet_protocol::calendar::parse_rfc3339;
+use hatchet_protocol::v1;
+
+/// At most this many runs are selected by a cancel filter (the real engine's cap).
+pub const CANCEL_FILTER_CAP: usize = 20_000;
+/// At most this many runs are selected by a replay filter.
+pub const REPLAY_FILTER_CAP: usize = 1_000;
+
+/// Which runs a filter selects: creation time, statuses, workflows and metadata pairs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunFilter {
+    /// Created at or after.
+    pub since: Option<SystemTime>,
+    /// Created at or before.
+    pub until: Option<SystemTime>,
+    /// REST spellings (`QUEUED`, `RUNNING`, ...); empty means all.
+    pub statuses: Vec<String>,
+    /// Workflow ids; empty means all.
+    pub workflow_ids: Vec<String>,
+    /// Additional-metadata pairs a run must all have.
+    pub metadata: Vec<(String, String)>,
+}
+
+impl RunFilter {
+    /// From the gRPC `TasksFilter`.
+    pub fn from_proto(f: &v1::TasksFilter) -> Result<Self, GrpcStatus> {
+        let time = |t: &prost_types::Timestamp| {
+            SystemTime::UNIX_EPOCH
+                + std::time::Duration::new(t.seconds.max(0) as u64, t.nanos.max(0) as u32)
+        };
+        Ok(RunFilter {
+            since: f.since.as_ref().map(time),
+            until: f.until.as_ref().map(time),
+            statuses: f.statuses.clone(),
+            workflow_ids: f.workflow_ids.clone(),
+            metadata: metadata_pairs(&f.additional_metadata)?,
+        })
+    }
+
+    /// From the REST `V1TaskFilter` object.
+    pub fn from_json(v: &serde_json::Value) -> Result<Self, String> {
+        let time = |k: &str| match v.get(k).and_then(|x| x.as_str()) {
+            None => Ok(None),
+            Some(s) => parse_rfc3339(s)
+                .map(Some)
+                .ok_or_else(|| format!("filter.{k} {s:?} is not an RFC 3339 time")),
+        };
+        let strings = |k: &str| -> Vec<String> {
+            v.get(k)
+                .and_then(|x| x.as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        Ok(RunFilter {
+            since: time("since")?,
+            until: time("until")?,
+            statuses: strings("statuses"),
+            workflow_ids: strings("workflowIds"),
+            metadata: metadata_pairs(&strings("additionalMetadata"))
+                .map_err(|e| e.message().to_string())?,
+        })
+    }
+
+    /// Whether `run` is selected (creation time bounds are inclusive).
+    pub fn matches(&self, run: &Run) -> bool {
+        self.since.is_none_or(|t| run.created_at >= t)
+            && self.until.is_none_or(|t| run.created_at <= t)
+            && (self.statuses.is_empty() || self.statuses.iter().any(|s| s == run.status.rest()))
+            && (self.workflow_ids.is_empty() || self.workflow_ids.contains(&run.workflow_id))
+            && self.metadata.iter().all(|(k, v)| has_metadata(run, k, v))
+    }
+}
+
+/// Whether `run`'s metadata has `key` = `value` (a string value as is, any other JSON value by
+/// its JSON text).
+pub fn has_metadata(run: &Run, key: &str, value: &str) -> bool {
+    run.additional_metadata.get(key).is_some_and(|x| match x {
+        serde_json::Value::String(s) => s == value,
+        other => {
+            serde_json::from_str::<serde_json::Value>(value)
+                .ok()
+                .as_ref()
+                == Some(other)
+        }
+    })
+}
+
+/// `"key:value"` strings split at the first colon; one without a colon is refused.
+fn metadata_pairs(items: &[String]) -> Result<Vec<(String, String)>, GrpcStatus> {
+    items
+        .iter()
+        .map(|kv| {
+            kv.split_once(':')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| {
+                    GrpcStatus::invalid_argument(format!(
+                        "additional metadata filter {kv:?} is not key:value"
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// The targets of one cancel or replay: ids, or a filter.
+#[derive(Debug, Clone, Default)]
+pub struct Targets {
+    /// Run or task ids.
+    pub ids: Vec<String>,
+    /// Or a filter over runs.
+    pub filter: Option<RunFilter>,
+}
+
+impl Targets {
+    /// Checks invariant 1.
+    fn validate(&self) -> Result<(), GrpcStatus> {
+        if !self.ids.is_empty() && self.filter.is_some() {
+            return Err(GrpcStatus::invalid_argument(
+                "cannot provide both external ids and filter",
+            ));
+        }
+        if self.ids.iter().any(|id| uuid::Uuid::parse_str(id).is_err()) {
+            return Err(GrpcStatus::invalid_argument("invalid external id"));
+        }
+        Ok(())
+    }
+
+    /// The ids as given, or the run ids the filter selects (newest first), capped.
+    fn resolve(&self, st: &State, cap: usize) -> Vec<String> {
+        match &self.filter {
+            None => self.ids.clone(),
+            Some(f) => st
+                .run_order
+                .iter()
+                .rev()
+                .filter(|id| st.runs.get(*id).is_some_and(|r| f.matches(r)))
+                .take(cap)
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+impl State {
+    /// The task ids an id stands for (invariant 2, cancel form).
+    fn flatten(&self, id: &str) -> Vec<String> {
+        match self.runs.get(id) {
+            Some(r) if r.tasks.len() > 1 || r.tasks.first().is_some_and(|t| t != id) => {
+                r.tasks.clone()
+            }
+            _ if self.tasks.contains_key(id) => vec![id.to_string()],
+            _ => Vec::new(),
+        }
+    }
+
+    /// `task` and every task downstream of it in its run.
+    fn with_descendants(&self, task: &str) -> Vec<String> {
+        let Some(t) = self.tasks.get(task) else {
+            return Vec::new();
+        };
+        let Some(run) = self.runs.get(&t.run_id) else {
+            return vec![task.to_string()];
+        };
+        let mut names: HashSet<String> = HashSet::from([t.readable_id.clone()]);
+        loop {
+            let before = names.len();
+            for other in run.tasks.iter().filter_map(|id| self.tasks.get(id)) {
+                if other.parents.iter().any(|p| names.contains(p)) {
+                    names.insert(other.readable_id.clone());
+                }
+            }
+            if names.len() == before {
+                break;
+            }
+        }
+        run.tasks
+            .iter()
+            .filter(|id| {
+                self.tasks
+                    .get(*id)
+                    .is_some_and(|x| names.contains(&x.readable_id))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Cancels every unfinished task the ids stand for (invariant 5).
+    fn cancel_ids(&mut self, ids: &[String]) {
+        for id in ids {
+            let whole_run = self.runs.contains_key(id);
+            for tid in self.flatten(id) {
+                let Some(t) = self.tasks.get(&tid) else {
+                    continue;
+                };
+                if t.status.is_terminal()
+                    || (whole_run && t.on_failure && t.status == Status::Pending)
+                {
+                    continue;
+                }
+                self.cancel_task(&tid, "task was cancelled");
+            }
+            if let Some(r) = self.runs.get(id).map(|r| r.id.clone()) {
+                self.maybe_finish_run(&r);
+            }
+        }
+    }
+
+    /// Replays the tasks the ids stand for; returns the task ids replayed (invariant 4).
+    fn replay_ids(&mut self, ids: &[String]) -> Vec<String> {
+        let mut out = Vec::new();
+        for id in ids {
+            let chosen: Vec<String> = if self.runs.contains_key(id) {
+                self.runs[id].tasks.clone()
+            } else {
+                self.with_descendants(id)
+            };
+            let Some(run_id) = chosen
+                .first()
+                .and_then(|t| self.tasks.get(t))
+                .map(|t| t.run_id.clone())
+            else {
+                continue;
+            };
+            // A task still running or waiting to retry is left alone (discard rule a).
+            let chosen: Vec<String> = chosen
+                .into_iter()
+                .filter(|t| self.tasks.get(t).is_some_and(|t| t.status.is_terminal()))
+                .collect();
+            if chosen.is_empty() {
+                continue;
+            }
+            let names: HashSet<String> = chosen
+                .iter()
+                .filter_map(|t| self.tasks.get(t))
+                .map(|t| t.readable_id.clone())
+                .collect();
+            for tid in &chosen {
+                let Some(t) = self.tasks.get_mut(tid) else {
+                    continue;
+                };
+                let rooted = !t.on_failure && t.parents.iter().all(|p| !names.contains(p));
+                t.retry_count += 1;
+                t.user_retries_used = 0;
+                t.output = None;
+                t.error = None;
+                t.finished_at = None;
+                t.started_at = None;
+                t.not_before = None;
+                t.deadline = None;
+                t.worker_id = None;
+                t.status = if rooted {
+                    Status::Queued
+                } else {
+                    Status::Pending
+                };
+                t.triggers = Default::default();
+                // Descendants are re-armed: a fresh matcher (matches.rs), fed below with the
+                // parents outside the replayed set.
+                t.matcher = if rooted {
+                    None
+                } else {
+                    crate::dag::matches::Matcher::new(&t.parents, t.conditions.as_ref())
+                };
+                out.push(tid.clone());
+                if rooted {
+                    self.enqueue(tid);
+                    self.emit_task_event(
+                        tid,
+                        hatchet_protocol::ResourceEventType::Started,
+                        String::new(),
+                    );
+                }
+            }
+            self.feed_outside_parents(&chosen, &names);
+            if let Some(r) = self.runs.get_mut(&run_id) {
+                r.status = Status::Queued;
+                r.finished_at = None;
+                if r.first_failure
+                    .as_ref()
+                    .is_some_and(|(n, _)| names.contains(n))
+                {
+                    r.first_failure = None;
+                }
+            }
+            self.track_metadata_subscribers(&run_id);
+        }
+        out
+    }
+}
+
+impl State {
+    /// Replayed descendants hear of their parents that were not replayed (those keep their
+    /// results), and start their waits once every parent has completed.
+    fn feed_outside_parents(&mut self, chosen: &[String], names: &HashSet<String>) {
+        for tid in chosen {
+            let Some(t) = self.tasks.get(tid) else {
+                continue;
+            };
+            if t.matcher.is_none() {
+                continue;
+            }
+            let Some(run) = self.runs.get(&t.run_id) else {
+                continue;
+            };
+            let outside: Vec<(String, bool, serde_json::Value)> = run
+                .tasks
+                .iter()
+                .filter_map(|id| self.tasks.get(id))
+                .filter(|p| t.parents.contains(&p.readable_id) && !names.contains(&p.readable_id))
+                .filter(|p| p.status.is_terminal())
+                .map(|p| {
+                    let out = p
+                        .output
+                        .as_deref()
+                        .and_then(|o| serde_json::from_str(o).ok())
+                        .unwrap_or_else(|| serde_json::json!({}));
+                    (p.readable_id.clone(), p.status == Status::Completed, out)
+                })
+                .collect();
+            if let Some(m) = self.tasks.get_mut(tid).and_then(|t| t.matcher.as_mut()) {
+                for (p, completed, out) in &outside {
+                    m.parent_finished(p, *completed, out);
+                }
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Cancels by ids or filter; answers per invariant 3.
+    pub fn cancel(&self, targets: Targets) -> Result<Vec<String>, GrpcStatus> {
+        targets.validate()?;
+        let mut st = self.state.lock();
+        let ids = targets.resolve(&st, CANCEL_FILTER_CAP);
+        st.cancel_ids(&ids);
+        drop(st);
+        self.wake.notify_one();
+        Ok(ids)
+    }
+
+    /// Replays by ids or filter; answers with the task ids replayed.
+    pub fn replay(&self, targets: Targets) -> Result<Vec<String>, GrpcStatus> {
+        targets.validate()?;
+        let mut st = self.state.lock();
+        let ids = targets.resolve(&st, REPLAY_FILTER_CAP);
+        let out = st.replay_ids(&ids);
+        drop(st);
+        self.wake.notify_one();
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_filter_together_or_a_bad_id_are_refused() {
+        let both = Targets {
+            ids: vec![uuid::Uuid::new_v4().to_string()],
+            filter: Some(RunFilter::default()),
+        };
+        assert_eq!(
+            both.validate().unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+        let bad = Targets {
+            ids: vec!["not-a-uuid".into()],
+            filter: None,
+        };
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .message()
+                .contains("invalid external id")
+        );
+        assert!(Targets::default().validate().is_ok());
+    }
+
+    #[test]
+    fn metadata_filters_need_a_colon() {
+        assert_eq!(
+            metadata_pairs(&["k:v:w".into()]).unwrap(),
+            [("k".to_string(), "v:w".to_string())]
+        );
+        assert!(metadata_pairs(&["novalue".into()]).is_err());
+    }
+
+    #[test]
+    fn rest_filters_parse_times_and_lists() {
+        let f = RunFilter::from_json(&serde_json::json!({
+            "since": "2026-01-01T00:00:00Z",
+            "statuses": ["FAILED"],
+            "workflowIds": ["w"],
+            "additionalMetadata": ["a:b"],
+        }))
+        .unwrap();
+        assert!(f.since.is_some() && f.until.is_none());
+        assert_eq!(f.statuses, ["FAILED"]);
+        assert_eq!(f.metadata, [("a".to_string(), "b".to_string())]);
+        assert!(RunFilter::from_json(&serde_json::json!({"since": "yesterday"})).is_err());
+    }
+}

@@ -1,0 +1,9 @@
+//! Runs and tasks and what surrounds them: their records, their lifecycle, run control,
+//! what subscribers see, paused workflows and incoming webhooks.
+
+pub mod control;
+pub(crate) mod model;
+pub(crate) mod pause;
+pub(crate) mod runs;
+pub(crate) mod subscribers;
+pub(crate) mod webhooks;

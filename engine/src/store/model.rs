@@ -1,0 +1,300 @@
+//! The development engine's in-memory records. Plain data: the rules live in [`crate::core`].
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use hatchet_protocol as proto;
+
+/// Status of a task or a run, as the REST API spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Status {
+    /// Waiting for its parents (tasks only; shown as QUEUED).
+    #[serde(rename = "QUEUED")]
+    Pending,
+    /// Waiting for a worker.
+    Queued,
+    /// Assigned to a worker.
+    Running,
+    /// Finished with an output.
+    Completed,
+    /// Finished with an error.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl Status {
+    /// Whether nothing can change it any more.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Status::Completed | Status::Failed | Status::Cancelled)
+    }
+
+    /// The `v1.RunStatus` number.
+    pub fn v1(self) -> i32 {
+        use hatchet_protocol::v1::RunStatus as R;
+        (match self {
+            Status::Pending | Status::Queued => R::Queued,
+            Status::Running => R::Running,
+            Status::Completed => R::Completed,
+            Status::Failed => R::Failed,
+            Status::Cancelled => R::Cancelled,
+        }) as i32
+    }
+
+    /// The older `WorkflowRunStatus` spelling (scheduled runs' REST rows).
+    pub fn workflow_run(self) -> &'static str {
+        match self {
+            Status::Pending => "PENDING",
+            Status::Queued => "QUEUED",
+            Status::Running => "RUNNING",
+            Status::Completed => "SUCCEEDED",
+            Status::Failed => "FAILED",
+            Status::Cancelled => "CANCELLED",
+        }
+    }
+
+    /// The REST spelling.
+    pub fn rest(self) -> &'static str {
+        match self {
+            Status::Pending | Status::Queued => "QUEUED",
+            Status::Running => "RUNNING",
+            Status::Completed => "COMPLETED",
+            Status::Failed => "FAILED",
+            Status::Cancelled => "CANCELLED",
+        }
+    }
+}
+
+/// A task of a workflow definition.
+#[derive(Debug, Clone)]
+pub struct TaskDef {
+    pub readable_id: String,
+    pub action: String,
+    pub parents: Vec<String>,
+    pub timeout: Duration,
+    /// The timeout as registered (`"3s"`): the real engine's timeout message quotes it.
+    pub timeout_text: String,
+    pub retries: i32,
+    pub backoff_factor: Option<f32>,
+    pub backoff_max_seconds: Option<i32>,
+    pub is_durable: bool,
+    pub slot_requests: HashMap<String, i32>,
+    pub rate_limits: Vec<proto::v1::CreateTaskRateLimit>,
+    /// The workflow's `on_failure` task: queued when another task fails for good, skipped
+    /// (completed with `{"skipped": true}`) when the others all completed or were cancelled.
+    pub on_failure: bool,
+    /// Desired worker labels (`CreateTaskOpts.worker_labels`).
+    pub worker_labels: Vec<crate::sched::placement::Desired>,
+    /// Its `wait_for` / `skip_if` / `cancel_if` conditions.
+    pub conditions: Option<proto::v1::TaskConditions>,
+}
+
+/// A workflow: the latest version registered under its name.
+#[derive(Debug, Clone)]
+pub struct Workflow {
+    pub id: String,
+    pub version_id: String,
+    pub name: String,
+    /// As registered (the API shows it; the version label the request carries is not kept,
+    /// as on the real engine, whose versions read `""`).
+    pub description: String,
+    pub tasks: Vec<TaskDef>,
+    pub event_triggers: Vec<String>,
+    pub idempotency: Option<proto::v1::IdempotencyConfig>,
+    pub concurrency: Vec<crate::sched::concurrency::Limit>,
+    /// Priority of a run that names none (1–3).
+    pub default_priority: Option<i32>,
+    /// Its sticky strategy (copied onto every task of its runs).
+    pub sticky: crate::sched::placement::Sticky,
+    pub created_at: SystemTime,
+    /// Deleted over REST: not listed, not triggered, its name free to register again (a new
+    /// workflow then, with a new id); its runs finish and stay readable.
+    pub deleted: bool,
+}
+
+/// One task of one run.
+#[derive(Debug, Clone)]
+pub struct Task {
+    pub id: String,
+    pub run_id: String,
+    pub readable_id: String,
+    pub action: String,
+    pub status: Status,
+    /// The current attempt's retry count (the attempt key is `(id, retry_count)`).
+    pub retry_count: i32,
+    /// User-error retries used (internal requeues do not count).
+    pub user_retries_used: i32,
+    pub retries: i32,
+    pub timeout: Duration,
+    /// The timeout as registered (see [`TaskDef::timeout_text`]).
+    pub timeout_text: String,
+    pub parents: Vec<String>,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub worker_id: Option<String>,
+    pub slot_type: String,
+    pub slot_held: bool,
+    /// The listener session its current assignment went out on, and whether the worker has
+    /// answered it (STARTED or ACKNOWLEDGED) since.
+    pub session: Option<u64>,
+    pub answered: bool,
+    pub deadline: Option<Instant>,
+    pub not_before: Option<Instant>,
+    pub is_durable: bool,
+    pub invocation_count: i32,
+    /// Queued again as the same attempt and invocation (see `offer_again`).
+    pub reoffered: bool,
+    pub evicted: bool,
+    pub created_at: SystemTime,
+    pub started_at: Option<SystemTime>,
+    pub finished_at: Option<SystemTime>,
+    pub backoff_factor: Option<f32>,
+    pub backoff_max_seconds: Option<i32>,
+    /// Children spawned with a child index or key: key → child run id.
+    pub children: HashMap<String, String>,
+    pub logs: Vec<LogLine>,
+    /// Parked with its held run (see `concurrency.rs`).
+    pub held: bool,
+    /// Rate-limit keys and units each attempt takes, and how to create a dynamic key.
+    pub rate_limits: Vec<crate::sched::rate_limits::RateLimitUse>,
+    /// Its run's priority (its queue lane).
+    pub priority: i32,
+    /// The run's `on_failure` task.
+    pub on_failure: bool,
+    /// Which worker it wants: sticky target and desired labels.
+    pub wish: crate::sched::placement::Wish,
+    /// Its conditions as registered (a replay rebuilds the matcher from them).
+    pub conditions: Option<proto::v1::TaskConditions>,
+    /// What decides when it is queued, skipped or cancelled (a task with parents or
+    /// conditions); see `matches.rs`.
+    pub matcher: Option<crate::dag::matches::Matcher>,
+    /// The satisfied sleep and event conditions' data (`action_payload.triggers`).
+    pub triggers: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One line a task logged (`EventsService/PutLog`).
+#[derive(Debug, Clone)]
+pub struct LogLine {
+    /// When the engine stored it (the request's `created_at` is ignored, as the real engine
+    /// does).
+    pub at: SystemTime,
+    /// `INFO`, `ERROR`, `WARN` or `DEBUG`.
+    pub level: String,
+    pub message: String,
+    /// A JSON object (`{}` when none was sent).
+    pub metadata: serde_json::Value,
+    pub retry_count: i32,
+}
+
+/// A workflow run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub id: String,
+    pub workflow_name: String,
+    pub workflow_id: String,
+    pub workflow_version_id: String,
+    pub input: serde_json::Value,
+    pub additional_metadata: serde_json::Map<String, serde_json::Value>,
+    pub status: Status,
+    pub tasks: Vec<String>,
+    pub parent_task_id: Option<String>,
+    pub child_index: Option<i32>,
+    pub child_key: Option<String>,
+    pub priority: i32,
+    pub created_at: SystemTime,
+    pub started_at: Option<SystemTime>,
+    pub finished_at: Option<SystemTime>,
+    pub triggering_event: Option<(String, String)>,
+    /// Held by a full concurrency group (its root tasks are parked).
+    pub held: bool,
+    /// Its concurrency groups: (limit index, key).
+    pub groups: Vec<(usize, String)>,
+    /// The first task to fail for good: (readable id, error). What its `on_failure` task
+    /// receives as `step_run_errors`.
+    pub first_failure: Option<(String, String)>,
+    /// The payload of the event filter that started it (`triggers.filter_payload`).
+    pub filter_payload: Option<serde_json::Value>,
+}
+
+/// A listener session of a worker (one ListenV2 or Listen stream).
+#[derive(Debug)]
+pub struct Session {
+    pub id: u64,
+    pub tx: mpsc::Sender<Result<proto::AssignedAction, tonic::Status>>,
+    /// Legacy `Listen`: the stream itself keeps the worker alive, no Heartbeat needed.
+    pub legacy: bool,
+}
+
+/// A registered worker.
+#[derive(Debug)]
+pub struct Worker {
+    pub id: String,
+    pub name: String,
+    pub actions: HashSet<String>,
+    pub slot_limits: BTreeMap<String, i32>,
+    pub slots_used: BTreeMap<String, i32>,
+    pub sessions: Vec<Session>,
+    pub last_heartbeat: Instant,
+    pub last_heartbeat_at: SystemTime,
+    pub ever_listened: bool,
+    pub labels: BTreeMap<String, crate::sched::placement::LabelValue>,
+    pub runtime_info: Option<proto::RuntimeInfo>,
+    pub paused: bool,
+    pub created_at: SystemTime,
+    pub last_listener_established: Option<SystemTime>,
+    /// Tasks assigned to it, ever (engine-side evidence for tests).
+    pub assignments: u64,
+    /// Heartbeats accepted from it, ever.
+    pub heartbeats: u64,
+}
+
+/// A pushed event.
+#[derive(Debug, Clone)]
+pub struct StoredEvent {
+    pub id: String,
+    pub key: String,
+    pub payload: serde_json::Value,
+    pub at: SystemTime,
+    pub seq: u64,
+    /// The scope it was pushed with.
+    pub scope: Option<String>,
+    /// Its additional metadata.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// The runs it started, in the order it started them.
+    pub runs: Vec<String>,
+    /// The webhook it came through, if one.
+    pub webhook: Option<String>,
+}
+
+/// A subscriber of `SubscribeToWorkflowRuns`.
+#[derive(Debug)]
+pub struct RunSubscriber {
+    pub tx: mpsc::UnboundedSender<Result<proto::WorkflowRunEvent, tonic::Status>>,
+    pub pending: HashSet<String>,
+}
+
+/// What a `SubscribeToWorkflowEvents` stream follows.
+#[derive(Debug, Clone)]
+pub enum EventFilter {
+    /// One run.
+    Run(String),
+    /// Every run whose additional metadata has this key and value.
+    Metadata {
+        key: String,
+        value: String,
+        tracked: HashSet<String>,
+    },
+}
+
+/// A subscriber of `SubscribeToWorkflowEvents`.
+#[derive(Debug)]
+pub struct EventSubscriber {
+    pub tx: mpsc::UnboundedSender<Result<proto::WorkflowEvent, tonic::Status>>,
+    pub filter: EventFilter,
+}
+
+pub use crate::sched::rate_limits::RateLimit;

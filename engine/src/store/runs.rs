@@ -1,0 +1,663 @@
+//! Run lifecycle on the engine state: creation (child dedupe, idempotency keys, concurrency),
+//! task completion, failure and retry, cancellation, and the end of a run.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::Value;
+use tonic::Status as GrpcStatus;
+
+use crate::core::*;
+use crate::store::model::*;
+use hatchet_protocol::{self as proto, v1};
+
+/// Options of one run creation.
+#[derive(Debug, Default, Clone)]
+pub struct TriggerOpts {
+    pub parent_task: Option<String>,
+    pub child_index: Option<i32>,
+    pub child_key: Option<String>,
+    /// The run's own priority; `None` takes the workflow's default, else 1.
+    pub priority: Option<i32>,
+    pub event: Option<(String, String)>,
+    /// The worker its root tasks should stay on (honoured for sticky workflows only).
+    pub desired_worker: Option<String>,
+    /// The payload of the event filter that started it.
+    pub filter_payload: Option<Value>,
+    /// Run-level desired labels: when given, they replace every task's own.
+    pub desired_labels: Vec<crate::sched::placement::Desired>,
+}
+
+impl State {
+    /// Creates a run and queues its root tasks. Child dedupe and idempotency keys apply.
+    pub fn create_run(
+        &mut self,
+        tenant: &str,
+        name: &str,
+        input: Value,
+        meta: serde_json::Map<String, Value>,
+        opts: TriggerOpts,
+    ) -> Result<String, GrpcStatus> {
+        let _ = tenant;
+        let wf = self
+            .workflows
+            .get(name)
+            .filter(|w| !w.deleted)
+            .cloned()
+            .ok_or_else(|| {
+                GrpcStatus::invalid_argument(format!("workflow names not found: {name}"))
+            })?;
+        // Child dedupe: the same parent and index/key returns the existing run.
+        let child_slot = match (&opts.parent_task, &opts.child_key, opts.child_index) {
+            (Some(p), Some(k), _) => Some((p.clone(), format!("key:{k}"))),
+            (Some(p), None, Some(i)) => Some((p.clone(), format!("index:{i}"))),
+            _ => None,
+        };
+        if let Some((p, k)) = &child_slot
+            && let Some(existing) = self.tasks.get(p).and_then(|t| t.children.get(k))
+        {
+            return Ok(existing.clone());
+        }
+        // Workflow idempotency: a live key collides.
+        let mut idem = None;
+        if let Some(cfg) = &wf.idempotency {
+            let key = key_of_expression(&cfg.expression, &input, &meta);
+            let now = self.clock.now();
+            let collision = self
+                .idempotency
+                .get(&(name.to_string(), key.clone()))
+                .filter(|(run, until)| {
+                    let by_status = cfg.method == Some(v1::IdempotencyMethod::Status as i32);
+                    if by_status {
+                        self.runs.get(run).is_some_and(|r| {
+                            !r.status.is_terminal() || r.status == Status::Completed
+                        })
+                    } else {
+                        *until > now
+                    }
+                })
+                .map(|(run, _)| run.clone());
+            if let Some(existing) = collision {
+                return Err(idempotency_collision(&existing));
+            }
+            let ttl = Duration::from_millis(cfg.ttl_ms.max(0) as u64);
+            idem = Some((
+                key,
+                now + if ttl.is_zero() {
+                    Duration::from_secs(86_400)
+                } else {
+                    ttl
+                },
+            ));
+        }
+
+        let single = wf.tasks.len() == 1;
+        let priority = opts
+            .priority
+            .or(wf.default_priority)
+            .unwrap_or(crate::sched::queue::DEFAULT_PRIORITY);
+        let run_id = new_id();
+        let now = self.clock.system_now();
+        let mut meta = meta;
+        if let Some(p) = &opts.parent_task
+            && let Some(pt) = self.tasks.get(p)
+        {
+            if let Some(prun) = self.runs.get(&pt.run_id) {
+                for (k, v) in &prun.additional_metadata {
+                    if !k.starts_with("hatchet__") {
+                        meta.entry(k.clone()).or_insert(v.clone());
+                    }
+                }
+            }
+            meta.insert(
+                "hatchet__parent_workflow_run_id".into(),
+                Value::String(pt.run_id.clone()),
+            );
+            meta.insert(
+                "hatchet__parent_step_run_id".into(),
+                Value::String(p.clone()),
+            );
+        }
+        let mut task_ids = Vec::new();
+        let mut ready = Vec::new();
+        for def in &wf.tasks {
+            let id = if single { run_id.clone() } else { new_id() };
+            let slot_type = def.slot_requests.keys().next().cloned().unwrap_or_else(|| {
+                if def.is_durable {
+                    "durable".into()
+                } else {
+                    "default".into()
+                }
+            });
+            let matcher = if def.on_failure {
+                None
+            } else {
+                crate::dag::matches::Matcher::new(&def.parents, def.conditions.as_ref())
+            };
+            let status = if def.on_failure || matcher.is_some() {
+                Status::Pending
+            } else {
+                Status::Queued
+            };
+            self.tasks.insert(
+                id.clone(),
+                Task {
+                    id: id.clone(),
+                    run_id: run_id.clone(),
+                    readable_id: def.readable_id.clone(),
+                    action: def.action.clone(),
+                    status,
+                    retry_count: 0,
+                    user_retries_used: 0,
+                    retries: def.retries,
+                    timeout: def.timeout,
+                    timeout_text: def.timeout_text.clone(),
+                    parents: def.parents.clone(),
+                    output: None,
+                    error: None,
+                    worker_id: None,
+                    slot_type,
+                    slot_held: false,
+                    session: None,
+                    answered: false,
+                    deadline: None,
+                    not_before: None,
+                    is_durable: def.is_durable,
+                    invocation_count: 0,
+                    reoffered: false,
+                    evicted: false,
+                    created_at: now,
+                    started_at: None,
+                    finished_at: None,
+                    backoff_factor: def.backoff_factor,
+                    backoff_max_seconds: def.backoff_max_seconds,
+                    children: HashMap::new(),
+                    logs: Vec::new(),
+                    held: false,
+                    rate_limits: crate::sched::rate_limits::uses_of(
+                        &def.rate_limits,
+                        &input,
+                        &meta,
+                    ),
+                    priority,
+                    on_failure: def.on_failure,
+                    wish: crate::sched::placement::Wish {
+                        sticky: wf.sticky,
+                        desired_worker: (def.parents.is_empty() && !def.on_failure)
+                            .then(|| opts.desired_worker.clone())
+                            .flatten(),
+                        labels: if opts.desired_labels.is_empty() {
+                            def.worker_labels.clone()
+                        } else {
+                            opts.desired_labels.clone()
+                        },
+                    },
+                    conditions: def.conditions.clone(),
+                    matcher: None,
+                    triggers: Default::default(),
+                },
+            );
+            self.start_matcher(&id, matcher);
+            if status == Status::Queued {
+                ready.push(id.clone());
+            }
+            task_ids.push(id);
+        }
+        let run = Run {
+            id: run_id.clone(),
+            workflow_name: name.to_string(),
+            workflow_id: wf.id.clone(),
+            workflow_version_id: wf.version_id.clone(),
+            input,
+            additional_metadata: meta,
+            status: Status::Queued,
+            tasks: task_ids.clone(),
+            parent_task_id: opts.parent_task.clone(),
+            child_index: opts.child_index,
+            child_key: opts.child_key.clone(),
+            priority,
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+            triggering_event: opts.event,
+            held: false,
+            groups: Vec::new(),
+            first_failure: None,
+            filter_payload: opts.filter_payload.clone(),
+        };
+        self.runs.insert(run_id.clone(), run);
+        self.run_order.push(run_id.clone());
+        // Queued once the run exists: a paused workflow's tasks are held by their run's workflow.
+        for tid in &ready {
+            self.enqueue(tid);
+        }
+        if let Some((key, until)) = idem {
+            self.idempotency
+                .insert((name.to_string(), key), (run_id.clone(), until));
+        }
+        if let Some((p, k)) = child_slot
+            && let Some(pt) = self.tasks.get_mut(&p)
+        {
+            pt.children.insert(k, run_id.clone());
+        }
+        // Metadata subscribers start tracking the new run; task creation is STEP_RUN/STARTED.
+        self.track_metadata_subscribers(&run_id);
+        self.apply_concurrency(&run_id);
+        for tid in &task_ids {
+            if self
+                .tasks
+                .get(tid)
+                .is_some_and(|t| t.status == Status::Queued)
+            {
+                self.emit_task_event(tid, proto::ResourceEventType::Started, String::new());
+            }
+        }
+        Ok(run_id)
+    }
+
+    /// Completes every queued task of `workflow`'s runs with `{}` (a bench and test control:
+    /// finishes runs without a worker). Returns how many tasks it completed.
+    pub fn complete_all_queued(&mut self, workflow: &str) -> usize {
+        let ids: Vec<String> = self
+            .tasks
+            .values()
+            .filter(|t| {
+                t.status == Status::Queued
+                    && self
+                        .runs
+                        .get(&t.run_id)
+                        .is_some_and(|r| r.workflow_name == workflow)
+            })
+            .map(|t| t.id.clone())
+            .collect();
+        for id in &ids {
+            self.complete_task(id, "{}".to_string());
+        }
+        let tasks = &self.tasks;
+        self.queue
+            .retain(|id| tasks.get(id).is_some_and(|t| t.status == Status::Queued));
+        ids.len()
+    }
+
+    pub(crate) fn complete_task(&mut self, tid: &str, output: String) {
+        self.free_slot(tid);
+        let run_id = {
+            let Some(t) = self.tasks.get_mut(tid) else {
+                return;
+            };
+            t.status = Status::Completed;
+            t.output = Some(output.clone());
+            t.finished_at = Some(self.clock.system_now());
+            t.deadline = None;
+            t.run_id.clone()
+        };
+        self.emit_task_event(tid, proto::ResourceEventType::Completed, output);
+        self.durable_task_finished(tid);
+        // Its dependents decide (queued, skipped or cancelled: matches.rs).
+        self.settle_dependents(tid);
+        self.maybe_finish_run(&run_id);
+    }
+
+    /// Fails the current attempt: retried with backoff while retries remain, else final.
+    pub fn fail_attempt(&mut self, tid: &str, error: String, no_retry: bool) {
+        self.free_slot(tid);
+        let Some(t) = self.tasks.get_mut(tid) else {
+            return;
+        };
+        t.deadline = None;
+        if !no_retry && t.user_retries_used < t.retries {
+            t.user_retries_used += 1;
+            t.retry_count += 1;
+            t.status = Status::Queued;
+            t.worker_id = None;
+            let factor = f64::from(t.backoff_factor.unwrap_or(0.0));
+            let delay = if factor > 0.0 {
+                let max = f64::from(t.backoff_max_seconds.unwrap_or(60).max(1));
+                Duration::from_secs_f64(factor.powi(t.user_retries_used).min(max))
+            } else {
+                Duration::ZERO
+            };
+            t.not_before = Some(self.clock.now() + delay);
+            self.enqueue(tid);
+            return;
+        }
+        t.status = Status::Failed;
+        t.error = Some(error.clone());
+        t.finished_at = Some(self.clock.system_now());
+        let run_id = t.run_id.clone();
+        let first = (!t.on_failure).then(|| (t.readable_id.clone(), error.clone()));
+        if let Some(r) = self.runs.get_mut(&run_id)
+            && r.first_failure.is_none()
+        {
+            r.first_failure = first;
+        }
+        self.emit_task_event(tid, proto::ResourceEventType::Failed, error);
+        self.durable_task_finished(tid);
+        self.settle_dependents(tid);
+        self.queue_on_failure(&run_id);
+        self.maybe_finish_run(&run_id);
+    }
+
+    /// Queues the run's pending `on_failure` task once a task has failed for good.
+    fn queue_on_failure(&mut self, run_id: &str) {
+        let Some(run) = self.runs.get(run_id) else {
+            return;
+        };
+        if run.first_failure.is_none() {
+            return;
+        }
+        let waiting: Vec<String> = run
+            .tasks
+            .iter()
+            .filter(|id| {
+                self.tasks
+                    .get(*id)
+                    .is_some_and(|t| t.on_failure && t.status == Status::Pending)
+            })
+            .cloned()
+            .collect();
+        for id in waiting {
+            if let Some(t) = self.tasks.get_mut(&id) {
+                t.status = Status::Queued;
+            }
+            self.enqueue(&id);
+            self.emit_task_event(&id, proto::ResourceEventType::Started, String::new());
+        }
+    }
+
+    /// Skips the run's pending `on_failure` task once every other task completed or was
+    /// cancelled without a failure: it completes with `{"skipped": true}`, as the real engine
+    /// reports it (the run cannot finish before).
+    fn skip_on_failure_if_settled(&mut self, run_id: &str) {
+        let Some(run) = self.runs.get(run_id) else {
+            return;
+        };
+        let (hook, others): (Vec<&Task>, Vec<&Task>) = run
+            .tasks
+            .iter()
+            .filter_map(|id| self.tasks.get(id))
+            .partition(|t| t.on_failure);
+        let settled = others
+            .iter()
+            .all(|t| matches!(t.status, Status::Completed | Status::Cancelled));
+        let pending: Vec<String> = hook
+            .iter()
+            .filter(|t| t.status == Status::Pending)
+            .map(|t| t.id.clone())
+            .collect();
+        if !settled || pending.is_empty() {
+            return;
+        }
+        const SKIPPED: &str = r#"{"skipped":true}"#;
+        for id in pending {
+            if let Some(t) = self.tasks.get_mut(&id) {
+                t.status = Status::Completed;
+                t.output = Some(SKIPPED.to_string());
+                t.finished_at = Some(self.clock.system_now());
+            }
+            self.emit_task_event(&id, proto::ResourceEventType::Completed, SKIPPED.into());
+        }
+    }
+
+    /// Requeues an attempt for an internal reason (send failure, silent worker). Does not use the
+    /// task's retries; capped by [`MAX_INTERNAL_RETRIES`].
+    pub(crate) fn requeue_internal(&mut self, tid: &str, reason: &str) {
+        self.free_slot(tid);
+        let Some(t) = self.tasks.get_mut(tid) else {
+            return;
+        };
+        let internal = t.retry_count - t.user_retries_used;
+        if internal >= MAX_INTERNAL_RETRIES {
+            self.fail_attempt(
+                tid,
+                format!("Task reached its maximum reassignment count: {reason}"),
+                true,
+            );
+            return;
+        }
+        t.retry_count += 1;
+        t.status = Status::Queued;
+        t.worker_id = None;
+        t.deadline = None;
+        t.not_before = None;
+        t.reoffered = false;
+        self.enqueue(tid);
+    }
+
+    /// Puts a running attempt back in the queue as the same attempt (its assignment may never
+    /// have reached the worker).
+    pub(crate) fn offer_again(&mut self, tid: &str) {
+        self.free_slot(tid);
+        let Some(t) = self.tasks.get_mut(tid) else {
+            return;
+        };
+        t.status = Status::Queued;
+        t.worker_id = None;
+        t.session = None;
+        t.deadline = None;
+        // Same attempt, same invocation: the next assignment does not count the invocation up,
+        // so a worker that did get the first copy recognises the second, and its durable calls
+        // for that invocation are accepted while the copy waits in the queue.
+        t.reoffered = true;
+        self.enqueue_front(tid);
+    }
+
+    /// Cancels a task (and fails its run's pending tasks).
+    pub fn cancel_task(&mut self, tid: &str, why: &str) {
+        let Some(t) = self.tasks.get(tid) else { return };
+        if t.status.is_terminal() {
+            return;
+        }
+        if t.status == Status::Running {
+            let msg = self.assigned_action(tid, proto::ActionType::CancelStepRun);
+            self.send_to_worker(tid, msg);
+        }
+        self.free_slot(tid);
+        let Some(t) = self.tasks.get_mut(tid) else {
+            return;
+        };
+        t.status = Status::Cancelled;
+        // The real engine reports no error text for a cancelled task (the reason goes in the
+        // task's CANCELLED event).
+        t.error = Some(String::new());
+        t.finished_at = Some(self.clock.system_now());
+        t.deadline = None;
+        let run_id = t.run_id.clone();
+        self.emit_task_event(tid, proto::ResourceEventType::Cancelled, why.to_string());
+        self.durable_task_finished(tid);
+        self.settle_dependents(tid);
+        self.maybe_finish_run(&run_id);
+    }
+
+    pub(crate) fn maybe_finish_run(&mut self, run_id: &str) {
+        self.skip_on_failure_if_settled(run_id);
+        let Some(run) = self.runs.get(run_id) else {
+            return;
+        };
+        let statuses: Vec<Status> = run
+            .tasks
+            .iter()
+            .filter_map(|t| self.tasks.get(t))
+            .map(|t| t.status)
+            .collect();
+        if !statuses.iter().all(|s| s.is_terminal()) || run.status.is_terminal() {
+            return;
+        }
+        let status = if statuses.contains(&Status::Failed) {
+            Status::Failed
+        } else if statuses.contains(&Status::Cancelled) {
+            Status::Cancelled
+        } else {
+            Status::Completed
+        };
+        if let Some(r) = self.runs.get_mut(run_id) {
+            r.status = status;
+            r.finished_at = Some(self.clock.system_now());
+        }
+        let event = self.run_event(&self.runs[run_id]);
+        for sub in self.run_subs.values_mut() {
+            if sub.pending.remove(run_id) {
+                let _ = sub.tx.send(Ok(event.clone()));
+            }
+        }
+        let kind = match status {
+            Status::Failed => proto::ResourceEventType::Failed,
+            Status::Cancelled => proto::ResourceEventType::Cancelled,
+            _ => proto::ResourceEventType::Completed,
+        };
+        self.emit_run_finished(run_id, kind);
+        self.durable_child_finished(run_id);
+        self.release_concurrency(run_id);
+    }
+
+    /// The `WorkflowRunEvent` of a finished run.
+    pub fn run_event(&self, run: &Run) -> proto::WorkflowRunEvent {
+        let results = run
+            .tasks
+            .iter()
+            .filter_map(|id| self.tasks.get(id))
+            .map(|t| proto::StepRunResult {
+                task_run_external_id: t.id.clone(),
+                task_name: t.readable_id.clone(),
+                job_run_id: t.id.clone(),
+                error: t.error.clone(),
+                output: if t.status == Status::Completed {
+                    t.output.clone()
+                } else {
+                    None
+                },
+            })
+            .collect();
+        proto::WorkflowRunEvent {
+            workflow_run_id: run.id.clone(),
+            event_type: proto::WorkflowRunEventType::Finished as i32,
+            event_timestamp: Some(timestamp(
+                run.finished_at.unwrap_or_else(|| self.clock.system_now()),
+            )),
+            results: fit_results(results, RESULTS_THRESHOLD),
+        }
+    }
+}
+
+/// The payload threshold of the run stream: the real engine's `SERVER_GRPC_MAX_MSG_SIZE`
+/// default (4 MiB).
+pub const RESULTS_THRESHOLD: usize = 4 * 1024 * 1024;
+
+/// The error text that replaces an oversized error on the run stream (the real engine's).
+pub const ERROR_TOO_LARGE: &str = "Error is too large to send over the Hatchet stream.";
+
+/// The results a finished run's event carries, as the real engine decides: all of them while
+/// outputs and errors together stay under `threshold`; none when the outputs alone reach it;
+/// otherwise each error longer than its share of what is left is replaced by
+/// [`ERROR_TOO_LARGE`], and none if that still does not fit.
+pub fn fit_results(
+    mut results: Vec<proto::StepRunResult>,
+    threshold: usize,
+) -> Vec<proto::StepRunResult> {
+    let sizes = |rs: &[proto::StepRunResult]| {
+        rs.iter().fold((0usize, 0usize), |(total, outputs), r| {
+            let o = r.output.as_ref().map_or(0, String::len);
+            let e = r.error.as_ref().map_or(0, String::len);
+            (total + o + e, outputs + o)
+        })
+    };
+    let (total, outputs) = sizes(&results);
+    if total < threshold {
+        return results;
+    }
+    if outputs >= threshold || results.is_empty() {
+        return Vec::new();
+    }
+    let per_field = (threshold - outputs) / results.len();
+    for r in &mut results {
+        if r.error.as_ref().is_some_and(|e| e.len() > per_field) {
+            r.error = Some(ERROR_TOO_LARGE.to_string());
+        }
+    }
+    if sizes(&results).0 > threshold {
+        return Vec::new();
+    }
+    results
+}
+
+/// An `ALREADY_EXISTS` "idempotency key collision" status carrying `detail` under `type_url`.
+fn collision_status(type_url: &str, detail: Vec<u8>) -> GrpcStatus {
+    use prost::Message as _;
+    let status = proto::RpcStatus {
+        code: tonic::Code::AlreadyExists as i32,
+        message: "idempotency key collision".into(),
+        details: vec![prost_types::Any {
+            type_url: type_url.into(),
+            value: detail,
+        }],
+    };
+    GrpcStatus::with_details(
+        tonic::Code::AlreadyExists,
+        "idempotency key collision",
+        status.encode_to_vec().into(),
+    )
+}
+
+/// The `ALREADY_EXISTS` status with a `v1.IdempotencyCollisionError` detail.
+pub fn idempotency_collision(existing: &str) -> GrpcStatus {
+    use prost::Message as _;
+    let detail = v1::IdempotencyCollisionError {
+        existing_run_external_id: existing.to_string(),
+        colliding_run_external_id: new_id(),
+    };
+    collision_status(
+        proto::IDEMPOTENCY_COLLISION_TYPE_URL,
+        detail.encode_to_vec(),
+    )
+}
+
+/// The `ALREADY_EXISTS` status of a bulk trigger some of whose items collided, as the real
+/// engine answers it: a `v1.BulkTriggerIdempotencyCollisionError` with the runs it created and
+/// the collisions, each in item order.
+pub fn bulk_idempotency_collision(
+    created: Vec<String>,
+    collisions: Vec<v1::IdempotencyCollisionError>,
+) -> GrpcStatus {
+    use prost::Message as _;
+    let detail = v1::BulkTriggerIdempotencyCollisionError {
+        successful_workflow_run_external_ids: created,
+        collisions,
+    };
+    collision_status(
+        proto::BULK_IDEMPOTENCY_COLLISION_TYPE_URL,
+        detail.encode_to_vec(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(output: Option<usize>, error: Option<usize>) -> proto::StepRunResult {
+        proto::StepRunResult {
+            task_run_external_id: "t".into(),
+            task_name: "t".into(),
+            job_run_id: "t".into(),
+            error: error.map(|n| "e".repeat(n)),
+            output: output.map(|n| "o".repeat(n)),
+        }
+    }
+
+    #[test]
+    fn results_fit_the_stream_as_the_real_engine_decides() {
+        // Under the threshold: untouched.
+        assert_eq!(
+            fit_results(vec![r(Some(40), None), r(None, Some(50))], 100).len(),
+            2
+        );
+        // Outputs alone reach it: no results at all (the waiter must read the details).
+        assert!(fit_results(vec![r(Some(60), None), r(Some(40), None)], 100).is_empty());
+        // Outputs fit, a long error does not: the error is replaced, the output stays.
+        let fitted = fit_results(vec![r(Some(10), None), r(None, Some(200))], 150);
+        assert_eq!(fitted.len(), 2);
+        assert_eq!(fitted[0].output.as_deref().map(str::len), Some(10));
+        assert_eq!(fitted[1].error.as_deref(), Some(ERROR_TOO_LARGE));
+        // Still over once the errors are replaced: none.
+        assert!(fit_results(vec![r(Some(90), None), r(None, Some(200))], 100).is_empty());
+    }
+}
