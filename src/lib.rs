@@ -44,6 +44,7 @@ pub use listener::health::{ListenerKind, ListenerState};
 pub use retry::backoff::Backoff;
 pub use retry::budget::BudgetConfig;
 pub use retry::ledger::MethodCounters;
+pub use retry::report::{EndpointRetries, RetryReport};
 pub use runtime::StopSignal;
 pub use runtime::{Runtime, RuntimeHandle, RuntimeOptions};
 pub use worker::TaskCounts;

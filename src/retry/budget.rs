@@ -123,6 +123,17 @@ impl RetryBudget {
         r.slots[h].first_attempts += 1;
     }
 
+    /// First attempts and retries in the window now, and the retries it allows.
+    pub(crate) fn snapshot(&self) -> (u64, u64, u64) {
+        let mut r = self.ring.lock();
+        Self::roll(&mut r, Instant::now());
+        let (firsts, retries) = r.slots.iter().fold((0u64, 0u64), |(f, t), s| {
+            (f + s.first_attempts, t + s.retries)
+        });
+        let limit = limits(&self.cfg, firsts, r.slots.len() as u64).window;
+        (firsts, retries, limit)
+    }
+
     /// Takes one retry from the budget; `false` when it is spent.
     pub(crate) fn try_withdraw(&self) -> bool {
         let now = Instant::now();

@@ -17,6 +17,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -31,6 +32,7 @@ use super::class::RequestClass;
 use super::deadline::Deadline;
 use super::decision::{Decision, Failure, Policy, decide};
 use super::ledger::{Ledger, MethodLedger};
+use super::report::EndpointRetries;
 use crate::error::{Cause, Error, Outcome};
 
 /// Resolves when `token` is cancelled; never without a token.
@@ -104,6 +106,11 @@ impl<'a> Operation<'a> {
 #[derive(Debug)]
 pub(crate) struct RetryCore {
     policy: Policy,
+    /// The retry service's switch (`RuntimeHandle::set_retries`): while set, every call makes
+    /// one attempt whatever `policy` says. One atomic load per decision, no lock.
+    switched_off: AtomicBool,
+    /// What a switched-off core decides with.
+    off: Policy,
     budget: RetryBudget,
     ledger: Arc<Ledger>,
     rng: Mutex<StdRng>,
@@ -119,6 +126,11 @@ impl RetryCore {
     ) -> Self {
         RetryCore {
             policy,
+            switched_off: AtomicBool::new(false),
+            off: Policy {
+                enabled: false,
+                ..policy
+            },
             budget: RetryBudget::new(budget),
             ledger,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
@@ -128,6 +140,33 @@ impl RetryCore {
     /// The ledger.
     pub(crate) fn ledger(&self) -> &Arc<Ledger> {
         &self.ledger
+    }
+
+    /// Turns retries off (every call one attempt) or back to the policy.
+    pub(crate) fn switch_off(&self, off: bool) {
+        self.switched_off.store(off, Ordering::Relaxed);
+    }
+
+    /// The policy decisions use now.
+    fn current_policy(&self) -> &Policy {
+        if self.switched_off.load(Ordering::Relaxed) {
+            &self.off
+        } else {
+            &self.policy
+        }
+    }
+
+    /// Whether it retries, and its budget now.
+    pub(crate) fn report(&self) -> EndpointRetries {
+        let (first_attempts, retries, retry_limit) = self.budget.snapshot();
+        let off_by_environment = !self.policy.enabled;
+        EndpointRetries {
+            retrying: !off_by_environment && !self.switched_off.load(Ordering::Relaxed),
+            off_by_environment,
+            first_attempts,
+            retries,
+            retry_limit,
+        }
     }
 
     /// Runs `attempt` under the policy. `attempt` receives the attempt's timeout (to send as
@@ -220,7 +259,7 @@ impl RetryCore {
             let decision = {
                 let mut rng = self.rng.lock();
                 decide(
-                    &self.policy,
+                    self.current_policy(),
                     op.class,
                     &err.failure,
                     n,

@@ -13,7 +13,8 @@
 //! Every retry after a sent request also needs the endpoint's [`budget`]; a spent budget ends the
 //! operation at once. Between attempts: full jitter over 0–250 ms, 0–500 ms, 0–1 s, 0–2 s, or the
 //! server's pushback. [`ceiling_table`] computes this for every method; the runtime logs it at start.
-//! `HATCHET_CLIENT_NO_RETRY` / `HATCHET_CLIENT_NO_GRPC_RETRY` make every method one attempt.
+//! `HATCHET_CLIENT_NO_RETRY` / `HATCHET_CLIENT_NO_GRPC_RETRY` make every method one attempt, and so
+//! does `RuntimeHandle::set_retries(false)` while the runtime runs (the retry service's switch).
 //! Streams are never here: the stream supervisor owns them.
 
 pub(crate) mod backoff;
@@ -25,6 +26,7 @@ pub(crate) mod executor;
 pub(crate) mod grpc;
 pub(crate) mod ledger;
 pub(crate) mod pushback;
+pub(crate) mod report;
 pub(crate) mod rest;
 
 pub(crate) use backoff::Backoff;
@@ -33,6 +35,7 @@ pub(crate) use class::RequestClass;
 pub(crate) use decision::Policy;
 pub(crate) use executor::RetryCore;
 pub(crate) use ledger::{Ledger, MethodCounters};
+pub(crate) use report::RetryReport;
 
 use std::time::Duration;
 

@@ -60,10 +60,10 @@ use crate::listener::runs::closed_error;
 use crate::listener::stream::Home;
 use crate::listener::subscriptions::KeyedKind;
 use crate::proto;
-use crate::retry::{BudgetConfig, Ledger, MethodCounters, RetryCore};
+use crate::retry::{BudgetConfig, Ledger, MethodCounters, RetryCore, RetryReport};
 use crate::transport::{self, AuthInterceptor};
 use crate::worker::{WorkerCore, WorkerMsg, WorkerOptions, Workflow};
-use supervisor::{RootMsg, StreamSupMsg, Tree};
+use supervisor::{RetryMsg, RootMsg, StreamSupMsg, Tree};
 
 /// What the handle holds: the layers it composes and the actor tree's roots.
 pub(crate) struct Inner {
@@ -238,6 +238,7 @@ impl Runtime {
             stream_sup,
             stream_sup_restarts: Arc::default(),
             worker_ref: Arc::default(),
+            retry_ref: Arc::default(),
         };
         let (root, done) = supervisor::start(tree.clone()).await?;
         Ok(RuntimeHandle {
@@ -741,6 +742,55 @@ impl RuntimeHandle {
             .iter()
             .map(|(k, h)| (*k, h.reconnects()))
             .collect()
+    }
+
+    /// What the retry service says: whether unary gRPC and REST calls are retried, and each
+    /// endpoint's retry budget now.
+    ///
+    /// # Errors
+    ///
+    /// [`Outcome::Closed`](crate::Outcome::Closed) after shutdown (the service is gone).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only asks.
+    pub async fn retries(&self) -> Result<RetryReport, Error> {
+        self.ask_retry_service(RetryMsg::Report).await
+    }
+
+    /// Turns unary retries (gRPC and REST) off, or back on, while the runtime runs: the
+    /// operator's kill switch that `HATCHET_CLIENT_NO_RETRY` is at start. Off, every call
+    /// makes one attempt; calls already between attempts stop at their next decision. Streams
+    /// keep their reconnect rules. `true` cannot undo the environment's switches (the report
+    /// says `off_by_environment`). Returns the report after the switch.
+    ///
+    /// # Errors
+    ///
+    /// [`Outcome::Closed`](crate::Outcome::Closed) after shutdown.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe once sent: the switch happens whether or not the answer is awaited.
+    pub async fn set_retries(&self, on: bool) -> Result<RetryReport, Error> {
+        self.ask_retry_service(|reply| RetryMsg::Switch(on, reply))
+            .await
+    }
+
+    async fn ask_retry_service(
+        &self,
+        msg: impl FnOnce(ractor::RpcReplyPort<RetryReport>) -> RetryMsg,
+    ) -> Result<RetryReport, Error> {
+        let closed = || Error::closed("ask the retry service");
+        let actor = self
+            .inner
+            .tree
+            .retry_ref
+            .lock()
+            .clone()
+            .ok_or_else(closed)?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        actor.cast(msg(tx.into())).map_err(|_| closed())?;
+        rx.await.map_err(|_| closed())
     }
 
     /// Attempt counters per method.

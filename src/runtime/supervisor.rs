@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tokio::time::Instant;
 
 use crate::connection::Connection;
@@ -30,6 +30,7 @@ use crate::error::Error;
 use crate::listener::Listeners;
 use crate::listener::health::ListenerKind;
 use crate::listener::stream::{self, Home, StreamKind};
+use crate::retry::RetryReport;
 use crate::worker::{WorkerActor, WorkerCore};
 
 /// What the supervisors share: the connection, the listeners' homes, the worker's core, and
@@ -42,6 +43,7 @@ pub(crate) struct Tree {
     pub(crate) stream_sup: Arc<Mutex<Option<ActorRef<StreamSupMsg>>>>,
     pub(crate) stream_sup_restarts: Arc<Mutex<VecDeque<Instant>>>,
     pub(crate) worker_ref: Arc<Mutex<Option<ActorRef<crate::worker::WorkerMsg>>>>,
+    pub(crate) retry_ref: Arc<Mutex<Option<ActorRef<RetryMsg>>>>,
 }
 
 impl std::fmt::Debug for Tree {
@@ -52,15 +54,28 @@ impl std::fmt::Debug for Tree {
 
 // ======== retry service ========
 
-/// Messages of the retry service: none yet (its counters are read from the shared ledger; see
-/// issue 25's note: it is to answer for its counters and switches).
+/// Messages of the retry service.
 #[derive(Debug)]
-pub(crate) enum RetryMsg {}
+pub(crate) enum RetryMsg {
+    /// Whether each endpoint retries, and its budget now.
+    Report(RpcReplyPort<RetryReport>),
+    /// Turns unary retries (gRPC and REST) off (`false`) or back to the policy; answers the
+    /// report after the switch.
+    Switch(bool, RpcReplyPort<RetryReport>),
+}
 
-/// The retry service: owns the policy, budget and ledger (the connection's retry cores). Calls
-/// run in their callers' tasks against those cores, so the actor never serialises them.
+/// The retry service: owns the policy, budgets, ledger and switch of both endpoints (the
+/// connection's retry cores) and answers for them. Calls run in their callers' tasks against
+/// those cores (one atomic load for the switch), so the actor never serialises a call.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RetryService;
+
+fn retry_report(conn: &Connection) -> RetryReport {
+    RetryReport {
+        grpc: conn.grpc_core().report(),
+        rest: conn.rest_core().report(),
+    }
+}
 
 impl Actor for RetryService {
     type Msg = RetryMsg;
@@ -81,9 +96,30 @@ impl Actor for RetryService {
         msg: RetryMsg,
         conn: &mut Connection,
     ) -> Result<(), ActorProcessingErr> {
-        let _ = conn;
-        match msg {}
+        match msg {
+            RetryMsg::Report(reply) => {
+                let _ = reply.send(retry_report(conn));
+            }
+            RetryMsg::Switch(on, reply) => {
+                conn.grpc_core().switch_off(!on);
+                conn.rest_core().switch_off(!on);
+                tracing::warn!(
+                    retries = on,
+                    "unary retries switched {} (RuntimeHandle::set_retries)",
+                    if on { "back on" } else { "off" }
+                );
+                let _ = reply.send(retry_report(conn));
+            }
+        }
+        Ok(())
     }
+}
+
+/// Spawns the retry service under `root` and records where it is.
+async fn spawn_retry_service(tree: &Tree, root: &ActorCell) -> Result<(), ActorProcessingErr> {
+    let (r, _) = Actor::spawn_linked(None, RetryService, tree.conn.clone(), root.clone()).await?;
+    *tree.retry_ref.lock() = Some(r);
+    Ok(())
 }
 
 // ======== stream supervisor ========
@@ -252,7 +288,7 @@ impl Actor for Root {
         myself: ActorRef<RootMsg>,
         tree: Tree,
     ) -> Result<Tree, ActorProcessingErr> {
-        Actor::spawn_linked(None, RetryService, tree.conn.clone(), myself.get_cell()).await?;
+        spawn_retry_service(&tree, &myself.get_cell()).await?;
         spawn_stream_supervisor(&tree, &myself).await?;
         spawn_worker(&tree, &myself).await?;
         Ok(tree)
@@ -304,7 +340,7 @@ impl Actor for Root {
             }
         } else {
             tracing::error!(error = %err, "the retry service failed; restarting it");
-            Actor::spawn_linked(None, RetryService, tree.conn.clone(), myself.get_cell()).await?;
+            spawn_retry_service(tree, &myself.get_cell()).await?;
         }
         Ok(())
     }

@@ -109,3 +109,77 @@ async fn twenty_reads_at_an_outage_s_start_retry_at_the_reserve_rate_counted_at_
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+/// The retry service answers for its switch and budgets, and the switch acts on the next call:
+/// off, a read at a failing engine makes one attempt (counted there); on again, it is retried.
+/// The environment's switch stays off whatever the runtime switch says.
+#[tokio::test]
+async fn the_retry_service_switches_retries_off_and_on_and_reports_it_counted_at_the_engine() {
+    use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
+    const PATH: &str = "/Dispatcher/GetVersion";
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let rt = hatchet_runtime::Runtime::spawn_with(
+        engine.client_config(),
+        hatchet_runtime::RuntimeOptions::default().seed(SEED),
+    )
+    .await
+    .expect("runtime");
+    let fail_once = || {
+        engine.faults().inject(
+            PATH,
+            1,
+            Fault::Fail {
+                code: Code::Unavailable as i32,
+                message: "blip".into(),
+                pushback_ms: None,
+            },
+        )
+    };
+    let report = rt.retries().await.expect("report");
+    assert!(report.grpc.retrying && report.rest.retrying, "{report:?}");
+    assert!(!report.grpc.off_by_environment, "{report:?}");
+
+    fail_once();
+    rt.engine_version().await.expect("retried past the blip");
+    assert_eq!(engine.faults().attempts(PATH), 2, "one failure, one retry");
+
+    let off = rt.set_retries(false).await.expect("switch");
+    assert!(!off.grpc.retrying && !off.rest.retrying, "{off:?}");
+    fail_once();
+    let err = rt.engine_version().await.expect_err("no retry");
+    assert_eq!(err.outcome(), Outcome::Exhausted, "{err}");
+    assert_eq!(err.attempts(), 1, "{err}");
+    assert_eq!(
+        engine.faults().attempts(PATH),
+        3,
+        "switched off: one attempt"
+    );
+
+    let on = rt.set_retries(true).await.expect("switch");
+    assert!(on.grpc.retrying, "{on:?}");
+    fail_once();
+    rt.engine_version().await.expect("retried again");
+    assert_eq!(engine.faults().attempts(PATH), 5);
+    let report = rt.retries().await.expect("report");
+    assert!(
+        report.grpc.first_attempts >= 3 && report.grpc.retries == 2,
+        "the budget saw three operations and two retries: {report:?}"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+    assert!(
+        rt.retries().await.is_err(),
+        "after shutdown the service is gone and says so"
+    );
+
+    let mut cfg = engine.client_config();
+    cfg.no_retry = true; // as HATCHET_CLIENT_NO_RETRY=true
+    let rt = hatchet_runtime::Runtime::spawn(cfg).await.expect("runtime");
+    let on = rt.set_retries(true).await.expect("switch");
+    assert!(
+        on.grpc.off_by_environment && !on.grpc.retrying && !on.rest.retrying,
+        "the environment's switch wins: {on:?}"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
