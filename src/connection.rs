@@ -24,7 +24,7 @@ use tonic::transport::Channel;
 use crate::config::ClientConfig;
 use crate::error::Error;
 use crate::proto::{self, v1};
-use crate::retry::class::ClassOverride;
+pub(crate) use crate::retry::grpc::CallOpts;
 use crate::retry::grpc::{call_unary, request_with_timeout};
 use crate::retry::rest::RestResponse;
 use crate::retry::{Backoff, RetryCore};
@@ -170,22 +170,18 @@ impl Connection {
         proto::events_service_client::EventsServiceClient::new(self.authed())
     }
 
-    /// Runs one unary call under the gRPC retry core (invariant 1): `call` gets a clone of
-    /// `client` and of `req` for every attempt; the request carries `grpc-timeout` (what is left
-    /// of `timeout`) only when the caller set `timeout`. Cancelled by `cancel`, or by the
-    /// runtime's shutdown when `cancel` is `None`.
+    /// Runs one unary call under the gRPC retry core (invariant 1), made as `opts` says:
+    /// `call` gets a clone of `client` and of `req` for every attempt; the request carries
+    /// `grpc-timeout` (what is left of the caller's deadline) only when `opts` has one.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future abandons the call between attempts or mid-attempt; whether a write
     /// reached the engine is then unknown, as for any dropped request.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn unary<C, Req, Resp, F, Fut>(
         &self,
         path: &'static str,
-        over: Option<ClassOverride>,
-        timeout: Option<Duration>,
-        cancel: Option<CancellationToken>,
+        opts: CallOpts,
         client: &C,
         req: &Req,
         call: F,
@@ -196,12 +192,12 @@ impl Connection {
         F: Fn(C, tonic::Request<Req>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
-        let cancel = cancel.as_ref().unwrap_or(&self.inner.lifecycle);
-        call_unary(self.grpc_core(), path, over, timeout, Some(cancel), |t| {
+        let deadline = opts.deadline();
+        call_unary(self.grpc_core(), path, &opts, &self.inner.lifecycle, |t| {
             // Only the caller's deadline goes on the wire (CONTRACT.md §1, Timing): the 30 s
             // backstop is enforced here, and sending it would only arm two more timers per call
             // (tonic's client side and the server's) for a bound nobody asked the server to keep.
-            let request = match timeout {
+            let request = match deadline {
                 Some(_) => request_with_timeout(req.clone(), t),
                 None => tonic::Request::new(req.clone()),
             };
@@ -213,8 +209,8 @@ impl Connection {
         .await
     }
 
-    /// [`Connection::unary`] with the method's own class, no deadline of the caller's and the
-    /// runtime's lifecycle as the cancellation: the common case.
+    /// [`Connection::unary`] with [`CallOpts::new`]: the method's own class, no deadline of
+    /// the caller's, cancelled by shutdown.
     ///
     /// # Cancel safety
     ///
@@ -232,7 +228,7 @@ impl Connection {
         F: Fn(C, tonic::Request<Req>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
-        self.unary(path, None, None, None, client, req, call).await
+        self.unary(path, CallOpts::new(), client, req, call).await
     }
 
     /// GetRunDetails (a read) of `run_id`, bounded by `deadline` when given. The one place the
@@ -253,9 +249,7 @@ impl Connection {
         };
         self.unary(
             "/v1.AdminService/GetRunDetails",
-            None,
-            deadline,
-            None,
+            CallOpts::new().timeout(deadline),
             &client,
             &req,
             |mut c, r| async move { c.get_run_details(r).await },

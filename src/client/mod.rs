@@ -20,6 +20,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::connection::CallOpts;
 use crate::connection::Connection;
 use crate::error::{Cause, Error, Outcome};
 use crate::listener::runs::{RunKey, RunRegistry, RunsKind, outputs_of};
@@ -106,9 +107,7 @@ impl ClientCore {
             .conn
             .unary(
                 PATH,
-                over,
-                opts.timeout,
-                None,
+                CallOpts::new().class(over).timeout(opts.timeout),
                 &client,
                 &req,
                 |mut c, r| async move { c.trigger_workflow(r).await },

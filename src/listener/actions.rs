@@ -25,6 +25,7 @@ use tonic::Code;
 
 use super::reconnect::StreamEnd;
 use super::stream::{EndReport, Flow, Judged, StreamKind};
+use crate::connection::CallOpts;
 use crate::connection::Connection;
 use crate::error::{Error, Outcome};
 use crate::proto;
@@ -110,9 +111,7 @@ pub(crate) async fn register(
     let resp = conn
         .unary(
             REGISTER,
-            None,
-            None,
-            cancel,
+            CallOpts::new().cancel(cancel),
             &client,
             &req,
             |mut c, r| async move { c.register(r).await },

@@ -106,6 +106,46 @@ pub(crate) fn attempt_error(status: tonic::Status) -> AttemptError {
     }
 }
 
+/// How one unary call is made, besides its request: its class (the method's own from
+/// [`super::class::UNARY_METHODS`] unless overridden), the caller's deadline (the only one
+/// sent as `grpc-timeout`) and what cancels it (the runtime's shutdown when unset).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallOpts {
+    class: Option<ClassOverride>,
+    timeout: Option<Duration>,
+    cancel: Option<tokio_util::sync::CancellationToken>,
+}
+
+impl CallOpts {
+    /// The method's own class, no deadline, cancelled by shutdown: the common case.
+    pub(crate) fn new() -> Self {
+        CallOpts::default()
+    }
+
+    /// Overrides the method's class (an idempotency key makes a trigger idempotent).
+    pub(crate) fn class(mut self, over: Option<ClassOverride>) -> Self {
+        self.class = over;
+        self
+    }
+
+    /// The caller's deadline for the whole operation, retries included.
+    pub(crate) fn timeout(mut self, t: Option<Duration>) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// What cancels the call (a task's cancellation, a stream's generation).
+    pub(crate) fn cancel(mut self, c: Option<tokio_util::sync::CancellationToken>) -> Self {
+        self.cancel = c;
+        self
+    }
+
+    /// The caller's deadline.
+    pub(crate) fn deadline(&self) -> Option<Duration> {
+        self.timeout
+    }
+}
+
 /// Runs one unary gRPC call under `core`. `call` builds and sends the request; it receives the
 /// attempt timeout, which it should set on the `tonic::Request` (so the server sees
 /// `grpc-timeout`).
@@ -116,19 +156,21 @@ pub(crate) fn attempt_error(status: tonic::Status) -> AttemptError {
 pub(crate) async fn call_unary<T, F, Fut>(
     core: &RetryCore,
     path: &'static str,
-    over: Option<ClassOverride>,
-    timeout: Option<Duration>,
-    cancel: Option<&tokio_util::sync::CancellationToken>,
+    opts: &CallOpts,
+    shutdown: &tokio_util::sync::CancellationToken,
     mut call: F,
 ) -> Result<T, Error>
 where
     F: FnMut(Duration) -> Fut,
     Fut: std::future::Future<Output = Result<T, tonic::Status>>,
 {
-    let class = request_class(path, over).ok_or_else(|| {
+    let class = request_class(path, opts.class).ok_or_else(|| {
         Error::invalid(path, "not a unary method of the classification table; streams are owned by the stream supervisor")
     })?;
-    let op = Operation::new(path, class).timeout(timeout).cancel(cancel);
+    let cancel = opts.cancel.as_ref().unwrap_or(shutdown);
+    let op = Operation::new(path, class)
+        .timeout(opts.timeout)
+        .cancel(Some(cancel));
     core.run(op, |t| {
         let fut = call(t);
         async move { fut.await.map_err(attempt_error) }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::WorkerCore;
+use crate::connection::CallOpts;
 use crate::proto;
 
 /// How long the pause may take before the drain goes on without it (the Python SDK's 10 s).
@@ -90,9 +91,7 @@ async fn unsubscribe(core: &WorkerCore, worker_id: String) {
         .conn
         .unary(
             "/Dispatcher/Unsubscribe",
-            None,
-            Some(UNSUBSCRIBE_TIMEOUT),
-            None,
+            CallOpts::new().timeout(Some(UNSUBSCRIBE_TIMEOUT)),
             &client,
             &req,
             |mut c, r| async move { c.unsubscribe(r).await },

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use super::Context;
+use crate::connection::CallOpts;
 use crate::error::Error;
 use crate::proto::{self, v1};
 use crate::worker::placement::LabelValue;
@@ -54,9 +55,7 @@ impl Context {
         let r = conn
             .unary(
                 PATH,
-                None,
-                None,
-                Some(self.inner.cancel.clone()),
+                CallOpts::new().cancel(Some(self.inner.cancel.clone())),
                 &client,
                 &req,
                 |mut c, r| async move { c.refresh_timeout(r).await },
@@ -88,9 +87,7 @@ impl Context {
         let client = conn.dispatcher();
         conn.unary(
             PATH,
-            None,
-            None,
-            Some(self.inner.cancel.clone()),
+            CallOpts::new().cancel(Some(self.inner.cancel.clone())),
             &client,
             &req,
             |mut c, r| async move { c.release_slot(r).await },

@@ -9,6 +9,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::TriggerOptions;
+use crate::connection::CallOpts;
 use crate::error::{Error, Outcome};
 use crate::listener::durable_task::DurableClient;
 use crate::proto::{self, v1};
@@ -292,9 +293,7 @@ impl Context {
         let client = conn.events();
         conn.unary(
             "/EventsService/PutStreamEvent",
-            None,
-            None,
-            Some(self.inner.cancel.clone()),
+            CallOpts::new().cancel(Some(self.inner.cancel.clone())),
             &client,
             &req,
             |mut c, r| async move { c.put_stream_event(r).await },
@@ -396,9 +395,7 @@ impl Context {
         let client = conn.v1_dispatcher();
         conn.unary(
             PATH,
-            None,
-            None,
-            Some(self.inner.cancel.clone()),
+            CallOpts::new().cancel(Some(self.inner.cancel.clone())),
             &client,
             &req,
             |mut c, r| async move { c.register_durable_event(r).await },
