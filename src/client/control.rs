@@ -75,7 +75,7 @@ impl RunFilter {
     }
 
     /// The wire form.
-    pub fn to_proto(&self) -> v1::TasksFilter {
+    pub(crate) fn to_proto(&self) -> v1::TasksFilter {
         v1::TasksFilter {
             statuses: self.statuses.iter().map(|s| s.to_string()).collect(),
             since: Some(proto::timestamp(self.since)),

@@ -96,7 +96,7 @@ impl From<i32> for LabelValue {
 
 impl LabelValue {
     /// The worker label on the wire.
-    pub fn to_proto(&self) -> proto::WorkerLabels {
+    pub(crate) fn to_proto(&self) -> proto::WorkerLabels {
         match self {
             LabelValue::Str(s) => proto::WorkerLabels {
                 str_value: Some(s.clone()),
@@ -162,7 +162,7 @@ impl DesiredLabel {
     }
 
     /// On the wire (invariant 2).
-    pub fn to_proto(&self) -> v1::DesiredWorkerLabels {
+    pub(crate) fn to_proto(&self) -> v1::DesiredWorkerLabels {
         let (str_value, int_value) = match &self.value {
             LabelValue::Str(s) => (Some(s.clone()), None),
             LabelValue::Int(i) => (None, Some(*i)),

@@ -807,15 +807,14 @@ impl Workflow {
         format!("{workflow}:{task}").to_lowercase()
     }
 
-    /// The registration request (`v1.AdminService/PutWorkflow`), with `name` already
-    /// namespaced and no namespace for event keys.
-    pub fn to_proto(&self, name: &str) -> v1::CreateWorkflowVersionRequest {
-        self.to_proto_in(name, "")
-    }
-
-    /// The registration request with event keys (triggers and conditions) in `namespace`, as
+    /// The registration request (`v1.AdminService/PutWorkflow`), `name` already namespaced,
+    /// with event keys (triggers and conditions) in `namespace`, as
     /// [`crate::RuntimeHandle::push`] namespaces the keys it pushes.
-    pub fn to_proto_in(&self, name: &str, namespace: &str) -> v1::CreateWorkflowVersionRequest {
+    pub(crate) fn to_proto_in(
+        &self,
+        name: &str,
+        namespace: &str,
+    ) -> v1::CreateWorkflowVersionRequest {
         let ns = |k: &str| {
             if namespace.is_empty() || k.starts_with(namespace) {
                 k.to_string()
@@ -874,6 +873,51 @@ mod tests {
     }
 
     #[test]
+    fn definitions_carry_retries_timeouts_triggers_slots_concurrency_and_durability() {
+        use crate::proto::v1::ConcurrencyLimitStrategy;
+        let wf = Workflow::new("Orders")
+            .task_with(
+                "charge",
+                TaskOptions::default()
+                    .retries(3)
+                    .timeout(Duration::from_secs(30))
+                    .slots("default", 2),
+                |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+            )
+            .durable_task(
+                "ship",
+                TaskOptions::default().parents(["charge"]),
+                |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+            )
+            .on_events(["order:paid"])
+            .concurrency(
+                "input.user_id",
+                2,
+                crate::ConcurrencyStrategy::GroupRoundRobin,
+            );
+        let p = wf.to_proto_in("ns_orders", "");
+        assert_eq!(p.name, "ns_orders");
+        assert_eq!(p.event_triggers, ["order:paid"]);
+        assert_eq!(
+            p.tasks[0].action, "ns_orders:charge",
+            "action ids are lower case"
+        );
+        assert_eq!(
+            (p.tasks[0].retries, p.tasks[0].timeout.as_str()),
+            (3, "30s")
+        );
+        assert_eq!(p.tasks[0].slot_requests["default"], 2);
+        assert!(p.tasks[1].is_durable);
+        assert_eq!(p.tasks[1].parents, ["charge"]);
+        assert_eq!(p.tasks[1].slot_requests["durable"], 1);
+        assert_eq!(p.concurrency_arr[0].max_runs, Some(2));
+        assert_eq!(
+            p.concurrency_arr[0].limit_strategy,
+            Some(ConcurrencyLimitStrategy::GroupRoundRobin as i32)
+        );
+    }
+
+    #[test]
     fn on_failure_and_default_priority_reach_the_registration() {
         let wf = Workflow::new("w")
             .task("a", |_: Value, _| async { Ok::<_, TaskError>(1) })
@@ -881,7 +925,7 @@ mod tests {
                 Ok::<_, TaskError>(())
             })
             .default_priority(3);
-        let req = wf.to_proto("w");
+        let req = wf.to_proto_in("w", "");
         assert_eq!(req.tasks.len(), 1);
         let hook = req.on_failure_task.expect("on_failure_task is sent");
         assert_eq!(hook.readable_id, "cleanup");
@@ -898,7 +942,7 @@ mod tests {
             TaskOptions::default().concurrency("input.user", 2, ConcurrencyStrategy::CancelNewest),
             |_: Value, _: Context| async { Ok::<_, TaskError>(1) },
         );
-        let req = wf.to_proto("w");
+        let req = wf.to_proto_in("w", "");
         let c = &req.tasks[0].concurrency;
         assert_eq!(c.len(), 1);
         assert_eq!(
@@ -920,7 +964,7 @@ mod tests {
             .task_with("b", TaskOptions::default().parents(["a"]), t)
             .task_with("c", TaskOptions::default().parents(["a"]), t)
             .on_success("done", TaskOptions::default(), t);
-        let req = wf.to_proto("w");
+        let req = wf.to_proto_in("w", "");
         let names: Vec<_> = req.tasks.iter().map(|t| t.readable_id.as_str()).collect();
         assert_eq!(names, ["a", "b", "c", "done"]);
         assert_eq!(req.tasks[3].parents, ["b", "c"], "after every leaf");
@@ -936,7 +980,7 @@ mod tests {
             .schedule_timeout(Duration::from_secs(600));
         let wf =
             Workflow::new("w").task_with("a", o, |_: Value, _| async { Ok::<_, TaskError>(1) });
-        let t = &wf.to_proto("w").tasks[0];
+        let t = &wf.to_proto_in("w", "").tasks[0];
         assert_eq!(t.timeout, "1m30s");
         assert_eq!(t.schedule_timeout.as_deref(), Some("10m"));
     }

@@ -382,51 +382,6 @@ async fn results_survive_an_engine_restart_and_a_listener_crash() {
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
-#[test]
-fn definitions_carry_retries_timeouts_triggers_slots_concurrency_and_durability() {
-    use hatchet_protocol::v1::ConcurrencyLimitStrategy;
-    let wf = Workflow::new("Orders")
-        .task_with(
-            "charge",
-            TaskOptions::default()
-                .retries(3)
-                .timeout(Duration::from_secs(30))
-                .slots("default", 2),
-            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
-        )
-        .durable_task(
-            "ship",
-            TaskOptions::default().parents(["charge"]),
-            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
-        )
-        .on_events(["order:paid"])
-        .concurrency(
-            "input.user_id",
-            2,
-            hatchet_runtime::ConcurrencyStrategy::GroupRoundRobin,
-        );
-    let p = wf.to_proto("ns_orders");
-    assert_eq!(p.name, "ns_orders");
-    assert_eq!(p.event_triggers, ["order:paid"]);
-    assert_eq!(
-        p.tasks[0].action, "ns_orders:charge",
-        "action ids are lower case"
-    );
-    assert_eq!(
-        (p.tasks[0].retries, p.tasks[0].timeout.as_str()),
-        (3, "30s")
-    );
-    assert_eq!(p.tasks[0].slot_requests["default"], 2);
-    assert!(p.tasks[1].is_durable);
-    assert_eq!(p.tasks[1].parents, ["charge"]);
-    assert_eq!(p.tasks[1].slot_requests["durable"], 1);
-    assert_eq!(p.concurrency_arr[0].max_runs, Some(2));
-    assert_eq!(
-        p.concurrency_arr[0].limit_strategy,
-        Some(ConcurrencyLimitStrategy::GroupRoundRobin as i32)
-    );
-}
-
 #[tokio::test]
 async fn an_attempt_assigned_twice_is_executed_once() {
     // The worker contract (worker invariant 5): a repeated assignment of an attempt that already
