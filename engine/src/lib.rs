@@ -24,6 +24,7 @@ mod time;
 
 pub use api::{clients, dashboard};
 pub use store::control;
+pub use store::webhooks::signing as webhook_signing;
 
 use api::{gate, grpc, io, rest};
 

@@ -11,9 +11,16 @@
 //! 2. Secrets are compared in constant time and never shown: not in answers, not in `Debug`.
 //! 3. The static payload wins over the body on a shared key; `tenant` and `v1-webhook` keys of
 //!    the body are dropped, as the real engine drops them.
-//! 4. Sources with their own signing schemes (Slack, Stripe, Svix) are stored but not checked
-//!    here: a request to one is refused with a 400 that says so (Slack's URL challenge is
-//!    answered, as the real engine answers it before any check).
+//! 4. Sources with their own signing schemes are checked by them, as the real engine checks
+//!    them, with the webhook's HMAC secret, algorithm, encoding and signature header:
+//!    Slack signs `v0:{timestamp}:{body}` (`X-Slack-Request-Timestamp`, at most 5 minutes
+//!    old, 403 otherwise) and answers its URL challenge before any check; Stripe signs
+//!    `{t}.{body}` (header `t=...,v1=...`, at most 10 minutes old; a malformed or stale
+//!    header is a 400, a wrong signature a 403); Svix signs `{id}.{timestamp}.{body}` with
+//!    HMAC-SHA256 under the base64 key after `whsec_` (`svix-*` or `webhook-*` headers,
+//!    timestamp within 5 minutes either way, 400 otherwise; any `v1,` signature of the
+//!    space-separated list may match, else 403). Timestamps are read against the engine's
+//!    clock (virtual time moves them).
 
 use std::time::SystemTime;
 
@@ -171,19 +178,22 @@ impl Webhook {
         v
     }
 
-    /// Checks a request against the webhook's scheme (invariants 1, 2 and 4); `Err` is the
-    /// status and the sentence to answer.
-    pub fn check(&self, headers: &Map<String, Value>, body: &[u8]) -> Result<(), (u16, String)> {
-        if !matches!(self.source.as_str(), "GENERIC" | "GITHUB" | "LINEAR") {
-            return Err((
-                400,
-                format!(
-                    "the development engine does not check {} signatures; use a GENERIC webhook",
-                    self.source
-                ),
-            ));
-        }
+    /// Checks a request against the webhook's scheme at `now` (Unix seconds; invariants 1, 2
+    /// and 4); `Err` is the status and the sentence to answer.
+    pub fn check(
+        &self,
+        headers: &Map<String, Value>,
+        body: &[u8],
+        now: i64,
+    ) -> Result<(), (u16, String)> {
         let header = |name: &str| headers.get(&name.to_lowercase()).and_then(Value::as_str);
+        match self.source.as_str() {
+            "GENERIC" | "GITHUB" | "LINEAR" => {}
+            "SLACK" => return check_slack(&self.auth, &header, body, now),
+            "STRIPE" => return check_stripe(&self.auth, &header, body, now),
+            "SVIX" => return check_svix(&self.auth, &header, body, now),
+            other => return Err((400, format!("unsupported source name: {other}"))),
+        }
         match &self.auth {
             Auth::Basic { username, password } => {
                 let given = header("authorization")
@@ -316,6 +326,147 @@ fn decode_form(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+type Header<'a> = dyn Fn(&str) -> Option<&'a str> + 'a;
+
+/// The HMAC settings a Slack or Stripe webhook signs with (the real engine reads them whatever
+/// the auth type; without them it cannot decrypt a secret).
+fn hmac_of(auth: &Auth) -> Result<(Algorithm, Encoding, &str, &str), (u16, String)> {
+    match auth {
+        Auth::Hmac {
+            algorithm,
+            encoding,
+            header,
+            secret,
+        } => Ok((*algorithm, *encoding, header, secret)),
+        _ => Err((
+            500,
+            "failed to decrypt HMAC signing secret: the webhook has no HMAC auth".into(),
+        )),
+    }
+}
+
+/// Slack: `v0=` + HMAC of `v0:{timestamp}:{body}` (invariant 4).
+fn check_slack(
+    auth: &Auth,
+    header: &Header<'_>,
+    body: &[u8],
+    now: i64,
+) -> Result<(), (u16, String)> {
+    let ts = header("x-slack-request-timestamp").ok_or((
+        403,
+        "missing or invalid timestamp header: X-Slack-Request-Timestamp".to_string(),
+    ))?;
+    let ts: i64 = ts
+        .trim()
+        .parse()
+        .map_err(|_| (403, "Invalid timestamp in header".to_string()))?;
+    if ts < now - 5 * 60 {
+        return Err((403, "timestamp in header is out of range".into()));
+    }
+    let (algorithm, encoding, name, secret) = hmac_of(auth)?;
+    let mut base = format!("v0:{ts}:").into_bytes();
+    base.extend_from_slice(body);
+    let want = format!("v0={}", sign(algorithm, encoding, secret.as_bytes(), &base));
+    let given = header(name)
+        .ok_or_else(|| (403, format!("missing or invalid signature header: {name}")))?;
+    if !same(bare(given).as_bytes(), bare(&want).as_bytes()) {
+        return Err((403, "invalid HMAC signature".into()));
+    }
+    Ok(())
+}
+
+/// Stripe: `t=...,v1=...`, v1 the HMAC of `{t}.{body}` (invariant 4).
+fn check_stripe(
+    auth: &Auth,
+    header: &Header<'_>,
+    body: &[u8],
+    now: i64,
+) -> Result<(), (u16, String)> {
+    let (algorithm, encoding, name, secret) = hmac_of(auth)?;
+    let bad = || (400, format!("missing or invalid signature header: {name}"));
+    let value = header(name).ok_or_else(bad)?;
+    let mut parts = std::collections::HashMap::new();
+    for part in value.split(',') {
+        let kv: Vec<&str> = part.split('=').collect();
+        let [k, v] = kv[..] else {
+            return Err((400, format!("invalid signature header format: {name}")));
+        };
+        parts.insert(k.trim(), v.trim());
+    }
+    let (Some(t), Some(v1)) = (parts.get("t"), parts.get("v1")) else {
+        return Err(bad());
+    };
+    if t.is_empty() || v1.is_empty() {
+        return Err(bad());
+    }
+    let ts: i64 = t
+        .parse()
+        .map_err(|_| (400, "Invalid timestamp in signature header".to_string()))?;
+    if ts < now - 10 * 60 {
+        return Err((400, "timestamp in signature header is out of range".into()));
+    }
+    let mut signed = format!("{t}.").into_bytes();
+    signed.extend_from_slice(body);
+    let want = sign(algorithm, encoding, secret.as_bytes(), &signed);
+    if !same(bare(v1).as_bytes(), bare(&want).as_bytes()) {
+        return Err((403, "invalid HMAC signature".into()));
+    }
+    Ok(())
+}
+
+/// Svix: `v1,` + base64 HMAC-SHA256 of `{id}.{timestamp}.{body}` (invariant 4).
+fn check_svix(
+    auth: &Auth,
+    header: &Header<'_>,
+    body: &[u8],
+    now: i64,
+) -> Result<(), (u16, String)> {
+    let Auth::Hmac { secret, .. } = auth else {
+        return Err((
+            500,
+            "failed to decrypt SVIX signing secret: the webhook has no HMAC auth".into(),
+        ));
+    };
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(secret.strip_prefix("whsec_").unwrap_or(secret))
+        .map_err(|e| (500, format!("failed to decode SVIX signing secret: {e}")))?;
+    let trio = |p: &str| {
+        Some((
+            header(&format!("{p}-id"))?,
+            header(&format!("{p}-signature"))?,
+            header(&format!("{p}-timestamp"))?,
+        ))
+    };
+    let (id, given, ts) = trio("svix")
+        .filter(|(a, b, c)| !a.is_empty() && !b.is_empty() && !c.is_empty())
+        .or_else(|| trio("webhook"))
+        .filter(|(a, b, c)| !a.is_empty() && !b.is_empty() && !c.is_empty())
+        .ok_or((400, "missing or invalid headers".to_string()))?;
+    let ts: i64 = ts
+        .parse()
+        .map_err(|_| (400, "invalid timestamp header: invalid headers".to_string()))?;
+    if now - ts > 5 * 60 {
+        return Err((400, "invalid timestamp header: message too old".into()));
+    }
+    if ts > now + 5 * 60 {
+        return Err((400, "invalid timestamp header: message too new".into()));
+    }
+    let mut signed = format!("{id}.{ts}.").into_bytes();
+    signed.extend_from_slice(body);
+    let want = sign(Algorithm::Sha256, Encoding::Base64, &key, &signed);
+    let matched = given.split(' ').any(|versioned| {
+        let mut p = versioned.splitn(2, ',');
+        p.next() == Some("v1")
+            && p.next()
+                .is_some_and(|s| same(s.as_bytes(), want.as_bytes()))
+    });
+    if matched {
+        Ok(())
+    } else {
+        Err((403, "invalid SVIX signature".into()))
+    }
+}
+
 /// A signature without its optional `sha256=`-style prefix, trimmed.
 fn bare(sig: &str) -> &str {
     let sig = sig.trim();
@@ -357,9 +508,55 @@ pub fn sign(algorithm: Algorithm, encoding: Encoding, secret: &[u8], body: &[u8]
     }
 }
 
+/// Requests signed as Stripe, Slack and Svix sign them (HMAC-SHA256), for tests that post to a
+/// webhook of that source: on this engine or on the real one, which check them alike.
+pub mod signing {
+    use base64::Engine as _;
+
+    use super::{Algorithm, Encoding, sign};
+
+    /// The `Stripe-Signature` value for `body` at Unix second `t`: `t={t},v1={hex}`.
+    pub fn stripe(secret: &str, t: i64, body: &[u8]) -> String {
+        let mut signed = format!("{t}.").into_bytes();
+        signed.extend_from_slice(body);
+        let v1 = sign(Algorithm::Sha256, Encoding::Hex, secret.as_bytes(), &signed);
+        format!("t={t},v1={v1}")
+    }
+
+    /// The `X-Slack-Signature` value for `body` sent with `X-Slack-Request-Timestamp: {ts}`:
+    /// `v0={hex}`.
+    pub fn slack(secret: &str, ts: i64, body: &[u8]) -> String {
+        let mut base = format!("v0:{ts}:").into_bytes();
+        base.extend_from_slice(body);
+        let hash = sign(Algorithm::Sha256, Encoding::Hex, secret.as_bytes(), &base);
+        format!("v0={hash}")
+    }
+
+    /// The `svix-signature` value for message `id` at Unix second `ts`, under a `whsec_`
+    /// secret: `v1,{base64}`.
+    ///
+    /// # Errors
+    ///
+    /// A secret that is not base64 after `whsec_` (the engines answer such a webhook 500).
+    pub fn svix(secret: &str, id: &str, ts: i64, body: &[u8]) -> Result<String, String> {
+        let key = base64::engine::general_purpose::STANDARD
+            .decode(secret.strip_prefix("whsec_").unwrap_or(secret))
+            .map_err(|e| format!("the Svix secret is not base64 after whsec_: {e}"))?;
+        let mut signed = format!("{id}.{ts}.").into_bytes();
+        signed.extend_from_slice(body);
+        Ok(format!(
+            "v1,{}",
+            sign(Algorithm::Sha256, Encoding::Base64, &key, &signed)
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The clock the checks read, in Unix seconds.
+    const NOW: i64 = 1_800_000_000;
 
     fn hook(auth: Auth) -> Webhook {
         Webhook {
@@ -403,30 +600,140 @@ mod tests {
             ),
             "f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8"
         );
-        assert!(h.check(&headers(&[("X-Signature", &sig)]), body).is_ok());
+        assert!(
+            h.check(&headers(&[("X-Signature", &sig)]), body, NOW)
+                .is_ok()
+        );
         let prefixed = format!("sha256={sig}");
         assert!(
-            h.check(&headers(&[("x-signature", &prefixed)]), body)
+            h.check(&headers(&[("x-signature", &prefixed)]), body, NOW)
                 .is_ok()
         );
         let e = h
-            .check(&headers(&[("X-Signature", &sig)]), b"{}")
+            .check(&headers(&[("X-Signature", &sig)]), b"{}", NOW)
             .unwrap_err();
         assert_eq!(e, (403, "invalid HMAC signature".to_string()));
-        let e = h.check(&headers(&[]), body).unwrap_err();
+        let e = h.check(&headers(&[]), body, NOW).unwrap_err();
         assert_eq!(e.0, 403);
     }
 
-    #[test]
-    fn sources_with_their_own_signing_are_refused_with_a_reason() {
-        let mut h = hook(Auth::ApiKey {
-            header: "k".into(),
-            key: "v".into(),
+    /// A webhook of `source` signing with HMAC-SHA256 hex under `secret` in `header`.
+    fn source_hook(source: &str, header: &str, secret: &str) -> Webhook {
+        let mut h = hook(Auth::Hmac {
+            algorithm: Algorithm::Sha256,
+            encoding: Encoding::Hex,
+            header: header.into(),
+            secret: secret.into(),
         });
-        h.source = "STRIPE".into();
-        let (status, why) = h.check(&headers(&[("k", "v")]), b"{}").unwrap_err();
-        assert_eq!(status, 400);
-        assert!(why.contains("STRIPE") && why.contains("GENERIC"), "{why}");
+        h.source = source.into();
+        h
+    }
+
+    fn hex_hmac(secret: &[u8], text: &[u8]) -> String {
+        sign(Algorithm::Sha256, Encoding::Hex, secret, text)
+    }
+
+    #[test]
+    fn slack_signs_v0_timestamp_and_body_and_refuses_a_stale_timestamp() {
+        let h = source_hook("SLACK", "X-Slack-Signature", "s3cret");
+        let body = br#"{"type":"event_callback"}"#;
+        let ts = (NOW - 60).to_string();
+        let mut base = format!("v0:{ts}:").into_bytes();
+        base.extend_from_slice(body);
+        let sig = format!("v0={}", hex_hmac(b"s3cret", &base));
+        let req = |ts: &str, sig: &str| {
+            headers(&[
+                ("X-Slack-Request-Timestamp", ts),
+                ("X-Slack-Signature", sig),
+            ])
+        };
+        assert!(h.check(&req(&ts, &sig), body, NOW).is_ok());
+        let e = h.check(&req(&ts, &sig), b"{}", NOW).unwrap_err();
+        assert_eq!(e, (403, "invalid HMAC signature".into()), "another body");
+        let stale = (NOW - 301).to_string();
+        let e = h.check(&req(&stale, &sig), body, NOW).unwrap_err();
+        assert_eq!(e.0, 403, "{e:?}");
+        assert!(e.1.contains("out of range"), "{e:?}");
+        let e = h
+            .check(&headers(&[("X-Slack-Signature", &sig)]), body, NOW)
+            .unwrap_err();
+        assert!(e.1.contains("X-Slack-Request-Timestamp"), "{e:?}");
+    }
+
+    #[test]
+    fn stripe_signs_t_dot_body_refusing_bad_headers_with_400_and_bad_signatures_with_403() {
+        let h = source_hook("STRIPE", "Stripe-Signature", "whsec_stripe");
+        let body = br#"{"id":"evt_1"}"#;
+        let t = (NOW - 120).to_string();
+        let mut signed = format!("{t}.").into_bytes();
+        signed.extend_from_slice(body);
+        let v1 = hex_hmac(b"whsec_stripe", &signed);
+        let req = |v: &str| headers(&[("Stripe-Signature", v)]);
+        assert!(h.check(&req(&format!("t={t},v1={v1}")), body, NOW).is_ok());
+        assert!(
+            h.check(&req(&format!("t={t}, v1={v1}")), body, NOW).is_ok(),
+            "parts are trimmed"
+        );
+        let wrong = h
+            .check(&req(&format!("t={t},v1={}", "0".repeat(64))), body, NOW)
+            .unwrap_err();
+        assert_eq!(wrong.0, 403, "{wrong:?}");
+        for bad in [format!("t={t}"), format!("t={t},v1"), String::new()] {
+            let e = h.check(&req(&bad), body, NOW).unwrap_err();
+            assert_eq!(e.0, 400, "{bad:?}: {e:?}");
+        }
+        let old = (NOW - 601).to_string();
+        let e = h
+            .check(&req(&format!("t={old},v1={v1}")), body, NOW)
+            .unwrap_err();
+        assert_eq!(e.0, 400, "{e:?}");
+    }
+
+    #[test]
+    fn svix_signs_id_timestamp_body_under_the_decoded_key_and_takes_any_v1_signature() {
+        let key = b"svix-key-bytes";
+        let secret = format!(
+            "whsec_{}",
+            base64::engine::general_purpose::STANDARD.encode(key)
+        );
+        let h = source_hook("SVIX", "ignored", &secret);
+        let body = br#"{"type":"user.created"}"#;
+        let ts = (NOW - 10).to_string();
+        let mut signed = format!("msg_1.{ts}.").into_bytes();
+        signed.extend_from_slice(body);
+        let sig = sign(Algorithm::Sha256, Encoding::Base64, key, &signed);
+        let req = |p: &str, sigs: &str, ts: &str| {
+            headers(&[
+                (&format!("{p}-id"), "msg_1"),
+                (&format!("{p}-signature"), sigs),
+                (&format!("{p}-timestamp"), ts),
+            ])
+        };
+        assert!(
+            h.check(&req("svix", &format!("v1,{sig}"), &ts), body, NOW)
+                .is_ok()
+        );
+        assert!(
+            h.check(
+                &req("webhook", &format!("v1,AAAA v1,{sig}"), &ts),
+                body,
+                NOW
+            )
+            .is_ok(),
+            "webhook-* headers, any signature of the list"
+        );
+        let e = h
+            .check(&req("svix", &format!("v2,{sig}"), &ts), body, NOW)
+            .unwrap_err();
+        assert_eq!(e, (403, "invalid SVIX signature".into()), "only v1 counts");
+        for ts in [(NOW - 301).to_string(), (NOW + 301).to_string()] {
+            let e = h
+                .check(&req("svix", &format!("v1,{sig}"), &ts), body, NOW)
+                .unwrap_err();
+            assert_eq!(e.0, 400, "{ts}: {e:?}");
+        }
+        let e = h.check(&headers(&[]), body, NOW).unwrap_err();
+        assert_eq!(e, (400, "missing or invalid headers".into()));
     }
 
     #[test]
@@ -441,7 +748,7 @@ mod tests {
         );
         assert!(
             basic
-                .check(&headers(&[("Authorization", &good)]), b"{}")
+                .check(&headers(&[("Authorization", &good)]), b"{}", NOW)
                 .is_ok()
         );
         let bad = format!(
@@ -450,7 +757,7 @@ mod tests {
         );
         assert_eq!(
             basic
-                .check(&headers(&[("Authorization", &bad)]), b"{}")
+                .check(&headers(&[("Authorization", &bad)]), b"{}", NOW)
                 .unwrap_err()
                 .1,
             "invalid basic auth credentials"
@@ -459,9 +766,12 @@ mod tests {
             header: "X-Api-Key".into(),
             key: "k1".into(),
         });
-        assert!(key.check(&headers(&[("X-Api-Key", "k1")]), b"{}").is_ok());
+        assert!(
+            key.check(&headers(&[("X-Api-Key", "k1")]), b"{}", NOW)
+                .is_ok()
+        );
         assert_eq!(
-            key.check(&headers(&[("X-Api-Key", "k2")]), b"{}")
+            key.check(&headers(&[("X-Api-Key", "k2")]), b"{}", NOW)
                 .unwrap_err()
                 .0,
             403

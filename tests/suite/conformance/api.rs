@@ -950,3 +950,129 @@ async fn conf_task_defaults_reach_the_tasks_that_set_nothing() {
     assert_eq!(b.load(Ordering::SeqCst), 1);
     rt.shutdown(Duration::from_secs(5)).await;
 }
+
+/// Webhooks of sources with their own signing (issue 26), checked as the real engine checks
+/// them: a Stripe `t=,v1=` signature of `{t}.{body}`, a Slack `v0=` signature of
+/// `v0:{ts}:{body}`, a Svix `v1,` signature of `{id}.{ts}.{body}`. A good one becomes the
+/// event; a wrong signature is a 403; a stale Stripe timestamp or a Svix request without its
+/// headers is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_stripe_slack_and_svix_webhooks_check_their_own_signatures() {
+    use base64::Engine as _;
+    use hatchet_dev_engine::webhook_signing as sign;
+    use hatchet_runtime::{
+        HmacAlgorithm, NewWebhook, SignatureEncoding, WebhookAuth, WebhookSource,
+    };
+    let t = Target::new("signed").await;
+    let rt = t.runtime().await;
+    let api = rt.api();
+    let stamp = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    let now = (stamp / 1_000_000) as i64;
+    let http = reqwest::Client::new();
+    let body = br#"{"kind":"paid"}"#.to_vec();
+    let svix_secret = format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(b"conformance-svix-key")
+    );
+    let cases = [
+        (
+            WebhookSource::Stripe,
+            "Stripe-Signature",
+            "stripe-secret".to_string(),
+        ),
+        (
+            WebhookSource::Slack,
+            "X-Slack-Signature",
+            "slack-secret".to_string(),
+        ),
+        (WebhookSource::Svix, "svix-signature", svix_secret.clone()),
+    ];
+    let mut hooks = Vec::new();
+    for (source, header, secret) in cases {
+        let name = format!("signed-{source:?}-{stamp}").to_lowercase();
+        let hook = NewWebhook::new(
+            &name,
+            "'signed:' + input.kind",
+            WebhookAuth::hmac(
+                HmacAlgorithm::Sha256,
+                SignatureEncoding::Hex,
+                header,
+                secret,
+            ),
+        )
+        .source(source);
+        let made = api.create_webhook(&hook).await.expect("create");
+        assert_eq!(made.auth_type, "HMAC", "{source:?}");
+        hooks.push(name);
+    }
+    let post = |name: &str, headers: Vec<(&'static str, String)>| {
+        let mut r = http
+            .post(api.webhook_url(name))
+            .header("Content-Type", "application/json")
+            .body(body.clone());
+        for (k, v) in headers {
+            r = r.header(k, v);
+        }
+        async move {
+            let resp = r.send().await.expect("send");
+            let status = resp.status().as_u16();
+            let text = resp.text().await.unwrap_or_default();
+            (status, text)
+        }
+    };
+    let key_of = |text: &str| -> Value {
+        serde_json::from_str::<Value>(text).unwrap_or_default()["event"]["key"].clone()
+    };
+
+    let stripe = |t: i64| sign::stripe("stripe-secret", t, &body);
+    let (s, text) = post(&hooks[0], vec![("Stripe-Signature", stripe(now))]).await;
+    assert_eq!(
+        (s, key_of(&text)),
+        (200, json!("signed:paid")),
+        "stripe: {text}"
+    );
+    let forged = stripe(now).replace("v1=", "v1=00");
+    let (s, text) = post(&hooks[0], vec![("Stripe-Signature", forged)]).await;
+    assert_eq!(s, 403, "stripe forged: {text}");
+    let (s, text) = post(&hooks[0], vec![("Stripe-Signature", stripe(now - 3600))]).await;
+    assert_eq!(s, 400, "stripe an hour old: {text}");
+
+    let slack = sign::slack("slack-secret", now, &body);
+    let ts = ("X-Slack-Request-Timestamp", now.to_string());
+    let (s, text) = post(&hooks[1], vec![ts.clone(), ("X-Slack-Signature", slack)]).await;
+    assert_eq!(
+        (s, key_of(&text)),
+        (200, json!("signed:paid")),
+        "slack: {text}"
+    );
+    let other = sign::slack("another-secret", now, &body);
+    let (s, text) = post(&hooks[1], vec![ts, ("X-Slack-Signature", other)]).await;
+    assert_eq!(s, 403, "slack, another secret: {text}");
+
+    let svix = sign::svix(&svix_secret, "msg_conf", now, &body).expect("sign");
+    let svix_headers = |sig: String| {
+        vec![
+            ("svix-id", "msg_conf".to_string()),
+            ("svix-timestamp", now.to_string()),
+            ("svix-signature", sig),
+        ]
+    };
+    let (s, text) = post(&hooks[2], svix_headers(format!("v1,bm9wZQ== {svix}"))).await;
+    assert_eq!(
+        (s, key_of(&text)),
+        (200, json!("signed:paid")),
+        "svix: {text}"
+    );
+    let (s, text) = post(&hooks[2], svix_headers("v1,bm9wZQ==".into())).await;
+    assert_eq!(s, 403, "svix forged: {text}");
+    let (s, text) = post(&hooks[2], vec![]).await;
+    assert_eq!(s, 400, "svix without its headers: {text}");
+
+    for name in &hooks {
+        api.delete_webhook(name).await.expect("delete");
+    }
+    rt.shutdown(Duration::from_secs(5)).await;
+}

@@ -214,7 +214,15 @@ async fn receive(
             m.entry(k).or_insert(v);
             m
         });
-    if let Err((status, why)) = hook.check(&lowered, &body) {
+    let now = s
+        .engine
+        .state
+        .lock()
+        .clock
+        .system_now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    if let Err((status, why)) = hook.check(&lowered, &body, now) {
         let code = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
         return err(code, &why);
     }
