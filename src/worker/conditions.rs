@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::proto::v1;
-use crate::worker::task::wire_duration;
+use crate::worker::duration::wire_duration;
 
 /// One condition.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -25,6 +25,7 @@ mod child_index;
 pub(crate) mod conditions;
 pub(crate) mod context;
 mod drain;
+pub(crate) mod duration;
 mod finished;
 pub(crate) mod heartbeat;
 mod labels;
@@ -723,17 +724,18 @@ async fn execute(
         ))),
         Some(h) => Context::new(
             action.clone(),
-            h,
+            h.about(),
             token.clone(),
             core.clone(),
             durable,
             slot,
         )
+        .map(|ctx| (ctx, h.handler.clone()))
         .map_err(TaskError::non_retryable),
     };
     let result = match ctx {
         Err(e) => Err(e),
-        Ok(ctx) => {
+        Ok((ctx, run)) => {
             // One span per execution; the task's own `tracing` events can be forwarded to the
             // engine as its log lines (`logs::TaskLogLayer`).
             let span = tracing::info_span!(
@@ -750,8 +752,7 @@ async fn execute(
                 task_run_id: action.task_run_external_id.clone(),
                 retry_count: action.retry_count,
             };
-            let handler =
-                std::panic::AssertUnwindSafe((ctx.task().handler)(ctx.clone())).catch_unwind();
+            let handler = std::panic::AssertUnwindSafe(run(ctx.clone())).catch_unwind();
             #[cfg(feature = "otel")]
             let handler = opentelemetry::trace::FutureExt::with_context(handler, otel_cx.clone());
             let fut =

@@ -17,7 +17,7 @@ impl Context {
 
     /// How many attempts the task has in all: its retries plus one.
     pub fn max_attempts(&self) -> i32 {
-        self.inner.task.options.retries.max(0).saturating_add(1)
+        self.inner.task.retries.max(0).saturating_add(1)
     }
 
     /// The task's name, as its workflow declares it.

@@ -15,8 +15,8 @@ use super::Context;
 use crate::connection::CallOpts;
 use crate::error::Error;
 use crate::proto::{self, v1};
+use crate::worker::duration::wire_duration;
 use crate::worker::placement::LabelValue;
-use crate::worker::task::wire_duration;
 
 impl Context {
     /// In an `on_failure` task: the errors of the tasks whose failure started it, by task name

@@ -29,7 +29,7 @@ impl Context {
         op: &'static str,
         entry: impl Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
-        let ttl = self.inner.task.options.evict_after;
+        let ttl = self.inner.task.evict_after;
         let timer = async move {
             match ttl {
                 Some(t) => tokio::time::sleep(t).await,

@@ -124,10 +124,24 @@ pub struct Context {
     inner: Arc<Inner>,
 }
 
+/// What a context knows of its task's declaration: its names, retries and eviction time. Not
+/// its handler (the worker runs that), so the context does not depend on the task DSL.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskAbout {
+    /// The task's name.
+    pub(crate) name: String,
+    /// Its workflow's name, as declared.
+    pub(crate) workflow: String,
+    /// Retries after the first attempt.
+    pub(crate) retries: i32,
+    /// How long a durable wait may last before the worker evicts the task.
+    pub(crate) evict_after: Option<std::time::Duration>,
+}
+
 struct Inner {
     action: proto::AssignedAction,
-    /// The task's declaration: its handler, names and retries.
-    task: Arc<crate::worker::task::TaskDef>,
+    /// The task's declaration: names, retries, eviction.
+    task: TaskAbout,
     input: Value,
     parents: serde_json::Map<String, Value>,
     /// `step_run_errors` of an `on_failure` task: failed task name → error.
@@ -158,7 +172,7 @@ impl std::fmt::Debug for Context {
 impl Context {
     pub(crate) fn new(
         action: proto::AssignedAction,
-        task: Arc<crate::worker::task::TaskDef>,
+        task: TaskAbout,
         cancel: CancellationToken,
         core: Arc<WorkerCore>,
         durable: Option<DurableClient>,
@@ -199,11 +213,6 @@ impl Context {
                 legacy_signal: AtomicI32::new(0),
             }),
         })
-    }
-
-    /// The task's declaration (its handler runs this attempt).
-    pub(crate) fn task(&self) -> &crate::worker::task::TaskDef {
-        &self.inner.task
     }
 
     /// The run's input (raw JSON).
@@ -329,7 +338,7 @@ impl Context {
     /// Cancel safe: a replay finds the same timer.
     pub async fn sleep_for(&self, duration: std::time::Duration) -> Result<(), Error> {
         let (d, inv) = self.durable()?;
-        let duration = crate::worker::task::wire_duration(duration);
+        let duration = crate::worker::duration::wire_duration(duration);
         let cond = v1::DurableEventListenerConditions {
             sleep_conditions: vec![v1::SleepMatchCondition {
                 base: Some(v1::BaseMatchCondition {

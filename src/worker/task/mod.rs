@@ -1,0 +1,16 @@
+//! Workflow and task definitions, one concept per file: the DSL ([`Workflow`],
+//! [`TaskOptions`]), the task error, the type-erased handler, the task as the worker keeps it,
+//! and the wire conversion to the registration request.
+
+mod def;
+mod erased;
+mod error;
+mod options;
+mod wire;
+mod workflow;
+
+pub(crate) use def::{TaskDef, TaskTypes};
+pub(crate) use erased::TaskFn;
+pub use error::TaskError;
+pub use options::TaskOptions;
+pub use workflow::{ConcurrencyStrategy, RateLimitWindow, Workflow};
