@@ -220,14 +220,10 @@ pub struct State {
     pub rate_limits: BTreeMap<String, RateLimit>,
     pub durable: DurableState,
     pub next_id: u64,
-    /// REST crons (`CronWorkflows` objects).
-    pub crons: Vec<Value>,
-    /// REST schedules (`ScheduledWorkflows` objects).
-    pub scheduled: Vec<Value>,
+    /// Crons and schedules (see `time/schedules.rs`).
+    pub calendar: crate::time::schedules::Calendar,
     /// Runs held by a full concurrency group, in arrival order (see `concurrency.rs`).
     pub held_runs: HashMap<crate::sched::concurrency::Group, VecDeque<String>>,
-    /// When crons and schedules were last checked (Unix seconds), see `fire_calendar`.
-    pub calendar_checked: Option<i64>,
     /// The fault switches a test turned on (see `faults.rs`); all off by default.
     pub switches: crate::faults::Switches,
     /// What tests count (see `stats.rs`).

@@ -11,6 +11,8 @@
 //!    engine's ticker deletes a fired schedule: a read of it answers 404).
 //! 4. Crons a workflow declares (`cron_triggers`) are method `DEFAULT` and are replaced when the
 //!    workflow is put again; crons and schedules created through the API are method `API`.
+//! 5. The rows live in [`Calendar`], whose fields only this file touches: the transports read
+//!    and delete through its methods, so a row is never stored unvalidated (invariant 1).
 
 use std::time::SystemTime;
 
@@ -35,6 +37,64 @@ pub struct Planned {
     pub method: &'static str,
     /// 1–3.
     pub priority: Value,
+}
+
+/// The crons and one-off schedules (REST rows), and when they were last checked (Unix
+/// seconds, see [`State::fire_calendar`]).
+#[derive(Debug, Default)]
+pub struct Calendar {
+    crons: Vec<Value>,
+    scheduled: Vec<Value>,
+    checked: Option<i64>,
+}
+
+fn by_id<'a>(rows: &'a [Value], id: &str) -> Option<&'a Value> {
+    rows.iter().find(|r| r["metadata"]["id"] == id)
+}
+
+fn remove_by_id(rows: &mut Vec<Value>, id: &str) -> bool {
+    let before = rows.len();
+    rows.retain(|r| r["metadata"]["id"] != id);
+    rows.len() != before
+}
+
+impl Calendar {
+    /// The crons, oldest first.
+    pub fn crons(&self) -> &[Value] {
+        &self.crons
+    }
+
+    /// The schedules not fired yet, oldest first (see [`State::scheduled_view`] for the row
+    /// a reader sees).
+    pub fn schedules(&self) -> &[Value] {
+        &self.scheduled
+    }
+
+    /// The cron `id`.
+    pub fn cron(&self, id: &str) -> Option<&Value> {
+        by_id(&self.crons, id)
+    }
+
+    /// The schedule `id`.
+    pub fn schedule(&self, id: &str) -> Option<&Value> {
+        by_id(&self.scheduled, id)
+    }
+
+    /// Deletes the cron `id`; whether there was one.
+    pub fn remove_cron(&mut self, id: &str) -> bool {
+        remove_by_id(&mut self.crons, id)
+    }
+
+    /// Deletes the schedule `id`; whether there was one.
+    pub fn remove_schedule(&mut self, id: &str) -> bool {
+        remove_by_id(&mut self.scheduled, id)
+    }
+
+    /// Deletes the crons and schedules of the workflow `name` (it was deleted).
+    pub fn drop_workflow(&mut self, name: &str) {
+        self.crons.retain(|c| c["workflowName"] != name);
+        self.scheduled.retain(|c| c["workflowName"] != name);
+    }
 }
 
 fn row_meta(id: &str, created: SystemTime) -> Value {
@@ -63,7 +123,7 @@ impl State {
         row["cron"] = json!(expr);
         row["name"] = json!(name);
         row["enabled"] = json!(true);
-        self.crons.push(row.clone());
+        self.calendar.crons.push(row.clone());
         Ok(row)
     }
 
@@ -72,7 +132,8 @@ impl State {
         for e in exprs {
             Cron::parse(e)?;
         }
-        self.crons
+        self.calendar
+            .crons
             .retain(|c| !(c["workflowName"] == p.workflow.as_str() && c["method"] == "DEFAULT"));
         for e in exprs {
             self.add_cron(p, e, e)?;
@@ -84,7 +145,7 @@ impl State {
     pub fn add_schedule(&mut self, p: &Planned, at: SystemTime) -> Result<Value, String> {
         let mut row = self.base_row(p)?;
         row["triggerAt"] = json!(format_rfc3339(at));
-        self.scheduled.push(row.clone());
+        self.calendar.scheduled.push(row.clone());
         Ok(row)
     }
 
@@ -105,9 +166,9 @@ impl State {
     /// Fires what is due at `now` (invariants 2 and 3).
     pub fn fire_calendar(&mut self, now: SystemTime) {
         let now_secs = unix_secs(now);
-        let since = self.calendar_checked.replace(now_secs).unwrap_or(now_secs);
+        let since = self.calendar.checked.replace(now_secs).unwrap_or(now_secs);
         let mut due: Vec<(Value, Option<usize>)> = Vec::new();
-        for c in &self.crons {
+        for c in &self.calendar.crons {
             let fires = self.cron_live(c)
                 && c["cron"]
                     .as_str()
@@ -118,7 +179,7 @@ impl State {
                 due.push((c.clone(), None));
             }
         }
-        for (i, s) in self.scheduled.iter().enumerate() {
+        for (i, s) in self.calendar.scheduled.iter().enumerate() {
             let at = s["triggerAt"]
                 .as_str()
                 .and_then(hatchet_protocol::calendar::parse_rfc3339);
@@ -131,7 +192,7 @@ impl State {
             let created = self.start_row(&row, schedule.is_none(), now);
             match (created, schedule) {
                 (Ok(run), Some(i)) => {
-                    self.scheduled[i]["workflowRunId"] = json!(run);
+                    self.calendar.scheduled[i]["workflowRunId"] = json!(run);
                     fired.push(i);
                 }
                 (Ok(_), None) => {}
@@ -151,7 +212,7 @@ impl State {
         // Fired schedules are deleted (invariant 3), highest index first.
         fired.sort_unstable();
         for i in fired.into_iter().rev() {
-            self.scheduled.remove(i);
+            self.calendar.scheduled.remove(i);
         }
     }
 }
@@ -159,8 +220,9 @@ impl State {
 impl State {
     /// When the next cron or schedule fires, after the last pass (or `now`).
     pub(crate) fn next_calendar_fire(&self, now: SystemTime) -> Option<SystemTime> {
-        let since = self.calendar_checked.unwrap_or_else(|| unix_secs(now));
+        let since = self.calendar.checked.unwrap_or_else(|| unix_secs(now));
         let crons = self
+            .calendar
             .crons
             .iter()
             .filter(|c| self.cron_live(c))
@@ -171,6 +233,7 @@ impl State {
                     .map(|s| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s))
             });
         let schedules = self
+            .calendar
             .scheduled
             .iter()
             .filter(|s| self.schedule_open(s))
@@ -204,11 +267,7 @@ impl State {
     /// Runs cron `id` now (`POST .../workflows/crons/{id}`), with its input, metadata and
     /// priority, whether or not it is enabled; `None` for an unknown cron.
     pub fn trigger_cron(&mut self, id: &str, now: SystemTime) -> Option<Result<String, String>> {
-        let row = self
-            .crons
-            .iter()
-            .find(|c| c["metadata"]["id"] == id)?
-            .clone();
+        let row = self.calendar.cron(id)?.clone();
         Some(
             self.start_row(&row, true, now)
                 .map_err(|e| e.message().to_string()),
@@ -334,7 +393,11 @@ mod tests {
             0,
             "the 09:31 tick is dropped, the schedule waits"
         );
-        assert_eq!(st.scheduled.len(), 1, "the schedule is kept, unfired");
+        assert_eq!(
+            st.calendar.scheduled.len(),
+            1,
+            "the schedule is kept, unfired"
+        );
         st.unpause_workflow("wf");
         st.fire_calendar(at("2026-11-30T09:31:40Z"));
         assert_eq!(
@@ -342,7 +405,7 @@ mod tests {
             1,
             "unpaused, the schedule fires (the dropped tick does not)"
         );
-        assert!(st.scheduled.is_empty());
+        assert!(st.calendar.scheduled.is_empty());
     }
 
     #[test]
@@ -352,12 +415,12 @@ mod tests {
             .expect("schedule");
         st.fire_calendar(at("2026-11-30T09:59:59Z"));
         assert!(st.runs.is_empty());
-        assert_eq!(st.scheduled.len(), 1, "open until its time");
+        assert_eq!(st.calendar.scheduled.len(), 1, "open until its time");
         st.fire_calendar(at("2026-11-30T10:00:00Z"));
         st.fire_calendar(at("2026-11-30T10:00:01Z"));
         assert_eq!(st.runs.len(), 1);
         assert!(
-            st.scheduled.is_empty(),
+            st.calendar.scheduled.is_empty(),
             "deleted once fired, as the real engine does"
         );
     }
@@ -372,13 +435,18 @@ mod tests {
         st.add_cron(&planned(), "api", "0 0 * * *").expect("cron");
         st.set_workflow_crons(&p, &["30 * * * *".into(), "45 * * * *".into()])
             .expect("crons");
-        let mut exprs: Vec<&str> = st.crons.iter().filter_map(|c| c["cron"].as_str()).collect();
+        let mut exprs: Vec<&str> = st
+            .calendar
+            .crons
+            .iter()
+            .filter_map(|c| c["cron"].as_str())
+            .collect();
         exprs.sort_unstable();
         assert_eq!(exprs, ["0 0 * * *", "30 * * * *", "45 * * * *"]);
         let e = st
             .set_workflow_crons(&p, &["61 * * * *".into()])
             .expect_err("bad");
         assert!(e.contains("minute"), "{e}");
-        assert_eq!(st.crons.len(), 3, "a refused put changes nothing");
+        assert_eq!(st.calendar.crons.len(), 3, "a refused put changes nothing");
     }
 }

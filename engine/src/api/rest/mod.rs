@@ -169,8 +169,9 @@ async fn list_crons(
     }
     let (offset, limit) = page(&q);
     let st = s.engine.state.lock();
-    let rows: Vec<Value> = st.crons.iter().skip(offset).take(limit).cloned().collect();
-    Json(json!({"rows": rows, "pagination": pagination(st.crons.len(), offset, limit)}))
+    let crons = st.calendar.crons();
+    let rows: Vec<Value> = crons.iter().skip(offset).take(limit).cloned().collect();
+    Json(json!({"rows": rows, "pagination": pagination(crons.len(), offset, limit)}))
         .into_response()
 }
 
@@ -216,15 +217,14 @@ async fn list_scheduled(
     }
     let (offset, limit) = page(&q);
     let st = s.engine.state.lock();
-    let rows: Vec<Value> = st
-        .scheduled
+    let all = st.calendar.schedules();
+    let rows: Vec<Value> = all
         .iter()
         .skip(offset)
         .take(limit)
         .map(|r| st.scheduled_view(r))
         .collect();
-    Json(json!({"rows": rows, "pagination": pagination(st.scheduled.len(), offset, limit)}))
-        .into_response()
+    Json(json!({"rows": rows, "pagination": pagination(all.len(), offset, limit)})).into_response()
 }
 
 async fn create_scheduled(
@@ -259,10 +259,6 @@ async fn create_scheduled(
 }
 
 /// One stored row by id (`None` when it is not there).
-fn row_by_id<'a>(rows: &'a [Value], id: &str) -> Option<&'a Value> {
-    rows.iter().find(|r| r["metadata"]["id"] == id)
-}
-
 /// Answers a GET of one row: the row `view` makes, or 404 naming `what`.
 fn get_row(
     s: &Rest,
@@ -279,22 +275,18 @@ fn get_row(
     }
 }
 
-/// Answers a DELETE of one row of the list `rows` picks: 204, or 404 naming `what`.
+/// Answers a DELETE of one row (`remove` says whether there was one): 204, or 404 naming
+/// `what`.
 fn delete_row(
     s: &Rest,
     tenant: &str,
-    id: &str,
     what: &str,
-    rows: impl FnOnce(&mut crate::core::State) -> &mut Vec<Value>,
+    remove: impl FnOnce(&mut crate::core::State) -> bool,
 ) -> Response {
     if let Some(r) = tenant_ok(s, tenant) {
         return r;
     }
-    let mut st = s.engine.state.lock();
-    let list = rows(&mut st);
-    let before = list.len();
-    list.retain(|r| r["metadata"]["id"] != id);
-    if list.len() == before {
+    if !remove(&mut s.engine.state.lock()) {
         err(StatusCode::NOT_FOUND, &format!("{what} not found"))
     } else {
         StatusCode::NO_CONTENT.into_response()
@@ -305,14 +297,14 @@ async fn get_cron(
     AxState(s): AxState<Rest>,
     Path((tenant, id)): Path<(String, String)>,
 ) -> Response {
-    get_row(&s, &tenant, "cron", |st| row_by_id(&st.crons, &id).cloned())
+    get_row(&s, &tenant, "cron", |st| st.calendar.cron(&id).cloned())
 }
 
 async fn delete_cron(
     AxState(s): AxState<Rest>,
     Path((tenant, id)): Path<(String, String)>,
 ) -> Response {
-    delete_row(&s, &tenant, &id, "cron", |st| &mut st.crons)
+    delete_row(&s, &tenant, "cron", |st| st.calendar.remove_cron(&id))
 }
 
 /// `POST .../workflows/crons/{id}`: runs the cron now; answers the run's id. An unknown cron
@@ -347,7 +339,7 @@ async fn get_scheduled(
     Path((tenant, id)): Path<(String, String)>,
 ) -> Response {
     get_row(&s, &tenant, "scheduled run", |st| {
-        row_by_id(&st.scheduled, &id).map(|r| st.scheduled_view(r))
+        st.calendar.schedule(&id).map(|r| st.scheduled_view(r))
     })
 }
 
@@ -355,7 +347,9 @@ async fn delete_scheduled(
     AxState(s): AxState<Rest>,
     Path((tenant, id)): Path<(String, String)>,
 ) -> Response {
-    delete_row(&s, &tenant, &id, "scheduled run", |st| &mut st.scheduled)
+    delete_row(&s, &tenant, "scheduled run", |st| {
+        st.calendar.remove_schedule(&id)
+    })
 }
 
 /// The development engine's one dispatcher (the REST models require a UUID).

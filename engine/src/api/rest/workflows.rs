@@ -100,8 +100,7 @@ async fn delete_workflow(AxState(s): AxState<Rest>, Path(id): Path<String>) -> R
         w.deleted = true;
     }
     st.drop_pause(&name);
-    st.crons.retain(|c| c["workflowName"] != name.as_str());
-    st.scheduled.retain(|c| c["workflowName"] != name.as_str());
+    st.calendar.drop_workflow(&name);
     StatusCode::NO_CONTENT.into_response()
 }
 
