@@ -236,20 +236,6 @@ pub struct DurableState {
     logs: HashMap<String, TaskLog>,
     legacy: HashMap<(String, String), Conditions>,
     legacy_listeners: HashMap<u64, (LegacyTx, HashSet<(String, String)>)>,
-    /// Fault injection: completions to lose before they reach a stream (as a cluster can);
-    /// `worker_status` recovers them.
-    pub lose_completions: std::sync::atomic::AtomicU32,
-    /// Fault injection: requests whose acks are lost with their stream. The request is recorded
-    /// (its node kept) and the stream ends before its answer goes out, as a connection cut
-    /// between the engine's write and the worker's read does.
-    pub lose_acks: std::sync::atomic::AtomicU32,
-    /// Fault injection: collect a stream's requests this many milliseconds, then handle them
-    /// newest first (the real engine handles a stream's requests concurrently: they may be
-    /// numbered and answered in any order). 0: what is already buffered is handled newest
-    /// first, which is the default.
-    pub collect_requests_ms: std::sync::atomic::AtomicU64,
-    /// Nodes ever recorded, all tasks (a re-sent request shows as one more).
-    pub nodes_recorded: u64,
 }
 
 /// A wait's idempotency key: its conditions' kinds, readable keys, expressions, sleep durations
@@ -328,7 +314,7 @@ impl State {
         let Some((payload, failure, err)) = &n.result else {
             return;
         };
-        let lose = &self.durable.lose_completions;
+        let lose = &self.switches.lose_durable_completions;
         let lost = lose
             .fetch_update(
                 std::sync::atomic::Ordering::Relaxed,
@@ -392,7 +378,7 @@ impl State {
             Some(n) if n.key == key => Ok((id, true)),
             Some(_) => Err(id),
             None => {
-                self.durable.nodes_recorded += 1;
+                self.counters.durable_nodes_recorded += 1;
                 log.nodes.insert(
                     id,
                     Node {
@@ -425,7 +411,7 @@ impl State {
             msg,
             Req::WaitFor(_) | Req::Memo(_) | Req::TriggerRuns(_) | Req::EvictInvocation(_)
         );
-        if expects_ack && take_one(&self.durable.lose_acks) {
+        if expects_ack && take_one(&self.switches.lose_durable_acks) {
             // The stream ends now; the request is still recorded, its answers go nowhere.
             if let Some(tx) = self.durable.streams.get(&stream) {
                 let _ = tx.send(Err(GrpcStatus::unavailable(

@@ -40,6 +40,18 @@ pub struct Switches {
     pub duplicate_assignments: u32,
     /// Send the next this many assignments again 300 ms later.
     pub late_duplicates: u32,
+    /// Durable completions to lose before they reach a stream (as a cluster can);
+    /// `worker_status` recovers them.
+    pub lose_durable_completions: std::sync::atomic::AtomicU32,
+    /// Durable requests whose acks are lost with their stream: the request is recorded (its
+    /// node kept) and the stream ends before its answer goes out, as a connection cut between
+    /// the engine's write and the worker's read does.
+    pub lose_durable_acks: std::sync::atomic::AtomicU32,
+    /// Collect a DurableTask stream's requests this many milliseconds, then handle them newest
+    /// first (the real engine handles a stream's requests concurrently: they may be numbered
+    /// and answered in any order). 0: what is already buffered is handled newest first, the
+    /// default.
+    pub collect_durable_requests_ms: std::sync::atomic::AtomicU64,
 }
 
 /// What to do to a matching call.

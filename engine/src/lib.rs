@@ -526,8 +526,8 @@ impl DevEngine {
         self.engine
             .state
             .lock()
-            .durable
-            .lose_completions
+            .switches
+            .lose_durable_completions
             .store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -538,8 +538,8 @@ impl DevEngine {
         self.engine
             .state
             .lock()
-            .durable
-            .lose_acks
+            .switches
+            .lose_durable_acks
             .store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -548,10 +548,15 @@ impl DevEngine {
     /// so they may be numbered and answered in any order; by default what is already buffered
     /// is handled newest first, and this makes it certain for requests sent within `window`.
     pub fn answer_durable_requests_out_of_order(&self, window: Duration) {
-        self.engine.state.lock().durable.collect_requests_ms.store(
-            u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        self.engine
+            .state
+            .lock()
+            .switches
+            .collect_durable_requests_ms
+            .store(
+                u64::try_from(window.as_millis()).unwrap_or(u64::MAX),
+                std::sync::atomic::Ordering::Relaxed,
+            );
     }
 
     /// Fault injection, a kindness the real engine lacks: assignments a worker never answered
@@ -604,7 +609,7 @@ impl DevEngine {
                 .counters
                 .late_duplicates_sent
                 .load(std::sync::atomic::Ordering::SeqCst),
-            durable_nodes_recorded: st.durable.nodes_recorded,
+            durable_nodes_recorded: st.counters.durable_nodes_recorded,
         }
     }
 

@@ -16,4 +16,6 @@ pub struct Counters {
     pub duplicated_assignments: u64,
     /// Late duplicates sent so far (counted once on the stream, after the state is unlocked).
     pub late_duplicates_sent: Arc<AtomicU64>,
+    /// Durable log nodes ever recorded, all tasks (a re-sent request shows as one more).
+    pub durable_nodes_recorded: u64,
 }

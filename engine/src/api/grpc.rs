@@ -453,8 +453,8 @@ impl v1::v1_dispatcher_server::V1Dispatcher for Svc {
                 let window = engine
                     .state
                     .lock()
-                    .durable
-                    .collect_requests_ms
+                    .switches
+                    .collect_durable_requests_ms
                     .load(std::sync::atomic::Ordering::Relaxed);
                 let until = tokio::time::Instant::now() + Duration::from_millis(window);
                 loop {
