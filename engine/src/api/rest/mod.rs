@@ -390,6 +390,22 @@ fn worker_json(w: &crate::store::model::Worker, tenant: &str) -> Value {
         "tenantId": tenant})
 }
 
+/// A worker as the list shows it: the real engine's list rows leave out what a read of one
+/// worker carries (its tenant, slots, registered workflows, last listener time).
+fn worker_row(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        for k in [
+            "tenantId",
+            "slots",
+            "registeredWorkflows",
+            "lastListenerEstablished",
+        ] {
+            o.remove(k);
+        }
+    }
+    v
+}
+
 async fn list_workers(
     AxState(s): AxState<Rest>,
     Path(tenant): Path<String>,
@@ -403,7 +419,7 @@ async fn list_workers(
     let rows: Vec<Value> = st
         .workers
         .values()
-        .map(|w| worker_json(w, &s.engine.tenant_id))
+        .map(|w| worker_row(worker_json(w, &s.engine.tenant_id)))
         .collect();
     paged(rows, offset, limit)
 }

@@ -177,7 +177,6 @@ fn task_json(st: &State, t: &Task, run: &Run, tenant: &str, with_payloads: bool)
         "isDurable": t.is_durable,
         "isEvicted": t.evicted,
         "numSpawnedChildren": t.children.len(),
-        "children": [],
         "createdAt": rfc3339(t.created_at),
     });
     if let Some(s) = t.started_at {
@@ -234,13 +233,36 @@ fn run_row(st: &State, run: &Run, tenant: &str, with_payloads: bool) -> Value {
             }
         }
     }
-    if tasks.len() > 1 {
-        v["children"] = Value::Array(
+    v["children"] = if tasks.len() > 1 {
+        Value::Array(
             tasks
                 .iter()
-                .map(|t| task_json(st, t, run, tenant, with_payloads))
+                .map(|t| list_row(task_json(st, t, run, tenant, with_payloads)))
                 .collect(),
-        );
+        )
+    } else {
+        json!([])
+    };
+    list_row(v)
+}
+
+/// A row as lists show it: the real engine leaves a false `isDurable` / `isEvicted` out there
+/// (omitempty), while reads of one run or task carry them.
+fn list_row(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        for k in ["isDurable", "isEvicted"] {
+            if o.get(k) == Some(&Value::Bool(false)) {
+                o.remove(k);
+            }
+        }
+    }
+    v
+}
+
+/// A task as a read of one run or task shows it: the real engine leaves `workflowName` out.
+fn read_row(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("workflowName");
     }
     v
 }
@@ -275,7 +297,7 @@ async fn run_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Respo
     let events: Vec<Value> = tasks.iter().flat_map(|t| task_events(t)).collect();
     let task_rows: Vec<Value> = tasks
         .iter()
-        .map(|t| task_json(&st, t, run, tenant, true))
+        .map(|t| read_row(task_json(&st, t, run, tenant, true)))
         .collect();
     Json(json!({
         "run": run_json(&st, run, &tasks, tenant),
@@ -287,23 +309,34 @@ async fn run_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Respo
 }
 
 /// The `V1TaskEvent`s a task's record allows us to tell.
+/// A task's events as run details list them: `errorMessage` always (empty unless it failed),
+/// `output` always (the output's JSON on the FINISHED event, else empty) and `workerId` on
+/// the events of an attempt that had a worker, as the real engine's transformer fills them.
 fn task_events(t: &Task) -> Vec<Value> {
     let mut out = Vec::new();
-    let mut push = |kind: &str, at: SystemTime, msg: &str| {
-        out.push(json!({
+    let mut push = |kind: &str, at: SystemTime, msg: &str, error: &str, output: &str| {
+        let mut e = json!({
             "id": event_number(t, kind),
             "taskId": t.id,
             "timestamp": rfc3339(at),
             "eventType": kind,
             "message": msg,
+            "errorMessage": error,
+            "output": output,
             "retryCount": t.retry_count,
             "attempt": t.retry_count + 1,
             "taskDisplayName": t.readable_id,
-        }));
+        });
+        if kind != "QUEUED"
+            && let Some(w) = &t.worker_id
+        {
+            e["workerId"] = json!(w);
+        }
+        out.push(e);
     };
-    push("QUEUED", t.created_at, "");
+    push("QUEUED", t.created_at, "", "", "");
     if let Some(s) = t.started_at {
-        push("STARTED", s, "");
+        push("STARTED", s, "", "", "");
     }
     if let Some(f) = t.finished_at {
         let kind = match t.status {
@@ -312,7 +345,13 @@ fn task_events(t: &Task) -> Vec<Value> {
             Status::Cancelled => "CANCELLED",
             _ => "STARTED",
         };
-        push(kind, f, t.error.as_deref().unwrap_or(""));
+        let error = t.error.as_deref().unwrap_or("");
+        let output = if kind == "FINISHED" {
+            t.output.as_deref().unwrap_or("")
+        } else {
+            ""
+        };
+        push(kind, f, error, error, output);
     }
     out
 }
@@ -339,7 +378,7 @@ async fn task_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Resp
     else {
         return bad_id_or_missing(&id, "task");
     };
-    let mut v = task_json(&st, t, run, &s.engine.tenant_id, true);
+    let mut v = read_row(task_json(&st, t, run, &s.engine.tenant_id, true));
     // A standalone task's read shows the trigger's input; a DAG task's the stored object.
     if run.tasks.len() == 1 {
         v["input"] = object(&run.input);
@@ -442,7 +481,7 @@ async fn list_runs(
             .filter(|(t, _)| {
                 filter.statuses.is_empty() || filter.statuses.iter().any(|x| x == t.status.rest())
             })
-            .map(|(t, r)| task_json(&st, t, r, tenant, payloads))
+            .map(|(t, r)| list_row(task_json(&st, t, r, tenant, payloads)))
             .collect()
     } else {
         runs.iter()
