@@ -81,9 +81,17 @@ async fn list_workflows(
         .filter(|w| name.is_empty() || w.name.to_lowercase().contains(&name))
         .collect();
     live.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.name.cmp(&b.name)));
+    // The real engine's list rows carry no versions and an empty tenantId (a read of one
+    // workflow has both).
     let rows = live
         .into_iter()
-        .map(|w| workflow_json(&st, w, &s.engine.tenant_id))
+        .map(|w| {
+            let mut v = workflow_json(&st, w, "");
+            if let Some(o) = v.as_object_mut() {
+                o.remove("versions");
+            }
+            v
+        })
         .collect();
     paged(rows, offset, limit)
 }
