@@ -9,6 +9,24 @@ use tonic::Code;
 
 const SEED: u64 = 42;
 
+/// Our engine and a runtime on it with the retry RNG seeded.
+async fn seeded() -> (
+    hatchet_dev_engine::DevEngine,
+    hatchet_runtime::RuntimeHandle,
+) {
+    let engine =
+        hatchet_dev_engine::DevEngine::start(hatchet_dev_engine::DevEngineOptions::default())
+            .await
+            .expect("engine");
+    let rt = hatchet_runtime::Runtime::spawn_with(
+        engine.client_config(),
+        hatchet_runtime::RuntimeOptions::default().seed(SEED),
+    )
+    .await
+    .expect("runtime");
+    (engine, rt)
+}
+
 #[tokio::test]
 async fn a_sustained_outage_costs_at_most_1_2_attempts_per_operation_counted_at_the_engine() {
     use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
@@ -50,17 +68,9 @@ async fn a_sustained_outage_costs_at_most_1_2_attempts_per_operation_counted_at_
 
 #[tokio::test]
 async fn twenty_reads_at_an_outage_s_start_retry_at_the_reserve_rate_counted_at_the_engine() {
-    use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
+    use hatchet_dev_engine::Fault;
     const PATH: &str = "/Dispatcher/GetVersion";
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
-    let rt = hatchet_runtime::Runtime::spawn_with(
-        engine.client_config(),
-        hatchet_runtime::RuntimeOptions::default().seed(SEED),
-    )
-    .await
-    .expect("runtime");
+    let (engine, rt) = seeded().await;
     // The outage outlasts every read (each ends within its 5 attempts' backoff, about 4 s).
     engine.faults().inject(
         PATH,
@@ -115,17 +125,9 @@ async fn twenty_reads_at_an_outage_s_start_retry_at_the_reserve_rate_counted_at_
 /// The environment's switch stays off whatever the runtime switch says.
 #[tokio::test]
 async fn the_retry_service_switches_retries_off_and_on_and_reports_it_counted_at_the_engine() {
-    use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
+    use hatchet_dev_engine::Fault;
     const PATH: &str = "/Dispatcher/GetVersion";
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
-    let rt = hatchet_runtime::Runtime::spawn_with(
-        engine.client_config(),
-        hatchet_runtime::RuntimeOptions::default().seed(SEED),
-    )
-    .await
-    .expect("runtime");
+    let (engine, rt) = seeded().await;
     let fail_once = || {
         engine.faults().inject(
             PATH,

@@ -345,6 +345,34 @@ fn hmac_of(auth: &Auth) -> Result<(Algorithm, Encoding, &str, &str), (u16, Strin
     }
 }
 
+/// What each source signs (invariant 4): one definition for the checks and for `signing`.
+fn signed_text(prefix: String, body: &[u8]) -> Vec<u8> {
+    let mut text = prefix.into_bytes();
+    text.extend_from_slice(body);
+    text
+}
+
+/// Slack signs `v0:{timestamp}:{body}`.
+fn slack_text(ts: i64, body: &[u8]) -> Vec<u8> {
+    signed_text(format!("v0:{ts}:"), body)
+}
+
+/// Stripe signs `{t}.{body}`, `t` as the header spells it.
+fn stripe_text(t: &str, body: &[u8]) -> Vec<u8> {
+    signed_text(format!("{t}."), body)
+}
+
+/// Svix signs `{id}.{timestamp}.{body}`.
+fn svix_text(id: &str, ts: i64, body: &[u8]) -> Vec<u8> {
+    signed_text(format!("{id}.{ts}."), body)
+}
+
+/// A Svix secret's key: the base64 after `whsec_`.
+fn svix_key(secret: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    base64::engine::general_purpose::STANDARD
+        .decode(secret.strip_prefix("whsec_").unwrap_or(secret))
+}
+
 /// Slack: `v0=` + HMAC of `v0:{timestamp}:{body}` (invariant 4).
 fn check_slack(
     auth: &Auth,
@@ -364,8 +392,7 @@ fn check_slack(
         return Err((403, "timestamp in header is out of range".into()));
     }
     let (algorithm, encoding, name, secret) = hmac_of(auth)?;
-    let mut base = format!("v0:{ts}:").into_bytes();
-    base.extend_from_slice(body);
+    let base = slack_text(ts, body);
     let want = format!("v0={}", sign(algorithm, encoding, secret.as_bytes(), &base));
     let given = header(name)
         .ok_or_else(|| (403, format!("missing or invalid signature header: {name}")))?;
@@ -405,9 +432,12 @@ fn check_stripe(
     if ts < now - 10 * 60 {
         return Err((400, "timestamp in signature header is out of range".into()));
     }
-    let mut signed = format!("{t}.").into_bytes();
-    signed.extend_from_slice(body);
-    let want = sign(algorithm, encoding, secret.as_bytes(), &signed);
+    let want = sign(
+        algorithm,
+        encoding,
+        secret.as_bytes(),
+        &stripe_text(t, body),
+    );
     if !same(bare(v1).as_bytes(), bare(&want).as_bytes()) {
         return Err((403, "invalid HMAC signature".into()));
     }
@@ -427,8 +457,7 @@ fn check_svix(
             "failed to decrypt SVIX signing secret: the webhook has no HMAC auth".into(),
         ));
     };
-    let key = base64::engine::general_purpose::STANDARD
-        .decode(secret.strip_prefix("whsec_").unwrap_or(secret))
+    let key = svix_key(secret)
         .map_err(|e| (500, format!("failed to decode SVIX signing secret: {e}")))?;
     let trio = |p: &str| {
         Some((
@@ -451,9 +480,12 @@ fn check_svix(
     if ts > now + 5 * 60 {
         return Err((400, "invalid timestamp header: message too new".into()));
     }
-    let mut signed = format!("{id}.{ts}.").into_bytes();
-    signed.extend_from_slice(body);
-    let want = sign(Algorithm::Sha256, Encoding::Base64, &key, &signed);
+    let want = sign(
+        Algorithm::Sha256,
+        Encoding::Base64,
+        &key,
+        &svix_text(id, ts, body),
+    );
     let matched = given.split(' ').any(|versioned| {
         let mut p = versioned.splitn(2, ',');
         p.next() == Some("v1")
@@ -511,24 +543,20 @@ pub fn sign(algorithm: Algorithm, encoding: Encoding, secret: &[u8], body: &[u8]
 /// Requests signed as Stripe, Slack and Svix sign them (HMAC-SHA256), for tests that post to a
 /// webhook of that source: on this engine or on the real one, which check them alike.
 pub mod signing {
-    use base64::Engine as _;
-
-    use super::{Algorithm, Encoding, sign};
+    use super::{Algorithm, Encoding, sign, slack_text, stripe_text, svix_key, svix_text};
 
     /// The `Stripe-Signature` value for `body` at Unix second `t`: `t={t},v1={hex}`.
     pub fn stripe(secret: &str, t: i64, body: &[u8]) -> String {
-        let mut signed = format!("{t}.").into_bytes();
-        signed.extend_from_slice(body);
-        let v1 = sign(Algorithm::Sha256, Encoding::Hex, secret.as_bytes(), &signed);
+        let text = stripe_text(&t.to_string(), body);
+        let v1 = sign(Algorithm::Sha256, Encoding::Hex, secret.as_bytes(), &text);
         format!("t={t},v1={v1}")
     }
 
     /// The `X-Slack-Signature` value for `body` sent with `X-Slack-Request-Timestamp: {ts}`:
     /// `v0={hex}`.
     pub fn slack(secret: &str, ts: i64, body: &[u8]) -> String {
-        let mut base = format!("v0:{ts}:").into_bytes();
-        base.extend_from_slice(body);
-        let hash = sign(Algorithm::Sha256, Encoding::Hex, secret.as_bytes(), &base);
+        let text = slack_text(ts, body);
+        let hash = sign(Algorithm::Sha256, Encoding::Hex, secret.as_bytes(), &text);
         format!("v0={hash}")
     }
 
@@ -539,14 +567,12 @@ pub mod signing {
     ///
     /// A secret that is not base64 after `whsec_` (the engines answer such a webhook 500).
     pub fn svix(secret: &str, id: &str, ts: i64, body: &[u8]) -> Result<String, String> {
-        let key = base64::engine::general_purpose::STANDARD
-            .decode(secret.strip_prefix("whsec_").unwrap_or(secret))
+        let key = svix_key(secret)
             .map_err(|e| format!("the Svix secret is not base64 after whsec_: {e}"))?;
-        let mut signed = format!("{id}.{ts}.").into_bytes();
-        signed.extend_from_slice(body);
+        let text = svix_text(id, ts, body);
         Ok(format!(
             "v1,{}",
-            sign(Algorithm::Sha256, Encoding::Base64, &key, &signed)
+            sign(Algorithm::Sha256, Encoding::Base64, &key, &text)
         ))
     }
 }

@@ -390,20 +390,29 @@ fn worker_json(w: &crate::store::model::Worker, tenant: &str) -> Value {
         "tenantId": tenant})
 }
 
+/// `v` without `keys`: where the real engine's answer leaves fields out (a list row, say) that
+/// another answer about the same thing carries.
+pub(crate) fn without(mut v: Value, keys: &[&str]) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        for k in keys {
+            o.remove(*k);
+        }
+    }
+    v
+}
+
 /// A worker as the list shows it: the real engine's list rows leave out what a read of one
 /// worker carries (its tenant, slots, registered workflows, last listener time).
-fn worker_row(mut v: Value) -> Value {
-    if let Some(o) = v.as_object_mut() {
-        for k in [
+fn worker_row(v: Value) -> Value {
+    without(
+        v,
+        &[
             "tenantId",
             "slots",
             "registeredWorkflows",
             "lastListenerEstablished",
-        ] {
-            o.remove(k);
-        }
-    }
-    v
+        ],
+    )
 }
 
 async fn list_workers(

@@ -225,13 +225,7 @@ fn run_row(st: &State, run: &Run, tenant: &str, with_payloads: bool) -> Value {
                 v["duration"] = json!(millis(Some(s), Some(f)).unwrap_or(0));
             }
         }
-        (None, _) => {
-            for k in ["startedAt", "finishedAt", "duration"] {
-                if let Some(o) = v.as_object_mut() {
-                    o.remove(k);
-                }
-            }
-        }
+        (None, _) => v = super::without(v, &["startedAt", "finishedAt", "duration"]),
     }
     v["children"] = if tasks.len() > 1 {
         Value::Array(
@@ -260,11 +254,8 @@ fn list_row(mut v: Value) -> Value {
 }
 
 /// A task as a read of one run or task shows it: the real engine leaves `workflowName` out.
-fn read_row(mut v: Value) -> Value {
-    if let Some(o) = v.as_object_mut() {
-        o.remove("workflowName");
-    }
-    v
+fn read_row(v: Value) -> Value {
+    super::without(v, &["workflowName"])
 }
 
 /// A small positive number standing for a task (the real engine's database id).

@@ -85,13 +85,7 @@ async fn list_workflows(
     // workflow has both).
     let rows = live
         .into_iter()
-        .map(|w| {
-            let mut v = workflow_json(&st, w, "");
-            if let Some(o) = v.as_object_mut() {
-                o.remove("versions");
-            }
-            v
-        })
+        .map(|w| super::without(workflow_json(&st, w, ""), &["versions"]))
         .collect();
     paged(rows, offset, limit)
 }
