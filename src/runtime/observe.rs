@@ -115,8 +115,7 @@ impl RuntimeHandle {
 
     /// Turns unary retries (gRPC and REST) off, or back on, while the runtime runs: the
     /// operator's kill switch that `HATCHET_CLIENT_NO_RETRY` is at start. Off, every call
-    /// makes one attempt; calls already between attempts stop at their next decision. Streams
-    /// keep their reconnect rules. `true` cannot undo the environment's switches (the report
+    /// started after the switch makes one attempt. Streams keep their reconnect rules. `true` cannot undo the environment's switches (the report
     /// says `off_by_environment`). Returns the report after the switch.
     ///
     /// # Errors
@@ -125,7 +124,8 @@ impl RuntimeHandle {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe once sent: the switch happens whether or not the answer is awaited.
+    /// Cancel safe once polled: the first poll sends the switch, which then happens whether or
+    /// not the answer is awaited.
     pub async fn set_retries(&self, on: bool) -> Result<RetryReport, Error> {
         self.ask_retry_service(|reply| RetryMsg::Switch(on, reply))
             .await

@@ -164,6 +164,16 @@ async fn the_retry_service_switches_retries_off_and_on_and_reports_it_counted_at
     fail_once();
     rt.engine_version().await.expect("retried again");
     assert_eq!(engine.faults().attempts(PATH), 5);
+    // Cancel safety: a switch dropped after its first poll still happens.
+    assert!(
+        futures::FutureExt::now_or_never(rt.set_retries(false)).is_none(),
+        "the answer comes from the actor, after the first poll"
+    );
+    assert!(
+        !rt.retries().await.expect("report").grpc.retrying,
+        "the dropped switch was carried out"
+    );
+    rt.set_retries(true).await.expect("switch");
     let report = rt.retries().await.expect("report");
     assert!(
         report.grpc.first_attempts >= 3 && report.grpc.retries == 2,
