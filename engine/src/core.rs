@@ -25,130 +25,9 @@ use tokio::time::Instant;
 use tonic::Status as GrpcStatus;
 
 use crate::durable::DurableState;
+use crate::rules::*;
 use crate::store::model::*;
-pub use crate::store::runs::TriggerOpts;
 use hatchet_protocol::{self as proto, v1};
-
-/// A worker is assignable while its last heartbeat is younger than this (engine rule).
-pub const LIVE_HEARTBEAT: Duration = Duration::from_secs(5);
-/// Running tasks of a worker silent for this long are requeued elsewhere.
-pub const REASSIGN_AFTER: Duration = Duration::from_secs(30);
-/// Execution timeout when a task declares none.
-pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(60);
-/// Internal requeues (send failures, reassignment) allowed per task.
-pub const MAX_INTERNAL_RETRIES: i32 = 10;
-/// Assignment queue depth of one listener session.
-pub const SESSION_BUFFER: usize = 1024;
-/// The version GetVersion reports (recent enough for slot_config and the DurableTask stream).
-pub const ENGINE_VERSION: &str = "v0.94.16";
-
-/// The longest log message the engine accepts (characters).
-pub const MAX_LOG_MESSAGE_CHARS: usize = 10_000;
-/// Log levels the engine accepts.
-pub const LOG_LEVELS: [&str; 4] = ["INFO", "ERROR", "WARN", "DEBUG"];
-/// Lines kept per task; later lines are accepted and dropped (the development engine's bound on
-/// memory; the real engine keeps everything).
-pub const MAX_LOG_LINES_PER_TASK: usize = 10_000;
-
-pub(crate) fn new_id() -> String {
-    uuid::Uuid::new_v4().to_string()
-}
-
-pub(crate) use hatchet_protocol::timestamp;
-
-/// Parses a Hatchet duration (`10s`, `1m30s`, `250ms`, `2h`); `None` if malformed.
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    // The real engine's grammar: one or more `<number><unit>` parts, units ms/s/m/h, a number
-    // with an optional fraction (`1.5s`, `.5m`, `2.h`), no sign; and no more than Go's
-    // `time.ParseDuration` holds (an i64 of nanoseconds).
-    let mut rest = s;
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total: u128 = 0;
-    while !rest.is_empty() {
-        let int_len = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let (int, after) = rest.split_at(int_len);
-        let (frac, after) = match after.strip_prefix('.') {
-            Some(f) => {
-                let n = f.find(|c: char| !c.is_ascii_digit()).unwrap_or(f.len());
-                f.split_at(n)
-            }
-            None => ("", after),
-        };
-        if int.is_empty() && frac.is_empty() {
-            return None;
-        }
-        let (unit_ns, len): (u128, usize) = if after.starts_with("ms") {
-            (1_000_000, 2)
-        } else if after.starts_with('s') {
-            (1_000_000_000, 1)
-        } else if after.starts_with('m') {
-            (60_000_000_000, 1)
-        } else if after.starts_with('h') {
-            (3_600_000_000_000, 1)
-        } else {
-            return None;
-        };
-        let whole: u128 = if int.is_empty() { 0 } else { int.parse().ok()? };
-        let mut part = whole.checked_mul(unit_ns)?;
-        // The fraction, to the nanosecond (digits past the 20th change nothing).
-        let digits = &frac[..frac.len().min(20)];
-        if !digits.is_empty() {
-            let f: u128 = digits.parse().ok()?;
-            part = part.checked_add(f * unit_ns / 10u128.pow(digits.len() as u32))?;
-        }
-        total = total.checked_add(part)?;
-        if total > i64::MAX as u128 {
-            return None;
-        }
-        rest = &after[len..];
-    }
-    u64::try_from(total).ok().map(Duration::from_nanos)
-}
-
-/// SQL-LIKE-ish matching of an event key against a trigger with `*` wildcards.
-pub fn key_matches(pattern: &str, key: &str) -> bool {
-    fn go(p: &[u8], k: &[u8]) -> bool {
-        match p.split_first() {
-            None => k.is_empty(),
-            Some((b'*', rest)) => (0..=k.len()).any(|i| go(rest, &k[i..])),
-            Some((c, rest)) => k.first() == Some(c) && go(rest, &k[1..]),
-        }
-    }
-    go(pattern.as_bytes(), key.as_bytes())
-}
-
-pub(crate) fn parse_json(field: &str, s: &str) -> Result<Value, GrpcStatus> {
-    if s.trim().is_empty() {
-        return Ok(Value::Object(Default::default()));
-    }
-    serde_json::from_str(s)
-        .map_err(|e| GrpcStatus::invalid_argument(format!("{field} is not valid JSON: {e}")))
-}
-
-pub(crate) fn parse_metadata(
-    s: Option<&str>,
-) -> Result<serde_json::Map<String, Value>, GrpcStatus> {
-    match s.map(str::trim) {
-        None | Some("") => Ok(Default::default()),
-        Some(s) => match serde_json::from_str::<Value>(s) {
-            Ok(Value::Object(m)) => Ok(m),
-            Ok(Value::Null) => Ok(Default::default()),
-            Ok(_) => Err(GrpcStatus::invalid_argument(
-                "additional_metadata must be a JSON object",
-            )),
-            Err(e) => Err(GrpcStatus::invalid_argument(format!(
-                "additional_metadata is not valid JSON: {e}"
-            ))),
-        },
-    }
-}
-
-/// Events per BulkPush call.
-pub const MAX_BULK_EVENTS: usize = 1_000;
 
 /// A run or event priority must be 1–3.
 fn check_priority(p: Option<i32>) -> Result<(), GrpcStatus> {
@@ -180,29 +59,6 @@ fn check_uuid(field: &str, s: &str) -> Result<(), GrpcStatus> {
         .map_err(|_| GrpcStatus::invalid_argument(format!("{field} is not a UUID")))
 }
 
-/// Evaluates the small subset of idempotency expressions the dev engine understands: a dotted
-/// path into `input` or `additional_metadata` (`input.order_id`); anything else is used verbatim.
-/// The value of a key expression (`input.user_id`, `additional_metadata.tenant`) as a string;
-/// any other expression is its own (constant) key.
-pub(crate) fn key_of_expression(
-    expr: &str,
-    input: &Value,
-    meta: &serde_json::Map<String, Value>,
-) -> String {
-    let mut parts = expr.trim().split('.');
-    let root = match parts.next() {
-        Some("input") => input.clone(),
-        Some("additional_metadata") | Some("additionalMetadata") => Value::Object(meta.clone()),
-        _ => return expr.to_string(),
-    };
-    let v = parts.try_fold(root, |v, p| v.get(p).cloned());
-    match v {
-        Some(Value::String(s)) => s,
-        Some(other) => other.to_string(),
-        None => "null".to_string(),
-    }
-}
-
 /// Everything the engine knows.
 #[derive(Debug, Default)]
 pub struct State {
@@ -214,10 +70,10 @@ pub struct State {
     pub workers: HashMap<String, Worker>,
     pub run_subs: HashMap<u64, RunSubscriber>,
     pub event_subs: HashMap<u64, EventSubscriber>,
-    pub events: VecDeque<StoredEvent>,
-    pub event_seq: u64,
+    /// Pushed events (see `store/events.rs`).
+    pub events: crate::store::events::EventLog,
     pub idempotency: HashMap<(String, String), (String, Instant)>,
-    pub rate_limits: BTreeMap<String, RateLimit>,
+    pub rate_limits: crate::sched::rate_limits::RateLimits,
     pub durable: DurableState,
     pub next_id: u64,
     /// Crons and schedules (see `time/schedules.rs`).
@@ -233,7 +89,7 @@ pub struct State {
     /// Pending tasks whose conditions wait for events.
     pub event_waiters: HashSet<String>,
     /// Event filters (see `filters.rs`).
-    pub filters: Vec<crate::dag::filters::Filter>,
+    pub filters: crate::dag::filters::Filters,
     /// Deadlines of running attempts, earliest first (see `expire_timeouts`).
     pub deadlines: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
     /// Paused workflows and the tasks they hold (see `pause.rs`).
@@ -243,9 +99,6 @@ pub struct State {
     /// The engine's clock (see `clock.rs`): every time the state reads comes from it.
     pub clock: std::sync::Arc<crate::time::clock::Clock>,
 }
-
-/// Events kept for durable look-back and REST reads.
-const EVENTS_KEPT: usize = 10_000;
 
 /// The engine: state plus the notifier that wakes the scheduler.
 #[derive(Debug)]
@@ -379,7 +232,7 @@ impl Engine {
             r.key_expr.is_none()
                 && r.units_expr.is_none()
                 && r.limit_values_expr.is_none()
-                && !st.rate_limits.contains_key(&r.key)
+                && !st.rate_limits.contains(&r.key)
         });
         if missing_key {
             return Err(GrpcStatus::internal("An internal error occurred."));
@@ -416,7 +269,8 @@ impl Engine {
                 deleted: false,
             },
         );
-        st.set_declarative_filters(&id, &default_filters);
+        let now = st.clock.system_now();
+        st.filters.set_declarative(&id, &default_filters, now);
         let planned = crate::time::schedules::Planned {
             tenant: self.tenant_id.clone(),
             workflow: name.clone(),
@@ -685,7 +539,7 @@ impl Engine {
         if collisions.is_empty() {
             Ok(created)
         } else {
-            Err(crate::store::runs::bulk_idempotency_collision(
+            Err(crate::rules::bulk_idempotency_collision(
                 created, collisions,
             ))
         }
@@ -715,22 +569,17 @@ impl Engine {
         let (payload, meta) = check_event(req)?;
         let at = self.clock.system_now();
         let mut st = self.state.lock();
-        st.event_seq += 1;
-        let ev = StoredEvent {
+        let ev = st.events.record(StoredEvent {
             id: new_id(),
             key: req.key.clone(),
             payload: payload.clone(),
             at,
-            seq: st.event_seq,
+            seq: 0,
             scope: req.scope.clone(),
             metadata: meta.clone(),
             runs: Vec::new(),
             webhook: None,
-        };
-        st.events.push_back(ev.clone());
-        if st.events.len() > EVENTS_KEPT {
-            st.events.pop_front();
-        }
+        });
         let targets: Vec<(String, String)> = st
             .workflows
             .values()
@@ -743,8 +592,7 @@ impl Engine {
         run_meta.insert("hatchet__event_key".into(), Value::String(ev.key.clone()));
         let mut started = Vec::new();
         for (name, workflow_id) in targets {
-            let decision = crate::dag::filters::decide(
-                &st.filters,
+            let decision = st.filters.decide(
                 &workflow_id,
                 req.scope.as_deref(),
                 (&ev.key, &ev.id),
@@ -771,9 +619,7 @@ impl Engine {
                 started.push(run);
             }
         }
-        if let Some(kept) = st.events.back_mut().filter(|e| e.id == ev.id) {
-            kept.runs = started;
-        }
+        st.events.set_runs(&ev.id, started);
         st.durable_event_pushed(&ev);
         st.conditions_event(&ev);
         drop(st);
@@ -1142,16 +988,9 @@ impl Engine {
             ));
         }
         let mut st = self.state.lock();
-        let limit = st
-            .rate_limits
-            .entry(req.key.clone())
-            .or_insert_with(|| RateLimit::new(&req.key, i64::from(req.limit), duration));
-        // Changing a limit keeps what the current window has used.
-        let used = limit.used;
-        let start = limit.window_start;
-        *limit = RateLimit::new(&req.key, i64::from(req.limit), duration);
-        limit.used = used;
-        limit.window_start = start;
+        let wall = st.clock.system_now();
+        st.rate_limits
+            .put(&req.key, i64::from(req.limit), duration, wall);
         drop(st);
         self.wake.notify_one();
         Ok(())
@@ -1228,41 +1067,5 @@ pub(crate) fn one_task_workflow() -> v1::CreateWorkflowVersionRequest {
             ..Default::default()
         }],
         ..Default::default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10s"), Some(Duration::from_secs(10)));
-        assert_eq!(parse_duration("1m30s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
-        // Fractions, as the real engine takes them.
-        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_duration(".5m"), Some(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2.h"), Some(Duration::from_secs(7200)));
-        assert_eq!(parse_duration("1h0.25m"), Some(Duration::from_secs(3615)));
-        assert_eq!(
-            parse_duration("0.0000000015s"),
-            Some(Duration::from_nanos(1))
-        );
-        for bad in [
-            "", "s", "10", "10d", "-1s", " 1s", "1s ", ".s", "1..5s", "1.5", "3000000h",
-        ] {
-            assert_eq!(parse_duration(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn wildcards() {
-        assert!(key_matches("order:*", "order:created"));
-        assert!(key_matches("*", "anything"));
-        assert!(key_matches("a*c", "abbbc"));
-        assert!(!key_matches("order:*", "user:created"));
-        assert!(!key_matches("order", "order:created"));
     }
 }

@@ -17,6 +17,9 @@ mod core;
 mod dag;
 mod durable;
 mod faults;
+#[cfg(test)]
+mod house;
+mod rules;
 mod sched;
 mod stats;
 mod store;
@@ -28,7 +31,7 @@ pub use store::webhooks::signing as webhook_signing;
 
 use api::{gate, grpc, io, rest};
 
-pub use crate::core::{ENGINE_VERSION, parse_duration};
+pub use crate::rules::{ENGINE_VERSION, parse_duration};
 pub use faults::{Fault, FaultRule, Faults};
 
 use std::net::SocketAddr;
@@ -224,7 +227,7 @@ impl DevEngine {
         let api = bind(opts.api_port)?;
         let grpc_addr = grpc.local_addr()?;
         let api_addr = api.local_addr()?;
-        let tenant_id = opts.tenant_id.unwrap_or_else(crate::core::new_id);
+        let tenant_id = opts.tenant_id.unwrap_or_else(crate::rules::new_id);
         let exp = (SystemTime::now() + TOKEN_LIFETIME)
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -234,7 +237,7 @@ impl DevEngine {
             &format!("http://{api_addr}"),
             &grpc_addr.to_string(),
             exp,
-            &crate::core::new_id(),
+            &crate::rules::new_id(),
         );
         let strategy = match &opts.tls {
             None => TlsStrategy::None,
@@ -255,7 +258,7 @@ impl DevEngine {
             tls: opts.tls.clone(),
             engine: Arc::new(crate::core::Engine::new(
                 tenant_id,
-                opts.reassign_after.unwrap_or(crate::core::REASSIGN_AFTER),
+                opts.reassign_after.unwrap_or(crate::rules::REASSIGN_AFTER),
                 opts.version
                     .clone()
                     .unwrap_or_else(|| ENGINE_VERSION.to_string()),

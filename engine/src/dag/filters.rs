@@ -16,7 +16,6 @@ use std::time::SystemTime;
 
 use serde_json::{Map, Value, json};
 
-use crate::core::State;
 use crate::dag::expr::filter_matches;
 
 /// A stored filter.
@@ -75,56 +74,84 @@ fn vars(
     m
 }
 
-/// Decides for one workflow (invariants 1–3).
-pub fn decide(
-    filters: &[Filter],
-    workflow_id: &str,
-    scope: Option<&str>,
-    event: (&str, &str),
-    input: &Value,
-    meta: &Map<String, Value>,
-) -> Decision {
-    let mine: Vec<&Filter> = filters
-        .iter()
-        .filter(|f| f.workflow_id == workflow_id)
-        .collect();
-    if mine.is_empty() {
-        return Decision::Once;
-    }
-    let Some(scope) = scope else {
-        return Decision::PerFilter(Vec::new());
-    };
-    let (key, id) = event;
-    Decision::PerFilter(
-        mine.into_iter()
-            .filter(|f| f.scope == scope)
-            .filter(|f| filter_matches(&f.expression, &vars(input, meta, f, key, id)))
-            .map(|f| f.payload.clone())
-            .collect(),
-    )
+/// Every stored filter, in creation order: the room that keeps invariant 4.
+#[derive(Debug, Default)]
+pub struct Filters {
+    all: Vec<Filter>,
 }
 
-impl State {
+impl Filters {
+    /// Stores a filter made through the REST API.
+    pub fn add(&mut self, f: Filter) {
+        self.all.push(f);
+    }
+
+    /// Every filter, in creation order.
+    pub fn iter(&self) -> impl Iterator<Item = &Filter> {
+        self.all.iter()
+    }
+
+    /// The filter `id`, to change.
+    pub fn get_mut(&mut self, id: &str) -> Option<&mut Filter> {
+        self.all.iter_mut().find(|f| f.id == id)
+    }
+
+    /// Removes and returns the filter `id`.
+    pub fn remove(&mut self, id: &str) -> Option<Filter> {
+        let i = self.all.iter().position(|f| f.id == id)?;
+        Some(self.all.remove(i))
+    }
+
+    /// What an event means for one workflow (invariants 1-3).
+    pub fn decide(
+        &self,
+        workflow_id: &str,
+        scope: Option<&str>,
+        event: (&str, &str),
+        input: &Value,
+        meta: &Map<String, Value>,
+    ) -> Decision {
+        let mine: Vec<&Filter> = self
+            .all
+            .iter()
+            .filter(|f| f.workflow_id == workflow_id)
+            .collect();
+        if mine.is_empty() {
+            return Decision::Once;
+        }
+        let Some(scope) = scope else {
+            return Decision::PerFilter(Vec::new());
+        };
+        let (key, id) = event;
+        Decision::PerFilter(
+            mine.into_iter()
+                .filter(|f| f.scope == scope)
+                .filter(|f| filter_matches(&f.expression, &vars(input, meta, f, key, id)))
+                .map(|f| f.payload.clone())
+                .collect(),
+        )
+    }
+
     /// Replaces a workflow's declarative filters when a version declares some (invariant 4).
-    pub fn set_declarative_filters(
+    pub fn set_declarative(
         &mut self,
         workflow_id: &str,
         declared: &[hatchet_protocol::v1::DefaultFilter],
+        now: SystemTime,
     ) {
         if declared.is_empty() {
             return;
         }
-        self.filters
+        self.all
             .retain(|f| !(f.declarative && f.workflow_id == workflow_id));
-        let now = self.clock.system_now();
         for d in declared {
             let payload = d
                 .payload
                 .as_deref()
                 .and_then(|p| serde_json::from_slice(p).ok())
                 .unwrap_or_else(|| json!({}));
-            self.filters.push(Filter {
-                id: crate::core::new_id(),
+            self.all.push(Filter {
+                id: crate::rules::new_id(),
                 workflow_id: workflow_id.to_string(),
                 scope: d.scope.clone(),
                 expression: d.expression.clone(),
@@ -143,7 +170,7 @@ mod tests {
 
     fn filter(wf: &str, scope: &str, expr: &str, payload: Value) -> Filter {
         Filter {
-            id: crate::core::new_id(),
+            id: crate::rules::new_id(),
             workflow_id: wf.into(),
             scope: scope.into(),
             expression: expr.into(),
@@ -156,40 +183,39 @@ mod tests {
 
     #[test]
     fn the_real_engines_three_cases() {
-        let fs = vec![
-            filter(
-                "w",
-                "tenant-a",
-                "input.amount > payload.min",
-                json!({"min": 10}),
-            ),
-            filter(
-                "w",
-                "tenant-a",
-                "event_key == 'order:created'",
-                json!({"tag": "all"}),
-            ),
-            filter("w", "tenant-b", "true", json!({"tag": "b"})),
-            filter("w", "tenant-a", "", json!({"tag": "empty never matches"})),
-        ];
+        let fs = Filters {
+            all: vec![
+                filter(
+                    "w",
+                    "tenant-a",
+                    "input.amount > payload.min",
+                    json!({"min": 10}),
+                ),
+                filter(
+                    "w",
+                    "tenant-a",
+                    "event_key == 'order:created'",
+                    json!({"tag": "all"}),
+                ),
+                filter("w", "tenant-b", "true", json!({"tag": "b"})),
+                filter("w", "tenant-a", "", json!({"tag": "empty never matches"})),
+            ],
+        };
         let input = json!({"amount": 20});
         let meta = Map::new();
         let ev = ("order:created", "id");
+        assert_eq!(fs.decide("other", None, ev, &input, &meta), Decision::Once);
         assert_eq!(
-            decide(&fs, "other", None, ev, &input, &meta),
-            Decision::Once
-        );
-        assert_eq!(
-            decide(&fs, "w", None, ev, &input, &meta),
+            fs.decide("w", None, ev, &input, &meta),
             Decision::PerFilter(vec![]),
             "filters exist but the event has no scope"
         );
         assert_eq!(
-            decide(&fs, "w", Some("tenant-a"), ev, &input, &meta),
+            fs.decide("w", Some("tenant-a"), ev, &input, &meta),
             Decision::PerFilter(vec![json!({"min": 10}), json!({"tag": "all"})])
         );
         assert_eq!(
-            decide(&fs, "w", Some("tenant-c"), ev, &input, &meta),
+            fs.decide("w", Some("tenant-c"), ev, &input, &meta),
             Decision::PerFilter(vec![])
         );
     }

@@ -1,5 +1,5 @@
-//! Assignment: live workers, slots, the assigned-action payload, requeues of a silent worker's
-//! tasks, and execution timeouts.
+//! Assignment: queueing (a paused workflow's tasks are held instead), live workers, slots, the
+//! assigned-action payload, requeues of a silent worker's tasks, and execution timeouts.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -8,6 +8,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::core::*;
+use crate::sched::queue::Lane;
 use crate::store::model::*;
 use hatchet_protocol as proto;
 
@@ -116,7 +117,13 @@ impl State {
         let action = task.action.clone();
         let wanted = task.slot_type.clone();
         let wish = task.wish.clone();
-        match self.rate_limits_allow(tid, now) {
+        let uses = self
+            .tasks
+            .get(tid)
+            .map(|t| t.rate_limits.clone())
+            .unwrap_or_default();
+        let wall = self.clock.system_now();
+        match self.rate_limits.allow(&uses, now, wall) {
             crate::sched::rate_limits::Admission::Now => {}
             crate::sched::rate_limits::Admission::Later => return Offer::Wait,
             crate::sched::rate_limits::Admission::Never(why) => {
@@ -194,7 +201,10 @@ impl State {
         }
         *w.slots_used.entry(slot.clone()).or_default() += 1;
         w.assignments += 1;
-        self.take_rate_limits(tid, now);
+        if let Some(t) = self.tasks.get(tid) {
+            let wall = self.clock.system_now();
+            self.rate_limits.take(&t.rate_limits, now, wall);
+        }
         let run_id = {
             let Some(t) = self.tasks.get_mut(tid) else {
                 return Offer::Skip;
@@ -406,6 +416,31 @@ impl State {
             // The real engine's words, quoting the timeout as registered.
             let why = format!("Task exceeded timeout of {}", self.tasks[&tid].timeout_text);
             self.fail_attempt(&tid, why, false);
+        }
+    }
+}
+
+impl crate::core::State {
+    /// Queues task `tid` at the back of its lane (its run's priority, its slot type), or holds
+    /// it when its workflow is paused (see `pause.rs`).
+    pub(crate) fn enqueue(&mut self, tid: &str) {
+        if self.hold_if_paused(tid, self.clock.now()) {
+            return;
+        }
+        if let Some(t) = self.tasks.get(tid) {
+            let lane = Lane::new(t.priority, &t.slot_type);
+            self.queue.push_back(lane, tid.to_string());
+        }
+    }
+
+    /// Queues task `tid` at the front of its lane.
+    pub(crate) fn enqueue_front(&mut self, tid: &str) {
+        if self.hold_if_paused(tid, self.clock.now()) {
+            return;
+        }
+        if let Some(t) = self.tasks.get(tid) {
+            let lane = Lane::new(t.priority, &t.slot_type);
+            self.queue.push_front(lane, tid.to_string());
         }
     }
 }

@@ -103,31 +103,6 @@ impl TaskQueue {
     }
 }
 
-impl crate::core::State {
-    /// Queues task `tid` at the back of its lane (its run's priority, its slot type), or holds
-    /// it when its workflow is paused (see `pause.rs`).
-    pub(crate) fn enqueue(&mut self, tid: &str) {
-        if self.hold_if_paused(tid, self.clock.now()) {
-            return;
-        }
-        if let Some(t) = self.tasks.get(tid) {
-            let lane = Lane::new(t.priority, &t.slot_type);
-            self.queue.push_back(lane, tid.to_string());
-        }
-    }
-
-    /// Queues task `tid` at the front of its lane.
-    pub(crate) fn enqueue_front(&mut self, tid: &str) {
-        if self.hold_if_paused(tid, self.clock.now()) {
-            return;
-        }
-        if let Some(t) = self.tasks.get(tid) {
-            let lane = Lane::new(t.priority, &t.slot_type);
-            self.queue.push_front(lane, tid.to_string());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,12 +11,13 @@
 //!    blocks work forever; a dynamic key (`key_expr`) is created with `limit_values_expr`
 //!    (a static key's `limit_values_expr` is ignored: the Python SDK sends `-1` there).
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::core::{State, key_of_expression};
+use crate::rules::key_of_expression;
 use hatchet_protocol::v1;
 
 /// A declared limit and its current window.
@@ -30,17 +31,17 @@ pub struct RateLimit {
     pub duration: String,
     /// The window's length.
     pub window: Duration,
-    /// Units taken in the current window.
-    pub used: i64,
+    /// Units taken in the current window (kept by [`RateLimits`]).
+    used: i64,
     /// When the current window started (`None` before the first use).
-    pub window_start: Option<Instant>,
+    window_start: Option<Instant>,
     /// When it was last set or refilled (REST `lastRefill`).
-    pub refilled_at: std::time::SystemTime,
+    pub refilled_at: SystemTime,
 }
 
 impl RateLimit {
     /// A new limit of `limit` units per `duration`.
-    pub fn new(key: &str, limit: i64, duration: v1::RateLimitDuration) -> Self {
+    fn new(key: &str, limit: i64, duration: v1::RateLimitDuration, wall: SystemTime) -> Self {
         RateLimit {
             key: key.to_string(),
             limit,
@@ -48,7 +49,7 @@ impl RateLimit {
             window: window_of(duration),
             used: 0,
             window_start: None,
-            refilled_at: std::time::SystemTime::now(),
+            refilled_at: wall,
         }
     }
 
@@ -153,24 +154,55 @@ pub enum Admission {
     Never(String),
 }
 
-impl State {
-    /// Whether task `tid` may be assigned at `now` (invariant 2; refills ended windows).
-    pub(crate) fn rate_limits_allow(&mut self, tid: &str, now: Instant) -> Admission {
-        let Some(task) = self.tasks.get(tid) else {
-            return Admission::Now;
-        };
-        for RateLimitUse { key, units, create } in task.rate_limits.clone() {
-            let limit = match (self.rate_limits.contains_key(&key), create) {
-                (true, _) => self.rate_limits.get_mut(&key),
+/// Every key's limit and window: the room that keeps invariants 1-3.
+#[derive(Debug, Default)]
+pub struct RateLimits {
+    keys: BTreeMap<String, RateLimit>,
+}
+
+impl RateLimits {
+    /// Whether `key` is declared.
+    pub fn contains(&self, key: &str) -> bool {
+        self.keys.contains_key(key)
+    }
+
+    /// Declares `key` (`PutRateLimit`), or changes its limit: a change keeps what the current
+    /// window has used.
+    pub fn put(
+        &mut self,
+        key: &str,
+        limit: i64,
+        duration: v1::RateLimitDuration,
+        wall: SystemTime,
+    ) {
+        let mut new = RateLimit::new(key, limit, duration, wall);
+        if let Some(old) = self.keys.get(key) {
+            new.used = old.used;
+            new.window_start = old.window_start;
+        }
+        self.keys.insert(key.to_string(), new);
+    }
+
+    /// Every key, in key order.
+    pub fn iter(&self) -> impl Iterator<Item = &RateLimit> {
+        self.keys.values()
+    }
+
+    /// Whether an attempt taking `uses` may be assigned at `now` (invariant 2; refills ended
+    /// windows, creates a dynamic key on first use).
+    pub fn allow(&mut self, uses: &[RateLimitUse], now: Instant, wall: SystemTime) -> Admission {
+        for RateLimitUse { key, units, create } in uses {
+            let limit = match (self.keys.contains_key(key), create) {
+                (true, _) => self.keys.get_mut(key),
                 (false, Some((limit, duration))) => Some(
-                    self.rate_limits
+                    self.keys
                         .entry(key.clone())
-                        .or_insert_with(|| RateLimit::new(&key, limit, duration)),
+                        .or_insert_with(|| RateLimit::new(key, *limit, *duration, wall)),
                 ),
                 (false, None) => None, // undeclared: unlimited (invariant 3)
             };
             if let Some(l) = limit {
-                if units > l.limit {
+                if *units > l.limit {
                     return Admission::Never(format!(
                         "the task takes {units} units of rate limit {key:?}, whose whole limit is {} per {}: it can never run; lower its units or raise the limit",
                         l.limit,
@@ -178,7 +210,7 @@ impl State {
                     ));
                 }
                 l.refill(now);
-                if l.used.saturating_add(units) > l.limit {
+                if l.used.saturating_add(*units) > l.limit {
                     return Admission::Later;
                 }
             }
@@ -186,18 +218,15 @@ impl State {
         Admission::Now
     }
 
-    /// Takes task `tid`'s units (its assignment was sent).
-    pub(crate) fn take_rate_limits(&mut self, tid: &str, now: Instant) {
-        let Some(task) = self.tasks.get(tid) else {
-            return;
-        };
-        for RateLimitUse { key, units, .. } in task.rate_limits.clone() {
-            if let Some(l) = self.rate_limits.get_mut(&key) {
+    /// Takes the units of `uses` (an assignment was sent at `now`).
+    pub fn take(&mut self, uses: &[RateLimitUse], now: Instant, wall: SystemTime) {
+        for RateLimitUse { key, units, .. } in uses {
+            if let Some(l) = self.keys.get_mut(key) {
                 if l.window_start.is_none() {
                     l.window_start = Some(now);
-                    l.refilled_at = self.clock.system_now();
+                    l.refilled_at = wall;
                 }
-                l.used = l.used.saturating_add(units);
+                l.used = l.used.saturating_add(*units);
             }
         }
     }
@@ -209,60 +238,61 @@ mod tests {
     use hatchet_protocol::v1::RateLimitDuration as D;
     use serde_json::json;
 
-    fn state_with_limited_task(declared: v1::CreateTaskRateLimit) -> (State, Vec<String>) {
-        let mut wf = crate::core::one_task_workflow();
-        wf.tasks[0].rate_limits = vec![declared];
-        let mut st = crate::core::state_with(wf);
-        let runs: Vec<String> = ["a", "a", "b"]
+    /// What the tasks of three runs (users a, a and b) take under `declared`.
+    fn uses_of_three_runs(declared: v1::CreateTaskRateLimit) -> Vec<Vec<RateLimitUse>> {
+        ["a", "a", "b"]
             .iter()
             .map(|user| {
-                st.create_run(
-                    "tenant",
-                    "wf",
-                    json!({ "user": user }),
-                    Default::default(),
-                    Default::default(),
+                uses_of(
+                    std::slice::from_ref(&declared),
+                    &json!({ "user": user }),
+                    &Default::default(),
                 )
-                .expect("run")
             })
-            .collect();
-        (st, runs)
+            .collect()
     }
 
     #[test]
     fn a_fixed_window_gives_its_units_back_when_it_ends() {
-        let (mut st, runs) = state_with_limited_task(v1::CreateTaskRateLimit {
+        let runs = uses_of_three_runs(v1::CreateTaskRateLimit {
             key: "api".into(),
             units: Some(1),
             ..Default::default()
         });
-        st.rate_limits
-            .insert("api".into(), RateLimit::new("api", 2, D::Second));
+        let mut limits = RateLimits::default();
+        let wall = SystemTime::now();
+        limits.put("api", 2, D::Second, wall);
         let t0 = Instant::now();
         for run in &runs[..2] {
-            assert_eq!(Admission::Now, st.rate_limits_allow(run, t0));
-            st.take_rate_limits(run, t0);
+            assert_eq!(Admission::Now, limits.allow(run, t0, wall));
+            limits.take(run, t0, wall);
         }
         assert_eq!(
             Admission::Later,
-            st.rate_limits_allow(&runs[2], t0),
+            limits.allow(&runs[2], t0, wall),
             "two units per second"
         );
-        assert_eq!(st.rate_limits["api"].remaining(), 0);
+        let remaining =
+            |l: &RateLimits| l.iter().find(|r| r.key == "api").map(RateLimit::remaining);
+        assert_eq!(remaining(&limits), Some(0));
         assert_eq!(
             Admission::Later,
-            st.rate_limits_allow(&runs[2], t0 + Duration::from_millis(999))
+            limits.allow(&runs[2], t0 + Duration::from_millis(999), wall)
         );
+        // Raising the limit keeps what the window has used.
+        limits.put("api", 3, D::Second, wall);
+        assert_eq!(remaining(&limits), Some(1), "the window's use is kept");
+        limits.put("api", 2, D::Second, wall);
         assert_eq!(
             Admission::Now,
-            st.rate_limits_allow(&runs[2], t0 + Duration::from_secs(1))
+            limits.allow(&runs[2], t0 + Duration::from_secs(1), wall)
         );
-        assert_eq!(st.rate_limits["api"].remaining(), 2, "a new window");
+        assert_eq!(remaining(&limits), Some(2), "a new window");
     }
 
     #[test]
     fn dynamic_keys_get_their_own_limit_and_undeclared_keys_are_unlimited() {
-        let (mut st, runs) = state_with_limited_task(v1::CreateTaskRateLimit {
+        let runs = uses_of_three_runs(v1::CreateTaskRateLimit {
             key: "input.user".into(),
             units: Some(1),
             key_expr: Some("input.user".into()),
@@ -270,29 +300,33 @@ mod tests {
             limit_values_expr: Some("1".into()),
             duration: Some(D::Minute as i32),
         });
+        let mut limits = RateLimits::default();
+        let wall = SystemTime::now();
         let t0 = Instant::now();
-        assert_eq!(Admission::Now, st.rate_limits_allow(&runs[0], t0));
-        st.take_rate_limits(&runs[0], t0);
+        assert_eq!(Admission::Now, limits.allow(&runs[0], t0, wall));
+        limits.take(&runs[0], t0, wall);
         assert_eq!(
             Admission::Later,
-            st.rate_limits_allow(&runs[1], t0),
+            limits.allow(&runs[1], t0, wall),
             "user a has used its unit"
         );
         assert_eq!(
             Admission::Now,
-            st.rate_limits_allow(&runs[2], t0),
+            limits.allow(&runs[2], t0, wall),
             "user b has its own"
         );
-        assert_eq!(st.rate_limits["a"].window, Duration::from_secs(60));
+        let a = limits.iter().find(|r| r.key == "a").map(|r| r.window);
+        assert_eq!(a, Some(Duration::from_secs(60)));
 
-        let (mut st, runs) = state_with_limited_task(v1::CreateTaskRateLimit {
+        let runs = uses_of_three_runs(v1::CreateTaskRateLimit {
             key: "never-declared".into(),
             units: Some(100),
             limit_values_expr: Some("-1".into()), // what the Python SDK sends for static keys
             duration: Some(D::Minute as i32),
             ..Default::default()
         });
-        assert_eq!(Admission::Now, st.rate_limits_allow(&runs[0], t0));
-        assert!(st.rate_limits.is_empty());
+        let mut limits = RateLimits::default();
+        assert_eq!(Admission::Now, limits.allow(&runs[0], t0, wall));
+        assert_eq!(limits.iter().count(), 0);
     }
 }

@@ -1,7 +1,9 @@
 //! Runs and tasks and what surrounds them: their records, their lifecycle, run control,
-//! what subscribers see, paused workflows and incoming webhooks.
+//! the events kept, what subscribers see, paused workflows and incoming webhooks.
 
 pub mod control;
+pub(crate) mod events;
+pub(crate) mod holds;
 pub(crate) mod model;
 pub(crate) mod pause;
 pub(crate) mod runs;

@@ -1,4 +1,5 @@
-//! The development engine's in-memory records. Plain data: the rules live in [`crate::core`].
+//! The development engine's in-memory records. Plain data: the rules that change them live with
+//! the rooms of their concepts (`sched`, `dag`, `time`, `durable`) and the hub (`core.rs`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, SystemTime};
@@ -297,4 +298,19 @@ pub struct EventSubscriber {
     pub filter: EventFilter,
 }
 
-pub use crate::sched::rate_limits::RateLimit;
+/// Options of one run creation.
+#[derive(Debug, Default, Clone)]
+pub struct TriggerOpts {
+    pub parent_task: Option<String>,
+    pub child_index: Option<i32>,
+    pub child_key: Option<String>,
+    /// The run's own priority; `None` takes the workflow's default, else 1.
+    pub priority: Option<i32>,
+    pub event: Option<(String, String)>,
+    /// The worker its root tasks should stay on (honoured for sticky workflows only).
+    pub desired_worker: Option<String>,
+    /// The payload of the event filter that started it.
+    pub filter_payload: Option<serde_json::Value>,
+    /// Run-level desired labels: when given, they replace every task's own.
+    pub desired_labels: Vec<crate::sched::placement::Desired>,
+}

@@ -17,8 +17,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::core::State;
-
 /// How a workflow is paused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PauseRule {
@@ -113,72 +111,41 @@ impl Pauses {
     pub fn held(&self, workflow: &str) -> usize {
         self.held.get(workflow).map_or(0, VecDeque::len)
     }
-}
 
-impl State {
-    /// The paused workflow task `tid` belongs to, if it is paused.
-    fn paused_workflow_of(&self, tid: &str) -> Option<String> {
-        if self.pauses.rules.is_empty() {
-            return None;
-        }
-        let run = self.runs.get(&self.tasks.get(tid)?.run_id)?;
-        self.pauses
-            .rules
-            .contains_key(&run.workflow_name)
-            .then(|| run.workflow_name.clone())
+    /// Whether `workflow` (by name) is paused.
+    pub fn is_paused(&self, workflow: &str) -> bool {
+        !self.rules.is_empty() && self.rules.contains_key(workflow)
     }
 
-    /// Holds `tid` instead of queueing it when its workflow is paused (invariant 1).
-    pub(crate) fn hold_if_paused(&mut self, tid: &str, now: Instant) -> bool {
-        let Some(wf) = self.paused_workflow_of(tid) else {
-            return false;
-        };
-        self.pauses
-            .held
-            .entry(wf)
+    /// Holds task `tid` of paused `workflow`, after the ones held before it (invariant 1).
+    pub fn hold(&mut self, workflow: &str, tid: &str, now: Instant) {
+        self.held
+            .entry(workflow.to_string())
             .or_default()
             .push_back((tid.to_string(), now));
-        true
     }
 
-    /// Pauses `workflow` (or changes its rule), holding its queued tasks (invariant 1).
-    pub fn pause_workflow(&mut self, workflow: &str, rule: PauseRule, now: Instant) {
-        self.pauses.rules.insert(workflow.to_string(), rule);
-        let mut moved = Vec::new();
-        let (tasks, runs) = (&self.tasks, &self.runs);
-        self.queue.retain(|tid| {
-            let of_it = tasks
-                .get(tid)
-                .and_then(|t| runs.get(&t.run_id))
-                .is_some_and(|r| r.workflow_name == workflow);
-            if of_it {
-                moved.push(tid.to_string());
-            }
-            !of_it
-        });
-        let held = self.pauses.held.entry(workflow.to_string()).or_default();
-        held.extend(moved.into_iter().map(|t| (t, now)));
+    /// Pauses `workflow` under `rule` (or changes its rule), holding `queued`, its tasks taken
+    /// out of the queue, after what it already holds (invariant 1).
+    pub fn pause(&mut self, workflow: &str, rule: PauseRule, queued: Vec<String>, now: Instant) {
+        self.rules.insert(workflow.to_string(), rule);
+        let held = self.held.entry(workflow.to_string()).or_default();
+        held.extend(queued.into_iter().map(|t| (t, now)));
     }
 
-    /// Unpauses `workflow`, queueing what it held in order (invariant 2); answers how many.
-    pub fn unpause_workflow(&mut self, workflow: &str) -> usize {
-        self.pauses.rules.remove(workflow);
-        let held = self.pauses.held.remove(workflow).unwrap_or_default();
-        let n = held.len();
-        for (tid, _) in held {
-            self.enqueue(&tid);
-        }
-        n
+    /// Ends `workflow`'s pause (an unpause or its deletion) and gives back what it held, in the
+    /// order it was held (invariant 2).
+    pub fn end(&mut self, workflow: &str) -> Vec<String> {
+        self.rules.remove(workflow);
+        let held = self.held.remove(workflow).unwrap_or_default();
+        held.into_iter().map(|(t, _)| t).collect()
     }
 
-    /// Cancels held tasks older than their pause's TTL (invariant 3).
-    pub(crate) fn expire_paused(&mut self, now: Instant) {
-        if self.pauses.held.is_empty() {
-            return;
-        }
+    /// Takes out the held tasks older than their pause's TTL at `now` (invariant 3).
+    pub fn expired(&mut self, now: Instant) -> Vec<String> {
         let mut expired = Vec::new();
-        for (wf, held) in &mut self.pauses.held {
-            let Some(rule) = self.pauses.rules.get(wf) else {
+        for (wf, held) in &mut self.held {
+            let Some(rule) = self.rules.get(wf) else {
                 continue;
             };
             while held
@@ -190,17 +157,7 @@ impl State {
                 }
             }
         }
-        for tid in expired {
-            self.cancel_task(&tid, "the workflow was paused longer than its queue TTL");
-        }
-    }
-
-    /// Forgets a deleted workflow's pause; its held tasks are cancelled.
-    pub(crate) fn drop_pause(&mut self, workflow: &str) {
-        self.pauses.rules.remove(workflow);
-        for (tid, _) in self.pauses.held.remove(workflow).unwrap_or_default() {
-            self.cancel_task(&tid, "the workflow was deleted");
-        }
+        expired
     }
 }
 

@@ -8,25 +8,9 @@ use serde_json::Value;
 use tonic::Status as GrpcStatus;
 
 use crate::core::*;
+use crate::rules::*;
 use crate::store::model::*;
 use hatchet_protocol::{self as proto, v1};
-
-/// Options of one run creation.
-#[derive(Debug, Default, Clone)]
-pub struct TriggerOpts {
-    pub parent_task: Option<String>,
-    pub child_index: Option<i32>,
-    pub child_key: Option<String>,
-    /// The run's own priority; `None` takes the workflow's default, else 1.
-    pub priority: Option<i32>,
-    pub event: Option<(String, String)>,
-    /// The worker its root tasks should stay on (honoured for sticky workflows only).
-    pub desired_worker: Option<String>,
-    /// The payload of the event filter that started it.
-    pub filter_payload: Option<Value>,
-    /// Run-level desired labels: when given, they replace every task's own.
-    pub desired_labels: Vec<crate::sched::placement::Desired>,
-}
 
 impl State {
     /// Creates a run and queues its root tasks. Child dedupe and idempotency keys apply.
@@ -578,55 +562,6 @@ pub fn fit_results(
         return Vec::new();
     }
     results
-}
-
-/// An `ALREADY_EXISTS` "idempotency key collision" status carrying `detail` under `type_url`.
-fn collision_status(type_url: &str, detail: Vec<u8>) -> GrpcStatus {
-    use prost::Message as _;
-    let status = proto::RpcStatus {
-        code: tonic::Code::AlreadyExists as i32,
-        message: "idempotency key collision".into(),
-        details: vec![prost_types::Any {
-            type_url: type_url.into(),
-            value: detail,
-        }],
-    };
-    GrpcStatus::with_details(
-        tonic::Code::AlreadyExists,
-        "idempotency key collision",
-        status.encode_to_vec().into(),
-    )
-}
-
-/// The `ALREADY_EXISTS` status with a `v1.IdempotencyCollisionError` detail.
-pub fn idempotency_collision(existing: &str) -> GrpcStatus {
-    use prost::Message as _;
-    let detail = v1::IdempotencyCollisionError {
-        existing_run_external_id: existing.to_string(),
-        colliding_run_external_id: new_id(),
-    };
-    collision_status(
-        proto::IDEMPOTENCY_COLLISION_TYPE_URL,
-        detail.encode_to_vec(),
-    )
-}
-
-/// The `ALREADY_EXISTS` status of a bulk trigger some of whose items collided, as the real
-/// engine answers it: a `v1.BulkTriggerIdempotencyCollisionError` with the runs it created and
-/// the collisions, each in item order.
-pub fn bulk_idempotency_collision(
-    created: Vec<String>,
-    collisions: Vec<v1::IdempotencyCollisionError>,
-) -> GrpcStatus {
-    use prost::Message as _;
-    let detail = v1::BulkTriggerIdempotencyCollisionError {
-        successful_workflow_run_external_ids: created,
-        collisions,
-    };
-    collision_status(
-        proto::BULK_IDEMPOTENCY_COLLISION_TYPE_URL,
-        detail.encode_to_vec(),
-    )
 }
 
 #[cfg(test)]

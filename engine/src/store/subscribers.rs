@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use crate::core::*;
+use crate::rules::*;
 use crate::store::model::*;
 use hatchet_protocol as proto;
 

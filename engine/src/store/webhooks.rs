@@ -28,17 +28,7 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use serde_json::{Map, Value, json};
 
-use crate::core::State;
 use crate::dag::expr::Expr;
-
-impl State {
-    /// Marks event `id` as having come through webhook `name` (the events list shows it).
-    pub fn mark_webhook_event(&mut self, id: &str, name: &str) {
-        if let Some(e) = self.events.iter_mut().rev().find(|e| e.id == id) {
-            e.webhook = Some(name.to_string());
-        }
-    }
-}
 
 /// How a webhook authenticates its requests.
 #[derive(Clone, PartialEq)]

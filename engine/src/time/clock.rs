@@ -21,9 +21,6 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::core::State;
-use crate::store::model::Status;
-
 /// How long a poll of a run (GetRunDetails) counts as a client waiting on it.
 const POLL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -74,7 +71,7 @@ impl Clock {
     }
 
     /// Runs polled within the last few seconds.
-    fn recently_polled(&self) -> Vec<String> {
+    pub(super) fn recently_polled(&self) -> Vec<String> {
         let now = std::time::Instant::now();
         self.polled
             .lock()
@@ -84,152 +81,9 @@ impl Clock {
             .collect()
     }
 
-    fn add(&self, by: Duration) {
+    /// Moves the clock forward by `by` (invariant 2: only forward). For `skip.rs`.
+    pub(super) fn add(&self, by: Duration) {
         let nanos = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
         self.skew_nanos.fetch_add(nanos, Ordering::Relaxed);
-    }
-}
-
-impl State {
-    /// Moves the clock forward by `by` (invariants 2 and 3).
-    pub fn advance_clock(&mut self, by: Duration) {
-        self.clock.add(by);
-        for w in self.workers.values_mut() {
-            w.last_heartbeat += by;
-        }
-    }
-
-    /// Whether the engine may jump now (invariant 4).
-    pub(crate) fn may_skip(&self, now: Instant) -> bool {
-        let unfinished = |run: &String| self.runs.get(run).is_some_and(|r| !r.status.is_terminal());
-        let awaited = self
-            .run_subs
-            .values()
-            .flat_map(|s| &s.pending)
-            .any(unfinished)
-            || self.clock.recently_polled().iter().any(unfinished);
-        if !awaited {
-            return false;
-        }
-        let blocked = self.durable_blocked_tasks();
-        let busy = self
-            .tasks
-            .values()
-            .any(|t| t.status == Status::Running && !blocked.contains(t.id.as_str()));
-        let assignable = self.tasks.values().any(|t| {
-            t.status == Status::Queued
-                && !t.held
-                && t.not_before.is_none_or(|at| at <= now)
-                && !self.pauses.holds(&t.id)
-        });
-        !busy && !assignable
-    }
-
-    /// The earliest timer after `now` a jump may go to (invariant 4).
-    pub(crate) fn next_timer(&self, now: Instant) -> Option<Instant> {
-        let system = self.clock.system_now();
-        let from_system = |at: SystemTime| now + at.duration_since(system).unwrap_or_default();
-        let retries = self
-            .tasks
-            .values()
-            .filter(|t| t.status == Status::Queued)
-            .filter_map(|t| t.not_before);
-        let conditions = self.condition_sleeps.peek().map(|r| r.0.0);
-        let calendar = self.next_calendar_fire(system).map(from_system);
-        retries
-            .chain(conditions)
-            .chain(self.durable_next_sleep())
-            .chain(calendar)
-            .filter(|at| *at > now)
-            .min()
-    }
-
-    /// One jump if the engine may skip (invariant 4); answers how far it went.
-    pub(crate) fn skip_if_idle(&mut self) -> Option<Duration> {
-        if !self.clock.is_virtual() {
-            return None;
-        }
-        let now = self.clock.now();
-        if !self.may_skip(now) {
-            return None;
-        }
-        let by = self.next_timer(now)?.saturating_duration_since(now);
-        self.advance_clock(by);
-        Some(by)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_jump_moves_every_reading_forward_and_keeps_workers_alive() {
-        let mut st = State::default();
-        let (before, wall) = (st.clock.now(), st.clock.system_now());
-        st.advance_clock(Duration::from_secs(3_600));
-        assert!(st.clock.now() >= before + Duration::from_secs(3_600));
-        assert!(st.clock.system_now() >= wall + Duration::from_secs(3_600));
-        assert_eq!(st.clock.skew(), Duration::from_secs(3_600));
-        st.advance_clock(Duration::from_secs(60));
-        assert_eq!(st.clock.skew(), Duration::from_secs(3_660), "jumps add up");
-    }
-
-    #[test]
-    fn a_worker_s_last_heartbeat_moves_with_a_jump_and_timeouts_are_no_target() {
-        let mut st = crate::core::state_with(crate::core::one_task_workflow());
-        let id = "w".to_string();
-        let worker = crate::store::model::Worker {
-            id: id.clone(),
-            name: "w".into(),
-            actions: Default::default(),
-            slot_limits: Default::default(),
-            slots_used: Default::default(),
-            sessions: Vec::new(),
-            last_heartbeat: st.clock.now(),
-            last_heartbeat_at: st.clock.system_now(),
-            ever_listened: false,
-            labels: Default::default(),
-            runtime_info: None,
-            paused: false,
-            created_at: st.clock.system_now(),
-            last_listener_established: None,
-            assignments: 0,
-            heartbeats: 0,
-        };
-        st.workers.insert(id.clone(), worker);
-        let before = st.workers[&id].last_heartbeat;
-        st.advance_clock(Duration::from_secs(3_600));
-        assert_eq!(
-            st.workers[&id].last_heartbeat,
-            before + Duration::from_secs(3_600),
-            "an hour's jump is not an hour's silence"
-        );
-        // A deadline alone is not a timer to jump to.
-        let now = st.clock.now();
-        st.deadlines.push(std::cmp::Reverse((
-            now + Duration::from_secs(60),
-            "t".into(),
-        )));
-        assert_eq!(st.next_timer(now), None);
-    }
-
-    #[test]
-    fn nothing_awaited_means_no_jump_even_on_virtual_time() {
-        let mut st = crate::core::state_with(crate::core::one_task_workflow());
-        st.clock.set_virtual(true);
-        let wf = st.workflows.keys().next().cloned().expect("a workflow");
-        st.create_run(
-            "tenant",
-            &wf,
-            serde_json::json!({}),
-            Default::default(),
-            Default::default(),
-        )
-        .expect("run");
-        // A queued task nobody awaits: no subscriber, so no skip.
-        assert!(!st.may_skip(st.clock.now()));
-        assert_eq!(st.skip_if_idle(), None);
-        assert_eq!(st.clock.skew(), Duration::ZERO);
     }
 }

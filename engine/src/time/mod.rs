@@ -3,4 +3,6 @@
 
 pub(crate) mod clock;
 pub(crate) mod cron;
+pub(crate) mod fire;
 pub(crate) mod schedules;
+pub(crate) mod skip;

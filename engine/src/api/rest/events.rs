@@ -182,7 +182,7 @@ async fn get_event(
         return r;
     }
     let st = s.engine.state.lock();
-    match st.events.iter().find(|e| e.id == id) {
+    match st.events.get(&id) {
         Some(e) => Json(event_json(&st, e)).into_response(),
         None => bad_id_or_missing(&id, "event"),
     }

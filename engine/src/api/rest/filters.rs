@@ -15,7 +15,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 use super::{Rest, err, tenant_ok};
-use crate::dag::filters::Filter;
+use crate::dag::filters::{Filter, Filters};
 
 const DEFAULT_LIMIT: usize = 20_000;
 
@@ -107,7 +107,7 @@ async fn create(
     }
     let now = s.engine.clock.system_now();
     let f = Filter {
-        id: crate::core::new_id(),
+        id: crate::rules::new_id(),
         workflow_id,
         scope,
         expression,
@@ -121,7 +121,7 @@ async fn create(
         declarative: false,
     };
     let out = f.to_json(&s.engine.tenant_id);
-    s.engine.state.lock().filters.push(f);
+    s.engine.state.lock().filters.add(f);
     Json(out).into_response()
 }
 
@@ -130,14 +130,14 @@ fn with_filter(
     s: &Rest,
     tenant: &str,
     id: &str,
-    f: impl FnOnce(&mut Vec<Filter>, usize) -> Value,
+    f: impl FnOnce(&mut Filters, &str) -> Option<Value>,
 ) -> Response {
     if let Some(r) = tenant_ok(s, tenant) {
         return r;
     }
     let mut st = s.engine.state.lock();
-    match st.filters.iter().position(|x| x.id == id) {
-        Some(i) => Json(f(&mut st.filters, i)).into_response(),
+    match f(&mut st.filters, id) {
+        Some(v) => Json(v).into_response(),
         None if uuid::Uuid::parse_str(id).is_err() => {
             err(StatusCode::BAD_REQUEST, "the filter id is not a UUID")
         }
@@ -147,12 +147,16 @@ fn with_filter(
 
 async fn read(AxState(s): AxState<Rest>, Path((tenant, id)): Path<(String, String)>) -> Response {
     let tenant_id = s.engine.tenant_id.clone();
-    with_filter(&s, &tenant, &id, |fs, i| fs[i].to_json(&tenant_id))
+    with_filter(&s, &tenant, &id, |fs, id| {
+        fs.get_mut(id).map(|f| f.to_json(&tenant_id))
+    })
 }
 
 async fn remove(AxState(s): AxState<Rest>, Path((tenant, id)): Path<(String, String)>) -> Response {
     let tenant_id = s.engine.tenant_id.clone();
-    with_filter(&s, &tenant, &id, |fs, i| fs.remove(i).to_json(&tenant_id))
+    with_filter(&s, &tenant, &id, |fs, id| {
+        fs.remove(id).map(|f| f.to_json(&tenant_id))
+    })
 }
 
 async fn update(
@@ -164,8 +168,9 @@ async fn update(
         return err(StatusCode::BAD_REQUEST, "the body must be a JSON object");
     };
     let tenant_id = s.engine.tenant_id.clone();
-    with_filter(&s, &tenant, &id, |fs, i| {
-        let f = &mut fs[i];
+    let now = s.engine.clock.system_now();
+    with_filter(&s, &tenant, &id, |fs, id| {
+        let f = fs.get_mut(id)?;
         if let Some(e) = text(&body, "expression") {
             f.expression = e;
         }
@@ -175,7 +180,7 @@ async fn update(
         if let Some(p) = body.get("payload").filter(|p| !p.is_null()) {
             f.payload = p.clone();
         }
-        f.updated_at = s.engine.clock.system_now();
-        f.to_json(&tenant_id)
+        f.updated_at = now;
+        Some(f.to_json(&tenant_id))
     })
 }

@@ -480,7 +480,7 @@ async fn list_rate_limits(
     let st = s.engine.state.lock();
     let rows: Vec<Value> = st
         .rate_limits
-        .values()
+        .iter()
         .filter(|r| search.is_empty() || r.key.contains(&search))
         .map(|r| json!({"key": r.key, "tenantId": s.engine.tenant_id, "limitValue": r.limit, "value": r.remaining(), "window": r.duration, "lastRefill": rfc3339(r.refilled_at)}))
         .collect();

@@ -253,7 +253,8 @@ async fn receive(
     s.engine
         .state
         .lock()
-        .mark_webhook_event(&pushed.event_id, &name);
+        .events
+        .mark_webhook(&pushed.event_id, &name);
     if !hook.return_event {
         return StatusCode::NO_CONTENT.into_response();
     }

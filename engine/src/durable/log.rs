@@ -1,287 +1,18 @@
-//! Durable execution in the development engine: the `DurableTask` stream (event log of nodes per
-//! task, acks, completions, eviction) and the legacy `RegisterDurableEvent` path.
-//!
-//! # Invariants
-//!
-//! 1. Nodes are numbered 1..n per invocation on branch 1. Replaying operation k of a later
-//!    invocation finds node k: the same operation reuses it (and its result), a different one is
-//!    `NONDETERMINISM`.
-//! 2. A request with an invocation count other than the task's current one gets `server_evict`.
-//! 3. Completions go to the stream that last sent an operation for the task; a lost completion
-//!    is re-sent when the worker lists the entry in `worker_status`.
+//! What the durable stream does to the state: operations appended to a task's log (replayed
+//! on a later invocation), acks, completions and their re-sends, eviction and restore, and the
+//! legacy `RegisterDurableEvent` path. The log's records and the invariants are in `mod.rs`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::SystemTime;
+use std::collections::HashSet;
 
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::Status as GrpcStatus;
 
-use crate::core::{State, TriggerOpts, parse_duration};
+use super::*;
+use crate::core::State;
+use crate::store::model::TriggerOpts;
 use crate::store::model::{Status, StoredEvent};
 use hatchet_protocol::v1::{self, durable_task_response::Message as Resp};
-
-type Tx = mpsc::UnboundedSender<Result<v1::DurableTaskResponse, GrpcStatus>>;
-type LegacyTx = mpsc::UnboundedSender<Result<v1::DurableEvent, GrpcStatus>>;
-
-/// One condition of a wait.
-#[derive(Debug, Clone)]
-enum Cond {
-    Sleep {
-        until: Instant,
-        readable: String,
-        sleep_for: String,
-    },
-    Event {
-        key: String,
-        readable: String,
-        after_seq: u64,
-        since: Option<SystemTime>,
-        /// Only events pushed with this scope (any scope when unset).
-        scope: Option<String>,
-        /// A CEL expression over the event payload (`input`); empty is true.
-        expression: String,
-    },
-}
-
-/// Conditions grouped by `or_group_id`: OR inside a group, AND across groups.
-#[derive(Debug, Clone, Default)]
-pub struct Conditions {
-    groups: BTreeMap<String, Vec<Cond>>,
-    /// Satisfied items per group: (readable key, item).
-    hits: BTreeMap<String, (String, Value)>,
-}
-
-impl Conditions {
-    fn from_proto(
-        c: &v1::DurableEventListenerConditions,
-        now: Instant,
-        seq: u64,
-    ) -> Result<Self, GrpcStatus> {
-        let mut out = Conditions::default();
-        for s in &c.sleep_conditions {
-            let base = s.base.clone().unwrap_or_default();
-            let d = parse_duration(&s.sleep_for).ok_or_else(|| {
-                GrpcStatus::invalid_argument(format!(
-                    "sleep_for {:?} is not a duration",
-                    s.sleep_for
-                ))
-            })?;
-            let group = if base.or_group_id.is_empty() {
-                crate::core::new_id()
-            } else {
-                base.or_group_id
-            };
-            out.groups.entry(group).or_default().push(Cond::Sleep {
-                until: now + d,
-                readable: base.readable_data_key,
-                sleep_for: s.sleep_for.clone(),
-            });
-        }
-        for e in &c.user_event_conditions {
-            let base = e.base.clone().unwrap_or_default();
-            let group = if base.or_group_id.is_empty() {
-                crate::core::new_id()
-            } else {
-                base.or_group_id
-            };
-            let since = e.consider_events_since.as_ref().map(|t| {
-                SystemTime::UNIX_EPOCH
-                    + std::time::Duration::new(t.seconds.max(0) as u64, t.nanos.max(0) as u32)
-            });
-            out.groups.entry(group).or_default().push(Cond::Event {
-                key: e.user_event_key.clone(),
-                readable: base.readable_data_key,
-                after_seq: seq,
-                // The look-back applies only to a scoped condition (the real engine's rule).
-                since: since.filter(|_| e.event_scope.is_some()),
-                scope: e.event_scope.clone(),
-                expression: base.expression,
-            });
-        }
-        Ok(out)
-    }
-
-    /// The earliest sleep of a group not yet satisfied.
-    fn next_sleep(&self) -> Option<Instant> {
-        self.groups
-            .iter()
-            .filter(|(g, _)| !self.hits.contains_key(*g))
-            .flat_map(|(_, conds)| conds)
-            .filter_map(|c| match c {
-                Cond::Sleep { until, .. } => Some(*until),
-                Cond::Event { .. } => None,
-            })
-            .min()
-    }
-
-    fn satisfied(&self) -> bool {
-        !self.groups.is_empty() && self.groups.keys().all(|g| self.hits.contains_key(g))
-    }
-
-    /// Marks sleeps that are due; returns whether anything changed.
-    fn tick(&mut self, now: Instant) -> bool {
-        let mut changed = false;
-        for (g, conds) in &self.groups {
-            if self.hits.contains_key(g) {
-                continue;
-            }
-            for c in conds {
-                if let Cond::Sleep {
-                    until,
-                    readable,
-                    sleep_for,
-                } = c
-                    && *until <= now
-                {
-                    self.hits.insert(
-                        g.clone(),
-                        (
-                            readable.clone(),
-                            serde_json::json!({"sleep_duration": sleep_for}),
-                        ),
-                    );
-                    changed = true;
-                    break;
-                }
-            }
-        }
-        changed
-    }
-
-    fn event(&mut self, ev: &StoredEvent) -> bool {
-        let mut changed = false;
-        for (g, conds) in &self.groups {
-            if self.hits.contains_key(g) {
-                continue;
-            }
-            for c in conds {
-                if let Cond::Event {
-                    key,
-                    readable,
-                    after_seq,
-                    since,
-                    scope,
-                    expression,
-                } = c
-                {
-                    let in_window = match since {
-                        Some(t) => ev.at >= *t,
-                        None => ev.seq > *after_seq,
-                    };
-                    let in_scope = scope.is_none() || *scope == ev.scope;
-                    let mut vars = serde_json::Map::new();
-                    vars.insert("input".into(), ev.payload.clone());
-                    vars.insert("output".into(), serde_json::json!({}));
-                    if in_window
-                        && in_scope
-                        && crate::core::key_matches(key, &ev.key)
-                        && crate::dag::expr::condition_holds(expression, &vars)
-                    {
-                        self.hits
-                            .insert(g.clone(), (readable.clone(), ev.payload.clone()));
-                        changed = true;
-                        break;
-                    }
-                }
-            }
-        }
-        changed
-    }
-
-    fn payload(&self) -> Vec<u8> {
-        let mut create = serde_json::Map::new();
-        for (readable, item) in self.hits.values() {
-            let list = create
-                .entry(readable.clone())
-                .or_insert_with(|| Value::Array(vec![]));
-            if let Value::Array(a) = list {
-                a.push(item.clone());
-            }
-        }
-        serde_json::json!({ "CREATE": create })
-            .to_string()
-            .into_bytes()
-    }
-}
-
-#[derive(Debug, Clone)]
-enum NodeKind {
-    Wait(Conditions),
-    Memo,
-    Run(String),
-}
-
-#[derive(Debug, Clone)]
-struct Node {
-    kind: NodeKind,
-    key: String,
-    result: Option<(Vec<u8>, bool, Option<String>)>,
-}
-
-#[derive(Debug, Default)]
-struct TaskLog {
-    invocation: i32,
-    next_node: i64,
-    nodes: BTreeMap<i64, Node>,
-}
-
-/// The durable part of the engine state.
-#[derive(Debug, Default)]
-pub struct DurableState {
-    /// Open DurableTask streams.
-    pub streams: HashMap<u64, Tx>,
-    routes: HashMap<String, u64>,
-    logs: HashMap<String, TaskLog>,
-    legacy: HashMap<(String, String), Conditions>,
-    legacy_listeners: HashMap<u64, (LegacyTx, HashSet<(String, String)>)>,
-}
-
-/// A wait's idempotency key: its conditions' kinds, readable keys, expressions, sleep durations
-/// and event keys (protocol §4.9), in a stable order. The `or_group_id`s are left out: SDKs
-/// make them fresh on every call, so a replay of the same wait must still match.
-fn wait_key(c: &v1::DurableEventListenerConditions) -> String {
-    let base = |b: &Option<v1::BaseMatchCondition>| {
-        b.as_ref()
-            .map(|b| format!("{}|{}|{}", b.readable_data_key, b.expression, b.action))
-            .unwrap_or_default()
-    };
-    let mut parts: Vec<String> = c
-        .sleep_conditions
-        .iter()
-        .map(|s| format!("sleep|{}|{}", s.sleep_for, base(&s.base)))
-        .chain(
-            c.user_event_conditions
-                .iter()
-                .map(|e| format!("event|{}|{}", e.user_event_key, base(&e.base))),
-        )
-        .collect();
-    parts.sort();
-    format!("wait:{}", parts.join(";"))
-}
-
-const BRANCH: i64 = 1;
-
-fn eref(task: &str, invocation: i32, node: i64) -> v1::DurableEventLogEntryRef {
-    v1::DurableEventLogEntryRef {
-        durable_task_external_id: task.to_string(),
-        invocation_count: invocation,
-        branch_id: BRANCH,
-        node_id: node,
-    }
-}
-
-/// Takes one from a fault counter; whether there was one.
-fn take_one(n: &std::sync::atomic::AtomicU32) -> bool {
-    use std::sync::atomic::Ordering;
-    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
-        .is_ok()
-}
-
-fn resp(m: Resp) -> Result<v1::DurableTaskResponse, GrpcStatus> {
-    Ok(v1::DurableTaskResponse { message: Some(m) })
-}
 
 impl State {
     /// Registers a DurableTask stream.
@@ -439,7 +170,7 @@ impl State {
                 let conds = w.wait_for_conditions.clone().unwrap_or_default();
                 let key = wait_key(&conds);
                 let now = self.clock.now();
-                let seq = self.event_seq;
+                let seq = self.events.seq();
                 let parsed = match Conditions::from_proto(&conds, now, seq) {
                     Ok(c) => c,
                     Err(_) => return, // bad input: logged by the engine, no response (as the engine does)
@@ -809,7 +540,7 @@ impl State {
                 return Err(GrpcStatus::invalid_argument("or_group_id must be a UUID"));
             }
         }
-        let c = Conditions::from_proto(&conds, self.clock.now(), self.event_seq)?;
+        let c = Conditions::from_proto(&conds, self.clock.now(), self.events.seq())?;
         self.durable
             .legacy
             .insert((req.task_id.clone(), req.signal_key.clone()), c);

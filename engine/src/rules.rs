@@ -1,0 +1,239 @@
+//! The engine's fixed rules (liveness and reassignment windows, timeouts, limits) and the small
+//! parsers every room reads with: durations, event-key patterns, key expressions, JSON fields and
+//! ids, and the statuses an idempotency collision is answered with. A leaf: it imports no other
+//! engine file.
+
+use std::time::Duration;
+
+use hatchet_protocol::{self as proto, v1};
+use serde_json::Value;
+use tonic::Status as GrpcStatus;
+
+/// A worker is assignable while its last heartbeat is younger than this (engine rule).
+pub const LIVE_HEARTBEAT: Duration = Duration::from_secs(5);
+/// Running tasks of a worker silent for this long are requeued elsewhere.
+pub const REASSIGN_AFTER: Duration = Duration::from_secs(30);
+/// Execution timeout when a task declares none.
+pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(60);
+/// Internal requeues (send failures, reassignment) allowed per task.
+pub const MAX_INTERNAL_RETRIES: i32 = 10;
+/// Assignment queue depth of one listener session.
+pub const SESSION_BUFFER: usize = 1024;
+/// The version GetVersion reports (recent enough for slot_config and the DurableTask stream).
+pub const ENGINE_VERSION: &str = "v0.94.16";
+
+/// The longest log message the engine accepts (characters).
+pub const MAX_LOG_MESSAGE_CHARS: usize = 10_000;
+/// Log levels the engine accepts.
+pub const LOG_LEVELS: [&str; 4] = ["INFO", "ERROR", "WARN", "DEBUG"];
+/// Lines kept per task; later lines are accepted and dropped (the development engine's bound on
+/// memory; the real engine keeps everything).
+pub const MAX_LOG_LINES_PER_TASK: usize = 10_000;
+
+pub(crate) fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+pub(crate) use hatchet_protocol::timestamp;
+
+/// Parses a Hatchet duration (`10s`, `1m30s`, `250ms`, `2h`); `None` if malformed.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    // The real engine's grammar: one or more `<number><unit>` parts, units ms/s/m/h, a number
+    // with an optional fraction (`1.5s`, `.5m`, `2.h`), no sign; and no more than Go's
+    // `time.ParseDuration` holds (an i64 of nanoseconds).
+    let mut rest = s;
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let int_len = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let (int, after) = rest.split_at(int_len);
+        let (frac, after) = match after.strip_prefix('.') {
+            Some(f) => {
+                let n = f.find(|c: char| !c.is_ascii_digit()).unwrap_or(f.len());
+                f.split_at(n)
+            }
+            None => ("", after),
+        };
+        if int.is_empty() && frac.is_empty() {
+            return None;
+        }
+        let (unit_ns, len): (u128, usize) = if after.starts_with("ms") {
+            (1_000_000, 2)
+        } else if after.starts_with('s') {
+            (1_000_000_000, 1)
+        } else if after.starts_with('m') {
+            (60_000_000_000, 1)
+        } else if after.starts_with('h') {
+            (3_600_000_000_000, 1)
+        } else {
+            return None;
+        };
+        let whole: u128 = if int.is_empty() { 0 } else { int.parse().ok()? };
+        let mut part = whole.checked_mul(unit_ns)?;
+        // The fraction, to the nanosecond (digits past the 20th change nothing).
+        let digits = &frac[..frac.len().min(20)];
+        if !digits.is_empty() {
+            let f: u128 = digits.parse().ok()?;
+            part = part.checked_add(f * unit_ns / 10u128.pow(digits.len() as u32))?;
+        }
+        total = total.checked_add(part)?;
+        if total > i64::MAX as u128 {
+            return None;
+        }
+        rest = &after[len..];
+    }
+    u64::try_from(total).ok().map(Duration::from_nanos)
+}
+
+/// SQL-LIKE-ish matching of an event key against a trigger with `*` wildcards.
+pub fn key_matches(pattern: &str, key: &str) -> bool {
+    fn go(p: &[u8], k: &[u8]) -> bool {
+        match p.split_first() {
+            None => k.is_empty(),
+            Some((b'*', rest)) => (0..=k.len()).any(|i| go(rest, &k[i..])),
+            Some((c, rest)) => k.first() == Some(c) && go(rest, &k[1..]),
+        }
+    }
+    go(pattern.as_bytes(), key.as_bytes())
+}
+
+pub(crate) fn parse_json(field: &str, s: &str) -> Result<Value, GrpcStatus> {
+    if s.trim().is_empty() {
+        return Ok(Value::Object(Default::default()));
+    }
+    serde_json::from_str(s)
+        .map_err(|e| GrpcStatus::invalid_argument(format!("{field} is not valid JSON: {e}")))
+}
+
+pub(crate) fn parse_metadata(
+    s: Option<&str>,
+) -> Result<serde_json::Map<String, Value>, GrpcStatus> {
+    match s.map(str::trim) {
+        None | Some("") => Ok(Default::default()),
+        Some(s) => match serde_json::from_str::<Value>(s) {
+            Ok(Value::Object(m)) => Ok(m),
+            Ok(Value::Null) => Ok(Default::default()),
+            Ok(_) => Err(GrpcStatus::invalid_argument(
+                "additional_metadata must be a JSON object",
+            )),
+            Err(e) => Err(GrpcStatus::invalid_argument(format!(
+                "additional_metadata is not valid JSON: {e}"
+            ))),
+        },
+    }
+}
+
+/// Events per BulkPush call.
+pub const MAX_BULK_EVENTS: usize = 1_000;
+
+/// Evaluates the small subset of idempotency expressions the dev engine understands: a dotted
+/// path into `input` or `additional_metadata` (`input.order_id`); anything else is used verbatim.
+/// The value of a key expression (`input.user_id`, `additional_metadata.tenant`) as a string;
+/// any other expression is its own (constant) key.
+pub(crate) fn key_of_expression(
+    expr: &str,
+    input: &Value,
+    meta: &serde_json::Map<String, Value>,
+) -> String {
+    let mut parts = expr.trim().split('.');
+    let root = match parts.next() {
+        Some("input") => input.clone(),
+        Some("additional_metadata") | Some("additionalMetadata") => Value::Object(meta.clone()),
+        _ => return expr.to_string(),
+    };
+    let v = parts.try_fold(root, |v, p| v.get(p).cloned());
+    match v {
+        Some(Value::String(s)) => s,
+        Some(other) => other.to_string(),
+        None => "null".to_string(),
+    }
+}
+
+/// An `ALREADY_EXISTS` "idempotency key collision" status carrying `detail` under `type_url`.
+fn collision_status(type_url: &str, detail: Vec<u8>) -> GrpcStatus {
+    use prost::Message as _;
+    let status = proto::RpcStatus {
+        code: tonic::Code::AlreadyExists as i32,
+        message: "idempotency key collision".into(),
+        details: vec![prost_types::Any {
+            type_url: type_url.into(),
+            value: detail,
+        }],
+    };
+    GrpcStatus::with_details(
+        tonic::Code::AlreadyExists,
+        "idempotency key collision",
+        status.encode_to_vec().into(),
+    )
+}
+
+/// The `ALREADY_EXISTS` status with a `v1.IdempotencyCollisionError` detail.
+pub fn idempotency_collision(existing: &str) -> GrpcStatus {
+    use prost::Message as _;
+    let detail = v1::IdempotencyCollisionError {
+        existing_run_external_id: existing.to_string(),
+        colliding_run_external_id: new_id(),
+    };
+    collision_status(
+        proto::IDEMPOTENCY_COLLISION_TYPE_URL,
+        detail.encode_to_vec(),
+    )
+}
+
+/// The `ALREADY_EXISTS` status of a bulk trigger some of whose items collided, as the real
+/// engine answers it: a `v1.BulkTriggerIdempotencyCollisionError` with the runs it created and
+/// the collisions, each in item order.
+pub fn bulk_idempotency_collision(
+    created: Vec<String>,
+    collisions: Vec<v1::IdempotencyCollisionError>,
+) -> GrpcStatus {
+    use prost::Message as _;
+    let detail = v1::BulkTriggerIdempotencyCollisionError {
+        successful_workflow_run_external_ids: created,
+        collisions,
+    };
+    collision_status(
+        proto::BULK_IDEMPOTENCY_COLLISION_TYPE_URL,
+        detail.encode_to_vec(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
+        // Fractions, as the real engine takes them.
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration(".5m"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2.h"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1h0.25m"), Some(Duration::from_secs(3615)));
+        assert_eq!(
+            parse_duration("0.0000000015s"),
+            Some(Duration::from_nanos(1))
+        );
+        for bad in [
+            "", "s", "10", "10d", "-1s", " 1s", "1s ", ".s", "1..5s", "1.5", "3000000h",
+        ] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn wildcards() {
+        assert!(key_matches("order:*", "order:created"));
+        assert!(key_matches("*", "anything"));
+        assert!(key_matches("a*c", "abbbc"));
+        assert!(!key_matches("order:*", "user:created"));
+        assert!(!key_matches("order", "order:created"));
+    }
+}
