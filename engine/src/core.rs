@@ -63,8 +63,8 @@ fn check_uuid(field: &str, s: &str) -> Result<(), GrpcStatus> {
 #[derive(Debug, Default)]
 pub struct State {
     pub workflows: HashMap<String, Workflow>,
-    pub runs: HashMap<String, Run>,
-    pub run_order: Vec<String>,
+    /// Every run, in creation order (see `store/table.rs`).
+    pub runs: crate::store::table::Runs,
     pub tasks: HashMap<String, Task>,
     pub queue: crate::sched::queue::TaskQueue,
     pub workers: HashMap<String, Worker>,
@@ -85,13 +85,13 @@ pub struct State {
     /// What tests count (see `stats.rs`).
     pub counters: crate::stats::Counters,
     /// Condition sleeps of pending tasks, earliest first (see `matches.rs`).
-    pub condition_sleeps: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
+    pub condition_sleeps: crate::time::timers::Timers,
     /// Pending tasks whose conditions wait for events.
     pub event_waiters: HashSet<String>,
     /// Event filters (see `filters.rs`).
     pub filters: crate::dag::filters::Filters,
     /// Deadlines of running attempts, earliest first (see `expire_timeouts`).
-    pub deadlines: std::collections::BinaryHeap<std::cmp::Reverse<(Instant, String)>>,
+    pub deadlines: crate::time::timers::Timers,
     /// Paused workflows and the tasks they hold (see `pause.rs`).
     pub pauses: crate::store::pause::Pauses,
     /// Incoming webhooks by name (see `webhooks.rs`).
@@ -720,7 +720,7 @@ impl Engine {
         let at = base + inc;
         t.deadline = Some(at);
         let id = t.id.clone();
-        st.deadlines.push(std::cmp::Reverse((at, id)));
+        st.deadlines.add(at, &id);
         Ok(self.clock.system_now() + at.saturating_duration_since(self.clock.now()))
     }
 

@@ -1,8 +1,10 @@
-//! The engine's house rule, checked on its own source: no engine file imports another in a
-//! circle. A room (its records and their invariants) imports only what is below it; the hub
+//! The engine's house rules, checked on its own source. First: no engine file imports another
+//! in a circle. A room (its records and their invariants) imports only what is below it; the hub
 //! (`core.rs`) imports the rooms; the actions that cross rooms (`impl State` blocks in files such
 //! as `sched/assign.rs`) import the hub, and nothing imports them. A `mod x;` declaration is not
-//! an import, and neither is a test module.
+//! an import, and neither is a test module. Second: the transports (`api/`) never reach into
+//! the state; they read through [`crate::queries::View`] and change through the engine's entry
+//! points (`core.rs`, `commands.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -177,4 +179,47 @@ fn the_circle_check_finds_a_circle_when_there_is_one() {
         .insert("core".to_string());
     let circle = a_circle(&edges).expect("a circle");
     assert!(circle.contains(&"core".to_string()) && circle.contains(&"sched::queue".to_string()));
+}
+
+/// Where a transport file (`api/`) names the engine's state: its `State` type or an
+/// `Engine`'s `state` field.
+fn state_uses_in_transports(files: &BTreeMap<String, String>) -> Vec<String> {
+    let mut found = Vec::new();
+    for (module, text) in files {
+        if !(module == "api" || module.starts_with("api::")) {
+            continue;
+        }
+        let code = code(text);
+        for path in named_paths(module, &code) {
+            if path.first().is_some_and(|p| p == "core") && path.iter().any(|p| p == "State") {
+                found.push(format!("{module} names crate::core::State"));
+            }
+        }
+        let mut rest = code.as_str();
+        while let Some(i) = rest.find(".state") {
+            let after = rest[i + ".state".len()..].chars().next();
+            if !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+                found.push(format!("{module} reads an engine's `state` field"));
+            }
+            rest = &rest[i + ".state".len()..];
+        }
+    }
+    found
+}
+
+#[test]
+fn transports_read_through_views_and_change_through_the_engine_s_entry_points() {
+    let mut files = sources();
+    let found = state_uses_in_transports(&files);
+    assert!(
+        found.is_empty(),
+        "a transport reaches into the engine's state: {found:?}. Read through `Engine::view` \
+         (queries.rs) and change through an entry point (core.rs, commands.rs)"
+    );
+    // The check sees both kinds of reach.
+    files.insert(
+        "api::probe".into(),
+        "use crate::core::State;\nfn f(e: &Engine) { e.state.lock(); }\n".into(),
+    );
+    assert_eq!(state_uses_in_transports(&files).len(), 2);
 }

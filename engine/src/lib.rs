@@ -13,12 +13,14 @@
 // The rooms (ARCHITECTURE.md draws them): the transports, the store of runs and tasks, the
 // scheduler, the DAG rules, time, durable execution, and the test switches and counters.
 mod api;
+mod commands;
 mod core;
 mod dag;
 mod durable;
 mod faults;
 #[cfg(test)]
 mod house;
+mod queries;
 mod rules;
 mod sched;
 mod stats;
@@ -280,8 +282,7 @@ impl DevEngine {
     /// the engine reports move with it. Connected workers stay alive. Works with or without
     /// [`DevEngineOptions::virtual_time`].
     pub fn advance(&self, by: Duration) {
-        self.engine.state.lock().advance_clock(by);
-        self.engine.tick();
+        self.engine.advance_clock(by);
     }
 
     /// How far the engine's clock is ahead of the wall clock (jumps, by hand or by itself).

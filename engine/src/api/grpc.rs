@@ -190,11 +190,8 @@ impl proto::dispatcher_server::Dispatcher for Svc {
         let id = r.into_inner().task_run_external_id;
         let requeued = self
             .engine
-            .state
-            .lock()
             .restore_evicted(&id)
             .ok_or_else(|| Status::not_found("task not found"))?;
-        self.engine.wake.notify_one();
         ok(proto::RestoreEvictedTaskResponse { requeued })
     }
 
@@ -291,20 +288,16 @@ impl proto::workflow_service_server::WorkflowService for Svc {
             priority: serde_json::Value::from(r.priority.unwrap_or(1)),
         };
         // Kept with the REST schedules (listed there too) and fired by the scheduler's pass.
-        {
-            let mut st = self.engine.state.lock();
-            for t in &r.schedules {
-                let at = hatchet_protocol::calendar::from_unix_secs(t.seconds)
-                    + std::time::Duration::from_nanos(t.nanos.clamp(0, 999_999_999) as u64);
-                st.add_schedule(&planned, at)
-                    .map_err(Status::invalid_argument)?;
-            }
-        }
-        self.engine.wake.notify_one();
-        let st = self.engine.state.lock();
+        let times = r.schedules.iter().map(|t| {
+            hatchet_protocol::calendar::from_unix_secs(t.seconds)
+                + std::time::Duration::from_nanos(t.nanos.clamp(0, 999_999_999) as u64)
+        });
+        self.engine
+            .add_schedules(&planned, times)
+            .map_err(Status::invalid_argument)?;
+        let st = self.engine.view();
         let wf = st
-            .workflows
-            .get(&name)
+            .workflow(&name)
             .ok_or_else(|| Status::invalid_argument("workflow not found"))?;
         ok(proto::WorkflowVersion {
             id: wf.version_id.clone(),
@@ -438,7 +431,7 @@ impl v1::v1_dispatcher_server::V1Dispatcher for Svc {
     ) -> R<Self::DurableTaskStream> {
         let plan = self.faults.stream_plan("/v1.V1Dispatcher/DurableTask");
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let id = self.engine.state.lock().durable_open(tx);
+        let id = self.engine.durable_open(tx);
         let mut inbound = r.into_inner();
         let engine = self.engine.clone();
         tokio::spawn(async move {
@@ -451,12 +444,7 @@ impl v1::v1_dispatcher_server::V1Dispatcher for Svc {
                     break;
                 };
                 let mut batch = vec![first];
-                let window = engine
-                    .state
-                    .lock()
-                    .switches
-                    .collect_durable_requests_ms
-                    .load(std::sync::atomic::Ordering::Relaxed);
+                let window = engine.durable_collect_window_ms();
                 let until = tokio::time::Instant::now() + Duration::from_millis(window);
                 loop {
                     let next = if window == 0 {
@@ -473,18 +461,12 @@ impl v1::v1_dispatcher_server::V1Dispatcher for Svc {
                         }
                     }
                 }
-                let tenant = engine.tenant_id.clone();
-                let mut st = engine.state.lock();
-                for req in concurrent_order(batch) {
-                    st.durable_request(id, &tenant, req);
-                }
-                drop(st);
-                engine.wake.notify_one();
+                engine.durable_requests(id, concurrent_order(batch));
             }
-            engine.state.lock().durable_close(id);
+            engine.durable_close(id);
         });
         let engine = self.engine.clone();
-        let guard = OnDrop::new(move || engine.state.lock().durable_close(id));
+        let guard = OnDrop::new(move || engine.durable_close(id));
         ok(guarded(UnboundedReceiverStream::new(rx), guard, plan))
     }
 
@@ -492,8 +474,7 @@ impl v1::v1_dispatcher_server::V1Dispatcher for Svc {
         &self,
         r: Request<v1::RegisterDurableEventRequest>,
     ) -> R<v1::RegisterDurableEventResponse> {
-        self.engine.state.lock().legacy_register(&r.into_inner())?;
-        self.engine.wake.notify_one();
+        self.engine.legacy_register(&r.into_inner())?;
         ok(v1::RegisterDurableEventResponse {})
     }
 
@@ -506,19 +487,17 @@ impl v1::v1_dispatcher_server::V1Dispatcher for Svc {
             .faults
             .stream_plan("/v1.V1Dispatcher/ListenForDurableEvent");
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let id = self.engine.state.lock().legacy_listen_open(tx);
+        let id = self.engine.legacy_listen_open(tx);
         let mut inbound = r.into_inner();
         let engine = self.engine.clone();
         tokio::spawn(async move {
             while let Some(Ok(req)) = inbound.next().await {
-                let mut st = engine.state.lock();
-                st.counters.durable_event_listen_messages += 1;
-                st.legacy_listen(id, req.task_id, req.signal_key);
+                engine.legacy_listen(id, req.task_id, req.signal_key);
             }
-            engine.state.lock().legacy_listen_close(id);
+            engine.legacy_listen_close(id);
         });
         let engine = self.engine.clone();
-        let guard = OnDrop::new(move || engine.state.lock().legacy_listen_close(id));
+        let guard = OnDrop::new(move || engine.legacy_listen_close(id));
         ok(guarded(UnboundedReceiverStream::new(rx), guard, plan))
     }
 }

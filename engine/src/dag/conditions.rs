@@ -33,8 +33,7 @@ impl crate::core::State {
         let deadlines = m.arm(now, seq);
         let wants_events = m.wants_events();
         for at in deadlines {
-            self.condition_sleeps
-                .push(std::cmp::Reverse((at, tid.to_string())));
+            self.condition_sleeps.add(at, tid);
         }
         if wants_events {
             self.event_waiters.insert(tid.to_string());
@@ -159,13 +158,7 @@ impl crate::core::State {
 
     /// Due condition sleeps.
     pub(crate) fn conditions_tick(&mut self, now: Instant) {
-        while let Some(std::cmp::Reverse((at, _))) = self.condition_sleeps.peek() {
-            if *at > now {
-                break;
-            }
-            let Some(std::cmp::Reverse((_, tid))) = self.condition_sleeps.pop() else {
-                break;
-            };
+        while let Some((_, tid)) = self.condition_sleeps.pop_due(now) {
             if let Some(m) = self.tasks.get_mut(&tid).and_then(|t| t.matcher.as_mut()) {
                 m.tick(now);
             }

@@ -218,8 +218,7 @@ impl State {
             t.deadline = Some(now + t.timeout);
             t.started_at = Some(self.clock.system_now());
             let run = t.run_id.clone();
-            self.deadlines
-                .push(std::cmp::Reverse((now + t.timeout, tid.to_string())));
+            self.deadlines.add(now + t.timeout, tid);
             run
         };
         if let Some(r) = self.runs.get_mut(&run_id)
@@ -397,13 +396,7 @@ impl State {
     /// dropped), so a tick costs O(expired · log n), not a scan of every task.
     pub(crate) fn expire_timeouts(&mut self, now: Instant) {
         let mut expired = Vec::new();
-        while let Some(std::cmp::Reverse((at, _))) = self.deadlines.peek() {
-            if *at > now {
-                break;
-            }
-            let Some(std::cmp::Reverse((at, tid))) = self.deadlines.pop() else {
-                break;
-            };
+        while let Some((at, tid)) = self.deadlines.pop_due(now) {
             if self.tasks.get(&tid).is_some_and(|t| {
                 t.status == Status::Running && !t.evicted && t.deadline == Some(at)
             }) {

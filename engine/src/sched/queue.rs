@@ -63,7 +63,8 @@ impl TaskQueue {
         self.len == 0
     }
 
-    /// Whether `id` is queued (a linear scan: tests and rare checks only).
+    /// Whether `id` is queued (a linear scan: tests only).
+    #[cfg(test)]
     pub fn contains(&self, id: &str) -> bool {
         self.lanes.values().any(|l| l.iter().any(|x| x == id))
     }

@@ -157,12 +157,11 @@ impl Targets {
         match &self.filter {
             None => self.ids.clone(),
             Some(f) => st
-                .run_order
-                .iter()
-                .rev()
-                .filter(|id| st.runs.get(*id).is_some_and(|r| f.matches(r)))
+                .runs
+                .newest_first()
+                .filter(|r| f.matches(r))
                 .take(cap)
-                .cloned()
+                .map(|r| r.id.clone())
                 .collect(),
         }
     }

@@ -8,4 +8,5 @@ pub(crate) mod model;
 pub(crate) mod pause;
 pub(crate) mod runs;
 pub(crate) mod subscribers;
+pub(crate) mod table;
 pub(crate) mod webhooks;

@@ -108,6 +108,7 @@ impl Pauses {
     }
 
     /// Tasks held for `workflow`.
+    #[cfg(test)]
     pub fn held(&self, workflow: &str) -> usize {
         self.held.get(workflow).map_or(0, VecDeque::len)
     }

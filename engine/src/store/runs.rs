@@ -209,8 +209,7 @@ impl State {
             first_failure: None,
             filter_payload: opts.filter_payload.clone(),
         };
-        self.runs.insert(run_id.clone(), run);
-        self.run_order.push(run_id.clone());
+        self.runs.insert(run);
         // Queued once the run exists: a paused workflow's tasks are held by their run's workflow.
         for tid in &ready {
             self.enqueue(tid);

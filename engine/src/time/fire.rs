@@ -308,7 +308,7 @@ mod tests {
         st.add_schedule(&planned(), at("2026-11-30T10:00:00Z"))
             .expect("schedule");
         st.fire_calendar(at("2026-11-30T09:59:59Z"));
-        assert!(st.runs.is_empty());
+        assert_eq!(st.runs.len(), 0);
         assert_eq!(st.calendar.scheduled.len(), 1, "open until its time");
         st.fire_calendar(at("2026-11-30T10:00:00Z"));
         st.fire_calendar(at("2026-11-30T10:00:01Z"));

@@ -6,3 +6,4 @@ pub(crate) mod cron;
 pub(crate) mod fire;
 pub(crate) mod schedules;
 pub(crate) mod skip;
+pub(crate) mod timers;

@@ -52,7 +52,7 @@ impl State {
             .values()
             .filter(|t| t.status == Status::Queued)
             .filter_map(|t| t.not_before);
-        let conditions = self.condition_sleeps.peek().map(|r| r.0.0);
+        let conditions = self.condition_sleeps.next_due();
         let calendar = self.next_calendar_fire(system).map(from_system);
         retries
             .chain(conditions)
@@ -125,10 +125,7 @@ mod tests {
         );
         // A deadline alone is not a timer to jump to.
         let now = st.clock.now();
-        st.deadlines.push(std::cmp::Reverse((
-            now + Duration::from_secs(60),
-            "t".into(),
-        )));
+        st.deadlines.add(now + Duration::from_secs(60), "t");
         assert_eq!(st.next_timer(now), None);
     }
 

@@ -16,7 +16,7 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use crate::core::State;
+use crate::queries::View;
 use crate::store::model::Status;
 
 /// Runs shown, newest first.
@@ -54,18 +54,16 @@ fn millis(a: SystemTime, b: SystemTime) -> u128 {
 }
 
 /// What the page shows (invariant 2).
-pub fn data(st: &State, now: SystemTime) -> Value {
+pub(crate) fn data(st: &View<'_>, now: SystemTime) -> Value {
     let runs: Vec<Value> = st
-        .run_order
-        .iter()
-        .rev()
-        .filter_map(|id| st.runs.get(id))
+        .runs()
+        .newest_first()
         .take(RUNS)
         .map(|r| {
             let tasks: Vec<Value> = r
                 .tasks
                 .iter()
-                .filter_map(|t| st.tasks.get(t))
+                .filter_map(|t| st.task(t))
                 .map(|t| {
                     json!({
                         "name": t.readable_id,
@@ -90,8 +88,7 @@ pub fn data(st: &State, now: SystemTime) -> Value {
         })
         .collect();
     let mut workers: Vec<Value> = st
-        .workers
-        .values()
+        .workers()
         .map(|w| {
             let slots: serde_json::Map<String, Value> = w
                 .slot_limits
@@ -113,7 +110,7 @@ pub fn data(st: &State, now: SystemTime) -> Value {
         .collect();
     workers.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
     let events: Vec<Value> = st
-        .events
+        .events()
         .iter()
         .rev()
         .take(EVENTS)
@@ -127,7 +124,7 @@ pub fn data(st: &State, now: SystemTime) -> Value {
         .collect();
     json!({
         "runs": runs,
-        "run_count": st.runs.len(),
+        "run_count": st.runs().len(),
         "workers": workers,
         "events": events,
     })
@@ -148,7 +145,12 @@ mod tests {
 
     #[test]
     fn an_empty_engine_shows_empty_lists() {
-        let v = data(&State::default(), SystemTime::now());
+        let engine = crate::core::Engine::new(
+            "tenant".into(),
+            std::time::Duration::from_secs(30),
+            "v0.0.0".into(),
+        );
+        let v = data(&engine.view(), SystemTime::now());
         assert_eq!(v["runs"], json!([]));
         assert_eq!(v["workers"], json!([]));
         assert_eq!(v["events"], json!([]));

@@ -11,7 +11,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 use super::{Params, Rest, bad_id_or_missing, err, message, meta, tenant_ok};
-use crate::core::State;
+use crate::queries::View;
 use crate::store::model::{Status, StoredEvent};
 use hatchet_protocol::rfc3339;
 
@@ -30,10 +30,10 @@ pub fn routes() -> axum::Router<Rest> {
 
 /// A `V1Event` row: the tenant id reads `""` in lists, as on the real engine; no runs read
 /// `null`.
-fn event_json(st: &State, e: &StoredEvent) -> Value {
+fn event_json(st: &View<'_>, e: &StoredEvent) -> Value {
     let mut summary =
         json!({"queued": 0, "running": 0, "succeeded": 0, "failed": 0, "cancelled": 0});
-    for run in e.runs.iter().filter_map(|id| st.runs.get(id)) {
+    for run in e.runs.iter().filter_map(|id| st.runs().get(id)) {
         let k = match run.status {
             Status::Pending | Status::Queued => "queued",
             Status::Running => "running",
@@ -103,9 +103,9 @@ impl EventFilter {
         })
     }
 
-    fn matches(&self, st: &State, e: &StoredEvent) -> bool {
+    fn matches(&self, st: &View<'_>, e: &StoredEvent) -> bool {
         let any = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
-        let runs = || e.runs.iter().filter_map(|id| st.runs.get(id));
+        let runs = || e.runs.iter().filter_map(|id| st.runs().get(id));
         e.at >= self.since
             && self.until.is_none_or(|u| e.at <= u)
             && any(&self.keys, &e.key)
@@ -146,9 +146,9 @@ async fn list_events(
         // The real engine divides by the limit for its pagination.
         return message(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error");
     }
-    let st = s.engine.state.lock();
+    let st = s.engine.view();
     let hits: Vec<&StoredEvent> = st
-        .events
+        .events()
         .iter()
         .rev()
         .filter(|e| filter.matches(&st, e))
@@ -181,8 +181,8 @@ async fn get_event(
     if let Some(r) = tenant_ok(&s, &tenant) {
         return r;
     }
-    let st = s.engine.state.lock();
-    match st.events.get(&id) {
+    let st = s.engine.view();
+    match st.events().get(&id) {
         Some(e) => Json(event_json(&st, e)).into_response(),
         None => bad_id_or_missing(&id, "event"),
     }

@@ -56,9 +56,9 @@ async fn list(
     };
     let (offset, limit) = (num("offset", 0), num("limit", DEFAULT_LIMIT).max(1));
     let (workflows, scopes) = (all(&q, "workflowIds"), all(&q, "scopes"));
-    let st = s.engine.state.lock();
+    let st = s.engine.view();
     let rows: Vec<Value> = st
-        .filters
+        .filters()
         .iter()
         .filter(|f| workflows.is_empty() || workflows.contains(&f.workflow_id.as_str()))
         .filter(|f| scopes.is_empty() || scopes.contains(&f.scope.as_str()))
@@ -121,7 +121,7 @@ async fn create(
         declarative: false,
     };
     let out = f.to_json(&s.engine.tenant_id);
-    s.engine.state.lock().filters.add(f);
+    s.engine.add_filter(f);
     Json(out).into_response()
 }
 
@@ -135,8 +135,7 @@ fn with_filter(
     if let Some(r) = tenant_ok(s, tenant) {
         return r;
     }
-    let mut st = s.engine.state.lock();
-    match f(&mut st.filters, id) {
+    match s.engine.with_filters(|fs| f(fs, id)) {
         Some(v) => Json(v).into_response(),
         None if uuid::Uuid::parse_str(id).is_err() => {
             err(StatusCode::BAD_REQUEST, "the filter id is not a UUID")

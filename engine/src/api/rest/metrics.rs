@@ -51,13 +51,13 @@ async fn task_metrics(
         .filter_map(|kv| kv.split_once(':'))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let st = s.engine.state.lock();
+    let st = s.engine.view();
     let mut counts: BTreeMap<&str, u64> = ["CANCELLED", "COMPLETED", "FAILED", "QUEUED", "RUNNING"]
         .into_iter()
         .map(|k| (k, 0))
         .collect();
     let runs = st
-        .runs
+        .runs()
         .values()
         .filter(|r| r.created_at >= since && until.is_none_or(|u| r.created_at <= u))
         .filter(|r| workflows.is_empty() || workflows.contains(&r.workflow_id))
@@ -102,10 +102,10 @@ async fn queue_metrics(AxState(s): AxState<Rest>, Path(tenant): Path<String>) ->
     if let Some(r) = tenant_ok(&s, &tenant) {
         return r;
     }
-    let st = s.engine.state.lock();
-    let held: HashSet<&str> = st.pauses.held_ids().collect();
+    let st = s.engine.view();
+    let held: HashSet<&str> = st.pauses().held_ids().collect();
     let mut queues: BTreeMap<&str, u64> = BTreeMap::new();
-    for t in st.tasks.values() {
+    for t in st.tasks() {
         if t.status == Status::Queued && !held.contains(t.id.as_str()) {
             *queues.entry(t.action.as_str()).or_default() += 1;
         }

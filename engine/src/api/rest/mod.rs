@@ -25,6 +25,7 @@ mod workflows;
 use crate::api::gate::bearer_ok;
 use crate::core::Engine;
 use crate::faults::{Fault, FaultRule, Faults};
+use crate::queries::View;
 use hatchet_protocol::rfc3339;
 
 /// Shared by the handlers.
@@ -168,8 +169,8 @@ async fn list_crons(
         return r;
     }
     let (offset, limit) = page(&q);
-    let st = s.engine.state.lock();
-    let crons = st.calendar.crons();
+    let st = s.engine.view();
+    let crons = st.calendar().crons();
     let rows: Vec<Value> = crons.iter().skip(offset).take(limit).cloned().collect();
     Json(json!({"rows": rows, "pagination": pagination(crons.len(), offset, limit)}))
         .into_response()
@@ -195,11 +196,7 @@ async fn create_cron(
             "cronName and cronExpression are required",
         );
     };
-    let added = s
-        .engine
-        .state
-        .lock()
-        .add_cron(&planned(&s, &wf, &b), name, expr);
+    let added = s.engine.add_cron(&planned(&s, &wf, &b), name, expr);
     match added {
         Ok(row) => Json(row).into_response(),
         Err(e) if e.contains("not found") => err(StatusCode::NOT_FOUND, &e),
@@ -216,8 +213,8 @@ async fn list_scheduled(
         return r;
     }
     let (offset, limit) = page(&q);
-    let st = s.engine.state.lock();
-    let all = st.calendar.schedules();
+    let st = s.engine.view();
+    let all = st.calendar().schedules();
     let rows: Vec<Value> = all
         .iter()
         .skip(offset)
@@ -247,13 +244,10 @@ async fn create_scheduled(
             "triggerAt must be an RFC 3339 time such as 2026-12-01T09:30:00Z",
         );
     };
-    let added = s
-        .engine
-        .state
-        .lock()
-        .add_schedule(&planned(&s, &wf, &b), at);
-    match added {
-        Ok(row) => Json(row).into_response(),
+    let added = s.engine.add_schedules(&planned(&s, &wf, &b), [at]);
+    match added.map(|mut rows| rows.pop()) {
+        Ok(Some(row)) => Json(row).into_response(),
+        Ok(None) => err(StatusCode::INTERNAL_SERVER_ERROR, "no schedule was added"),
         Err(e) => err(StatusCode::NOT_FOUND, &e),
     }
 }
@@ -264,12 +258,12 @@ fn get_row(
     s: &Rest,
     tenant: &str,
     what: &str,
-    view: impl FnOnce(&crate::core::State) -> Option<Value>,
+    view: impl FnOnce(&View<'_>) -> Option<Value>,
 ) -> Response {
     if let Some(r) = tenant_ok(s, tenant) {
         return r;
     }
-    match view(&s.engine.state.lock()) {
+    match view(&s.engine.view()) {
         Some(row) => Json(row).into_response(),
         None => err(StatusCode::NOT_FOUND, &format!("{what} not found")),
     }
@@ -281,12 +275,12 @@ fn delete_row(
     s: &Rest,
     tenant: &str,
     what: &str,
-    remove: impl FnOnce(&mut crate::core::State) -> bool,
+    remove: impl FnOnce(&Engine) -> bool,
 ) -> Response {
     if let Some(r) = tenant_ok(s, tenant) {
         return r;
     }
-    if !remove(&mut s.engine.state.lock()) {
+    if !remove(&s.engine) {
         err(StatusCode::NOT_FOUND, &format!("{what} not found"))
     } else {
         StatusCode::NO_CONTENT.into_response()
@@ -297,14 +291,14 @@ async fn get_cron(
     AxState(s): AxState<Rest>,
     Path((tenant, id)): Path<(String, String)>,
 ) -> Response {
-    get_row(&s, &tenant, "cron", |st| st.calendar.cron(&id).cloned())
+    get_row(&s, &tenant, "cron", |st| st.calendar().cron(&id).cloned())
 }
 
 async fn delete_cron(
     AxState(s): AxState<Rest>,
     Path((tenant, id)): Path<(String, String)>,
 ) -> Response {
-    delete_row(&s, &tenant, "cron", |st| st.calendar.remove_cron(&id))
+    delete_row(&s, &tenant, "cron", |e| e.remove_cron(&id))
 }
 
 /// `POST .../workflows/crons/{id}`: runs the cron now; answers the run's id. An unknown cron
@@ -319,16 +313,8 @@ async fn trigger_cron(
     if uuid::Uuid::parse_str(&id).is_err() {
         return message(StatusCode::BAD_REQUEST, "invalid cron workflow id");
     }
-    let started = s
-        .engine
-        .state
-        .lock()
-        .trigger_cron(&id, s.engine.clock.system_now());
-    match started {
-        Some(Ok(run)) => {
-            s.engine.wake.notify_one();
-            Json(json!({ "externalId": run })).into_response()
-        }
+    match s.engine.trigger_cron(&id) {
+        Some(Ok(run)) => Json(json!({ "externalId": run })).into_response(),
         Some(Err(why)) => err(StatusCode::INTERNAL_SERVER_ERROR, &why),
         None => message(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
     }
@@ -339,7 +325,7 @@ async fn get_scheduled(
     Path((tenant, id)): Path<(String, String)>,
 ) -> Response {
     get_row(&s, &tenant, "scheduled run", |st| {
-        st.calendar.schedule(&id).map(|r| st.scheduled_view(r))
+        st.calendar().schedule(&id).map(|r| st.scheduled_view(r))
     })
 }
 
@@ -347,9 +333,7 @@ async fn delete_scheduled(
     AxState(s): AxState<Rest>,
     Path((tenant, id)): Path<(String, String)>,
 ) -> Response {
-    delete_row(&s, &tenant, "scheduled run", |st| {
-        st.calendar.remove_schedule(&id)
-    })
+    delete_row(&s, &tenant, "scheduled run", |e| e.remove_schedule(&id))
 }
 
 /// The development engine's one dispatcher (the REST models require a UUID).
@@ -424,18 +408,17 @@ async fn list_workers(
         return r;
     }
     let (offset, limit) = page(&q);
-    let st = s.engine.state.lock();
+    let st = s.engine.view();
     let rows: Vec<Value> = st
-        .workers
-        .values()
+        .workers()
         .map(|w| worker_row(worker_json(w, &s.engine.tenant_id)))
         .collect();
     paged(rows, offset, limit)
 }
 
 async fn get_worker(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
-    let st = s.engine.state.lock();
-    match st.workers.get(&id) {
+    let st = s.engine.view();
+    match st.worker(&id) {
         Some(w) => Json(worker_json(w, &s.engine.tenant_id)).into_response(),
         None => bad_id_or_missing(&id, "worker"),
     }
@@ -449,18 +432,19 @@ async fn patch_worker(
     let Some(Json(b)) = body else {
         return err(StatusCode::BAD_REQUEST, "body must be a JSON object");
     };
-    let mut st = s.engine.state.lock();
-    let Some(w) = st.workers.get_mut(&id) else {
+    let tenant = s.engine.tenant_id.clone();
+    let answer = s.engine.update_worker(&id, |w| {
+        if let Some(p) = b.get("isPaused").and_then(Value::as_bool) {
+            w.paused = p;
+        }
+        worker_json(w, &tenant)
+    });
+    let Some(answer) = answer else {
         return bad_id_or_missing(&id, "worker");
     };
-    if let Some(p) = b.get("isPaused").and_then(Value::as_bool) {
-        w.paused = p;
-    }
-    let answer = Json(worker_json(w, &s.engine.tenant_id)).into_response();
-    drop(st);
     // An unpaused worker takes what waited for it at once.
     s.engine.wake.notify_one();
-    answer
+    Json(answer).into_response()
 }
 
 async fn list_rate_limits(
@@ -477,9 +461,9 @@ async fn list_rate_limits(
         .and_then(|v| v.as_str())
         .unwrap_or("")
         .to_string();
-    let st = s.engine.state.lock();
+    let st = s.engine.view();
     let rows: Vec<Value> = st
-        .rate_limits
+        .rate_limits()
         .iter()
         .filter(|r| search.is_empty() || r.key.contains(&search))
         .map(|r| json!({"key": r.key, "tenantId": s.engine.tenant_id, "limitValue": r.limit, "value": r.remaining(), "window": r.duration, "lastRefill": rfc3339(r.refilled_at)}))
@@ -515,7 +499,7 @@ async fn dashboard_page() -> Response {
 }
 
 async fn dashboard_data(AxState(s): AxState<Rest>) -> Response {
-    let data = crate::api::dashboard::data(&s.engine.state.lock(), s.engine.clock.system_now());
+    let data = crate::api::dashboard::data(&s.engine.view(), s.engine.clock.system_now());
     Json(data).into_response()
 }
 
@@ -583,10 +567,7 @@ async fn advance_clock(AxState(s): AxState<Rest>, Query(q): Query<Value>) -> Res
         );
     };
     s.engine
-        .state
-        .lock()
         .advance_clock(std::time::Duration::from_secs_f64(secs));
-    s.engine.tick();
     Json(json!({ "skipped_seconds": s.engine.clock.skew().as_secs_f64() })).into_response()
 }
 

@@ -22,7 +22,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use super::{Rest, meta, tenant_ok};
-use crate::core::State;
+use crate::queries::View;
 use crate::store::control::{RunFilter, Targets};
 use crate::store::model::{Run, Status, Task};
 use hatchet_protocol::rfc3339;
@@ -100,8 +100,8 @@ fn display_name(run: &Run, tasks: &[&Task]) -> String {
 }
 
 /// The tasks of a run, in definition order.
-fn tasks_of<'a>(st: &'a State, run: &Run) -> Vec<&'a Task> {
-    run.tasks.iter().filter_map(|t| st.tasks.get(t)).collect()
+fn tasks_of<'a>(st: &'a View<'a>, run: &Run) -> Vec<&'a Task> {
+    run.tasks.iter().filter_map(|t| st.task(t)).collect()
 }
 
 /// Invariant 3: the output of the task that finished last.
@@ -115,7 +115,7 @@ fn run_output(tasks: &[&Task]) -> Value {
 }
 
 /// `V1WorkflowRun`.
-fn run_json(st: &State, run: &Run, tasks: &[&Task], tenant: &str) -> Value {
+fn run_json(st: &View<'_>, run: &Run, tasks: &[&Task], tenant: &str) -> Value {
     let error = tasks
         .iter()
         .filter(|t| t.status == Status::Failed)
@@ -150,7 +150,7 @@ fn run_json(st: &State, run: &Run, tasks: &[&Task], tenant: &str) -> Value {
 }
 
 /// `V1TaskSummary` of one task (`type: TASK`).
-fn task_json(st: &State, t: &Task, run: &Run, tenant: &str, with_payloads: bool) -> Value {
+fn task_json(st: &View<'_>, t: &Task, run: &Run, tenant: &str, with_payloads: bool) -> Value {
     let mut v = json!({
         "metadata": meta(&t.id, t.created_at),
         "taskExternalId": t.id,
@@ -195,7 +195,7 @@ fn task_json(st: &State, t: &Task, run: &Run, tenant: &str, with_payloads: bool)
 }
 
 /// A run as a row of a run list (`only_tasks=false`): always `type: DAG`, ids are the run id.
-fn run_row(st: &State, run: &Run, tenant: &str, with_payloads: bool) -> Value {
+fn run_row(st: &View<'_>, run: &Run, tenant: &str, with_payloads: bool) -> Value {
     let tasks = tasks_of(st, run);
     let Some(first) = tasks.first() else {
         return Value::Null;
@@ -267,8 +267,8 @@ fn task_number(id: &str) -> u32 {
 
 async fn run_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
     s.engine.clock.polled(&id);
-    let st = s.engine.state.lock();
-    let Some(run) = st.runs.get(&id) else {
+    let st = s.engine.view();
+    let Some(run) = st.runs().get(&id) else {
         return bad_id_or_missing(&id, "workflow run");
     };
     let tenant = &s.engine.tenant_id;
@@ -353,19 +353,18 @@ fn event_number(t: &Task, kind: &str) -> u32 {
 
 async fn run_status(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
     s.engine.clock.polled(&id);
-    let st = s.engine.state.lock();
-    match st.runs.get(&id) {
+    let st = s.engine.view();
+    match st.runs().get(&id) {
         Some(r) => Json(Value::String(r.status.rest().into())).into_response(),
         None => bad_id_or_missing(&id, "workflow run"),
     }
 }
 
 async fn task_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
-    let st = s.engine.state.lock();
+    let st = s.engine.view();
     let Some((t, run)) = st
-        .tasks
-        .get(&id)
-        .and_then(|t| st.runs.get(&t.run_id).map(|r| (t, r)))
+        .task(&id)
+        .and_then(|t| st.runs().get(&t.run_id).map(|r| (t, r)))
     else {
         return bad_id_or_missing(&id, "task");
     };
@@ -400,7 +399,7 @@ impl Params {
 /// Runs (or tasks) the list's other parameters select.
 /// Runs a list selects. The parent filter is read only by run lists (`by_parent`): the real
 /// engine ignores it in a task list.
-fn selected<'a>(st: &'a State, p: &Params, filter: &RunFilter, by_parent: bool) -> Vec<&'a Run> {
+fn selected<'a>(st: &'a View<'a>, p: &Params, filter: &RunFilter, by_parent: bool) -> Vec<&'a Run> {
     let parent = p.one("parent_task_external_id").filter(|_| by_parent);
     let event = p.one("triggering_event_external_id");
     let any_metadata =
@@ -417,10 +416,8 @@ fn selected<'a>(st: &'a State, p: &Params, filter: &RunFilter, by_parent: bool) 
         metadata: Vec::new(),
         ..filter.clone()
     };
-    st.run_order
-        .iter()
-        .rev()
-        .filter_map(|id| st.runs.get(id))
+    st.runs()
+        .newest_first()
         .filter(|r| plain.matches(r) && by_metadata(r))
         .filter(|r| parent.is_none_or(|p| r.parent_task_id.as_deref() == Some(p)))
         .filter(|r| {
@@ -453,7 +450,7 @@ async fn list_runs(
     };
     let payloads = p.one("include_payloads") == Some("true");
     let worker = p.one("worker_id");
-    let st = s.engine.state.lock();
+    let st = s.engine.view();
     let tenant = &s.engine.tenant_id;
     // With only_tasks the statuses select tasks, not runs.
     let run_filter = if only_tasks {
@@ -508,7 +505,7 @@ async fn list_run_ids(
         Ok(f) => f,
         Err(why) => return super::err(StatusCode::BAD_REQUEST, &why),
     };
-    let st = s.engine.state.lock();
+    let st = s.engine.view();
     let ids: Vec<&str> = selected(&st, &p, &filter, true)
         .iter()
         .map(|r| r.id.as_str())
@@ -606,8 +603,8 @@ async fn task_logs(
     let levels: Vec<String> = p.all("levels").iter().map(|l| l.to_uppercase()).collect();
     let attempt: Option<i32> = p.one("attempt").and_then(|a| a.parse().ok());
     let descending = p.one("order_by_direction") == Some("DESC");
-    let st = s.engine.state.lock();
-    let Some(t) = st.tasks.get(&id) else {
+    let st = s.engine.view();
+    let Some(t) = st.task(&id) else {
         return bad_id_or_missing(&id, "task");
     };
     let mut lines: Vec<&crate::store::model::LogLine> = t.logs.iter().collect();
@@ -649,12 +646,9 @@ async fn task_logs(
 /// engine answers `{"requeued": true}` whatever the task's state (it only enqueues a message),
 /// and so does this one.
 async fn restore_task(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
-    let known = s.engine.state.lock().restore_evicted(&id);
-    match known {
-        Some(_) => {
-            s.engine.wake.notify_one();
-            Json(json!({ "requeued": true })).into_response()
-        }
-        None => bad_id_or_missing(&id, "task"),
+    if s.engine.restore_evicted(&id).is_some() {
+        Json(json!({ "requeued": true })).into_response()
+    } else {
+        bad_id_or_missing(&id, "task")
     }
 }

@@ -88,12 +88,10 @@ async fn create(
         created_at: now,
         updated_at: now,
     };
-    let mut st = s.engine.state.lock();
-    if st.webhooks.contains_key(&name) {
+    let answer = hook.to_json(&s.engine.tenant_id);
+    if !s.engine.add_webhook(&name, hook) {
         return refused();
     }
-    let answer = hook.to_json(&s.engine.tenant_id);
-    st.webhooks.insert(name, hook);
     Json(answer).into_response()
 }
 
@@ -112,9 +110,9 @@ async fn list(
         _ => return err(StatusCode::BAD_REQUEST, "failed to list webhooks"),
     };
     let (sources, names) = (p.all("sourceNames"), p.all("webhookNames"));
-    let st = s.engine.state.lock();
+    let st = s.engine.view();
     let mut hooks: Vec<&Webhook> = st
-        .webhooks
+        .webhooks()
         .values()
         .filter(|h| sources.is_empty() || sources.contains(&h.source))
         .filter(|h| names.is_empty() || names.contains(&h.name))
@@ -133,7 +131,7 @@ async fn read(AxState(s): AxState<Rest>, Path((tenant, name)): Path<(String, Str
     if let Some(r) = tenant_ok(&s, &tenant) {
         return r;
     }
-    match s.engine.state.lock().webhooks.get(&name) {
+    match s.engine.view().webhooks().get(&name) {
         Some(h) => Json(h.to_json(&s.engine.tenant_id)).into_response(),
         None => not_found(),
     }
@@ -150,27 +148,30 @@ async fn update(
     }
     let b = body.map(|Json(b)| b).unwrap_or_default();
     let now = s.engine.clock.system_now();
-    let mut st = s.engine.state.lock();
-    let Some(h) = st.webhooks.get_mut(&name) else {
-        return not_found();
-    };
-    if let Some(k) = b["eventKeyExpression"].as_str() {
-        if k.is_empty() {
-            return err(StatusCode::BAD_REQUEST, "failed to update webhook");
+    let changed = s.engine.update_webhook(&name, |h| {
+        if let Some(k) = b["eventKeyExpression"].as_str() {
+            if k.is_empty() {
+                return Err("failed to update webhook");
+            }
+            h.event_key_expression = k.to_string();
         }
-        h.event_key_expression = k.to_string();
+        if let Some(scope) = b["scopeExpression"].as_str() {
+            h.scope_expression = (!scope.is_empty()).then(|| scope.to_string());
+        }
+        if let Some(p) = b.get("staticPayload").filter(|p| p.is_object()) {
+            h.static_payload = Some(p.clone());
+        }
+        if let Some(r) = b["returnEventAsResponsePayload"].as_bool() {
+            h.return_event = r;
+        }
+        h.updated_at = now;
+        Ok(h.to_json(&s.engine.tenant_id))
+    });
+    match changed {
+        Some(Ok(v)) => Json(v).into_response(),
+        Some(Err(why)) => err(StatusCode::BAD_REQUEST, why),
+        None => not_found(),
     }
-    if let Some(scope) = b["scopeExpression"].as_str() {
-        h.scope_expression = (!scope.is_empty()).then(|| scope.to_string());
-    }
-    if let Some(p) = b.get("staticPayload").filter(|p| p.is_object()) {
-        h.static_payload = Some(p.clone());
-    }
-    if let Some(r) = b["returnEventAsResponsePayload"].as_bool() {
-        h.return_event = r;
-    }
-    h.updated_at = now;
-    Json(h.to_json(&s.engine.tenant_id)).into_response()
 }
 
 /// `DELETE`: 200 with the deleted webhook.
@@ -181,7 +182,7 @@ async fn remove(
     if let Some(r) = tenant_ok(&s, &tenant) {
         return r;
     }
-    match s.engine.state.lock().webhooks.remove(&name) {
+    match s.engine.remove_webhook(&name) {
         Some(h) => Json(h.to_json(&s.engine.tenant_id)).into_response(),
         None => not_found(),
     }
@@ -197,7 +198,7 @@ async fn receive(
     if tenant != s.engine.tenant_id {
         return not_found();
     }
-    let Some(hook) = s.engine.state.lock().webhooks.get(&name).cloned() else {
+    let Some(hook) = s.engine.view().webhooks().get(&name).cloned() else {
         return not_found();
     };
     // Slack's URL verification is answered before any check, as the real engine does.
@@ -216,8 +217,6 @@ async fn receive(
         });
     let now = s
         .engine
-        .state
-        .lock()
         .clock
         .system_now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -250,11 +249,7 @@ async fn receive(
         Ok(e) => e,
         Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, e.message()),
     };
-    s.engine
-        .state
-        .lock()
-        .events
-        .mark_webhook(&pushed.event_id, &name);
+    s.engine.mark_webhook_event(&pushed.event_id, &name);
     if !hook.return_event {
         return StatusCode::NO_CONTENT.into_response();
     }

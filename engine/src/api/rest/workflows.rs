@@ -9,7 +9,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 use super::{Rest, bad_id_or_missing, err, meta, page, paged, tenant_ok};
-use crate::core::State;
+use crate::queries::View;
 use crate::store::model::Workflow;
 use crate::store::pause::PauseRule;
 
@@ -27,13 +27,13 @@ pub fn routes() -> axum::Router<Rest> {
 
 /// A `Workflow` object as the SDKs' strict models take it: every version entry has `order` and
 /// `workflowId`; a paused one names its behaviours.
-fn workflow_json(st: &State, w: &Workflow, tenant: &str) -> Value {
+fn workflow_json(st: &View<'_>, w: &Workflow, tenant: &str) -> Value {
     let version = json!({"metadata": meta(&w.version_id, w.created_at), "version": "",
                          "order": 1, "workflowId": w.id});
     let mut v = json!({"metadata": meta(&w.id, w.created_at), "name": w.name,
                        "description": w.description, "isPaused": false,
                        "versions": [version], "tenantId": tenant});
-    if let Some(rule) = st.pauses.rule(&w.name) {
+    if let Some(rule) = st.pauses().rule(&w.name) {
         let (crons, schedules) = rule.behaviours();
         v["isPaused"] = json!(true);
         v["pausedWorkflowCronRunQueueBehavior"] = json!(crons);
@@ -42,16 +42,11 @@ fn workflow_json(st: &State, w: &Workflow, tenant: &str) -> Value {
     v
 }
 
-/// The live (not deleted) workflow with this id.
-fn by_id<'a>(st: &'a State, id: &str) -> Option<&'a Workflow> {
-    st.workflows.values().find(|w| w.id == id && !w.deleted)
-}
-
 /// `GET /api/v1/workflows/{workflow}`: one workflow by id (400 for a malformed id, 404 for an
 /// unknown or deleted one).
 async fn get_workflow(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
-    let st = s.engine.state.lock();
-    match by_id(&st, &id) {
+    let st = s.engine.view();
+    match st.live_workflow(&id) {
         Some(w) => Json(workflow_json(&st, w, &s.engine.tenant_id)).into_response(),
         None => bad_id_or_missing(&id, "workflow"),
     }
@@ -73,10 +68,9 @@ async fn list_workflows(
         .and_then(|v| v.as_str())
         .unwrap_or("")
         .to_lowercase();
-    let st = s.engine.state.lock();
+    let st = s.engine.view();
     let mut live: Vec<&Workflow> = st
-        .workflows
-        .values()
+        .workflows()
         .filter(|w| !w.deleted)
         .filter(|w| name.is_empty() || w.name.to_lowercase().contains(&name))
         .collect();
@@ -94,15 +88,9 @@ async fn list_workflows(
 /// triggered, its crons and schedules go, what it held while paused is cancelled, its runs
 /// finish and stay readable.
 async fn delete_workflow(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
-    let mut st = s.engine.state.lock();
-    let Some(name) = by_id(&st, &id).map(|w| w.name.clone()) else {
+    if !s.engine.delete_workflow(&id) {
         return bad_id_or_missing(&id, "workflow");
-    };
-    if let Some(w) = st.workflows.get_mut(&name) {
-        w.deleted = true;
     }
-    st.drop_pause(&name);
-    st.calendar.drop_workflow(&name);
     StatusCode::NO_CONTENT.into_response()
 }
 
@@ -127,26 +115,13 @@ async fn patch_workflow(
             );
         }
     };
-    let mut st = s.engine.state.lock();
-    let Some(name) = by_id(&st, &id).map(|w| w.name.clone()) else {
+    let Some(name) = s.engine.pause_workflow(&id, rule) else {
         return bad_id_or_missing(&id, "workflow");
     };
-    let requeued = match rule {
-        Some(rule) => {
-            let now = st.clock.now();
-            st.pause_workflow(&name, rule, now);
-            0
-        }
-        None => st.unpause_workflow(&name),
-    };
+    let st = s.engine.view();
     let answer = st
-        .workflows
-        .get(&name)
+        .workflow(&name)
         .map(|w| workflow_json(&st, w, &s.engine.tenant_id));
-    drop(st);
-    if requeued > 0 {
-        s.engine.wake.notify_one();
-    }
     match answer {
         Some(v) => Json(v).into_response(),
         None => bad_id_or_missing(&id, "workflow"),

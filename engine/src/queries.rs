@@ -1,0 +1,119 @@
+//! What the transports read: a view of the state through queries. A [`View`] holds the state's
+//! lock for as long as it lives (a REST read or a dashboard snapshot is one consistent read)
+//! and offers read-only queries of the rooms; it has no field of the state and changes
+//! nothing. Changes go through the engine's entry points (`core.rs`, `commands.rs`).
+
+use std::collections::BTreeMap;
+
+use parking_lot::MutexGuard;
+use serde_json::Value;
+
+use crate::core::{Engine, State};
+use crate::dag::filters::Filters;
+use crate::sched::rate_limits::RateLimits;
+use crate::store::events::EventLog;
+use crate::store::model::{Task, Worker, Workflow};
+use crate::store::pause::Pauses;
+use crate::store::table::Runs;
+use crate::store::webhooks::Webhook;
+use crate::time::schedules::Calendar;
+
+/// A read-only view of the state, holding its lock.
+pub(crate) struct View<'a> {
+    st: MutexGuard<'a, State>,
+}
+
+impl Engine {
+    /// A view of the state for one read (it holds the lock: keep it short, never across an
+    /// await).
+    pub(crate) fn view(&self) -> View<'_> {
+        View {
+            st: self.state.lock(),
+        }
+    }
+}
+
+impl View<'_> {
+    /// Every run.
+    pub(crate) fn runs(&self) -> &Runs {
+        &self.st.runs
+    }
+
+    /// Task `id`.
+    pub(crate) fn task(&self, id: &str) -> Option<&Task> {
+        self.st.tasks.get(id)
+    }
+
+    /// Every task, in no order.
+    pub(crate) fn tasks(&self) -> impl Iterator<Item = &Task> {
+        self.st.tasks.values()
+    }
+
+    /// The input task `id` runs with (its run's input, or its parents' outputs for a DAG task).
+    pub(crate) fn task_input(&self, id: &str) -> Value {
+        self.st.task_input(id)
+    }
+
+    /// Workflow `name` (live or deleted).
+    pub(crate) fn workflow(&self, name: &str) -> Option<&Workflow> {
+        self.st.workflows.get(name)
+    }
+
+    /// The live (not deleted) workflow with id `id`.
+    pub(crate) fn live_workflow(&self, id: &str) -> Option<&Workflow> {
+        self.st
+            .workflows
+            .values()
+            .find(|w| w.id == id && !w.deleted)
+    }
+
+    /// Every workflow (live or deleted), in no order.
+    pub(crate) fn workflows(&self) -> impl Iterator<Item = &Workflow> {
+        self.st.workflows.values()
+    }
+
+    /// Worker `id`.
+    pub(crate) fn worker(&self, id: &str) -> Option<&Worker> {
+        self.st.workers.get(id)
+    }
+
+    /// Every worker, in no order.
+    pub(crate) fn workers(&self) -> impl Iterator<Item = &Worker> {
+        self.st.workers.values()
+    }
+
+    /// The pushed events kept.
+    pub(crate) fn events(&self) -> &EventLog {
+        &self.st.events
+    }
+
+    /// Crons and schedules.
+    pub(crate) fn calendar(&self) -> &Calendar {
+        &self.st.calendar
+    }
+
+    /// A schedule's REST row with its run's state filled in.
+    pub(crate) fn scheduled_view(&self, row: &Value) -> Value {
+        self.st.scheduled_view(row)
+    }
+
+    /// Paused workflows and what they hold.
+    pub(crate) fn pauses(&self) -> &Pauses {
+        &self.st.pauses
+    }
+
+    /// Event filters.
+    pub(crate) fn filters(&self) -> &Filters {
+        &self.st.filters
+    }
+
+    /// Rate-limit keys.
+    pub(crate) fn rate_limits(&self) -> &RateLimits {
+        &self.st.rate_limits
+    }
+
+    /// Incoming webhooks by name.
+    pub(crate) fn webhooks(&self) -> &BTreeMap<String, Webhook> {
+        &self.st.webhooks
+    }
+}
