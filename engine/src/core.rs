@@ -15,7 +15,7 @@
 //!    finished before the request arrived.
 //! 5. Time is `tokio::time` (scheduling) and `SystemTime` (timestamps only), so tests can pause it.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
@@ -79,7 +79,7 @@ pub struct State {
     /// Crons and schedules (see `time/schedules.rs`).
     pub calendar: crate::time::schedules::Calendar,
     /// Runs held by a full concurrency group, in arrival order (see `concurrency.rs`).
-    pub held_runs: HashMap<crate::sched::concurrency::Group, VecDeque<String>>,
+    pub held_runs: crate::sched::concurrency::Held,
     /// The fault switches a test turned on (see `faults.rs`); all off by default.
     pub switches: crate::faults::Switches,
     /// What tests count (see `stats.rs`).

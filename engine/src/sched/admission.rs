@@ -2,8 +2,6 @@
 //! a group admits when its active runs finish. The limits and the invariants are in
 //! `concurrency.rs`.
 
-use std::collections::VecDeque;
-
 use crate::core::State;
 use crate::rules::key_of_expression;
 use crate::sched::concurrency::*;
@@ -112,10 +110,7 @@ impl State {
         }
         self.queue.retain(|q| !tasks.iter().any(|t| t == q));
         if let Some((group, _)) = self.full_group(run_id) {
-            self.held_runs
-                .entry(group)
-                .or_default()
-                .push_back(run_id.to_string());
+            self.held_runs.push_back(group, run_id.to_string());
         }
     }
 
@@ -162,7 +157,7 @@ impl State {
             .collect();
         for group in groups {
             loop {
-                let next = self.held_runs.get_mut(&group).and_then(VecDeque::pop_front);
+                let next = self.held_runs.pop_front(&group);
                 let Some(next) = next else { break };
                 let waiting = self
                     .runs
@@ -174,18 +169,12 @@ impl State {
                 match self.full_group(&next) {
                     None => self.admit(&next),
                     Some((full, _)) if full == group => {
-                        self.held_runs
-                            .entry(group.clone())
-                            .or_default()
-                            .push_front(next);
+                        self.held_runs.push_front(group.clone(), next);
                         break;
                     }
                     // Still blocked by another limit: wait in that group's line instead.
-                    Some((other, _)) => self.held_runs.entry(other).or_default().push_back(next),
+                    Some((other, _)) => self.held_runs.push_back(other, next),
                 }
-            }
-            if self.held_runs.get(&group).is_some_and(VecDeque::is_empty) {
-                self.held_runs.remove(&group);
             }
         }
     }

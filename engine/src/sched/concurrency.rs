@@ -44,3 +44,38 @@ impl Limit {
 
 /// A group: the workflow, the limit's index, the key.
 pub type Group = (String, usize, String);
+
+/// The runs each full group holds, in arrival order: each group admits its own line in order
+/// (invariant 2), and a group with an empty line is forgotten.
+#[derive(Debug, Default)]
+pub struct Held {
+    lines: std::collections::HashMap<Group, std::collections::VecDeque<String>>,
+}
+
+impl Held {
+    /// `run` waits at the back of `group`'s line.
+    pub fn push_back(&mut self, group: Group, run: String) {
+        self.lines.entry(group).or_default().push_back(run);
+    }
+
+    /// `run` goes back to the front of `group`'s line (its turn came, and the group is full).
+    pub fn push_front(&mut self, group: Group, run: String) {
+        self.lines.entry(group).or_default().push_front(run);
+    }
+
+    /// The first run in `group`'s line; an emptied line is forgotten.
+    pub fn pop_front(&mut self, group: &Group) -> Option<String> {
+        let line = self.lines.get_mut(group)?;
+        let next = line.pop_front();
+        if line.is_empty() {
+            self.lines.remove(group);
+        }
+        next
+    }
+
+    /// Whether no group holds a run.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+}
