@@ -27,6 +27,7 @@ use tonic::Status as GrpcStatus;
 use crate::durable::DurableState;
 use crate::rules::*;
 use crate::store::model::*;
+use crate::store::subscriptions::EventFilter;
 use hatchet_protocol::{self as proto, v1};
 
 /// A run or event priority must be 1–3.
@@ -68,8 +69,8 @@ pub struct State {
     pub tasks: HashMap<String, Task>,
     pub queue: crate::sched::queue::TaskQueue,
     pub workers: HashMap<String, Worker>,
-    pub run_subs: HashMap<u64, RunSubscriber>,
-    pub event_subs: HashMap<u64, EventSubscriber>,
+    /// Open run and event subscriptions (see `store/subscriptions.rs`).
+    pub subscriptions: crate::store::subscriptions::Subscriptions,
     /// Pushed events (see `store/events.rs`).
     pub events: crate::store::events::EventLog,
     pub idempotency: HashMap<(String, String), (String, Instant)>,
@@ -823,16 +824,7 @@ impl Engine {
         mpsc::UnboundedReceiver<Result<proto::WorkflowRunEvent, GrpcStatus>>,
     ) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut st = self.state.lock();
-        st.next_id += 1;
-        let id = st.next_id;
-        st.run_subs.insert(
-            id,
-            RunSubscriber {
-                tx,
-                pending: HashSet::new(),
-            },
-        );
+        let id = self.state.lock().subscriptions.open_runs(tx);
         (id, rx)
     }
 
@@ -848,21 +840,12 @@ impl Engine {
             .get(run_id)
             .filter(|r| r.status.is_terminal())
             .map(|r| st.run_event(r));
-        if let Some(s) = st.run_subs.get_mut(&sub) {
-            match finished {
-                Some(ev) => {
-                    let _ = s.tx.send(Ok(ev));
-                }
-                None => {
-                    s.pending.insert(run_id.to_string());
-                }
-            }
-        }
+        st.subscriptions.want_run(sub, run_id, finished);
     }
 
     /// Closes a subscription.
     pub fn close_run_subscription(&self, sub: u64) {
-        self.state.lock().run_subs.remove(&sub);
+        self.state.lock().subscriptions.close_runs(sub);
     }
 
     /// Opens a `SubscribeToWorkflowEvents` stream. `None` for the run means "already finished":
@@ -901,9 +884,7 @@ impl Engine {
             }
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        st.next_id += 1;
-        let id = st.next_id;
-        st.event_subs.insert(id, EventSubscriber { tx, filter });
+        st.subscriptions.open_events(tx, filter);
         Ok(Some(rx))
     }
 
@@ -1030,8 +1011,7 @@ impl Engine {
         for w in st.workers.values_mut() {
             w.sessions.clear();
         }
-        st.run_subs.clear();
-        st.event_subs.clear();
+        st.subscriptions.close_all();
         st.durable.streams.clear();
     }
 }

@@ -592,13 +592,14 @@ impl DevEngine {
     /// Counts of what the engine holds, for tests and leak checks.
     pub fn stats(&self) -> EngineStats {
         let st = self.engine.state.lock();
+        let (run_subscriptions, pending_run_subscriptions) = st.subscriptions.run_counts();
         EngineStats {
             runs: st.runs.len(),
             tasks: st.tasks.len(),
             queued: st.queue.len(),
-            run_subscriptions: st.run_subs.len(),
-            pending_run_subscriptions: st.run_subs.values().map(|s| s.pending.len()).sum(),
-            event_subscriptions: st.event_subs.len(),
+            run_subscriptions,
+            pending_run_subscriptions,
+            event_subscriptions: st.subscriptions.event_count(),
             listener_sessions: st.workers.values().map(|w| w.sessions.len()).sum(),
             slots_in_use: st
                 .workers
@@ -619,13 +620,7 @@ impl DevEngine {
 
     /// Run ids waiting in open `SubscribeToWorkflowRuns` subscriptions (engine side).
     pub fn pending_run_subscriptions(&self) -> usize {
-        self.engine
-            .state
-            .lock()
-            .run_subs
-            .values()
-            .map(|s| s.pending.len())
-            .sum()
+        self.engine.state.lock().subscriptions.run_counts().1
     }
 
     /// Completes every queued task of `workflow` with `{}`, without a worker (a bench and test

@@ -8,5 +8,6 @@ pub(crate) mod model;
 pub(crate) mod pause;
 pub(crate) mod runs;
 pub(crate) mod subscribers;
+pub(crate) mod subscriptions;
 pub(crate) mod table;
 pub(crate) mod webhooks;

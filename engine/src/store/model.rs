@@ -271,33 +271,6 @@ pub struct StoredEvent {
     pub webhook: Option<String>,
 }
 
-/// A subscriber of `SubscribeToWorkflowRuns`.
-#[derive(Debug)]
-pub struct RunSubscriber {
-    pub tx: mpsc::UnboundedSender<Result<proto::WorkflowRunEvent, tonic::Status>>,
-    pub pending: HashSet<String>,
-}
-
-/// What a `SubscribeToWorkflowEvents` stream follows.
-#[derive(Debug, Clone)]
-pub enum EventFilter {
-    /// One run.
-    Run(String),
-    /// Every run whose additional metadata has this key and value.
-    Metadata {
-        key: String,
-        value: String,
-        tracked: HashSet<String>,
-    },
-}
-
-/// A subscriber of `SubscribeToWorkflowEvents`.
-#[derive(Debug)]
-pub struct EventSubscriber {
-    pub tx: mpsc::UnboundedSender<Result<proto::WorkflowEvent, tonic::Status>>,
-    pub filter: EventFilter,
-}
-
 /// Options of one run creation.
 #[derive(Debug, Default, Clone)]
 pub struct TriggerOpts {

@@ -478,11 +478,7 @@ impl State {
             r.finished_at = Some(self.clock.system_now());
         }
         let event = self.run_event(&self.runs[run_id]);
-        for sub in self.run_subs.values_mut() {
-            if sub.pending.remove(run_id) {
-                let _ = sub.tx.send(Ok(event.clone()));
-            }
-        }
+        self.subscriptions.run_ended(run_id, &event);
         let kind = match status {
             Status::Failed => proto::ResourceEventType::Failed,
             Status::Cancelled => proto::ResourceEventType::Cancelled,

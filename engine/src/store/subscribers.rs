@@ -1,32 +1,14 @@
-//! What subscribers see: run and task events on `SubscribeToWorkflowEvents` (by run id or by
-//! metadata), and the end of a run.
-
-use serde_json::Value;
+//! What subscribers see: the run and task events the state's changes make, handed to the
+//! subscriptions (`subscriptions.rs` keeps who follows what, and its invariants).
 
 use crate::core::*;
 use crate::rules::*;
-use crate::store::model::*;
 use hatchet_protocol as proto;
 
 impl State {
     pub(crate) fn track_metadata_subscribers(&mut self, run_id: &str) {
-        let meta = self.runs[run_id].additional_metadata.clone();
-        for sub in self.event_subs.values_mut() {
-            if let EventFilter::Metadata {
-                key,
-                value,
-                tracked,
-            } = &mut sub.filter
-            {
-                let matches = meta.get(key.as_str()).is_some_and(|v| match v {
-                    Value::String(s) => s == value,
-                    other => &other.to_string() == value,
-                });
-                if matches {
-                    tracked.insert(run_id.to_string());
-                }
-            }
-        }
+        let meta = &self.runs[run_id].additional_metadata;
+        self.subscriptions.track(run_id, meta);
     }
 
     pub(crate) fn emit_task_event(
@@ -53,15 +35,7 @@ impl State {
 
     /// Sends `ev` to every subscriber following `run_id`.
     pub fn publish_event(&self, run_id: &str, ev: proto::WorkflowEvent) {
-        for sub in self.event_subs.values() {
-            let follows = match &sub.filter {
-                EventFilter::Run(id) => id == run_id,
-                EventFilter::Metadata { tracked, .. } => tracked.contains(run_id),
-            };
-            if follows {
-                let _ = sub.tx.send(Ok(ev.clone()));
-            }
-        }
+        self.subscriptions.publish(run_id, &ev);
     }
 
     pub(crate) fn emit_run_finished(&mut self, run_id: &str, kind: proto::ResourceEventType) {
@@ -77,34 +51,7 @@ impl State {
             retry_count: None,
             event_index: None,
         };
-        let mut done = Vec::new();
-        for (id, sub) in self.event_subs.iter_mut() {
-            match &mut sub.filter {
-                EventFilter::Run(r) if r == run_id => {
-                    let _ = sub.tx.send(Ok(proto::WorkflowEvent {
-                        hangup: true,
-                        ..base.clone()
-                    }));
-                    done.push(*id);
-                }
-                EventFilter::Metadata { tracked, .. } if tracked.contains(run_id) => {
-                    if kind == proto::ResourceEventType::Completed {
-                        tracked.remove(run_id);
-                    }
-                    let hangup = tracked.is_empty();
-                    let _ = sub.tx.send(Ok(proto::WorkflowEvent {
-                        hangup,
-                        ..base.clone()
-                    }));
-                    if hangup {
-                        done.push(*id);
-                    }
-                }
-                _ => {}
-            }
-        }
-        for id in done {
-            self.event_subs.remove(&id);
-        }
+        let completed = kind == proto::ResourceEventType::Completed;
+        self.subscriptions.publish_run_end(run_id, &base, completed);
     }
 }

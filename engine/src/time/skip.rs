@@ -20,11 +20,7 @@ impl State {
     /// Whether the engine may jump now (invariant 4).
     pub(crate) fn may_skip(&self, now: Instant) -> bool {
         let unfinished = |run: &String| self.runs.get(run).is_some_and(|r| !r.status.is_terminal());
-        let awaited = self
-            .run_subs
-            .values()
-            .flat_map(|s| &s.pending)
-            .any(unfinished)
+        let awaited = self.subscriptions.awaited().any(unfinished)
             || self.clock.recently_polled().iter().any(unfinished);
         if !awaited {
             return false;

@@ -1,0 +1,270 @@
+//! The subscriptions: `SubscribeToWorkflowRuns` (the end of each run asked for) and
+//! `SubscribeToWorkflowEvents` (a run's task and run events, by run id or by metadata).
+//!
+//! # Invariants
+//!
+//! 1. Every run a run subscription asks for is delivered once per request: at once if it has
+//!    finished, else when it finishes (then it is no longer pending).
+//! 2. An event subscription by run id ends (hangs up) with its run's end; one by metadata
+//!    follows every run whose metadata matched when the run was created, and hangs up when
+//!    none it follows is unfinished.
+//! 3. A send to a closed stream is dropped: a subscriber gone is never an error for the run.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use hatchet_protocol as proto;
+
+type RunTx = mpsc::UnboundedSender<Result<proto::WorkflowRunEvent, tonic::Status>>;
+type EventTx = mpsc::UnboundedSender<Result<proto::WorkflowEvent, tonic::Status>>;
+
+/// What a `SubscribeToWorkflowEvents` stream follows.
+#[derive(Debug, Clone)]
+pub enum EventFilter {
+    /// One run.
+    Run(String),
+    /// Every run whose additional metadata has this key and value.
+    Metadata {
+        key: String,
+        value: String,
+        tracked: HashSet<String>,
+    },
+}
+
+#[derive(Debug)]
+struct RunSubscriber {
+    tx: RunTx,
+    pending: HashSet<String>,
+}
+
+#[derive(Debug)]
+struct EventSubscriber {
+    tx: EventTx,
+    filter: EventFilter,
+}
+
+/// Every open subscription.
+#[derive(Debug, Default)]
+pub struct Subscriptions {
+    runs: HashMap<u64, RunSubscriber>,
+    events: HashMap<u64, EventSubscriber>,
+    last_id: u64,
+}
+
+impl Subscriptions {
+    fn next_id(&mut self) -> u64 {
+        self.last_id += 1;
+        self.last_id
+    }
+
+    /// Opens a run subscription sending on `tx`; answers its id.
+    pub fn open_runs(&mut self, tx: RunTx) -> u64 {
+        let id = self.next_id();
+        self.runs.insert(
+            id,
+            RunSubscriber {
+                tx,
+                pending: HashSet::new(),
+            },
+        );
+        id
+    }
+
+    /// Subscription `sub` asks for run `run_id`: `finished` is its end if it has finished
+    /// (sent at once), else it waits (invariant 1).
+    pub fn want_run(&mut self, sub: u64, run_id: &str, finished: Option<proto::WorkflowRunEvent>) {
+        let Some(s) = self.runs.get_mut(&sub) else {
+            return;
+        };
+        match finished {
+            Some(ev) => {
+                let _ = s.tx.send(Ok(ev));
+            }
+            None => {
+                s.pending.insert(run_id.to_string());
+            }
+        }
+    }
+
+    /// Closes run subscription `sub`.
+    pub fn close_runs(&mut self, sub: u64) {
+        self.runs.remove(&sub);
+    }
+
+    /// Run `run_id` finished with `ev`: every subscription waiting for it gets it (invariant 1).
+    pub fn run_ended(&mut self, run_id: &str, ev: &proto::WorkflowRunEvent) {
+        for sub in self.runs.values_mut() {
+            if sub.pending.remove(run_id) {
+                let _ = sub.tx.send(Ok(ev.clone()));
+            }
+        }
+    }
+
+    /// Every run some subscription waits for (with repeats).
+    pub fn awaited(&self) -> impl Iterator<Item = &String> {
+        self.runs.values().flat_map(|s| &s.pending)
+    }
+
+    /// How many run subscriptions are open, and how many runs they wait for.
+    pub fn run_counts(&self) -> (usize, usize) {
+        let pending = self.runs.values().map(|s| s.pending.len()).sum();
+        (self.runs.len(), pending)
+    }
+
+    /// How many event subscriptions are open.
+    pub fn event_count(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Opens an event subscription following `filter`, sending on `tx`.
+    pub fn open_events(&mut self, tx: EventTx, filter: EventFilter) {
+        let id = self.next_id();
+        self.events.insert(id, EventSubscriber { tx, filter });
+    }
+
+    /// A run was created with metadata `meta`: metadata subscriptions that match follow it
+    /// (invariant 2).
+    pub fn track(&mut self, run_id: &str, meta: &Map<String, Value>) {
+        for sub in self.events.values_mut() {
+            if let EventFilter::Metadata {
+                key,
+                value,
+                tracked,
+            } = &mut sub.filter
+            {
+                let matches = meta.get(key.as_str()).is_some_and(|v| match v {
+                    Value::String(s) => s == value,
+                    other => &other.to_string() == value,
+                });
+                if matches {
+                    tracked.insert(run_id.to_string());
+                }
+            }
+        }
+    }
+
+    /// Sends `ev` to every event subscription following `run_id`.
+    pub fn publish(&self, run_id: &str, ev: &proto::WorkflowEvent) {
+        for sub in self.events.values() {
+            let follows = match &sub.filter {
+                EventFilter::Run(id) => id == run_id,
+                EventFilter::Metadata { tracked, .. } => tracked.contains(run_id),
+            };
+            if follows {
+                let _ = sub.tx.send(Ok(ev.clone()));
+            }
+        }
+    }
+
+    /// Run `run_id` ended with `base` (a run event, `completed` if it completed): its followers
+    /// get it, and those it ends hang up and close (invariant 2).
+    pub fn publish_run_end(&mut self, run_id: &str, base: &proto::WorkflowEvent, completed: bool) {
+        let mut done = Vec::new();
+        for (id, sub) in self.events.iter_mut() {
+            let hangup = match &mut sub.filter {
+                EventFilter::Run(r) if r == run_id => true,
+                EventFilter::Metadata { tracked, .. } if tracked.contains(run_id) => {
+                    if completed {
+                        tracked.remove(run_id);
+                    }
+                    tracked.is_empty()
+                }
+                _ => continue,
+            };
+            let _ = sub.tx.send(Ok(proto::WorkflowEvent {
+                hangup,
+                ..base.clone()
+            }));
+            if hangup {
+                done.push(*id);
+            }
+        }
+        for id in done {
+            self.events.remove(&id);
+        }
+    }
+
+    /// Ends every subscription (the engine restarts or stops): their streams see EOF.
+    pub fn close_all(&mut self) {
+        self.runs.clear();
+        self.events.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_end(id: &str) -> proto::WorkflowRunEvent {
+        proto::WorkflowRunEvent {
+            workflow_run_id: id.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_run_is_delivered_once_per_request_at_once_or_when_it_ends() {
+        let mut subs = Subscriptions::default();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let sub = subs.open_runs(tx);
+        subs.want_run(sub, "done", Some(run_end("done")));
+        subs.want_run(sub, "later", None);
+        assert_eq!(subs.run_counts(), (1, 1));
+        assert_eq!(subs.awaited().collect::<Vec<_>>(), ["later"]);
+        subs.run_ended("later", &run_end("later"));
+        subs.run_ended("later", &run_end("later")); // a second end is not a second delivery
+        let got: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|r| r.expect("ok").workflow_run_id)
+            .collect();
+        assert_eq!(got, ["done", "later"]);
+        assert_eq!(subs.run_counts(), (1, 0));
+        subs.close_runs(sub);
+        assert_eq!(subs.run_counts(), (0, 0));
+    }
+
+    #[test]
+    fn event_followers_hang_up_when_what_they_follow_has_ended() {
+        let mut subs = Subscriptions::default();
+        let (by_run, mut run_rx) = mpsc::unbounded_channel();
+        subs.open_events(by_run, EventFilter::Run("a".into()));
+        let (by_meta, mut meta_rx) = mpsc::unbounded_channel();
+        subs.open_events(
+            by_meta,
+            EventFilter::Metadata {
+                key: "k".into(),
+                value: "v".into(),
+                tracked: HashSet::new(),
+            },
+        );
+        let mut meta = Map::new();
+        meta.insert("k".into(), Value::String("v".into()));
+        subs.track("a", &meta);
+        subs.track("b", &meta);
+        subs.track("c", &Map::new()); // not followed
+        let end = |id: &str| proto::WorkflowEvent {
+            workflow_run_id: id.into(),
+            ..Default::default()
+        };
+        subs.publish_run_end("a", &end("a"), true);
+        let hangups =
+            |rx: &mut mpsc::UnboundedReceiver<Result<proto::WorkflowEvent, tonic::Status>>| {
+                std::iter::from_fn(|| rx.try_recv().ok())
+                    .map(|e| e.expect("ok").hangup)
+                    .collect::<Vec<_>>()
+            };
+        assert_eq!(
+            hangups(&mut run_rx),
+            [true],
+            "by run: the run's end hangs up"
+        );
+        assert_eq!(hangups(&mut meta_rx), [false], "by metadata: b still runs");
+        assert_eq!(subs.event_count(), 1);
+        subs.publish_run_end("c", &end("c"), true);
+        assert!(hangups(&mut meta_rx).is_empty(), "c was never followed");
+        subs.publish_run_end("b", &end("b"), true);
+        assert_eq!(hangups(&mut meta_rx), [true]);
+        assert_eq!(subs.event_count(), 0);
+    }
+}
