@@ -69,6 +69,8 @@ pub struct State {
     pub tasks: HashMap<String, Task>,
     pub queue: crate::sched::queue::TaskQueue,
     pub workers: HashMap<String, Worker>,
+    /// Batch tasks' buffers and running batches (see `sched/batches.rs`).
+    pub batches: crate::sched::batches::Batches,
     /// Open run and event subscriptions (see `store/subscriptions.rs`).
     pub subscriptions: crate::store::subscriptions::Subscriptions,
     /// Pushed events (see `store/events.rs`).
@@ -207,6 +209,13 @@ impl Engine {
                 rate_limits: t.rate_limits.clone(),
                 on_failure: is_on_failure,
                 worker_labels: crate::sched::placement::desired_labels(&t.worker_labels),
+                batch: match &t.batch {
+                    Some(c) if !is_on_failure => Some(
+                        crate::sched::batches::BatchRule::from_proto(&t.readable_id, c)
+                            .map_err(GrpcStatus::invalid_argument)?,
+                    ),
+                    _ => None,
+                },
                 conditions: match &t.conditions {
                     Some(c) if !is_on_failure => {
                         crate::dag::matches::validate(c)?;
@@ -1002,6 +1011,7 @@ impl Engine {
         // A worker silent long enough to lose its tasks is never live (matters when tests make
         // the reassignment window shorter than the liveness window).
         st.assign(now, LIVE_HEARTBEAT.min(self.reassign_after));
+        st.flush_batches(now, LIVE_HEARTBEAT.min(self.reassign_after), &self.tenant_id);
     }
 
     /// Ends every stream the engine feeds (restart, shutdown): workers see EOF and become

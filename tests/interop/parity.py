@@ -31,6 +31,11 @@ hatchet-dev-engine, one counted check each:
   p11. webhooks: `webhooks.create` (GENERIC, HMAC-SHA256 hex, a static payload), `list`, `get`;
       a request with a bad signature is refused 403, a signed one answers its event (key from
       CEL over the body, the static payload merged); `delete`, then `get` is a 404;
+  p12. batch tasks (`hatchet.batch_task`, START_BATCH): three runs of group "a" and one of group
+      "b" of a size-3, 2 s-interval task keyed by `input.group` run as one batch of three (the
+      size flushes it) and one of one (the interval does); a run whose key is an int fails with
+      the engine's "failed to parse batch group key expression"; two runs of a size-2 task
+      with `broadcast_output` both read the one output (the sum of their inputs);
   p9. task context: `ctx.refresh_timeout` lets a 2 s-timeout task run 4 s (a twin without the
       refresh is timed out); on a 1-slot worker a task that keeps its slot delays the next run
       while one that calls `ctx.release_slot()` lets it start; `ctx.additional_metadata` shows
@@ -721,6 +726,40 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
             pass
         expect(not problems, "\n    ".join([f"{len(problems)} problem(s):"] + problems))
 
+    # ----- p12 -----
+    def p12_batch_tasks() -> None:
+        nonce = uuid.uuid4().hex
+        a = [trigger(t.batch, t.BatchIn(nonce=f"{nonce}-a{i}", group="a")) for i in range(3)]
+        b = trigger(t.batch, t.BatchIn(nonce=f"{nonce}-b", group="b"))
+        bad = trigger(t.batch, t.BatchIn(nonce=f"{nonce}-bad", group=7))
+        problems: list[str] = []
+        outs = {}
+        for ref in a + [b]:
+            wait_status(ref.workflow_run_id, "COMPLETED", 60)
+            outs[ref.workflow_run_id] = next(iter(output_of(ref.workflow_run_id).values()))
+        sizes = sorted(o["size"] for o in outs.values())
+        if sizes != [1, 3, 3, 3]:
+            problems.append(f"batch sizes {sizes}, want one batch of 3 (group a) and one of 1")
+        for ref in a:
+            o = outs[ref.workflow_run_id]
+            if o["groups"] != ["a"] or len(o["members"]) != 3:
+                problems.append(f"group a's batch: {o}")
+        if outs[b.workflow_run_id]["groups"] != ["b"]:
+            problems.append(f"group b's batch: {outs[b.workflow_run_id]}")
+        wait_status(bad.workflow_run_id, "FAILED", 60)
+        task = bounded(lambda: h.runs.get(bad.workflow_run_id), 30).tasks[0]
+        if "failed to parse batch group key expression" not in (task.error_message or ""):
+            problems.append(f"an int key failed with {task.error_message!r}")
+        s1 = trigger(t.batch_sum, t.BatchIn(nonce=f"{nonce}-s1", group="x", n=2))
+        s2 = trigger(t.batch_sum, t.BatchIn(nonce=f"{nonce}-s2", group="x", n=5))
+        for ref in (s1, s2):
+            wait_status(ref.workflow_run_id, "COMPLETED", 60)
+            o = next(iter(output_of(ref.workflow_run_id).values()))
+            if o != {"sum": 7, "size": 2}:
+                problems.append(f"a broadcast member read {o}")
+        log(f"p12 batch sizes {sizes}; the int key's error read back")
+        expect(not problems, "\n    ".join([f"{len(problems)} problem(s):"] + problems))
+
     checks = [
         ("p1", "p1 on_failure task runs and reads the error", p1_on_failure),
         ("p2", "p2 runs.cancel(run_id) cancels a running task", p2_cancel_by_id),
@@ -735,6 +774,8 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
          p10_rest_of_the_api),
         ("p11", "p11 webhooks: create/list/get/delete, an HMAC-signed request becomes an event",
          p11_webhooks),
+        ("p12", "p12 batch tasks: size and interval flushes, keys, a bad key, broadcast output",
+         p12_batch_tasks),
     ]
     for key, name, fn in checks:
         if not only or key in only:

@@ -199,5 +199,28 @@ def doomed(input: Msg, ctx: Context) -> dict[str, str]:
     return {"nonce": input.nonce}
 
 
-MAIN_WORKFLOWS = [on_failure_wf, slow, flaky, double, on_bulk, logs, refresh, no_refresh]
+# ----- p12: batch tasks -----
+
+class BatchIn(BaseModel):
+    nonce: str
+    group: str | int
+    n: int = 0
+
+
+@hatchet.batch_task(name="parity-batch", input_validator=BatchIn, batch_max_size=3,
+                    batch_max_interval=timedelta(seconds=2), batch_group_key="input.group")
+def batch(inputs: dict[str, BatchIn], ctx: Context) -> dict[str, dict[str, object]]:
+    groups = sorted({str(i.group) for i in inputs.values()})
+    return {member: {"nonce": i.nonce, "size": len(inputs), "groups": groups,
+                     "members": sorted(inputs)} for member, i in inputs.items()}
+
+
+@hatchet.batch_task(name="parity-batch-sum", input_validator=BatchIn, batch_max_size=2,
+                    batch_max_interval=timedelta(seconds=30), broadcast_output=True)
+def batch_sum(inputs: dict[str, BatchIn], ctx: Context) -> dict[str, object]:
+    return {"sum": sum(i.n for i in inputs.values()), "size": len(inputs)}
+
+
+MAIN_WORKFLOWS = [on_failure_wf, slow, flaky, double, on_bulk, logs, refresh, no_refresh, batch,
+                  batch_sum]
 PRIO_WORKFLOWS = [prio_wf, release, hold, quick]

@@ -131,6 +131,10 @@ impl State {
                 return Offer::Skip;
             }
         }
+        if let Some(rule) = self.tasks.get(tid).and_then(|t| t.batch.clone()) {
+            self.buffer_for_batch(tid, &rule, now);
+            return Offer::Skip; // out of the queue, into its buffer (batches.rs invariant 3)
+        }
         // The best-ranked live worker with the action and a free slot (placement.rs); ties go
         // to the one with the fewest assignments.
         let chosen = self
@@ -333,11 +337,23 @@ impl State {
         }
     }
 
-    /// Returns the task's slot to its worker.
+    /// Returns the task's slot to its worker (a batch member's is its batch's, given back with
+    /// its last member: `batches.rs` invariant 2).
     pub fn free_slot(&mut self, tid: &str) {
         let Some(t) = self.tasks.get_mut(tid) else {
             return;
         };
+        if let Some(batch) = t.batch_id.take() {
+            if let Some(w) = self
+                .batches
+                .member_done(&batch, tid)
+                .and_then(|w| self.workers.get_mut(&w))
+                && let Some(u) = w.slots_used.get_mut("default")
+            {
+                *u = (*u - 1).max(0);
+            }
+            return;
+        }
         if !t.slot_held {
             return;
         }
@@ -403,12 +419,176 @@ impl State {
                 expired.push(tid);
             }
         }
+        // A batch member's timeout fails its whole batch, as the real engine does.
+        let mut failing: Vec<(String, bool)> = Vec::new();
         for tid in expired {
+            match self.tasks.get(&tid).and_then(|t| t.batch_id.clone()) {
+                Some(batch) => {
+                    for member in self.batches.members(&batch) {
+                        if !failing.iter().any(|(t, _)| t == &member) {
+                            failing.push((member, true));
+                        }
+                    }
+                }
+                None => failing.push((tid, false)),
+            }
+        }
+        for (tid, batched) in failing {
+            if self.tasks.get(&tid).is_none_or(|t| t.status != Status::Running) {
+                continue;
+            }
             let msg = self.assigned_action(&tid, proto::ActionType::CancelStepRun);
             self.send_to_worker(&tid, msg);
             // The real engine's words, quoting the timeout as registered.
-            let why = format!("Task exceeded timeout of {}", self.tasks[&tid].timeout_text);
+            let timeout = &self.tasks[&tid].timeout_text;
+            let why = if batched {
+                format!("Task failed due to batch timeout, exceeded timeout of {timeout}")
+            } else {
+                format!("Task exceeded timeout of {timeout}")
+            };
             self.fail_attempt(&tid, why, false);
+        }
+    }
+}
+
+impl State {
+    /// Puts queued attempt `tid` of a batch task in its buffer, under its batch key; a key that
+    /// cannot be read fails the task alone (`batches.rs` invariant 4). Its rate-limit units are
+    /// taken here, as the real engine takes them before its batch queue.
+    fn buffer_for_batch(&mut self, tid: &str, rule: &crate::sched::batches::BatchRule, now: Instant) {
+        let parents = self.task_input(tid)["parents"].clone();
+        let Some(t) = self.tasks.get(tid) else {
+            return;
+        };
+        let Some(run) = self.runs.get(&t.run_id) else {
+            return;
+        };
+        match rule.key_of(&run.input, &run.additional_metadata, &run.id, &parents) {
+            Err(why) => self.fail_attempt(tid, why, true),
+            Ok(key) => {
+                let action = t.action.clone();
+                let wall = self.clock.system_now();
+                self.rate_limits.take(&t.rate_limits, now, wall);
+                self.batches.buffer(&action, &key, rule, tid, now);
+            }
+        }
+    }
+
+    /// Starts the batches that are due (`batches.rs` invariants 1-3): each on a live worker
+    /// with the step's action and a free `default` slot, as one `START_BATCH` assignment.
+    pub(crate) fn flush_batches(&mut self, now: Instant, live: Duration, tenant: &str) {
+        let mut blocked: Vec<crate::sched::batches::Line> = Vec::new();
+        while let Some((line, why)) = self
+            .batches
+            .due(now)
+            .into_iter()
+            .find(|(l, _)| !blocked.contains(l))
+        {
+            let worker = self.batch_worker(&line.0, now, live);
+            let (Some(wid), true) = (worker, self.batches.has_room(&line)) else {
+                blocked.push(line);
+                continue;
+            };
+            let tasks = &self.tasks;
+            let members = self.batches.take(&line, now, |m| {
+                tasks
+                    .get(m)
+                    .is_some_and(|t| t.status == Status::Queued && t.batch_id.is_none())
+            });
+            if members.is_empty() {
+                continue;
+            }
+            let batch = crate::rules::new_id();
+            let msg = self.start_batch_action(&batch, &line, &members, why, tenant);
+            let sent = self.workers.get(&wid).and_then(|w| {
+                w.sessions
+                    .iter()
+                    .rev()
+                    .find(|s| s.tx.try_send(Ok(msg.clone())).is_ok())
+                    .map(|s| s.id)
+            });
+            let Some(session) = sent else {
+                self.batches.put_back(&line, members);
+                blocked.push(line);
+                continue;
+            };
+            if let Some(w) = self.workers.get_mut(&wid) {
+                *w.slots_used.entry("default".into()).or_default() += 1;
+                w.assignments += 1;
+            }
+            self.batches.started(&batch, line, &wid, &members);
+            let started = self.clock.system_now();
+            for tid in &members {
+                let Some(t) = self.tasks.get_mut(tid) else {
+                    continue;
+                };
+                t.status = Status::Running;
+                t.worker_id = Some(wid.clone());
+                t.session = Some(session);
+                t.answered = false;
+                t.slot_type = "default".into();
+                t.slot_held = false;
+                t.batch_id = Some(batch.clone());
+                t.deadline = Some(now + t.timeout);
+                t.started_at = Some(started);
+                let run = t.run_id.clone();
+                self.deadlines.add(now + t.timeout, tid);
+                if let Some(r) = self.runs.get_mut(&run)
+                    && r.status == Status::Queued
+                {
+                    r.status = Status::Running;
+                    r.started_at = Some(started);
+                }
+            }
+        }
+    }
+
+    /// A live worker with `action` and a free `default` slot, the one with the fewest
+    /// assignments first.
+    fn batch_worker(&self, action: &str, now: Instant, live: Duration) -> Option<String> {
+        self.workers
+            .values()
+            .filter(|w| w.actions.contains(action) && Self::worker_is_live(w, now, live))
+            .filter(|w| {
+                let limit = w.slot_limits.get("default").copied().unwrap_or(0);
+                w.slots_used.get("default").copied().unwrap_or(0) < limit
+            })
+            .min_by(|a, b| a.assignments.cmp(&b.assignments).then(a.id.cmp(&b.id)))
+            .map(|w| w.id.clone())
+    }
+
+    /// The `START_BATCH` assignment of `members`: its payload maps each member's task id to its
+    /// run and its input, as the real engine's dispatcher sends it.
+    fn start_batch_action(
+        &self,
+        batch: &str,
+        line: &crate::sched::batches::Line,
+        members: &[String],
+        why: crate::sched::batches::Flush,
+        tenant: &str,
+    ) -> proto::AssignedAction {
+        let mut items = serde_json::Map::new();
+        for tid in members {
+            let run = self.tasks.get(tid).map(|t| t.run_id.clone()).unwrap_or_default();
+            items.insert(
+                tid.clone(),
+                serde_json::json!({ "workflow_run_id": run, "payload": self.task_input(tid) }),
+            );
+        }
+        let (action, key) = line;
+        proto::AssignedAction {
+            tenant_id: tenant.to_string(),
+            action_type: proto::ActionType::StartBatch as i32,
+            action_id: action.clone(),
+            action_payload: Value::Object(items).to_string(),
+            batch_id: Some(batch.to_string()),
+            batch_key: (!key.trim().is_empty()).then(|| key.clone()),
+            batch_start_payload: Some(proto::BatchStartPayload {
+                trigger_reason: why.reason().to_string(),
+                trigger_time: Some(crate::rules::timestamp(self.clock.system_now())),
+                expected_size: members.len() as i32,
+            }),
+            ..Default::default()
         }
     }
 }

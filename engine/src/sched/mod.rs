@@ -3,6 +3,7 @@
 
 pub(crate) mod admission;
 pub(crate) mod assign;
+pub(crate) mod batches;
 pub(crate) mod concurrency;
 pub(crate) mod placement;
 pub(crate) mod queue;

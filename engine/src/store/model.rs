@@ -92,6 +92,8 @@ pub struct TaskDef {
     pub worker_labels: Vec<crate::sched::placement::Desired>,
     /// Its `wait_for` / `skip_if` / `cancel_if` conditions.
     pub conditions: Option<proto::v1::TaskConditions>,
+    /// How it batches its attempts, for a batch task (see `sched/batches.rs`).
+    pub batch: Option<crate::sched::batches::BatchRule>,
 }
 
 /// A workflow: the latest version registered under its name.
@@ -170,6 +172,10 @@ pub struct Task {
     pub wish: crate::sched::placement::Wish,
     /// Its conditions as registered (a replay rebuilds the matcher from them).
     pub conditions: Option<proto::v1::TaskConditions>,
+    /// How its attempts are batched, for a batch task.
+    pub batch: Option<crate::sched::batches::BatchRule>,
+    /// The batch its current attempt runs in.
+    pub batch_id: Option<String>,
     /// What decides when it is queued, skipped or cancelled (a task with parents or
     /// conditions); see `matches.rs`.
     pub matcher: Option<crate::dag::matches::Matcher>,

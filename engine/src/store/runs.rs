@@ -177,6 +177,8 @@ impl State {
                         },
                     },
                     conditions: def.conditions.clone(),
+                    batch: def.batch.clone(),
+                    batch_id: None,
                     matcher: None,
                     triggers: Default::default(),
                 },

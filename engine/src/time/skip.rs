@@ -53,6 +53,7 @@ impl State {
         retries
             .chain(conditions)
             .chain(self.durable_next_sleep())
+            .chain(self.batches.next_due())
             .chain(calendar)
             .filter(|at| *at > now)
             .min()
