@@ -55,5 +55,6 @@ pub use worker::context::Context;
 pub use worker::logs::TaskLogLayer;
 pub use worker::placement::{Comparator, DesiredLabel, LabelValue, StickyStrategy};
 pub use worker::standalone::Task;
+pub use worker::task::{Batch, BatchMember, Batching};
 pub use worker::task::{ConcurrencyStrategy, RateLimitWindow};
 pub use worker::task::{TaskError, TaskOptions, Workflow};

@@ -1011,7 +1011,11 @@ impl Engine {
         // A worker silent long enough to lose its tasks is never live (matters when tests make
         // the reassignment window shorter than the liveness window).
         st.assign(now, LIVE_HEARTBEAT.min(self.reassign_after));
-        st.flush_batches(now, LIVE_HEARTBEAT.min(self.reassign_after), &self.tenant_id);
+        st.flush_batches(
+            now,
+            LIVE_HEARTBEAT.min(self.reassign_after),
+            &self.tenant_id,
+        );
     }
 
     /// Ends every stream the engine feeds (restart, shutdown): workers see EOF and become

@@ -30,14 +30,20 @@ pub(super) async fn dispatch(
             a = rx.recv() => match a { Some(a) => a, None => break },
             _ = core.stop.cancelled() => break,
         };
-        match ActionType::try_from(action.action_type) {
-            Ok(ActionType::StartStepRun) => {
+        let kind = ActionType::try_from(action.action_type);
+        match kind {
+            Ok(kind @ (ActionType::StartStepRun | ActionType::StartBatch)) => {
                 let ticket = tokio::select! {
                     t = slots.waiting.clone().acquire_owned() => match t { Ok(t) => t, Err(_) => break },
                     _ = core.stop.cancelled() => break,
                 };
                 let token = core.stop.child_token();
-                let key = running_key(&action);
+                let batch = kind == ActionType::StartBatch;
+                let key = if batch {
+                    (action.batch_id.clone().unwrap_or_default(), 0, 0)
+                } else {
+                    running_key(&action)
+                };
                 {
                     // The same attempt offered twice (its first assignment went out on a stream
                     // that broke): it already runs here, so the copy is ignored.
@@ -74,7 +80,11 @@ pub(super) async fn dispatch(
                         return;
                     };
                     let slot: SlotPermit = Arc::new(parking_lot::Mutex::new(Some(permit)));
-                    execute(&core2, action, token, slot.clone()).await;
+                    if batch {
+                        execute_batch(&core2, action, key, token, slot.clone()).await;
+                    } else {
+                        execute(&core2, action, token, slot.clone()).await;
+                    }
                     slot.lock().take();
                 });
             }
@@ -137,69 +147,18 @@ async fn execute(
             &metadata,
         )
     };
-    let ctx = match handler {
-        None => Err(TaskError::non_retryable(format!(
-            "this worker has no handler for action {}",
-            action.action_id
-        ))),
-        Some(h) => Context::new(
-            action.clone(),
-            h.about(),
-            token.clone(),
-            core.clone(),
-            durable,
-            slot,
-        )
-        .map(|ctx| (ctx, h.handler.clone()))
-        .map_err(TaskError::non_retryable),
+    let prepared = prepare(core, handler, action.clone(), &token, durable, slot);
+    let attempt = Attempt {
+        action: &action,
+        task_run_id: &action.task_run_external_id,
+        token: &token,
+        #[cfg(feature = "otel")]
+        otel: otel_cx.clone(),
     };
-    let result = match ctx {
-        Err(e) => Err(e),
-        Ok((ctx, run)) => {
-            // One span per execution; the task's own `tracing` events can be forwarded to the
-            // engine as its log lines (`logs::TaskLogLayer`).
-            let span = tracing::info_span!(
-                "task",
-                workflow = %action.action_id.split(':').next().unwrap_or_default(),
-                task = %action.action_id,
-                run_id = %action.workflow_run_id,
-                task_run_id = %action.task_run_external_id,
-                retry_count = action.retry_count,
-                worker_id = %core.identity.get().unwrap_or_default(),
-            );
-            let target = logs::TaskLogTarget {
-                queue: core.log_queue().clone(),
-                task_run_id: action.task_run_external_id.clone(),
-                retry_count: action.retry_count,
-            };
-            let handler = std::panic::AssertUnwindSafe(run(ctx.clone())).catch_unwind();
-            #[cfg(feature = "otel")]
-            let handler = opentelemetry::trace::FutureExt::with_context(handler, otel_cx.clone());
-            let fut =
-                logs::CURRENT_TASK.scope(target, tracing::Instrument::instrument(handler, span));
-            // Biased: the task is polled first, so it observes its own cancellation (and can
-            // clean up) before its future is dropped.
-            tokio::select! {
-                biased;
-                r = fut => match r {
-                    // Cancelled while it finished (CANCEL_STEP_RUN, an eviction, shutdown): the
-                    // engine no longer expects this attempt's result, so none is reported.
-                    _ if token.is_cancelled() => {
-                        core.counters.cancelled.fetch_add(1, Ordering::Relaxed);
-                        core.ended(&task_id);
-                        return;
-                    }
-                    Ok(r) => r,
-                    Err(p) => Err(TaskError::new(format!("the task panicked: {}", panic_text(&p)))),
-                },
-                _ = token.cancelled() => {
-                    // Cancelled (CANCEL_STEP_RUN or shutdown): nothing is reported, as SDKs do.
-                    core.counters.cancelled.fetch_add(1, Ordering::Relaxed);
-                    core.ended(&task_id);
-                    return;
-                }
-            }
-        }
+    let Some(result) = run_attempt(core, attempt, prepared).await else {
+        core.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+        core.ended(&task_id);
+        return;
     };
     #[cfg(feature = "otel")]
     crate::otel::task_done(&otel_cx, result.as_ref().err().map(|e| e.message.as_str()));
@@ -229,6 +188,91 @@ async fn execute(
     core.ended(&task_id);
 }
 
+/// The context and handler for `action`, or why the attempt fails at once (no handler here, a
+/// payload that cannot be read).
+fn prepare(
+    core: &Arc<WorkerCore>,
+    handler: Option<Arc<TaskDef>>,
+    action: proto::AssignedAction,
+    token: &CancellationToken,
+    durable: Option<DurableClient>,
+    slot: SlotPermit,
+) -> Result<(Context, crate::worker::task::TaskFn), TaskError> {
+    let Some(h) = handler else {
+        return Err(TaskError::non_retryable(format!(
+            "this worker has no handler for action {}",
+            action.action_id
+        )));
+    };
+    let ctx = Context::new(
+        action,
+        h.about(),
+        token.clone(),
+        core.clone(),
+        durable,
+        slot,
+    )
+    .map_err(TaskError::non_retryable)?;
+    Ok((ctx, h.handler.clone()))
+}
+
+/// What one handler call runs under: its assignment, the task run its log lines belong to, its
+/// cancellation, and (with `otel`) its trace context.
+struct Attempt<'a> {
+    action: &'a proto::AssignedAction,
+    task_run_id: &'a str,
+    token: &'a CancellationToken,
+    #[cfg(feature = "otel")]
+    otel: opentelemetry::Context,
+}
+
+/// Runs a handler in its span, with its log lines forwarded and its panics caught: its result,
+/// or `None` when it was cancelled (CANCEL_STEP_RUN, an eviction, shutdown): then the engine no
+/// longer expects a result, and none is reported, as the SDKs do.
+async fn run_attempt(
+    core: &Arc<WorkerCore>,
+    at: Attempt<'_>,
+    prepared: Result<(Context, crate::worker::task::TaskFn), TaskError>,
+) -> Option<Result<serde_json::Value, TaskError>> {
+    let (ctx, run) = match prepared {
+        Ok(p) => p,
+        Err(e) => return Some(Err(e)),
+    };
+    let action = at.action;
+    // One span per execution; the task's own `tracing` events can be forwarded to the engine as
+    // its log lines (`logs::TaskLogLayer`).
+    let span = tracing::info_span!(
+        "task",
+        workflow = %action.action_id.split(':').next().unwrap_or_default(),
+        task = %action.action_id,
+        run_id = %action.workflow_run_id,
+        task_run_id = %at.task_run_id,
+        retry_count = action.retry_count,
+        worker_id = %core.identity.get().unwrap_or_default(),
+    );
+    let target = logs::TaskLogTarget {
+        queue: core.log_queue().clone(),
+        task_run_id: at.task_run_id.to_string(),
+        retry_count: action.retry_count,
+    };
+    let handler = std::panic::AssertUnwindSafe(run(ctx)).catch_unwind();
+    #[cfg(feature = "otel")]
+    let handler = opentelemetry::trace::FutureExt::with_context(handler, at.otel.clone());
+    let fut = logs::CURRENT_TASK.scope(target, tracing::Instrument::instrument(handler, span));
+    // Biased: the task is polled first, so it observes its own cancellation (and can clean up)
+    // before its future is dropped.
+    tokio::select! {
+        biased;
+        r = fut => match r {
+            // Cancelled while it finished: no result is expected any more.
+            _ if at.token.is_cancelled() => None,
+            Ok(r) => Some(r),
+            Err(p) => Some(Err(TaskError::new(format!("the task panicked: {}", panic_text(&p))))),
+        },
+        _ = at.token.cancelled() => None,
+    }
+}
+
 fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<&str>()
         .map(|s| s.to_string())
@@ -247,31 +291,96 @@ async fn send_event(
     until_delivered: bool,
 ) {
     const PATH: &str = "/Dispatcher/SendStepActionEvent";
+    deliver(
+        core,
+        &a.task_run_external_id,
+        until_delivered,
+        |worker_id| {
+            let req = proto::StepActionEvent {
+                worker_id,
+                job_id: String::new(),
+                job_run_id: a.job_run_id.clone(),
+                task_id: a.task_id.clone(),
+                task_run_external_id: a.task_run_external_id.clone(),
+                action_id: a.action_id.clone(),
+                event_timestamp: Some(proto::timestamp_now()),
+                event_type: kind as i32,
+                event_payload: payload.clone(),
+                retry_count: Some(a.retry_count),
+                should_not_retry: no_retry.then_some(true),
+            };
+            async move {
+                let client = core.conn.dispatcher();
+                core.conn
+                    .call(PATH, &client, &req, |mut c, r| async move {
+                        c.send_step_action_event(r).await
+                    })
+                    .await
+                    .map(|_| ())
+            }
+        },
+    )
+    .await;
+}
+
+/// Sends one event for members of a batch (`items`: task run id and payload). With
+/// `until_delivered`, keeps trying as [`send_event`] does.
+async fn send_batch_event(
+    core: &WorkerCore,
+    a: &proto::AssignedAction,
+    kind: E,
+    items: &[(String, String)],
+    no_retry: bool,
+    until_delivered: bool,
+) {
+    const PATH: &str = "/Dispatcher/SendBatchActionEvent";
+    if items.is_empty() {
+        return;
+    }
+    let batch = a.batch_id.clone().unwrap_or_default();
+    deliver(core, &batch, until_delivered, |worker_id| {
+        let req = proto::BatchActionEvent {
+            worker_id,
+            job_id: String::new(),
+            action_id: a.action_id.clone(),
+            batch_id: a.batch_id.clone(),
+            event_timestamp: Some(proto::timestamp_now()),
+            event_type: kind as i32,
+            items: items
+                .iter()
+                .map(|(id, payload)| proto::BatchActionEventItem {
+                    task_run_external_id: id.clone(),
+                    event_payload: payload.clone(),
+                    retry_count: None,
+                    should_not_retry: no_retry.then_some(true),
+                })
+                .collect(),
+        };
+        async move {
+            let client = core.conn.dispatcher();
+            core.conn
+                .call(PATH, &client, &req, |mut c, r| async move {
+                    c.send_batch_action_event(r).await
+                })
+                .await
+                .map(|_| ())
+        }
+    })
+    .await;
+}
+
+/// Sends with `send` (given the worker id). With `until_delivered`, keeps trying through
+/// outages until it lands, the engine refuses it, or the attempt is stale (no heartbeat for
+/// [`STALE_AFTER`]: the engine has reassigned it); `what` names it in the log.
+async fn deliver<F, Fut>(core: &WorkerCore, what: &str, until_delivered: bool, mut send: F)
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<(), Error>>,
+{
     let started = tokio::time::Instant::now();
     loop {
         let worker_id = core.identity.get().unwrap_or_default();
-        let req = proto::StepActionEvent {
-            worker_id,
-            job_id: String::new(),
-            job_run_id: a.job_run_id.clone(),
-            task_id: a.task_id.clone(),
-            task_run_external_id: a.task_run_external_id.clone(),
-            action_id: a.action_id.clone(),
-            event_timestamp: Some(proto::timestamp_now()),
-            event_type: kind as i32,
-            event_payload: payload.clone(),
-            retry_count: Some(a.retry_count),
-            should_not_retry: no_retry.then_some(true),
-        };
-        let client = core.conn.dispatcher();
-        let r = core
-            .conn
-            .call(PATH, &client, &req, |mut c, r| async move {
-                c.send_step_action_event(r).await
-            })
-            .await
-            .map(|_| ());
-        let e = match r {
+        let e = match send(worker_id).await {
             Ok(()) => return,
             Err(e) => e,
         };
@@ -282,7 +391,7 @@ async fn send_event(
             )
         {
             if until_delivered {
-                tracing::warn!(task = %a.task_run_external_id, error = %e, "step event not delivered");
+                tracing::warn!(task = %what, error = %e, "step event not delivered");
             }
             return;
         }
@@ -291,7 +400,7 @@ async fn send_event(
             .map(|t| t.elapsed())
             .unwrap_or_else(|| started.elapsed());
         if silent_for >= STALE_AFTER && started.elapsed() >= STALE_AFTER {
-            tracing::warn!(task = %a.task_run_external_id, "giving up a step event: no heartbeat for 30 s, the engine has reassigned the attempt");
+            tracing::warn!(task = %what, "giving up a step event: no heartbeat for 30 s, the engine has reassigned the attempt");
             return;
         }
         tokio::select! {
@@ -299,4 +408,144 @@ async fn send_event(
             _ = core.conn.lifecycle().cancelled() => return,
         }
     }
+}
+
+/// One member of a `START_BATCH` assignment, as its payload carries it.
+#[derive(serde::Deserialize)]
+struct BatchItem {
+    workflow_run_id: String,
+    payload: serde_json::Value,
+}
+
+/// The members of a `START_BATCH` payload (task run id, run id, input), in task-run-id order.
+fn batch_members(payload: &str) -> Result<Vec<(String, String, serde_json::Value)>, String> {
+    let items: std::collections::BTreeMap<String, BatchItem> = serde_json::from_str(payload)
+        .map_err(|e| format!("the engine's batch payload cannot be read: {e}"))?;
+    Ok(items
+        .into_iter()
+        .map(|(id, item)| {
+            let input = item
+                .payload
+                .get("input")
+                .cloned()
+                .unwrap_or(serde_json::Value::Object(Default::default()));
+            (id, item.workflow_run_id, input)
+        })
+        .collect())
+}
+
+/// Runs one batch: every member is STARTED, the batch handler runs once, and each member gets
+/// its own output (COMPLETED) or the batch's error (FAILED) in one event per kind
+/// (`task/batch.rs` invariants).
+async fn execute_batch(
+    core: &Arc<WorkerCore>,
+    action: proto::AssignedAction,
+    key: RunningKey,
+    token: CancellationToken,
+    slot: SlotPermit,
+) {
+    let members = match batch_members(&action.action_payload) {
+        Ok(m) => m,
+        Err(why) => {
+            tracing::warn!(batch = %key.0, "{why}");
+            core.ended(&key);
+            return;
+        }
+    };
+    let ids: Vec<(String, String)> = members
+        .iter()
+        .map(|(id, _, _)| (id.clone(), String::new()))
+        .collect();
+    let n = members.len() as u64;
+    core.counters.started.fetch_add(n, Ordering::Relaxed);
+    {
+        let (core2, action2, ids2) = (core.clone(), action.clone(), ids.clone());
+        core.tracker.spawn(async move {
+            send_batch_event(
+                &core2,
+                &action2,
+                E::StepEventTypeStarted,
+                &ids2,
+                false,
+                false,
+            )
+            .await;
+        });
+    }
+    let handler = core
+        .handlers
+        .lock()
+        .get(&action.action_id)
+        .cloned()
+        .filter(|h| h.options.batch.is_some());
+    let first = members.first().map(|m| m.0.clone()).unwrap_or_default();
+    let wire: Vec<serde_json::Value> = members
+        .iter()
+        .map(|(id, run, input)| serde_json::json!({"task_run_id": id, "run_id": run, "input": input}))
+        .collect();
+    let mut batch_action = action.clone();
+    batch_action.action_payload = serde_json::json!({ "input": wire }).to_string();
+    let prepared = prepare(core, handler, batch_action, &token, None, slot);
+    let attempt = Attempt {
+        action: &action,
+        task_run_id: &first,
+        token: &token,
+        #[cfg(feature = "otel")]
+        otel: opentelemetry::Context::current(),
+    };
+    let Some(result) = run_attempt(core, attempt, prepared).await else {
+        core.counters.cancelled.fetch_add(n, Ordering::Relaxed);
+        core.ended(&key);
+        return;
+    };
+    let (mut done, mut failed, mut no_retry) = (Vec::new(), Vec::new(), false);
+    match result {
+        Ok(serde_json::Value::Array(outs)) if outs.len() == members.len() => {
+            for ((id, _, _), out) in members.iter().zip(outs) {
+                let out = out.to_string();
+                if out.len() > MAX_OUTPUT_BYTES {
+                    // Not retried: the same input gives the same output.
+                    no_retry = true;
+                    failed.push((id.clone(), format!(
+                        "the task's output is {} bytes, over the {MAX_OUTPUT_BYTES} byte limit of a message; return less, or store it elsewhere and return a reference",
+                        out.len()
+                    )));
+                } else {
+                    done.push((id.clone(), out));
+                }
+            }
+        }
+        Ok(_) => {
+            no_retry = true;
+            let why = "the batch handler did not answer one output per member";
+            failed = ids
+                .iter()
+                .map(|(id, _)| (id.clone(), why.to_string()))
+                .collect();
+        }
+        Err(e) => {
+            no_retry = !e.retryable;
+            failed = ids
+                .iter()
+                .map(|(id, _)| (id.clone(), e.message.clone()))
+                .collect();
+        }
+    }
+    core.counters
+        .completed
+        .fetch_add(done.len() as u64, Ordering::Relaxed);
+    core.counters
+        .failed
+        .fetch_add(failed.len() as u64, Ordering::Relaxed);
+    send_batch_event(core, &action, E::StepEventTypeCompleted, &done, false, true).await;
+    send_batch_event(
+        core,
+        &action,
+        E::StepEventTypeFailed,
+        &failed,
+        no_retry,
+        true,
+    )
+    .await;
+    core.ended(&key);
 }

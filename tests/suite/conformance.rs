@@ -21,9 +21,10 @@ use std::time::{Duration, SystemTime};
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use hatchet_runtime::{
-    BulkEvent, BulkRun, ChildOptions, ClientConfig, Condition, Context, DesiredLabel, Error,
-    Outcome, PushOptions, RunFilter, RunQuery, RunStatus, Runtime, RuntimeHandle, StickyStrategy,
-    TaskError, TaskOptions, TriggerOptions, WorkerOptions, Workflow, any_of,
+    Batch, Batching, BulkEvent, BulkRun, ChildOptions, ClientConfig, Condition, Context,
+    DesiredLabel, Error, Outcome, PushOptions, RunFilter, RunQuery, RunStatus, Runtime,
+    RuntimeHandle, StickyStrategy, TaskError, TaskOptions, TriggerOptions, WorkerOptions, Workflow,
+    any_of,
 };
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -674,6 +675,82 @@ async fn conf_retries_non_retryable_and_timeouts() {
 }
 
 // --- on_failure; cancel and replay by id and by filter; bulk; priority ----------------------
+
+/// A batch task gets its runs in batches and answers each member: three runs of key `a` come
+/// in one call (the batch's size starts it), one of key `b` in another (its interval does), each
+/// run reads its own output, and a run whose key is not a string fails alone with the engine's
+/// reason. Counted where it happens: handler calls in the handler, members per call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_batch_task_gets_its_runs_in_batches_and_answers_each_member() {
+    let t = Target::new("batch").await;
+    let calls: Arc<Mutex<Vec<Vec<i64>>>> = Arc::default();
+    let seen = calls.clone();
+    let wf = Workflow::new("batcher").batch_task(
+        "sum",
+        Batching::up_to(3)
+            .interval(Duration::from_secs(2))
+            .key("input.group"),
+        TaskOptions::default(),
+        move |b: Batch<Value>, _c: Context| {
+            let ids: Vec<i64> = b.inputs().filter_map(|i| i["id"].as_i64()).collect();
+            seen.lock().push(ids);
+            let n = b.len();
+            let outs: Vec<Value> = b
+                .members()
+                .iter()
+                .map(|m| json!({"id": m.input()["id"], "size": n, "run": m.run_id()}))
+                .collect();
+            async move { Ok::<_, TaskError>(outs) }
+        },
+    );
+    let rt = t.worker(4, vec![wf]).await;
+    let mut runs = Vec::new();
+    for (id, group) in [(0, "a"), (1, "a"), (2, "a"), (3, "b")] {
+        let h = rt
+            .run_no_wait("batcher", &json!({"id": id, "group": group}))
+            .await
+            .expect("trigger");
+        runs.push(h);
+    }
+    let bad = rt
+        .run_no_wait("batcher", &json!({"id": 9, "group": 7}))
+        .await
+        .expect("trigger");
+    for (i, h) in runs.iter().enumerate() {
+        let out: Value = h.result_within(RESULT).await.expect("result");
+        assert_eq!(
+            out["id"],
+            json!(i),
+            "each member reads its own output: {out}"
+        );
+        assert_eq!(out["run"], json!(h.run_id()), "and knows its run");
+        let size = if i < 3 { 3 } else { 1 };
+        assert_eq!(
+            out["size"],
+            json!(size),
+            "run {i} came in a batch of {size}"
+        );
+    }
+    let err = bad
+        .result_within::<Value>(RESULT)
+        .await
+        .expect_err("a key that is not a string fails the run");
+    assert!(
+        err.run_failures().iter().any(|f| f
+            .error
+            .contains("failed to parse batch group key expression")),
+        "{err}"
+    );
+    let mut calls = calls.lock().clone();
+    calls.iter_mut().for_each(|c| c.sort());
+    calls.sort();
+    assert_eq!(
+        calls,
+        [vec![0, 1, 2], vec![3]],
+        "two handler calls, one per batch"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_on_failure_runs_once_with_the_error() {

@@ -434,7 +434,11 @@ impl State {
             }
         }
         for (tid, batched) in failing {
-            if self.tasks.get(&tid).is_none_or(|t| t.status != Status::Running) {
+            if self
+                .tasks
+                .get(&tid)
+                .is_none_or(|t| t.status != Status::Running)
+            {
                 continue;
             }
             let msg = self.assigned_action(&tid, proto::ActionType::CancelStepRun);
@@ -455,7 +459,12 @@ impl State {
     /// Puts queued attempt `tid` of a batch task in its buffer, under its batch key; a key that
     /// cannot be read fails the task alone (`batches.rs` invariant 4). Its rate-limit units are
     /// taken here, as the real engine takes them before its batch queue.
-    fn buffer_for_batch(&mut self, tid: &str, rule: &crate::sched::batches::BatchRule, now: Instant) {
+    fn buffer_for_batch(
+        &mut self,
+        tid: &str,
+        rule: &crate::sched::batches::BatchRule,
+        now: Instant,
+    ) {
         let parents = self.task_input(tid)["parents"].clone();
         let Some(t) = self.tasks.get(tid) else {
             return;
@@ -569,7 +578,11 @@ impl State {
     ) -> proto::AssignedAction {
         let mut items = serde_json::Map::new();
         for tid in members {
-            let run = self.tasks.get(tid).map(|t| t.run_id.clone()).unwrap_or_default();
+            let run = self
+                .tasks
+                .get(tid)
+                .map(|t| t.run_id.clone())
+                .unwrap_or_default();
             items.insert(
                 tid.clone(),
                 serde_json::json!({ "workflow_run_id": run, "payload": self.task_input(tid) }),

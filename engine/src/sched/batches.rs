@@ -276,7 +276,9 @@ impl Batches {
     /// Whether attempt `tid` waits in a buffer.
     #[cfg(test)]
     pub fn is_buffered(&self, tid: &str) -> bool {
-        self.buffers.values().any(|b| b.members.iter().any(|m| m == tid))
+        self.buffers
+            .values()
+            .any(|b| b.members.iter().any(|m| m == tid))
     }
 }
 
@@ -310,7 +312,10 @@ mod tests {
         b.started("batch-1", line.clone(), "w", &first);
         assert!(!b.has_room(&line), "one batch of this key at a time");
         let later = t0 + Duration::from_millis(30) + Duration::from_millis(999);
-        assert!(b.due(later).is_empty(), "the deadline restarted at the flush");
+        assert!(
+            b.due(later).is_empty(),
+            "the deadline restarted at the flush"
+        );
         let at = t0 + Duration::from_millis(1_030);
         assert_eq!(b.due(at), [(line.clone(), Flush::IntervalElapsed)]);
         assert_eq!(b.next_due(), Some(at));
@@ -340,7 +345,9 @@ mod tests {
             Err("failed to parse batch group key expression (input.group): expected string output for batch key, got int".to_string())
         );
         let missing = r.key_of(&json!({}), &meta, "run", &parents);
-        assert!(missing.is_err_and(|e| e.starts_with("failed to parse batch group key expression")));
+        assert!(
+            missing.is_err_and(|e| e.starts_with("failed to parse batch group key expression"))
+        );
         let default = rule(1, 1).key_of(&json!({}), &meta, "run", &parents);
         assert_eq!(default, Ok("default".to_string()));
     }

@@ -1,7 +1,8 @@
 //! Workflow and task definitions, one concept per file: the DSL ([`Workflow`],
-//! [`TaskOptions`]), the task error, the type-erased handler, the task as the worker keeps it,
+//! [`TaskOptions`], batch tasks), the task error, the type-erased handler, the task as the worker keeps it,
 //! and the wire conversion to the registration request.
 
+mod batch;
 mod def;
 mod erased;
 mod error;
@@ -9,6 +10,7 @@ mod options;
 mod wire;
 mod workflow;
 
+pub use batch::{Batch, BatchMember, Batching};
 pub(crate) use def::{TaskDef, TaskTypes};
 pub(crate) use erased::TaskFn;
 pub use error::TaskError;

@@ -38,6 +38,8 @@ pub struct TaskOptions {
     /// A durable task waiting longer than this evicts itself (see
     /// [`TaskOptions::evict_while_waiting`]).
     pub(crate) evict_after: Option<Duration>,
+    /// How a batch task's runs are gathered (set by [`Workflow::batch_task`]).
+    pub(crate) batch: Option<super::Batching>,
 }
 
 impl TaskOptions {

@@ -91,6 +91,7 @@ impl TaskDef {
             } else {
                 o.slot_requests.clone()
             },
+            batch: o.batch.as_ref().map(super::Batching::to_proto),
             ..Default::default()
         }
     }

@@ -385,6 +385,50 @@ impl Workflow {
         self
     }
 
+    /// Adds a batch task: the engine gathers its runs into batches (see [`Batching`]) and the
+    /// handler gets each batch in one call, answering one output per member, in the batch's
+    /// order (`Batch::members`). A handler error, or a wrong number of outputs, fails every
+    /// member. The batch takes one slot of its worker.
+    ///
+    /// ```no_run
+    /// # use hatchet_runtime::{Batch, Batching, Context, TaskError, TaskOptions, Workflow};
+    /// # use std::time::Duration;
+    /// let wf = Workflow::new("emails").batch_task(
+    ///     "send",
+    ///     Batching::up_to(50).interval(Duration::from_secs(2)).key("input.domain"),
+    ///     TaskOptions::default(),
+    ///     |batch: Batch<serde_json::Value>, _ctx: Context| async move {
+    ///         // One call to the mail provider for the whole batch.
+    ///         Ok::<_, TaskError>(batch.inputs().map(|_| "sent").collect::<Vec<_>>())
+    ///     },
+    /// );
+    /// ```
+    pub fn batch_task<I, O, E, F, Fut>(
+        mut self,
+        name: &str,
+        batching: super::Batching,
+        mut options: TaskOptions,
+        f: F,
+    ) -> Self
+    where
+        I: DeserializeOwned + Send + 'static,
+        O: Serialize + Send + 'static,
+        E: Into<TaskError> + Send + 'static,
+        F: Fn(super::Batch<I>, Context) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<O>, E>> + Send + 'static,
+    {
+        options.batch = Some(batching);
+        self.tasks.push(TaskDef {
+            workflow: self.name.clone(),
+            name: name.to_string(),
+            options,
+            durable: false,
+            handler: super::batch::batch_typed(f),
+            types: TaskTypes::of::<I, O>(),
+        });
+        self
+    }
+
     /// Triggers the workflow on matching event keys.
     pub fn on_events<S: Into<String>>(mut self, keys: impl IntoIterator<Item = S>) -> Self {
         self.on_events = keys.into_iter().map(Into::into).collect();
