@@ -151,12 +151,7 @@ impl Engine {
 
     /// Stores webhook `name`, unless one has that name (then `false`).
     pub(crate) fn add_webhook(&self, name: &str, hook: Webhook) -> bool {
-        let mut st = self.state.lock();
-        if st.webhooks.contains_key(name) {
-            return false;
-        }
-        st.webhooks.insert(name.to_string(), hook);
-        true
+        self.state.lock().webhooks.add(name, hook)
     }
 
     /// Changes webhook `name` with `f`; `None` if there is none.
@@ -187,9 +182,7 @@ impl Engine {
         let Some(name) = live_workflow_name(&st, id) else {
             return false;
         };
-        if let Some(w) = st.workflows.get_mut(&name) {
-            w.deleted = true;
-        }
+        st.workflows.delete(&name);
         st.drop_pause(&name);
         st.calendar.drop_workflow(&name);
         true
@@ -231,8 +224,5 @@ impl Engine {
 
 /// The name of the live (not deleted) workflow with id `id`.
 fn live_workflow_name(st: &State, id: &str) -> Option<String> {
-    st.workflows
-        .values()
-        .find(|w| w.id == id && !w.deleted)
-        .map(|w| w.name.clone())
+    st.workflows.live_by_id(id).map(|w| w.name.clone())
 }

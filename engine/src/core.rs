@@ -21,7 +21,6 @@ use std::time::{Duration, SystemTime};
 use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
-use tokio::time::Instant;
 use tonic::Status as GrpcStatus;
 
 use crate::durable::DurableState;
@@ -63,7 +62,8 @@ fn check_uuid(field: &str, s: &str) -> Result<(), GrpcStatus> {
 /// Everything the engine knows.
 #[derive(Debug, Default)]
 pub struct State {
-    pub workflows: HashMap<String, Workflow>,
+    /// Every workflow by name (see `store/workflows.rs`).
+    pub workflows: crate::store::workflows::Workflows,
     /// Every run, in creation order (see `store/table.rs`).
     pub runs: crate::store::table::Runs,
     pub tasks: HashMap<String, Task>,
@@ -75,7 +75,8 @@ pub struct State {
     pub subscriptions: crate::store::subscriptions::Subscriptions,
     /// Pushed events (see `store/events.rs`).
     pub events: crate::store::events::EventLog,
-    pub idempotency: HashMap<(String, String), (String, Instant)>,
+    /// Claimed idempotency keys (see `store/workflows.rs`).
+    pub idempotency: crate::store::workflows::IdempotencyKeys,
     pub rate_limits: crate::sched::rate_limits::RateLimits,
     pub durable: DurableState,
     pub next_id: u64,
@@ -98,7 +99,7 @@ pub struct State {
     /// Paused workflows and the tasks they hold (see `pause.rs`).
     pub pauses: crate::store::pause::Pauses,
     /// Incoming webhooks by name (see `webhooks.rs`).
-    pub webhooks: BTreeMap<String, crate::store::webhooks::Webhook>,
+    pub webhooks: crate::store::webhooks::Webhooks,
     /// The engine's clock (see `clock.rs`): every time the state reads comes from it.
     pub clock: std::sync::Arc<crate::time::clock::Clock>,
 }
@@ -248,37 +249,29 @@ impl Engine {
             return Err(GrpcStatus::internal("An internal error occurred."));
         }
         // A new version keeps the workflow's id; a deleted workflow's name starts a new one.
-        let id = st
-            .workflows
-            .get(&req.name)
-            .filter(|w| !w.deleted)
-            .map(|w| w.id.clone())
-            .unwrap_or_else(new_id);
+        let id = st.workflows.id_for(&req.name, new_id);
         let version_id = new_id();
-        st.workflows.insert(
-            req.name.clone(),
-            Workflow {
-                id: id.clone(),
-                version_id: version_id.clone(),
-                description: req.description,
-                name: req.name,
-                tasks,
-                event_triggers: req.event_triggers,
-                idempotency: req.idempotency,
-                // Task-level limits (how the Python SDK declares a standalone task's) are applied
-                // per run: the same for one-task workflows, stricter for a DAG.
-                concurrency: crate::sched::concurrency::Limit::from_proto(
-                    req.concurrency
-                        .into_iter()
-                        .chain(req.concurrency_arr)
-                        .chain(task_limits),
-                ),
-                default_priority: req.default_priority,
-                sticky: crate::sched::placement::Sticky::from_proto(req.sticky),
-                created_at: self.clock.system_now(),
-                deleted: false,
-            },
-        );
+        st.workflows.put(Workflow {
+            id: id.clone(),
+            version_id: version_id.clone(),
+            description: req.description,
+            name: req.name,
+            tasks,
+            event_triggers: req.event_triggers,
+            idempotency: req.idempotency,
+            // Task-level limits (how the Python SDK declares a standalone task's) are applied
+            // per run: the same for one-task workflows, stricter for a DAG.
+            concurrency: crate::sched::concurrency::Limit::from_proto(
+                req.concurrency
+                    .into_iter()
+                    .chain(req.concurrency_arr)
+                    .chain(task_limits),
+            ),
+            default_priority: req.default_priority,
+            sticky: crate::sched::placement::Sticky::from_proto(req.sticky),
+            created_at: self.clock.system_now(),
+            deleted: false,
+        });
         let now = st.clock.system_now();
         st.filters.set_declarative(&id, &default_filters, now);
         let planned = crate::time::schedules::Planned {
@@ -526,7 +519,7 @@ impl Engine {
                 parse_json("input", &r.input).map_err(item)?;
                 parse_metadata(r.additional_metadata.as_deref()).map_err(item)?;
                 check_priority(r.priority).map_err(item)?;
-                if st.workflows.get(&r.name).is_none_or(|w| w.deleted) {
+                if st.workflows.live(&r.name).is_none() {
                     return Err(GrpcStatus::invalid_argument(format!(
                         "workflow {i}: workflow names not found: {}",
                         r.name
@@ -592,8 +585,8 @@ impl Engine {
         });
         let targets: Vec<(String, String)> = st
             .workflows
-            .values()
-            .filter(|w| !w.deleted && w.event_triggers.iter().any(|t| key_matches(t, &req.key)))
+            .live_ones()
+            .filter(|w| w.event_triggers.iter().any(|t| key_matches(t, &req.key)))
             .map(|w| (w.name.clone(), w.id.clone()))
             .collect();
         // Event-triggered runs carry the event's id and key in their metadata.

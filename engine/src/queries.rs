@@ -3,8 +3,6 @@
 //! and offers read-only queries of the rooms; it has no field of the state and changes
 //! nothing. Changes go through the engine's entry points (`core.rs`, `commands.rs`).
 
-use std::collections::BTreeMap;
-
 use parking_lot::MutexGuard;
 use serde_json::Value;
 
@@ -15,7 +13,7 @@ use crate::store::events::EventLog;
 use crate::store::model::{Task, Worker, Workflow};
 use crate::store::pause::Pauses;
 use crate::store::table::Runs;
-use crate::store::webhooks::Webhook;
+use crate::store::webhooks::Webhooks;
 use crate::time::schedules::Calendar;
 
 /// A read-only view of the state, holding its lock.
@@ -61,10 +59,7 @@ impl View<'_> {
 
     /// The live (not deleted) workflow with id `id`.
     pub(crate) fn live_workflow(&self, id: &str) -> Option<&Workflow> {
-        self.st
-            .workflows
-            .values()
-            .find(|w| w.id == id && !w.deleted)
+        self.st.workflows.live_by_id(id)
     }
 
     /// Every workflow (live or deleted), in no order.
@@ -113,7 +108,7 @@ impl View<'_> {
     }
 
     /// Incoming webhooks by name.
-    pub(crate) fn webhooks(&self) -> &BTreeMap<String, Webhook> {
+    pub(crate) fn webhooks(&self) -> &Webhooks {
         &self.st.webhooks
     }
 }

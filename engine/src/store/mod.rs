@@ -11,3 +11,4 @@ pub(crate) mod subscribers;
 pub(crate) mod subscriptions;
 pub(crate) mod table;
 pub(crate) mod webhooks;
+pub(crate) mod workflows;

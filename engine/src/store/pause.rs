@@ -202,7 +202,12 @@ mod tests {
     #[test]
     fn held_tasks_go_back_in_order_on_unpause_and_expire_after_the_ttl() {
         let mut st = crate::core::state_with(crate::core::one_task_workflow());
-        let wf = st.workflows.keys().next().cloned().expect("a workflow");
+        let wf = st
+            .workflows
+            .values()
+            .next()
+            .map(|w| w.name.clone())
+            .expect("a workflow");
         let now = Instant::now();
         let rule = PauseRule {
             ttl: Duration::from_secs(10),

@@ -23,14 +23,9 @@ impl State {
         opts: TriggerOpts,
     ) -> Result<String, GrpcStatus> {
         let _ = tenant;
-        let wf = self
-            .workflows
-            .get(name)
-            .filter(|w| !w.deleted)
-            .cloned()
-            .ok_or_else(|| {
-                GrpcStatus::invalid_argument(format!("workflow names not found: {name}"))
-            })?;
+        let wf = self.workflows.live(name).cloned().ok_or_else(|| {
+            GrpcStatus::invalid_argument(format!("workflow names not found: {name}"))
+        })?;
         // Child dedupe: the same parent and index/key returns the existing run.
         let child_slot = match (&opts.parent_task, &opts.child_key, opts.child_index) {
             (Some(p), Some(k), _) => Some((p.clone(), format!("key:{k}"))),
@@ -47,20 +42,12 @@ impl State {
         if let Some(cfg) = &wf.idempotency {
             let key = key_of_expression(&cfg.expression, &input, &meta);
             let now = self.clock.now();
-            let collision = self
-                .idempotency
-                .get(&(name.to_string(), key.clone()))
-                .filter(|(run, until)| {
-                    let by_status = cfg.method == Some(v1::IdempotencyMethod::Status as i32);
-                    if by_status {
-                        self.runs.get(run).is_some_and(|r| {
-                            !r.status.is_terminal() || r.status == Status::Completed
-                        })
-                    } else {
-                        *until > now
-                    }
-                })
-                .map(|(run, _)| run.clone());
+            let by_status = cfg.method == Some(v1::IdempotencyMethod::Status as i32);
+            let runs = &self.runs;
+            let collision = self.idempotency.holder(name, &key, now, by_status, |run| {
+                runs.get(run)
+                    .is_some_and(|r| !r.status.is_terminal() || r.status == Status::Completed)
+            });
             if let Some(existing) = collision {
                 return Err(idempotency_collision(&existing));
             }
@@ -217,8 +204,7 @@ impl State {
             self.enqueue(tid);
         }
         if let Some((key, until)) = idem {
-            self.idempotency
-                .insert((name.to_string(), key), (run_id.clone(), until));
+            self.idempotency.claim(name, key, &run_id, until);
         }
         if let Some((p, k)) = child_slot
             && let Some(pt) = self.tasks.get_mut(&p)

@@ -21,6 +21,7 @@
 //!    timestamp within 5 minutes either way, 400 otherwise; any `v1,` signature of the
 //!    space-separated list may match, else 403). Timestamps are read against the engine's
 //!    clock (virtual time moves them).
+//! 5. One webhook per name: creating a second with a taken name is refused.
 
 use std::time::SystemTime;
 
@@ -564,6 +565,43 @@ pub mod signing {
             "v1,{}",
             sign(Algorithm::Sha256, Encoding::Base64, &key, &text)
         ))
+    }
+}
+
+/// The webhooks by name (invariant 5).
+#[derive(Debug, Default)]
+pub struct Webhooks {
+    by_name: std::collections::BTreeMap<String, Webhook>,
+}
+
+impl Webhooks {
+    /// Stores `hook` as `name`, unless a webhook has that name (then `false`).
+    pub fn add(&mut self, name: &str, hook: Webhook) -> bool {
+        if self.by_name.contains_key(name) {
+            return false;
+        }
+        self.by_name.insert(name.to_string(), hook);
+        true
+    }
+
+    /// Webhook `name`.
+    pub fn get(&self, name: &str) -> Option<&Webhook> {
+        self.by_name.get(name)
+    }
+
+    /// Webhook `name`, to change (its name stays).
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut Webhook> {
+        self.by_name.get_mut(name)
+    }
+
+    /// Removes webhook `name`.
+    pub fn remove(&mut self, name: &str) -> Option<Webhook> {
+        self.by_name.remove(name)
+    }
+
+    /// Every webhook, in name order.
+    pub fn iter(&self) -> impl Iterator<Item = &Webhook> {
+        self.by_name.values()
     }
 }
 

@@ -130,7 +130,12 @@ mod tests {
     fn nothing_awaited_means_no_jump_even_on_virtual_time() {
         let mut st = crate::core::state_with(crate::core::one_task_workflow());
         st.clock.set_virtual(true);
-        let wf = st.workflows.keys().next().cloned().expect("a workflow");
+        let wf = st
+            .workflows
+            .values()
+            .next()
+            .map(|w| w.name.clone())
+            .expect("a workflow");
         st.create_run(
             "tenant",
             &wf,

@@ -113,7 +113,7 @@ async fn list(
     let st = s.engine.view();
     let mut hooks: Vec<&Webhook> = st
         .webhooks()
-        .values()
+        .iter()
         .filter(|h| sources.is_empty() || sources.contains(&h.source))
         .filter(|h| names.is_empty() || names.contains(&h.name))
         .collect();
