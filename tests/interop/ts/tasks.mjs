@@ -134,9 +134,23 @@ export const prio = hatchet.task({
   },
 });
 
+/** t12: a batch task keyed by input.group; each member answers with its batch's size. */
+export const batch = hatchet.batchTask({
+  name: 'ts-batch',
+  batch: { maxSize: 2, maxInterval: 2000, groupKey: 'input.group' },
+  fn: async (tasks) => {
+    const size = Object.keys(tasks).length;
+    const out = {};
+    for (const [id, input] of Object.entries(tasks)) {
+      out[id] = { nonce: input.nonce, group: input.group, size };
+    }
+    return out;
+  },
+});
+
 /** What each worker process (worker.mjs INTEROP_TS_SET=...) registers. */
 export const SETS = {
-  main: [echo, dag, failing, slow, flaky, logger],
+  main: [echo, dag, failing, slow, flaky, logger, batch],
   registrar: [orphan, prio],
   prio: [prio],
 };
