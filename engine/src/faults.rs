@@ -52,6 +52,10 @@ pub struct Switches {
     /// and answered in any order). 0: what is already buffered is handled newest first, the
     /// default.
     pub collect_durable_requests_ms: std::sync::atomic::AtomicU64,
+    /// The next this many evictions (`EvictInvocation`) find the task's open waits satisfied
+    /// just before they are handled: each wait's completion goes out, then the eviction is
+    /// acknowledged (a wait that ends while the eviction is on its way).
+    pub complete_waits_on_evict: u32,
 }
 
 /// What to do to a matching call.

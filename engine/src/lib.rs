@@ -547,6 +547,14 @@ impl DevEngine {
             .store(n, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Fault injection: the next `n` evictions (`EvictInvocation`) find the task's open waits
+    /// ended (their sleeps due) at the moment they arrive: each wait's completion goes out
+    /// first, then the eviction is acknowledged, as when a wait ends while the eviction is on
+    /// its way. Nothing then wakes the evicted task but a restore.
+    pub fn complete_durable_waits_on_next_evictions(&self, n: u32) {
+        self.engine.state.lock().switches.complete_waits_on_evict = n;
+    }
+
     /// Fault injection: each DurableTask stream collects its requests for `window`, then
     /// handles them newest first. The real engine handles a stream's requests concurrently,
     /// so they may be numbered and answered in any order; by default what is already buffered

@@ -398,6 +398,48 @@ async fn a_durable_ack_lost_with_its_stream_fails_the_attempt_and_its_retry_repl
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
+/// `evict.rs` invariant 2: a wait that ends while its eviction is on its way is not lost. The
+/// engine sends the sleep's completion, then acknowledges the eviction, so nothing would wake
+/// the evicted task again; the worker sees the completion and asks for a restore at once. The
+/// run finishes (an hour's sleep, ended by the fault), in two executions: the evicted one and
+/// the restored one, whose replay finds the sleep done.
+#[tokio::test]
+async fn a_wait_that_ends_while_its_eviction_is_on_its_way_is_restored_not_lost() {
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    engine.complete_durable_waits_on_next_evictions(1);
+    let rt = runtime(&engine).await;
+    let executions = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let count = executions.clone();
+    rt.register(Workflow::new("raced").durable_task(
+        "d",
+        TaskOptions::default().evict_while_waiting(Duration::from_millis(100)),
+        move |_i: Value, c: Context| {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                c.sleep_for(Duration::from_secs(3_600)).await?;
+                Ok::<_, TaskError>(json!({ "invocation": c.durable_invocation() }))
+            }
+        },
+    ))
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let out: Value = within("the raced run", rt.run("raced", &json!({})))
+        .await
+        .expect("the restored invocation finds its sleep done");
+    assert_eq!(out["invocation"], 2);
+    assert_eq!(
+        executions.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "evicted once, restored once"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
 #[tokio::test]
 async fn two_durable_operations_joined_in_one_invocation_get_their_own_answers() {
     let engine = DevEngine::start(DevEngineOptions::default())
