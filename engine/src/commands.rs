@@ -79,6 +79,25 @@ impl Engine {
         self.state.lock().legacy_listen_close(id);
     }
 
+    /// `BranchDurableTask`: a new branch of a durable task's log at a node, and the task runs
+    /// again from there (`durable/mod.rs` invariant 4).
+    pub(crate) fn branch_durable_task(
+        &self,
+        req: &v1::BranchDurableTaskRequest,
+    ) -> Result<v1::BranchDurableTaskResponse, GrpcStatus> {
+        let branch = self.state.lock().branch_durable_task(
+            &req.task_external_id,
+            req.node_id,
+            req.branch_id,
+        )?;
+        self.wake.notify_one();
+        Ok(v1::BranchDurableTaskResponse {
+            task_external_id: req.task_external_id.clone(),
+            node_id: req.node_id,
+            branch_id: branch,
+        })
+    }
+
     // ===== crons and schedules =====
 
     /// Adds one-off schedules of `planned` at `times`; stops at the first bad one.

@@ -36,6 +36,10 @@ hatchet-dev-engine, one counted check each:
       size flushes it) and one of one (the interval does); a run whose key is an int fails with
       the engine's "failed to parse batch group key expression"; two runs of a size-2 task
       with `broadcast_output` both read the one output (the sum of their inputs);
+  p13. durable reset (`runs.reset_durable_task`, BranchDurableTask): a durable task that sleeps
+      1 s three times completes; reset from node 2 of branch 1 it answers branch 2 and runs
+      again with its first sleep replayed (instant) and the other two slept; reset from node 3
+      of branch 2 it answers branch 3 and only its last sleep is slept;
   p9. task context: `ctx.refresh_timeout` lets a 2 s-timeout task run 4 s (a twin without the
       refresh is timed out); on a 1-slot worker a task that keeps its slot delays the next run
       while one that calls `ctx.release_slot()` lets it start; `ctx.additional_metadata` shows
@@ -760,6 +764,49 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
         log(f"p12 batch sizes {sizes}; the int key's error read back")
         expect(not problems, "\n    ".join([f"{len(problems)} problem(s):"] + problems))
 
+    # ----- p13 -----
+    def p13_durable_reset() -> None:
+        nonce = uuid.uuid4().hex
+        ref = trigger(t.reset_me, t.Msg(nonce=nonce))
+        run_id = ref.workflow_run_id
+        wait_status(run_id, "COMPLETED", 120)
+        problems: list[str] = []
+        last = next(iter(output_of(run_id).values()))
+        log(f"p13 first run slept {last['took']}")
+
+        def rerun(node: int, branch: int, want_branch: int, cached: int) -> None:
+            nonlocal last
+            before = last["at"]
+            resp = bounded(lambda: h.runs.reset_durable_task(run_id, node, branch), 30)
+            if resp.branch_id != want_branch:
+                problems.append(f"reset from node {node} of branch {branch} answered "
+                                f"branch {resp.branch_id}, not {want_branch}")
+
+            def rerun_done() -> bool:
+                nonlocal last
+                if status(run_id) != "COMPLETED":
+                    return False
+                out = next(iter(output_of(run_id).values()))
+                if out.get("at") == before:
+                    return False
+                last = out
+                return True
+
+            wait_until(f"the run reset from node {node} to complete again", rerun_done, 120, 0.5)
+            took = last["took"]
+            log(f"p13 reset from node {node} of branch {branch}: slept {took}")
+            for i, d in enumerate(took):
+                if i < cached and d >= 0.9:
+                    problems.append(f"reset from node {node}: sleep {i + 1} took {d}s, "
+                                    "not replayed")
+                if i >= cached and d < 0.9:
+                    problems.append(f"reset from node {node}: sleep {i + 1} took {d}s, "
+                                    "not slept again")
+
+        rerun(2, 1, 2, 1)
+        rerun(3, 2, 3, 2)
+        expect(not problems, "\n    ".join([f"{len(problems)} problem(s):"] + problems))
+
     checks = [
         ("p1", "p1 on_failure task runs and reads the error", p1_on_failure),
         ("p2", "p2 runs.cancel(run_id) cancels a running task", p2_cancel_by_id),
@@ -776,6 +823,8 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
          p11_webhooks),
         ("p12", "p12 batch tasks: size and interval flushes, keys, a bad key, broadcast output",
          p12_batch_tasks),
+        ("p13", "p13 durable reset: a branch from a node replays what came before it",
+         p13_durable_reset),
     ]
     for key, name, fn in checks:
         if not only or key in only:

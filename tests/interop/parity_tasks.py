@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from hatchet_sdk import Context, Hatchet, NonRetryableException, Priority
+from hatchet_sdk import Context, DurableContext, Hatchet, NonRetryableException, Priority
 
 hatchet = Hatchet()
 
@@ -221,6 +221,19 @@ def batch_sum(inputs: dict[str, BatchIn], ctx: Context) -> dict[str, object]:
     return {"sum": sum(i.n for i in inputs.values()), "size": len(inputs)}
 
 
+# ----- p13: durable reset (a branch of the durable log) -----
+
+@hatchet.durable_task(name="parity-reset", input_validator=Msg,
+                      execution_timeout=timedelta(minutes=5))
+async def reset_me(input: Msg, ctx: DurableContext) -> dict[str, object]:
+    took = []
+    for _ in range(3):
+        t0 = time.monotonic()
+        await ctx.aio_sleep_for(timedelta(seconds=1))
+        took.append(round(time.monotonic() - t0, 3))
+    return {"nonce": input.nonce, "took": took, "at": time.time()}
+
+
 MAIN_WORKFLOWS = [on_failure_wf, slow, flaky, double, on_bulk, logs, refresh, no_refresh, batch,
-                  batch_sum]
+                  batch_sum, reset_me]
 PRIO_WORKFLOWS = [prio_wf, release, hold, quick]

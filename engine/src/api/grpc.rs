@@ -392,11 +392,9 @@ impl v1::admin_service_server::AdminService for Svc {
 
     async fn branch_durable_task(
         &self,
-        _: Request<v1::BranchDurableTaskRequest>,
+        r: Request<v1::BranchDurableTaskRequest>,
     ) -> R<v1::BranchDurableTaskResponse> {
-        Err(Status::unimplemented(
-            "branching durable tasks is not supported by the development engine",
-        ))
+        ok(self.engine.branch_durable_task(&r.into_inner())?)
     }
 }
 

@@ -60,7 +60,7 @@ impl State {
             self.dsend(
                 *stream,
                 Resp::EntryCompleted(v1::DurableTaskEventLogEntryCompletedResponse {
-                    r#ref: Some(eref(task, log.invocation, node)),
+                    r#ref: Some(eref(task, log.invocation, node, log.nodes.branch_of(node))),
                     payload: payload.clone(),
                     is_failure: *failure,
                     error_message: err.clone(),
@@ -123,11 +123,21 @@ impl State {
         }
     }
 
+    /// The ref of `node` of `task`'s log, on the branch that owns it.
+    fn eref_of(&self, task: &str, invocation: i32, node: i64) -> v1::DurableEventLogEntryRef {
+        let branch = self
+            .durable
+            .logs
+            .get(task)
+            .map_or(BRANCH, |l| l.nodes.branch_of(node));
+        eref(task, invocation, node, branch)
+    }
+
     fn nondeterminism(&self, stream: u64, task: &str, invocation: i32, node: i64) {
         self.dsend(
             stream,
             Resp::Error(v1::DurableTaskErrorResponse {
-                r#ref: Some(eref(task, invocation, node)),
+                r#ref: Some(self.eref_of(task, invocation, node)),
                 error_type: v1::DurableTaskErrorType::Nondeterminism as i32,
                 error_message: format!("operation {node} differs from the one recorded"),
             }),
@@ -181,7 +191,7 @@ impl State {
                         self.dsend(
                             stream,
                             Resp::WaitForAck(v1::DurableTaskEventWaitForAckResponse {
-                                r#ref: Some(eref(&task, w.invocation_count, node)),
+                                r#ref: Some(self.eref_of(&task, w.invocation_count, node)),
                             }),
                         );
                         // A look-back wait may already be satisfied by stored events.
@@ -226,7 +236,7 @@ impl State {
                         self.dsend(
                             stream,
                             Resp::MemoAck(v1::DurableTaskEventMemoAckResponse {
-                                r#ref: Some(eref(&task, m.invocation_count, node)),
+                                r#ref: Some(self.eref_of(&task, m.invocation_count, node)),
                                 memo_already_existed: existed && stored.is_some(),
                                 memo_result_payload: stored,
                             }),
@@ -310,7 +320,7 @@ impl State {
                     self.durable_child_finished(&run_id);
                     entries.push(v1::DurableTaskRunAckEntry {
                         node_id: node,
-                        branch_id: BRANCH,
+                        branch_id: self.durable.logs[&task].nodes.branch_of(node),
                         workflow_run_external_id: run_id,
                     });
                     nodes.push(node);
@@ -384,6 +394,32 @@ impl State {
     }
 
     /// Satisfies due sleeps.
+    /// `BranchDurableTask` (the SDKs' durable reset; invariant 4): a new branch of `task`'s log
+    /// from `from_branch` at `node`, and the task runs again (replayed as a new attempt, as the
+    /// real engine replays it). Answers the new branch's id. As on the real engine, the node and
+    /// branch are not checked; a task without a durable log cannot branch.
+    pub fn branch_durable_task(
+        &mut self,
+        task: &str,
+        node: i64,
+        from_branch: i64,
+    ) -> Result<i64, GrpcStatus> {
+        if uuid::Uuid::parse_str(task).is_err() {
+            return Err(GrpcStatus::invalid_argument("invalid task_external_id"));
+        }
+        if !self.tasks.contains_key(task) {
+            return Err(GrpcStatus::not_found(format!("task not found: {task}")));
+        }
+        let Some(log) = self.durable.logs.get_mut(task) else {
+            return Err(GrpcStatus::internal(format!(
+                "failed to branch durable task: task {task} has no durable event log (it never ran a durable operation)"
+            )));
+        };
+        let branch = log.nodes.branch(node, from_branch);
+        self.replay_ids(&[task.to_string()]);
+        Ok(branch)
+    }
+
     /// Queues an evicted task again (a new invocation replays its log); whether it was
     /// evicted, `None` for an unknown task.
     pub fn restore_evicted(&mut self, id: &str) -> Option<bool> {

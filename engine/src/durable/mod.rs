@@ -9,6 +9,12 @@
 //! 2. A request with an invocation count other than the task's current one gets `server_evict`.
 //! 3. Completions go to the stream that last sent an operation for the task; a lost completion
 //!    is re-sent when the worker lists the entry in `worker_status`.
+//! 4. Branches (`BranchDurableTask`, the SDKs' durable reset): a branch from branch `b` at node
+//!    `n` gets the next branch id; on it node ids below `n` read `b`'s path (their results
+//!    replay), `n` and later are new entries, except where a fork further back on the path
+//!    starts later than `n` (a node belongs to the path's branch with the largest first node
+//!    at or below it, as the real engine resolves it). Nothing is deleted. The task runs again
+//!    (a new attempt, a new invocation numbering its nodes from 1).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::SystemTime;
@@ -226,7 +232,104 @@ struct Node {
 struct TaskLog {
     invocation: i32,
     next_node: i64,
-    nodes: BTreeMap<i64, Node>,
+    nodes: Nodes,
+}
+
+/// A task's log entries by branch and node, and its branches (invariant 4). Read and written
+/// by node id: the entry a node id means is the one on the branch that owns it on the path
+/// from the latest branch back to branch 1.
+#[derive(Debug, Default)]
+struct Nodes {
+    entries: BTreeMap<(i64, i64), Node>,
+    /// The latest branch (0 until the first: branch 1).
+    latest: i64,
+    /// Branch points: (first node, parent branch, branch).
+    points: Vec<(i64, i64, i64)>,
+}
+
+impl Nodes {
+    /// The path from the latest branch back to branch 1: (first node, branch), newest first.
+    fn path(&self) -> Vec<(i64, i64)> {
+        let mut out = Vec::new();
+        let mut b = self.latest.max(1);
+        while let Some((first, parent, _)) = self.points.iter().find(|p| p.2 == b) {
+            out.push((*first, b));
+            if *parent == b {
+                break;
+            }
+            b = *parent;
+        }
+        out.push((0, b));
+        out
+    }
+
+    /// The branch that owns `node` on `path`, as the real engine resolves it: of the branches
+    /// on the path whose first node is at most `node`, the one whose first node is largest (the
+    /// newest on a tie). So a fork at node 1 of a branch that itself forked at node 2 keeps that
+    /// branch's node 2 and later: only node 1 is new.
+    fn owner(path: &[(i64, i64)], node: i64) -> i64 {
+        path.iter()
+            .filter(|(first, _)| *first <= node)
+            .fold(None::<(i64, i64)>, |best, &(first, b)| match best {
+                Some((f, _)) if f >= first => best,
+                _ => Some((first, b)),
+            })
+            .map_or(BRANCH, |(_, b)| b)
+    }
+
+    /// The branch that owns `node` now.
+    fn branch_of(&self, node: i64) -> i64 {
+        Self::owner(&self.path(), node)
+    }
+
+    fn get(&self, node: &i64) -> Option<&Node> {
+        self.entries.get(&(self.branch_of(*node), *node))
+    }
+
+    fn get_mut(&mut self, node: &i64) -> Option<&mut Node> {
+        let b = self.branch_of(*node);
+        self.entries.get_mut(&(b, *node))
+    }
+
+    fn insert(&mut self, node: i64, n: Node) {
+        let b = self.branch_of(node);
+        self.entries.insert((b, node), n);
+    }
+
+    /// The entries on the current path.
+    fn values(&self) -> impl Iterator<Item = &Node> {
+        let path = self.path();
+        self.entries
+            .iter()
+            .filter(move |((b, n), _)| Self::owner(&path, *n) == *b)
+            .map(|(_, v)| v)
+    }
+
+    /// The entries on the current path, by node id, to change.
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&i64, &mut Node)> {
+        let path = self.path();
+        self.entries
+            .iter_mut()
+            .filter(move |((b, n), _)| Self::owner(&path, *n) == *b)
+            .map(|((_, n), v)| (n, v))
+    }
+
+    /// A new branch from `from_branch` at `node` (invariant 4): entries before `node` keep
+    /// their place on the path, `node` and later start empty. Answers the new branch's id.
+    fn branch(&mut self, node: i64, from_branch: i64) -> i64 {
+        let new = self.latest.max(1) + 1;
+        self.latest = new;
+        self.points.push((node, from_branch, new));
+        new
+    }
+}
+
+impl std::ops::Index<&i64> for Nodes {
+    type Output = Node;
+
+    fn index(&self, node: &i64) -> &Node {
+        self.get(node).expect("a node on the current path")
+    }
 }
 
 /// The durable part of the engine state.
@@ -265,11 +368,11 @@ fn wait_key(c: &v1::DurableEventListenerConditions) -> String {
 
 const BRANCH: i64 = 1;
 
-fn eref(task: &str, invocation: i32, node: i64) -> v1::DurableEventLogEntryRef {
+fn eref(task: &str, invocation: i32, node: i64, branch: i64) -> v1::DurableEventLogEntryRef {
     v1::DurableEventLogEntryRef {
         durable_task_external_id: task.to_string(),
         invocation_count: invocation,
-        branch_id: BRANCH,
+        branch_id: branch,
         node_id: node,
     }
 }

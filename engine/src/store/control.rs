@@ -232,7 +232,7 @@ impl State {
     }
 
     /// Replays the tasks the ids stand for; returns the task ids replayed (invariant 4).
-    fn replay_ids(&mut self, ids: &[String]) -> Vec<String> {
+    pub(crate) fn replay_ids(&mut self, ids: &[String]) -> Vec<String> {
         let mut out = Vec::new();
         for id in ids {
             let chosen: Vec<String> = if self.runs.contains_key(id) {

@@ -390,6 +390,47 @@ impl Api {
         .map(drop)
     }
 
+    /// Runs a durable task again from node `from_node` of its durable log's branch `branch` (the
+    /// official SDKs' `reset_durable_task`): the engine makes a new branch of the log there, and
+    /// the task's next run replays what it did before that node (sleeps, events, memos and
+    /// children answer from the log) and does the rest again. Nodes count a task's durable
+    /// operations from 1; the first run of a task is branch 1. Answers the new branch's id, to
+    /// branch from again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not idempotent (every call makes a branch), so a call that may have reached the engine is
+    /// not retried: on an error whose outcome says it may have been applied, read the run before
+    /// calling again.
+    pub async fn reset_durable_task(
+        &self,
+        task_run_id: &str,
+        from_node: i64,
+        branch: i64,
+    ) -> Result<i64, Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Branched {
+            branch_id: i64,
+        }
+        let b: Branched = self
+            .json(
+                reqwest::Method::POST,
+                "POST /api/v1/stable/tenants/{t}/durable-tasks/branch",
+                &format!(
+                    "/api/v1/stable/tenants/{}/durable-tasks/branch",
+                    self.tenant()
+                ),
+                Some(serde_json::json!({
+                    "taskExternalId": task_run_id,
+                    "nodeId": from_node,
+                    "branchId": branch,
+                })),
+            )
+            .await?;
+        Ok(b.branch_id)
+    }
+
     /// A task's log lines (by its task run id, not its run's id).
     ///
     /// # Cancel safety

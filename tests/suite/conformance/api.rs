@@ -906,6 +906,94 @@ async fn conf_a_durable_task_evicted_while_waiting_frees_its_slot_and_resumes() 
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Durable reset (issue 26, the SDKs' `reset_durable_task`): a durable task's two memos run
+/// once each; reset from node 2 of branch 1, the engine answers branch 2 and the task runs
+/// again with its first memo replayed from the log and its second run anew; reset from node 1
+/// of branch 2 (branch 3), the first runs anew and the second is branch 2's, replayed (the
+/// real engine resolves a node to the path's branch with the latest fork at or below it).
+/// Counted where they run: in the memo closures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_durable_reset_replays_the_log_before_its_node_and_runs_the_rest() {
+    let t = Target::new("reset").await;
+    let (a, b) = (counter(), counter());
+    let (ca, cb) = (a.clone(), b.clone());
+    let wf = Workflow::new("resettable").durable_task(
+        "d",
+        hatchet_runtime::TaskOptions::default(),
+        move |_: Value, ctx: Context| {
+            let (ca, cb) = (ca.clone(), cb.clone());
+            async move {
+                let first: u32 = ctx
+                    .memo(
+                        "first",
+                        || async move { ca.fetch_add(1, Ordering::SeqCst) + 1 },
+                    )
+                    .await?;
+                let second: u32 = ctx
+                    .memo(
+                        "second",
+                        || async move { cb.fetch_add(1, Ordering::SeqCst) + 1 },
+                    )
+                    .await?;
+                Ok::<_, TaskError>(json!({"first": first, "second": second}))
+            }
+        },
+    );
+    let rt = t.worker(4, vec![wf]).await;
+    let h = rt
+        .run_no_wait("resettable", &json!({}))
+        .await
+        .expect("trigger");
+    let out: Value = h.result_within(RESULT).await.expect("the first run");
+    assert_eq!(out, json!({"first": 1, "second": 1}));
+    let task = rt
+        .run_details(h.run_id())
+        .await
+        .expect("details")
+        .tasks
+        .values()
+        .next()
+        .map(|t| t.task_run_id.clone())
+        .expect("its task");
+    let api = rt.api();
+    let done_again = |want: (u32, u32)| {
+        let rt = rt.clone();
+        let run = h.run_id().to_string();
+        let (a, b) = (a.clone(), b.clone());
+        async move {
+            until("the memos ran again", || {
+                (a.load(Ordering::SeqCst), b.load(Ordering::SeqCst)) == want
+            })
+            .await;
+            until_read(
+                "the run completed again",
+                || async { rt.run_details(&run).await.expect("details") },
+                |v| v.status == RunStatus::Completed,
+            )
+            .await
+        }
+    };
+    let branch = api
+        .reset_durable_task(&task, 2, 1)
+        .await
+        .expect("reset from node 2");
+    assert_eq!(branch, 2, "the first branch after the original (1)");
+    // Node 1 replayed from the log, node 2 run anew.
+    let v = done_again((1, 2)).await;
+    let out = v.tasks.values().next().and_then(|t| t.output.clone());
+    assert_eq!(out, Some(json!({"first": 1, "second": 2})));
+    let branch = api
+        .reset_durable_task(&task, 1, 2)
+        .await
+        .expect("reset from node 1");
+    assert_eq!(branch, 3);
+    // Node 1 anew; node 2 is branch 2's (its fork, at node 2, is the latest at or below it).
+    let v = done_again((2, 2)).await;
+    let out = v.tasks.values().next().and_then(|t| t.output.clone());
+    assert_eq!(out, Some(json!({"first": 2, "second": 2})));
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 /// Task defaults (issue 26): a workflow's `task_defaults` give its tasks the retries they do not
 /// set (the engine retries the failing one; the context counts two attempts), while a task's
 /// own setting wins.

@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
-use super::{Rest, meta, tenant_ok};
+use super::{Rest, err, meta, tenant_ok};
 use crate::queries::View;
 use crate::store::control::{RunFilter, Targets};
 use crate::store::model::{Run, Status, Task};
@@ -42,6 +42,10 @@ pub fn routes() -> axum::Router<Rest> {
         .route("/api/v1/stable/tasks/{task}", get(task_details))
         .route("/api/v1/stable/tasks/{task}/logs", get(task_logs))
         .route("/api/v1/stable/tasks/{task}/restore", post(restore_task))
+        .route(
+            "/api/v1/stable/tenants/{tenant}/durable-tasks/branch",
+            post(branch_durable_task),
+        )
         .route(
             "/api/v1/stable/tenants/{tenant}/workflow-runs",
             get(list_runs),
@@ -640,6 +644,47 @@ async fn task_logs(
     // The per-task route's pagination is always zeros.
     let zeros = json!({"current_page": 0, "next_page": 0, "num_pages": 0});
     Json(json!({"rows": rows, "pagination": zeros})).into_response()
+}
+
+/// `POST /api/v1/stable/tenants/{tenant}/durable-tasks/branch` with `{taskExternalId, nodeId,
+/// branchId}`: the real engine's REST face of `BranchDurableTask` (the Python SDK's
+/// `runs.reset_durable_task`); answers the same fields, `branchId` the new branch's.
+async fn branch_durable_task(
+    AxState(s): AxState<Rest>,
+    Path(tenant): Path<String>,
+    body: Option<Json<Value>>,
+) -> Response {
+    if let Some(r) = tenant_ok(&s, &tenant) {
+        return r;
+    }
+    let b = body.map(|Json(b)| b).unwrap_or_default();
+    let (Some(task), Some(node), Some(branch)) = (
+        b["taskExternalId"].as_str(),
+        b["nodeId"].as_i64(),
+        b["branchId"].as_i64(),
+    ) else {
+        return err(
+            StatusCode::BAD_REQUEST,
+            "taskExternalId, nodeId and branchId are required",
+        );
+    };
+    let req = hatchet_protocol::v1::BranchDurableTaskRequest {
+        task_external_id: task.to_string(),
+        node_id: node,
+        branch_id: branch,
+    };
+    match s.engine.branch_durable_task(&req) {
+        Ok(r) => Json(json!({
+            "taskExternalId": r.task_external_id,
+            "nodeId": r.node_id,
+            "branchId": r.branch_id,
+        }))
+        .into_response(),
+        Err(e) if e.code() == tonic::Code::InvalidArgument => {
+            err(StatusCode::BAD_REQUEST, e.message())
+        }
+        Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e.message()),
+    }
 }
 
 /// `POST /api/v1/stable/tasks/{task}/restore`: queues an evicted durable task again. The real
