@@ -142,6 +142,7 @@ impl Engine {
         if req.name.trim().is_empty() {
             return Err(GrpcStatus::invalid_argument("workflow name is required"));
         }
+        let config = crate::store::definition::workflow_config(&req);
         if req.tasks.is_empty() {
             return Err(GrpcStatus::invalid_argument(
                 "a workflow needs at least one task",
@@ -270,6 +271,7 @@ impl Engine {
             default_priority: req.default_priority,
             sticky: crate::sched::placement::Sticky::from_proto(req.sticky),
             created_at: self.clock.system_now(),
+            config,
             deleted: false,
         });
         let now = st.clock.system_now();

@@ -2,6 +2,7 @@
 //! the events kept, what subscribers see, paused workflows and incoming webhooks.
 
 pub mod control;
+pub(crate) mod definition;
 pub(crate) mod events;
 pub(crate) mod holds;
 pub(crate) mod model;

@@ -114,6 +114,8 @@ pub struct Workflow {
     /// Its sticky strategy (copied onto every task of its runs).
     pub sticky: crate::sched::placement::Sticky,
     pub created_at: SystemTime,
+    /// Its definition as the real engine shows it (`workflowConfig`, see `definition.rs`).
+    pub config: serde_json::Value,
     /// Deleted over REST: not listed, not triggered, its name free to register again (a new
     /// workflow then, with a new id); its runs finish and stay readable.
     pub deleted: bool,

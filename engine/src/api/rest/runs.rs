@@ -299,6 +299,7 @@ async fn run_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Respo
         "taskEvents": events,
         "shape": shape,
         "tasks": task_rows,
+        "workflowConfig": config_of(&st, run),
     }))
     .into_response()
 }
@@ -364,6 +365,13 @@ async fn run_status(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Respon
     }
 }
 
+/// The definition of a run's workflow, as the real engine shows it (`workflowConfig`; the
+/// latest version's: our engine keeps one per workflow).
+fn config_of(st: &View<'_>, run: &Run) -> Value {
+    st.workflow(&run.workflow_name)
+        .map_or(Value::Null, |w| w.config.clone())
+}
+
 async fn task_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
     let st = s.engine.view();
     let Some((t, run)) = st
@@ -377,6 +385,7 @@ async fn task_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Resp
     if run.tasks.len() == 1 {
         v["input"] = object(&run.input);
     }
+    v["workflowConfig"] = config_of(&st, run);
     Json(v).into_response()
 }
 
