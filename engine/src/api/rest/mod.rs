@@ -370,7 +370,7 @@ fn worker_json(w: &crate::store::model::Worker, tenant: &str) -> Value {
         "actions": w.actions.iter().collect::<Vec<_>>(), "registeredWorkflows": [], "slots": [], "slotConfig": slot_config,
         "dispatcherId": DISPATCHER_ID,
         "labels": w.labels.iter().map(|(k, v)| json!({"metadata": meta(&label_id(&w.id, k), w.created_at), "key": k, "value": v.to_string()})).collect::<Vec<_>>(),
-        "runtimeInfo": w.runtime_info.as_ref().map(|r| json!({"sdkVersion": r.sdk_version, "languageVersion": r.language_version, "os": r.os})),
+        "runtimeInfo": w.runtime_info.as_ref().map(|r| json!({"sdkVersion": r.sdk_version, "languageVersion": r.language_version, "os": r.os, "runtimeExtra": r.extra.clone().unwrap_or_default()})),
         "tenantId": tenant})
 }
 
