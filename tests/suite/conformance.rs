@@ -2068,9 +2068,11 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
     // Lists name this test's workflows: the real engine's tenant is shared with the tests
     // running beside this one (their children would add fields to the rows).
     let mut mine = format!("workflow_ids={one_id}");
+    let mut my_workflows = vec![one_id.clone()];
     for name in ["dag", "fails"] {
         let id = api.workflow_id(name).await.expect("workflow id");
         mine.push_str(&format!("&workflow_ids={id}"));
+        my_workflows.push(id);
     }
     let since = hatchet_protocol::calendar::format_rfc3339(since);
     let mut out = Vec::new();
@@ -2139,6 +2141,17 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
             && let Some(rows) = v.get_mut("rows").and_then(Value::as_array_mut)
         {
             rows.retain(|r| r["name"] == "conformance" && r["status"] == "ACTIVE");
+        }
+        // ... and every workflow ever registered, some paused by the tests beside this one (a
+        // paused row names its queue behaviours): compare this test's own.
+        if name == "workflows"
+            && let Some(rows) = v.get_mut("rows").and_then(Value::as_array_mut)
+        {
+            rows.retain(|r| {
+                r["metadata"]["id"]
+                    .as_str()
+                    .is_some_and(|id| my_workflows.iter().any(|m| m == id))
+            });
         }
         out.push((name.to_string(), skeleton("", &v)));
     }

@@ -334,7 +334,16 @@ async fn conf_a_paused_workflow_holds_its_runs_until_unpaused() {
             .expect("trigger");
         let f = rt.run_no_wait("free", &json!({})).await.expect("trigger");
         let _: Value = f.result_within(RESULT).await.expect("free done");
-        if api.run_status(h.run_id()).await.expect("status") == RunStatus::Queued {
+        // The real engine writes a run's readable row after the trigger answers: a read may
+        // find it missing for a moment.
+        let status = until_read(
+            "the held run's row",
+            || api.run_status(h.run_id()),
+            |s| !s.as_ref().is_err_and(|e| e.is_not_found()),
+        )
+        .await
+        .expect("status");
+        if status == RunStatus::Queued {
             probe = Some((n, h));
             break;
         }
