@@ -12,6 +12,7 @@ const PROTOS: &[&str] = &[
     "v1/workflows.proto",
     "v1/shared/condition.proto",
     "v1/shared/trigger.proto",
+    "otlp/trace_export.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -28,8 +28,8 @@ pub use client::api::filters::{Filter, FilterUpdate};
 pub use client::api::{
     Api, Cron, EventInfo, EventQuery, HmacAlgorithm, LogLine, LogQuery, Meta, NewWebhook, Page,
     Pagination, RateLimitInfo, RunQuery, RunStatus, Schedule, SignatureEncoding, SlotCapacity,
-    TaskMetrics, TaskSummary, TriggeredRun, WebhookAuth, WebhookInfo, WebhookSource, WebhookUpdate,
-    WorkerInfo, WorkflowInfo, WorkflowPause,
+    TaskMetrics, TaskSummary, TraceSpan, TriggeredRun, WebhookAuth, WebhookInfo, WebhookSource,
+    WebhookUpdate, WorkerInfo, WorkflowInfo, WorkflowPause,
 };
 pub use client::bulk::{BulkEvent, BulkRun};
 pub use client::control::RunFilter;

@@ -21,6 +21,20 @@ type DurableTx = mpsc::UnboundedSender<Result<v1::DurableTaskResponse, GrpcStatu
 type LegacyTx = mpsc::UnboundedSender<Result<v1::DurableEvent, GrpcStatus>>;
 
 impl Engine {
+    // ===== traces =====
+
+    /// `TraceService/Export`: stores an SDK's spans (a repeated span is stored once). Answers
+    /// how many it stored.
+    pub(crate) fn export_spans(
+        &self,
+        req: &hatchet_protocol::otlp::ExportTraceServiceRequest,
+    ) -> usize {
+        let rows = crate::traces::otlp::rows(req);
+        let n = rows.len();
+        self.state.lock().traces.record(rows);
+        n
+    }
+
     // ===== durable streams =====
 
     /// Opens a `DurableTask` stream; answers its id.

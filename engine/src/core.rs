@@ -100,6 +100,8 @@ pub struct State {
     pub pauses: crate::store::pause::Pauses,
     /// Incoming webhooks by name (see `webhooks.rs`).
     pub webhooks: crate::store::webhooks::Webhooks,
+    /// Spans by trace, the SDKs' and the engine's own (see `traces/`).
+    pub traces: crate::traces::Traces,
     /// The engine's clock (see `clock.rs`): every time the state reads comes from it.
     pub clock: std::sync::Arc<crate::time::clock::Clock>,
 }

@@ -26,6 +26,7 @@ mod sched;
 mod stats;
 mod store;
 mod time;
+mod traces;
 
 pub use api::{clients, dashboard};
 pub use store::control;
@@ -354,6 +355,9 @@ impl DevEngine {
             ))
             .add_service(svc!(
                 v1::v1_dispatcher_server::V1DispatcherServer<grpc::Svc>
+            ))
+            .add_service(svc!(
+                proto::otlp::trace_service_server::TraceServiceServer<grpc::Svc>
             ));
         let s = stop.clone();
         let grpc_task = tokio::spawn(async move {

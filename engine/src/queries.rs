@@ -15,6 +15,7 @@ use crate::store::pause::Pauses;
 use crate::store::table::Runs;
 use crate::store::webhooks::Webhooks;
 use crate::time::schedules::Calendar;
+use crate::traces::SpanRow;
 
 /// A read-only view of the state, holding its lock.
 pub(crate) struct View<'a> {
@@ -110,5 +111,15 @@ impl View<'_> {
     /// Incoming webhooks by name.
     pub(crate) fn webhooks(&self) -> &Webhooks {
         &self.st.webhooks
+    }
+
+    /// The trace a run or task id's spans belong to (see `traces/read.rs`).
+    pub(crate) fn trace_id_of(&self, id: &str) -> Option<Vec<u8>> {
+        self.st.trace_id_of(id)
+    }
+
+    /// A page of a trace's spans, earliest first: the SDKs' and the engine's.
+    pub(crate) fn trace_page(&self, trace: &[u8], offset: usize, limit: usize) -> Vec<SpanRow> {
+        self.st.trace_page(trace, offset, limit)
     }
 }

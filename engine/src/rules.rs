@@ -34,6 +34,26 @@ pub(crate) fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
+/// A stable UUID for a workflow's step (a task definition): the same workflow and readable id
+/// always give the same one.
+pub(crate) fn step_id(workflow_id: &str, readable: &str) -> String {
+    uuid::Uuid::new_v5(
+        &uuid::Uuid::NAMESPACE_OID,
+        format!("{workflow_id}/{readable}").as_bytes(),
+    )
+    .to_string()
+}
+
+/// A run's display name: its one task's readable id (its workflow's name for a DAG) and its
+/// creation in Unix milliseconds, as the real engine names runs.
+pub(crate) fn display_name(base: &str, created: std::time::SystemTime) -> String {
+    let ms = created
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    format!("{base}-{ms}")
+}
+
 pub(crate) use hatchet_protocol::timestamp;
 
 /// Parses a Hatchet duration (`10s`, `1m30s`, `250ms`, `2h`); `None` if malformed.

@@ -24,6 +24,16 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/v1.rs"));
 }
 
+/// The OpenTelemetry trace export (OTLP/gRPC, package `opentelemetry.proto.collector.trace.v1`):
+/// the spans an SDK sends to the engine's collector.
+pub mod otlp {
+    #![allow(missing_docs, clippy::all, clippy::pedantic)]
+    include!(concat!(
+        env!("OUT_DIR"),
+        "/opentelemetry.proto.collector.trace.v1.rs"
+    ));
+}
+
 /// The encoded `FileDescriptorSet` of every compiled file, for reflection in tests and tools.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/hatchet_descriptor.bin"));

@@ -48,6 +48,11 @@ pub(crate) const UNARY_METHODS: &[(&str, RequestClass, &str)] = &[
     ),
     ("/Dispatcher/UpsertWorkerLabels", IdempotentWrite, "upsert"),
     (
+        "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+        IdempotentWrite,
+        "spans are keyed by trace, start and span id",
+    ),
+    (
         "/WorkflowService/PutRateLimit",
         IdempotentWrite,
         "upsert by key",

@@ -499,3 +499,18 @@ impl v1::v1_dispatcher_server::V1Dispatcher for Svc {
         ok(guarded(UnboundedReceiverStream::new(rx), guard, plan))
     }
 }
+
+/// The OTLP trace collector, on the engine's gRPC port as on the real engine (the SDKs'
+/// instrumentors export there with the client token).
+#[tonic::async_trait]
+impl proto::otlp::trace_service_server::TraceService for Svc {
+    async fn export(
+        &self,
+        r: Request<proto::otlp::ExportTraceServiceRequest>,
+    ) -> R<proto::otlp::ExportTraceServiceResponse> {
+        self.engine.export_spans(&r.into_inner());
+        ok(proto::otlp::ExportTraceServiceResponse {
+            partial_success: None,
+        })
+    }
+}

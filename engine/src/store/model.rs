@@ -183,6 +183,17 @@ pub struct Task {
     pub matcher: Option<crate::dag::matches::Matcher>,
     /// The satisfied sleep and event conditions' data (`action_payload.triggers`).
     pub triggers: serde_json::Map<String, serde_json::Value>,
+    /// Attempts that failed and were retried, oldest first (their spans in the run's trace).
+    pub past_attempts: Vec<PastAttempt>,
+}
+
+/// An attempt that failed and was retried.
+#[derive(Debug, Clone)]
+pub struct PastAttempt {
+    pub retry_count: i32,
+    /// When it went to a worker (`None` if it never did).
+    pub started_at: Option<SystemTime>,
+    pub ended_at: SystemTime,
 }
 
 /// One line a task logged (`EventsService/PutLog`).

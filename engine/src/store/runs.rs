@@ -89,6 +89,7 @@ impl State {
                 Value::String(p.clone()),
             );
         }
+        crate::traces::spans::ensure_traceparent(&mut meta, &run_id);
         let mut task_ids = Vec::new();
         let mut ready = Vec::new();
         for def in &wf.tasks {
@@ -168,6 +169,7 @@ impl State {
                     batch_id: None,
                     matcher: None,
                     triggers: Default::default(),
+                    past_attempts: Vec::new(),
                 },
             );
             self.start_matcher(&id, matcher);
@@ -277,6 +279,12 @@ impl State {
         };
         t.deadline = None;
         if !no_retry && t.user_retries_used < t.retries {
+            // The attempt's trace outlives it (its spans are made when the trace is read).
+            t.past_attempts.push(PastAttempt {
+                retry_count: t.retry_count,
+                started_at: t.started_at,
+                ended_at: self.clock.system_now(),
+            });
             t.user_retries_used += 1;
             t.retry_count += 1;
             t.status = Status::Queued;

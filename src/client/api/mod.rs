@@ -1,7 +1,7 @@
 //! REST reads and writes through the retry core, with typed results. One file per resource:
 //! runs and tasks (`runs`), crons and schedules (`schedules`), workers (`workers`), workflows
 //! (`workflows`), events (`events`), metrics and rate limits (`metrics`), event filters
-//! (`filters`), incoming webhooks (`webhooks`).
+//! (`filters`), incoming webhooks (`webhooks`), a run's trace (`traces`).
 //!
 //! # Invariants
 //!
@@ -26,6 +26,7 @@ pub(crate) mod filters;
 mod metrics;
 mod runs;
 mod schedules;
+mod traces;
 mod webhooks;
 mod workers;
 mod workflows;
@@ -34,6 +35,7 @@ pub use events::{EventInfo, EventQuery, TriggeredRun};
 pub use metrics::{RateLimitInfo, TaskMetrics};
 pub use runs::{LogLine, LogQuery, RunQuery, TaskSummary};
 pub use schedules::{Cron, Schedule};
+pub use traces::TraceSpan;
 pub use webhooks::{
     HmacAlgorithm, NewWebhook, SignatureEncoding, WebhookAuth, WebhookInfo, WebhookSource,
     WebhookUpdate,

@@ -647,7 +647,15 @@ async fn conf_task_logs_read_through_the_api_with_filters() {
         .expect("search");
     assert_eq!(found.len(), 1);
     // A restore of a task that is not evicted is answered and changes nothing, on both
-    // engines; an unknown task is a 404.
+    // engines; an unknown task is a 404. (The real engine's status read trails the result
+    // stream: wait for it to say completed first.)
+    until_read(
+        "the status read says completed",
+        || api.run_status(h.run_id()),
+        |s| s.as_ref().is_ok_and(|s| *s == RunStatus::Completed),
+    )
+    .await
+    .expect("status");
     api.restore_task(&task).await.expect("restore answered");
     assert_eq!(
         api.run_status(h.run_id()).await.expect("status"),

@@ -19,6 +19,7 @@ mod events;
 mod filters;
 mod metrics;
 mod runs;
+mod traces;
 mod webhooks;
 mod workflows;
 
@@ -580,6 +581,7 @@ pub fn router(state: Rest) -> axum::Router {
         .merge(events::routes())
         .merge(metrics::routes())
         .merge(webhooks::routes())
+        .merge(traces::routes())
         .route("/api/v1/tenants/{tenant}", get(get_tenant))
         .route("/api/v1/tenants/{tenant}/workflows/crons", get(list_crons))
         .route(

@@ -62,11 +62,7 @@ use super::{Params, bad_id_or_missing, message};
 
 /// A stable UUID for a workflow step (invariant 2).
 pub(crate) fn step_id(run: &Run, readable: &str) -> String {
-    uuid::Uuid::new_v5(
-        &uuid::Uuid::NAMESPACE_OID,
-        format!("{}/{readable}", run.workflow_id).as_bytes(),
-    )
-    .to_string()
+    crate::rules::step_id(&run.workflow_id, readable)
 }
 
 /// A stored output as a JSON value; `{}` when there is none (invariant 1).
@@ -88,19 +84,13 @@ fn millis(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<u64> {
     }
 }
 
-fn unix_ms(t: SystemTime) -> u128 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis()
-}
-
 /// `<workflow>-<unix ms>` for a DAG, `<task>-<unix ms>` for a standalone run.
 fn display_name(run: &Run, tasks: &[&Task]) -> String {
     let base = match tasks {
         [only] => only.readable_id.as_str(),
         _ => run.workflow_name.as_str(),
     };
-    format!("{base}-{}", unix_ms(run.created_at))
+    crate::rules::display_name(base, run.created_at)
 }
 
 /// The tasks of a run, in definition order.
@@ -168,7 +158,7 @@ fn task_json(st: &View<'_>, t: &Task, run: &Run, tenant: &str, with_payloads: bo
         "stepId": step_id(run, &t.readable_id),
         "actionId": t.action,
         // `<task>-<unix ms>`, as the real engine names a task.
-        "displayName": format!("{}-{}", t.readable_id, unix_ms(t.created_at)),
+        "displayName": crate::rules::display_name(&t.readable_id, t.created_at),
         "status": t.status.rest(),
         "type": "TASK",
         // The task's stored input (`input`, `parents`, `triggers`, ...), as the real engine's.

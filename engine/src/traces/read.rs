@@ -1,0 +1,136 @@
+//! A trace as read: the SDKs' spans the room keeps, and the engine's own, made at the read
+//! from the runs and tasks themselves (their ids are derived, their times are the record's),
+//! so the hot path pays nothing for them.
+//!
+//! Which spans the engine has, as the real engine writes them:
+//! - every run: `hatchet.engine.workflow_run`, and `hatchet.engine.event` when an event
+//!   started it;
+//! - every attempt that went to a worker: `hatchet.engine.queued`, from the task's creation to
+//!   the assignment;
+//! - every attempt that ended (finished, failed, cancelled; a skipped task never ran and has
+//!   none): `hatchet.engine.start_step_run`, from its start (its creation if it never started)
+//!   to its end.
+//!
+//! A run or task id finds its trace once one of its tasks has such a span (the real engine's
+//! lookup holds only the spans that name a task); else an SDK span that names it does.
+
+use std::time::SystemTime;
+
+use super::SpanRow;
+use super::spans::{self, AttemptEnd, AttemptFacts, RunFacts};
+use crate::core::State;
+use crate::store::model::{Run, Status, Task};
+
+fn nanos(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Whether a task's record holds a span that names it.
+fn has_spans(t: &Task) -> bool {
+    !t.past_attempts.is_empty()
+        || t.started_at.is_some()
+        || t.status == Status::Cancelled
+        || t.status == Status::Failed
+}
+
+impl State {
+    /// The trace a run or task id's spans belong to.
+    pub(crate) fn trace_id_of(&self, id: &str) -> Option<Vec<u8>> {
+        let run = match self.tasks.get(id) {
+            Some(t) => self.runs.get(&t.run_id).filter(|_| has_spans(t)),
+            None => self.runs.get(id).filter(|r| {
+                r.tasks
+                    .iter()
+                    .filter_map(|t| self.tasks.get(t))
+                    .any(has_spans)
+            }),
+        };
+        match run {
+            Some(r) => Some(spans::trace_of_run(&r.additional_metadata, &r.id)),
+            None => self.traces.trace_of(id).map(<[u8]>::to_vec),
+        }
+    }
+
+    /// A page of trace `trace`'s spans, earliest first: the SDKs' and the engine's.
+    pub(crate) fn trace_page(&self, trace: &[u8], offset: usize, limit: usize) -> Vec<SpanRow> {
+        let mut all: Vec<SpanRow> = self.traces.spans(trace).cloned().collect();
+        for run in self.runs.values() {
+            if spans::trace_of_run(&run.additional_metadata, &run.id) == trace {
+                self.engine_spans(run, &mut all);
+            }
+        }
+        all.sort_by_key(|s| s.start_ns);
+        all.into_iter().skip(offset).take(limit).collect()
+    }
+
+    /// The engine's spans of one run.
+    fn engine_spans(&self, run: &Run, out: &mut Vec<SpanRow>) {
+        let tasks: Vec<&Task> = run.tasks.iter().filter_map(|t| self.tasks.get(t)).collect();
+        let base = match tasks.as_slice() {
+            [only] => only.readable_id.as_str(),
+            _ => run.workflow_name.as_str(),
+        };
+        let display = crate::rules::display_name(base, run.created_at);
+        let created = nanos(run.created_at);
+        out.push(spans::workflow_run_span(&RunFacts {
+            run: &run.id,
+            workflow_id: &run.workflow_id,
+            display_name: &display,
+            created_ns: created,
+            meta: &run.additional_metadata,
+        }));
+        if let Some((event, key)) = &run.triggering_event {
+            out.push(spans::event_span(
+                event,
+                key,
+                created,
+                &run.id,
+                &run.additional_metadata,
+            ));
+        }
+        for t in tasks {
+            let step = crate::rules::step_id(&run.workflow_id, &t.readable_id);
+            let facts = |retry_count| AttemptFacts {
+                task: &t.id,
+                run: &run.id,
+                readable_id: &t.readable_id,
+                action: &t.action,
+                retry_count,
+                workflow_id: &run.workflow_id,
+                workflow_version_id: &run.workflow_version_id,
+                step_id: &step,
+                meta: &run.additional_metadata,
+            };
+            let queued = nanos(t.created_at);
+            for a in &t.past_attempts {
+                let f = facts(a.retry_count);
+                if let Some(s) = a.started_at {
+                    out.push(f.queued(queued, nanos(s)));
+                }
+                let start = a.started_at.map_or(queued, nanos);
+                // The real engine's event for a retried attempt carries no message.
+                out.push(f.ran(start, nanos(a.ended_at), &AttemptEnd::Failed("")));
+            }
+            let f = facts(t.retry_count);
+            let started = t
+                .started_at
+                .filter(|_| t.status == Status::Running || t.status.is_terminal());
+            if let Some(s) = started {
+                out.push(f.queued(queued, nanos(s)));
+            }
+            let end = match t.status {
+                Status::Completed if started.is_some() => Some(AttemptEnd::Finished),
+                // As the real engine tells them: its failure and cancellation events carry no
+                // text here (`task failed`, `task cancelled`).
+                Status::Failed => Some(AttemptEnd::Failed("")),
+                Status::Cancelled => Some(AttemptEnd::Cancelled("")),
+                _ => None,
+            };
+            if let (Some(end), Some(at)) = (end, t.finished_at) {
+                let start = started.map_or(queued, nanos);
+                out.push(f.ran(start, nanos(at), &end));
+            }
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! Traces (issue 26): a run's trace as the engine keeps it, on both engines. The engine stamps
+//! every run's metadata with a `traceparent` whose ids are derived from the run's id, makes its
+//! own spans as the run goes (the run, each attempt's time queued and its run), and its OTLP
+//! collector takes the SDKs' spans into the same trace.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use hatchet_protocol::otlp;
+use hatchet_runtime::{Context, TaskError, TaskOptions, TraceSpan, Workflow};
+use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
+
+use super::{RESULT, Target, until_read};
+
+/// The id the real engine derives for a run: SHA-256 over `prefix` and the run id's 16 bytes,
+/// its first `n` bytes, in hex.
+fn derived(prefix: &str, run: &str, n: usize) -> String {
+    let id = uuid_bytes(run);
+    let mut h = Sha256::new();
+    h.update(prefix.as_bytes());
+    h.update(id);
+    h.finalize()[..n]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn uuid_bytes(id: &str) -> Vec<u8> {
+    let hex: String = id.chars().filter(|c| *c != '-').collect();
+    (0..32)
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("a UUID"))
+        .collect()
+}
+
+fn named<'a>(spans: &'a [TraceSpan], name: &str) -> Vec<&'a TraceSpan> {
+    spans.iter().filter(|s| s.name == name).collect()
+}
+
+/// A one-task run that fails once and is retried, and a two-task DAG: each run's metadata
+/// carries the derived `traceparent`; its trace holds the run's root span, a `queued` and a
+/// `start_step_run` span per attempt (the failed one an `ERROR` with the task's error), all in
+/// the run's trace under its root; a span exported over OTLP with the task's id joins the trace,
+/// an SDK step span hangs under the run's root, and an unknown run has no trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_run_s_trace_holds_the_engine_s_spans_and_the_sdk_s() {
+    let t = Target::new("traced").await;
+    let tries = Arc::new(AtomicU32::new(0));
+    let n = tries.clone();
+    let flaky = Workflow::new("traced").task_with(
+        "t",
+        TaskOptions::default().retries(1),
+        move |_: Value, _c: Context| {
+            let n = n.clone();
+            async move {
+                if n.fetch_add(1, Ordering::SeqCst) == 0 {
+                    return Err(TaskError::new("the first attempt fails"));
+                }
+                Ok::<_, TaskError>(json!({"ok": true}))
+            }
+        },
+    );
+    let dag = Workflow::new("traced-dag")
+        .task("a", |_: Value, _c: Context| async move {
+            Ok::<_, TaskError>(json!({}))
+        })
+        .task_with(
+            "b",
+            TaskOptions::default().parents(["a"]),
+            |_: Value, _c: Context| async move { Ok::<_, TaskError>(json!({})) },
+        );
+    let fails = Workflow::new("traced-fails").task("boom", |_: Value, _c: Context| async move {
+        Err::<Value, _>(TaskError::non_retryable("it broke for good"))
+    });
+    let parked = Workflow::new("traced-parked").task("wait", |_: Value, c: Context| async move {
+        c.cancellation().cancelled().await;
+        Err::<Value, _>(TaskError::new("cancelled"))
+    });
+    let rt = t.worker(4, vec![flaky, dag, fails, parked]).await;
+    let api = rt.api();
+    let h = rt.run_no_wait("traced", &json!({})).await.expect("trigger");
+    let _: Value = h.result_within(RESULT).await.expect("the retry succeeds");
+    assert_eq!(tries.load(Ordering::SeqCst), 2);
+    let id = h.run_id().to_string();
+    let trace = derived("hatchet-engine-wf-trace:", &id, 16);
+    let root_id = derived("hatchet-engine-wf-span:", &id, 8);
+    let run = api.run(&id).await.expect("run");
+    assert_eq!(
+        run.metadata.get("traceparent"),
+        Some(&json!(format!("00-{trace}-{root_id}-01"))),
+        "the run's metadata carries its derived traceparent"
+    );
+
+    let spans = until_read(
+        "the run's spans",
+        || api.run_trace(&id),
+        |r| {
+            r.as_ref().is_ok_and(|s| {
+                named(s, "hatchet.engine.start_step_run").len() == 2
+                    && named(s, "hatchet.engine.queued").len() == 2
+                    && named(s, "hatchet.engine.workflow_run").len() == 1
+            })
+        },
+    )
+    .await
+    .expect("trace");
+    let ids: std::collections::BTreeSet<&str> = spans.iter().map(|s| s.span_id.as_str()).collect();
+    assert_eq!(ids.len(), spans.len(), "span ids are unique: {spans:#?}");
+    assert!(spans.iter().all(|s| s.trace_id == trace), "{spans:#?}");
+    let root = named(&spans, "hatchet.engine.workflow_run")[0];
+    assert_eq!(root.span_id, root_id);
+    assert_eq!(root.parent_span_id, None);
+    assert_eq!(root.service_name, "hatchet-engine");
+    assert_eq!(root.attributes["hatchet.workflow_run_id"], id);
+    assert!(
+        root.attributes["hatchet.workflow_name"].starts_with("t-"),
+        "a standalone run is named by its task: {root:?}"
+    );
+    for kind in ["hatchet.engine.queued", "hatchet.engine.start_step_run"] {
+        let mut retries: Vec<i32> = named(&spans, kind).iter().map(|s| s.retry_count).collect();
+        retries.sort_unstable();
+        assert_eq!(retries, [0, 1], "{kind}: one per attempt");
+        for s in named(&spans, kind) {
+            assert_eq!(s.parent_span_id.as_deref(), Some(root_id.as_str()), "{s:?}");
+            assert_eq!(
+                s.attributes["hatchet.step_run_id"], id,
+                "a standalone task is its run"
+            );
+            assert_eq!(s.attributes["hatchet.step_name"], "t");
+            assert_eq!(
+                s.attributes["hatchet.retry_count"],
+                s.retry_count.to_string()
+            );
+        }
+    }
+    let ran = named(&spans, "hatchet.engine.start_step_run");
+    let failed = ran.iter().find(|s| s.retry_count == 0).expect("attempt 0");
+    let passed = ran.iter().find(|s| s.retry_count == 1).expect("attempt 1");
+    assert_eq!(failed.status, "ERROR");
+    assert_eq!(
+        failed.status_message.as_deref(),
+        Some("task failed"),
+        "a retried attempt's span tells no error text: {failed:?}"
+    );
+    assert_eq!(passed.status, "OK");
+
+    // A DAG: one root, and each task's spans under it, findable by the run's id.
+    let d = rt
+        .run_no_wait("traced-dag", &json!({}))
+        .await
+        .expect("trigger");
+    let _: Value = d.result_within(RESULT).await.expect("dag");
+    let dag_id = d.run_id().to_string();
+    let dag_spans = until_read(
+        "the DAG's spans",
+        || api.run_trace(&dag_id),
+        |r| {
+            r.as_ref()
+                .is_ok_and(|s| named(s, "hatchet.engine.start_step_run").len() == 2)
+        },
+    )
+    .await
+    .expect("dag trace");
+    let dag_root = derived("hatchet-engine-wf-span:", &dag_id, 8);
+    let steps: std::collections::BTreeSet<&str> =
+        named(&dag_spans, "hatchet.engine.start_step_run")
+            .iter()
+            .map(|s| {
+                assert_eq!(s.parent_span_id.as_deref(), Some(dag_root.as_str()));
+                s.attributes["hatchet.step_name"].as_str()
+            })
+            .collect();
+    assert_eq!(steps, ["a", "b"].into());
+    assert!(
+        dag_spans
+            .iter()
+            .all(|s| s.trace_id == derived("hatchet-engine-wf-trace:", &dag_id, 16))
+    );
+
+    // A final failure's span.
+    let f = rt
+        .run_no_wait("traced-fails", &json!({}))
+        .await
+        .expect("trigger");
+    let _ = f.result_within::<Value>(RESULT).await.expect_err("fails");
+    let fail_spans = until_read(
+        "the failed run's spans",
+        || api.run_trace(f.run_id()),
+        |r| {
+            r.as_ref()
+                .is_ok_and(|s| named(s, "hatchet.engine.start_step_run").len() == 1)
+        },
+    )
+    .await
+    .expect("failed trace");
+    let end = named(&fail_spans, "hatchet.engine.start_step_run")[0];
+    assert_eq!(end.status, "ERROR");
+    assert_eq!(
+        end.status_message.as_deref(),
+        Some("task failed"),
+        "{end:?}"
+    );
+
+    // A cancelled attempt's span.
+    let p = rt
+        .run_no_wait("traced-parked", &json!({}))
+        .await
+        .expect("trigger");
+    until_read(
+        "the parked task running",
+        || api.run_status(p.run_id()),
+        |s| {
+            s.as_ref()
+                .is_ok_and(|s| *s == hatchet_runtime::RunStatus::Running)
+        },
+    )
+    .await
+    .expect("status");
+    rt.cancel_runs(&[p.run_id().to_string()])
+        .await
+        .expect("cancel");
+    let cancel_spans = until_read(
+        "the cancelled run's spans",
+        || api.run_trace(p.run_id()),
+        |r| {
+            r.as_ref()
+                .is_ok_and(|s| named(s, "hatchet.engine.start_step_run").len() == 1)
+        },
+    )
+    .await
+    .expect("cancelled trace");
+    let end = named(&cancel_spans, "hatchet.engine.start_step_run")[0];
+    assert_eq!(end.status, "ERROR");
+    assert_eq!(
+        end.status_message.as_deref(),
+        Some("task cancelled"),
+        "{end:?}"
+    );
+
+    // An SDK's spans over OTLP, as the official instrumentors export them: its step span names
+    // the task and hangs under the run's root whatever parent it sent; a user span under it
+    // keeps its parent.
+    let env = t.config().env_lines();
+    let get = |k: &str| {
+        env.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let mut client = otlp::trace_service_client::TraceServiceClient::connect(format!(
+        "http://{}",
+        get("HATCHET_CLIENT_HOST_PORT")
+    ))
+    .await
+    .expect("connect to the collector");
+    let kv = |k: &str, v: otlp::any_value::Value| otlp::KeyValue {
+        key: k.into(),
+        value: Some(otlp::AnyValue { value: Some(v) }),
+    };
+    use otlp::any_value::Value as V;
+    let trace_bytes: Vec<u8> = (0..16)
+        .map(|i| u8::from_str_radix(&trace[i * 2..i * 2 + 2], 16).expect("hex"))
+        .collect();
+    let sdk_step = vec![0x5a; 8];
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64;
+    let span =
+        |span_id: Vec<u8>, parent: Vec<u8>, name: &str, attrs: Vec<otlp::KeyValue>| otlp::Span {
+            trace_id: trace_bytes.clone(),
+            span_id,
+            parent_span_id: parent,
+            name: name.into(),
+            kind: otlp::SpanKind::Consumer as i32,
+            start_time_unix_nano: now,
+            end_time_unix_nano: now + 1_000,
+            attributes: attrs,
+            status: Some(otlp::SpanStatus {
+                message: String::new(),
+                code: otlp::StatusCode::Ok as i32,
+            }),
+            ..Default::default()
+        };
+    let hatchet = |extra: Vec<otlp::KeyValue>| {
+        let mut v = vec![
+            kv("hatchet.step_run_id", V::StringValue(id.clone())),
+            kv("hatchet.workflow_run_id", V::StringValue(id.clone())),
+            kv("hatchet.retry_count", V::IntValue(1)),
+        ];
+        v.extend(extra);
+        v
+    };
+    let mut req = tonic::Request::new(otlp::ExportTraceServiceRequest {
+        resource_spans: vec![otlp::ResourceSpans {
+            resource: Some(otlp::Resource {
+                attributes: vec![kv("service.name", V::StringValue("conformance-sdk".into()))],
+                dropped_attributes_count: 0,
+            }),
+            scope_spans: vec![otlp::ScopeSpans {
+                scope: Some(otlp::InstrumentationScope {
+                    name: "conformance".into(),
+                    ..Default::default()
+                }),
+                spans: vec![
+                    span(
+                        sdk_step.clone(),
+                        vec![0x11; 8],
+                        "hatchet.start_step_run",
+                        hatchet(vec![kv("instrumentor", V::StringValue("hatchet".into()))]),
+                    ),
+                    span(
+                        vec![0x6b; 8],
+                        sdk_step.clone(),
+                        "custom.child.span",
+                        hatchet(vec![kv("n", V::IntValue(42))]),
+                    ),
+                ],
+                schema_url: String::new(),
+            }],
+            schema_url: String::new(),
+        }],
+    });
+    req.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {}", get("HATCHET_CLIENT_TOKEN"))
+            .parse()
+            .expect("header"),
+    );
+    client
+        .export(req)
+        .await
+        .expect("the collector takes the spans");
+    let with_sdk = until_read(
+        "the SDK's spans in the run's trace",
+        || api.run_trace(&id),
+        |r| {
+            r.as_ref()
+                .is_ok_and(|s| !named(s, "custom.child.span").is_empty())
+        },
+    )
+    .await
+    .expect("trace");
+    let step = named(&with_sdk, "hatchet.start_step_run");
+    assert_eq!(step.len(), 1, "{with_sdk:#?}");
+    assert_eq!(
+        step[0].parent_span_id.as_deref(),
+        Some(root_id.as_str()),
+        "an SDK step span hangs under the run's root"
+    );
+    assert_eq!(step[0].service_name, "conformance-sdk");
+    assert_eq!(step[0].kind, "CONSUMER");
+    assert_eq!(step[0].retry_count, 1);
+    let child = named(&with_sdk, "custom.child.span")[0];
+    assert_eq!(child.parent_span_id.as_deref(), Some("5a5a5a5a5a5a5a5a"));
+    assert_eq!(child.attributes["n"], "42", "a number reads as its JSON");
+    assert_eq!(child.scope_name.as_deref(), Some("conformance"));
+
+    let unknown = api
+        .run_trace("00000000-0000-4000-8000-00000000000f")
+        .await
+        .unwrap_err();
+    assert!(unknown.is_not_found(), "{unknown}");
+    rt.shutdown(Duration::from_secs(5)).await;
+}
