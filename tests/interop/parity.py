@@ -40,6 +40,12 @@ hatchet-dev-engine, one counted check each:
       1 s three times completes; reset from node 2 of branch 1 it answers branch 2 and runs
       again with its first sleep replayed (instant) and the other two slept; reset from node 3
       of branch 2 it answers branch 3 and only its last sleep is slept;
+  p14. traces (`HatchetInstrumentor`, the engine's OTLP collector, `ObservabilityApi
+      .v1_observability_get_trace`): with the instrumentor on in a worker and this client, a
+      run's trace holds the SDK's spans (hatchet.run_workflow, hatchet.start_step_run, the
+      task's own span) and the engine's (hatchet.engine.workflow_run, .queued,
+      .start_step_run) in one trace, each span once: 6 for a run, 7 for an event's run (with
+      hatchet.push_event and hatchet.engine.event), 12 for a parent and the child it spawned;
   p9. task context: `ctx.refresh_timeout` lets a 2 s-timeout task run 4 s (a twin without the
       refresh is timed out); on a 1-slot worker a task that keeps its slot delays the next run
       while one that calls `ctx.release_slot()` lets it start; `ctx.additional_metadata` shows
@@ -807,6 +813,96 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
         rerun(3, 2, 3, 2)
         expect(not problems, "\n    ".join([f"{len(problems)} problem(s):"] + problems))
 
+    # ----- p14 -----
+    def p14_traces() -> None:
+        from hatchet_sdk.clients.rest.api.observability_api import ObservabilityApi
+        from hatchet_sdk.opentelemetry.instrumentor import HatchetInstrumentor
+
+        if "otel" not in procs:  # its runs below wait for it to be up
+            procs["otel"] = start_worker("otel", work)
+        for wf in t.OTEL_WORKFLOWS:  # registered as its worker will register them
+            bounded(lambda wf=wf: h._client.admin.put_workflow(wf.to_proto()), 15)
+        HatchetInstrumentor().instrument()
+        nonce = uuid.uuid4().hex
+        problems: list[str] = []
+
+        def trace_of(run_id: str, want: int) -> list:
+            spans: list = []
+
+            def enough() -> bool:
+                nonlocal spans
+                with h.runs.client() as client:
+                    try:
+                        got = ObservabilityApi(client).v1_observability_get_trace(
+                            h.tenant_id, run_id)
+                    except Exception:  # noqa: BLE001 - 404 until the spans are written
+                        return False
+                spans = got.rows or []
+                return len(spans) >= want
+
+            try:
+                wait_until(f"{want} spans in run {run_id}'s trace", enough, 60, 0.5)
+            except TimeoutError:
+                pass
+            time.sleep(1.5)  # later exports would show as too many spans
+            enough()
+            return spans
+
+        def judge(what: str, spans: list, want: int, names: set[str]) -> None:
+            got = sorted(s.span_name for s in spans)
+            if len(spans) != want:
+                problems.append(f"{what}: {len(spans)} spans, want {want}: {got}")
+            if {s.span_name for s in spans} != names:
+                problems.append(f"{what}: span names {sorted({s.span_name for s in spans})}, "
+                                f"want {sorted(names)}")
+            if len({s.trace_id for s in spans}) != 1:
+                problems.append(f"{what}: {len({s.trace_id for s in spans})} trace ids")
+            if len({s.span_id for s in spans}) != len(spans):
+                problems.append(f"{what}: a span id repeats")
+
+        base = {"hatchet.run_workflow", "hatchet.engine.workflow_run", "hatchet.engine.queued",
+                "hatchet.start_step_run", "hatchet.engine.start_step_run", "parity.work"}
+        ref = trigger(t.traced, t.Traced(nonce=f"{nonce}-run", note="direct"))
+        wait_status(ref.workflow_run_id, "COMPLETED", 60)
+        spans = trace_of(ref.workflow_run_id, 6)
+        judge("a run", spans, 6, base)
+        step = [s for s in spans if s.span_name == "hatchet.start_step_run"]
+        if step and (step[0].span_attributes or {}).get("hatchet.workflow_run_id") \
+                != ref.workflow_run_id:
+            problems.append(f"the SDK's step span names {step[0].span_attributes}")
+        work_spans = [s for s in spans if s.span_name == "parity.work"]
+        if work_spans and (work_spans[0].span_attributes or {}).get("parity.note") != "direct":
+            problems.append(f"the task's own span reads {work_spans[0].span_attributes}")
+
+        event = bounded(lambda: h.event.push("parity:traced",
+                                             {"nonce": f"{nonce}-ev", "note": "event"}), 15)
+        run_id = None
+
+        def event_run_done() -> bool:
+            nonlocal run_id
+            rows = bounded(lambda: h.runs.list(triggering_event_external_id=event.event_id),
+                           30).rows or []
+            done = [r for r in rows if str(r.status).endswith("COMPLETED")]
+            if done:
+                run_id = done[0].task_external_id
+            return bool(done)
+
+        wait_until("the event's run to complete", event_run_done, 60, 0.5)
+        spans = trace_of(run_id, 7)
+        judge("an event's run", spans, 7,
+              (base - {"hatchet.run_workflow"}) | {"hatchet.push_event", "hatchet.engine.event"})
+        ev = [s for s in spans if s.span_name == "hatchet.engine.event"]
+        if ev and (ev[0].span_attributes or {}).get("hatchet.event_key") \
+                != h.config.apply_namespace("parity:traced"):
+            problems.append(f"the engine's event span reads {ev[0].span_attributes}")
+
+        ref = trigger(t.traced_parent, t.Traced(nonce=f"{nonce}-parent"))
+        wait_status(ref.workflow_run_id, "COMPLETED", 60)
+        spans = trace_of(ref.workflow_run_id, 12)
+        judge("a parent and its child", spans, 12, base | {"parity.spawn"})
+        log(f"p14 traces: {len(spans)} spans in the parent's trace")
+        expect(not problems, "\n    ".join([f"{len(problems)} problem(s):"] + problems))
+
     checks = [
         ("p1", "p1 on_failure task runs and reads the error", p1_on_failure),
         ("p2", "p2 runs.cancel(run_id) cancels a running task", p2_cancel_by_id),
@@ -825,6 +921,8 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
          p12_batch_tasks),
         ("p13", "p13 durable reset: a branch from a node replays what came before it",
          p13_durable_reset),
+        ("p14", "p14 traces: the SDK's and the engine's spans in one trace per run",
+         p14_traces),
     ]
     for key, name, fn in checks:
         if not only or key in only:

@@ -234,6 +234,31 @@ async def reset_me(input: Msg, ctx: DurableContext) -> dict[str, object]:
     return {"nonce": input.nonce, "took": took, "at": time.time()}
 
 
+# ----- p14: traces (served by the instrumented worker, `parity_worker.py otel`) -----
+
+class Traced(BaseModel):
+    nonce: str
+    note: str = ""
+
+
+@hatchet.task(name="parity-traced", input_validator=Traced, on_events=["parity:traced"])
+def traced(input: Traced, ctx: Context) -> dict[str, str]:
+    from opentelemetry.trace import get_tracer
+    with get_tracer("parity").start_as_current_span("parity.work") as span:
+        span.set_attribute("parity.note", input.note)
+        span.set_attribute("parity.count", 3)
+    return {"nonce": input.nonce}
+
+
+@hatchet.task(name="parity-traced-parent", input_validator=Traced)
+async def traced_parent(input: Traced, ctx: Context) -> dict[str, object]:
+    from opentelemetry.trace import get_tracer
+    with get_tracer("parity").start_as_current_span("parity.spawn"):
+        out = await traced.aio_run(input=Traced(nonce=input.nonce, note="from the parent"))
+    return {"child": out}
+
+
 MAIN_WORKFLOWS = [on_failure_wf, slow, flaky, double, on_bulk, logs, refresh, no_refresh, batch,
                   batch_sum, reset_me]
+OTEL_WORKFLOWS = [traced, traced_parent]
 PRIO_WORKFLOWS = [prio_wf, release, hold, quick]

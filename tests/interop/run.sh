@@ -206,7 +206,7 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     run_step venv 120 python3 -m venv "$VENV" || abort "create virtualenv $VENV" $? 120
 fi
 run_step pip-install 300 "$VENV/bin/python" -m pip install --quiet \
-    --disable-pip-version-check "hatchet-sdk==$SDK_VERSION" ||
+    --disable-pip-version-check "hatchet-sdk[otel]==$SDK_VERSION" ||
     abort "pip install hatchet-sdk==$SDK_VERSION" $? 300
 
 # 2. the binaries: the engine, and our Rust example worker and client

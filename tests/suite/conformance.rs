@@ -110,6 +110,16 @@ impl Target {
         self.ours.as_ref()
     }
 
+    /// `period` on the real engine (a wait for one of its polling periods to pass), zero on
+    /// ours, which has none.
+    pub(crate) fn real_engine_period(&self, period: Duration) -> Duration {
+        if self.ours.is_some() {
+            Duration::ZERO
+        } else {
+            period
+        }
+    }
+
     pub(crate) fn config(&self) -> ClientConfig {
         self.config.clone()
     }

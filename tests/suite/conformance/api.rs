@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use hatchet_runtime::{
     Context, EventQuery, LogQuery, Outcome, PushOptions, RunFilter, RunQuery, RunStatus,
@@ -229,24 +229,34 @@ async fn conf_run_lists_filter_as_the_sdks_ask_and_page() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Runs one `wf` run at a time until one executes where `landed` counts; at most 40.
-async fn probe_until(rt: &RuntimeHandle, wf: &str, landed: &AtomicU32) {
-    for _ in 0..40 {
+/// Runs one `wf` run at a time until one executes where `landed` counts and `settle` has
+/// passed; at most 40 runs past `settle`.
+async fn probe_until(rt: &RuntimeHandle, wf: &str, landed: &AtomicU32, settle: Instant) {
+    let mut past = 0;
+    while past < 40 {
         let before = landed.load(Ordering::SeqCst);
         let h = rt.run_no_wait(wf, &json!({})).await.expect("probe");
         let _: Value = h.result_within(RESULT).await.expect("probe done");
+        if Instant::now() < settle {
+            continue;
+        }
         if landed.load(Ordering::SeqCst) > before {
             return;
         }
+        past += 1;
     }
     panic!("40 probes of {wf} and none ran where expected");
 }
 
 /// A paused worker gets no new task; unpaused, it does again. The real engine's scheduler reads
-/// its workers every 5 s, so each half first probes until a run lands on the worker that must
-/// now get them all (that read also saw the pause, which came first), then counts.
+/// its workers every 5 s (a new worker it adds at once, without reading the others: a run that
+/// lands on a new worker does not show that a pause was seen), so on it each half probes for
+/// 6 s after the change and until a run lands on the worker that must now get them all, then
+/// counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_paused_worker_gets_no_new_tasks_until_unpaused() {
+    // The real engine's scheduler rereads its workers every 5 s; ours sees a pause at once.
+    let settle = |t: &Target| Instant::now() + t.real_engine_period(Duration::from_secs(6));
     let t = Target::new("pausew").await;
     let (a, b) = (counter(), counter());
     let (rt_a, id_a) = t
@@ -265,7 +275,7 @@ async fn conf_a_paused_worker_gets_no_new_tasks_until_unpaused() {
             vec![counted("pw", b.clone())],
         )
         .await;
-    probe_until(&rt_b, "pw", &b).await;
+    probe_until(&rt_b, "pw", &b, settle(&t)).await;
     let a_before = a.load(Ordering::SeqCst);
     let b_before = b.load(Ordering::SeqCst);
     for _ in 0..4 {
@@ -282,7 +292,7 @@ async fn conf_a_paused_worker_gets_no_new_tasks_until_unpaused() {
     api.pause_worker(&id_b).await.expect("pause b");
     api.unpause_worker(&id_a).await.expect("unpause a");
     assert_eq!(api.worker(&id_a).await.expect("read a").status, "ACTIVE");
-    probe_until(&rt_a, "pw", &a).await;
+    probe_until(&rt_a, "pw", &a, settle(&t)).await;
     let b_before = b.load(Ordering::SeqCst);
     for _ in 0..2 {
         let h = rt_a.run_no_wait("pw", &json!({})).await.expect("trigger");
