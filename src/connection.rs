@@ -165,6 +165,14 @@ impl Connection {
         proto::workflow_service_client::WorkflowServiceClient::new(self.authed())
     }
 
+    /// The engine's OTLP trace collector.
+    #[cfg(feature = "otel-export")]
+    pub(crate) fn otlp(
+        &self,
+    ) -> proto::otlp::trace_service_client::TraceServiceClient<AuthChannel> {
+        proto::otlp::trace_service_client::TraceServiceClient::new(self.authed())
+    }
+
     /// An `EventsService` client.
     pub(crate) fn events(&self) -> proto::events_service_client::EventsServiceClient<AuthChannel> {
         proto::events_service_client::EventsServiceClient::new(self.authed())

@@ -14,6 +14,8 @@ mod fuzz_regressions;
 mod listener;
 #[cfg(feature = "otel")]
 mod otel;
+#[cfg(feature = "otel-export")]
+mod otel_export;
 #[cfg(test)]
 mod properties;
 mod retry;
@@ -41,6 +43,8 @@ pub use connection::StreamBackoff;
 pub use error::{Cause, DurableError};
 pub use error::{Error, Outcome, Result, TaskFailure};
 pub use listener::health::{ListenerKind, ListenerState};
+#[cfg(feature = "otel-export")]
+pub use otel_export::EngineSpanExporter;
 pub use retry::backoff::Backoff;
 pub use retry::budget::BudgetConfig;
 pub use retry::ledger::MethodCounters;

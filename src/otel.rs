@@ -4,16 +4,22 @@
 //!
 //! # Invariants
 //!
-//! 1. A trigger starts a producer span `hatchet.trigger <workflow>` as a child of the caller's
-//!    current OpenTelemetry context and injects that span's context into the run's additional
-//!    metadata with the *global* text-map propagator (set
-//!    `opentelemetry_sdk::propagation::TraceContextPropagator` to get `traceparent` and
-//!    `tracestate`); without one, nothing is injected and nothing else changes.
-//! 2. A task execution runs inside a consumer span `hatchet.task <action>` whose parent is the
-//!    context extracted from the action's additional metadata (the trigger's span), with the run
-//!    id, task run id and retry count as attributes; a failed task marks the span with an error.
+//! 1. A trigger starts a producer span `hatchet.run_workflow` (attribute
+//!    `hatchet.workflow_name`) as a child of the caller's current OpenTelemetry context and
+//!    injects that span's context into the run's additional metadata with the *global*
+//!    text-map propagator (set `opentelemetry_sdk::propagation::TraceContextPropagator` to get
+//!    `traceparent` and `tracestate`); without one, nothing is injected and nothing else
+//!    changes.
+//! 2. A task execution runs inside a consumer span `hatchet.start_step_run` whose parent is the
+//!    context extracted from the action's additional metadata (the trigger's span, or the
+//!    engine's root span of the run: the engine gives every run a `traceparent`), with the
+//!    official SDKs' attributes (`hatchet.step_run_id`, `hatchet.workflow_run_id`,
+//!    `hatchet.retry_count`, `hatchet.step_name`, `hatchet.action_id`); a failed task marks the
+//!    span with an error. Names and attributes are the SDKs', so the engine files the spans
+//!    under the run when they reach its collector (feature `otel-export`).
 //! 3. Only the OpenTelemetry API is used: the tracer provider and the propagator are the
-//!    application's (global), so the runtime adds no exporter and no SDK of its own.
+//!    application's (global). The runtime adds no SDK of its own unless feature `otel-export`
+//!    asks for its exporter to the engine's collector ([`crate::EngineSpanExporter`]).
 
 use opentelemetry::propagation::{Extractor, Injector};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _, Tracer as _};
@@ -48,9 +54,9 @@ pub(crate) fn trigger_span(workflow: &str, metadata: &mut Map<String, Value>) ->
     let tracer = global::tracer(TRACER);
     let parent = Context::current();
     let span = tracer
-        .span_builder(format!("hatchet.trigger {workflow}"))
+        .span_builder("hatchet.run_workflow")
         .with_kind(SpanKind::Producer)
-        .with_attributes([KeyValue::new("hatchet.workflow", workflow.to_string())])
+        .with_attributes([KeyValue::new("hatchet.workflow_name", workflow.to_string())])
         .start_with_context(&tracer, &parent);
     let cx = parent.with_span(span);
     global::get_text_map_propagator(|p| p.inject_context(&cx, &mut MetadataInjector(metadata)));
@@ -61,7 +67,7 @@ pub(crate) fn trigger_span(workflow: &str, metadata: &mut Map<String, Value>) ->
 pub(crate) fn trigger_done(cx: &Context, run_id: Result<&str, &crate::Error>) {
     let span = cx.span();
     match run_id {
-        Ok(id) => span.set_attribute(KeyValue::new("hatchet.run_id", id.to_string())),
+        Ok(id) => span.set_attribute(KeyValue::new("hatchet.workflow_run_id", id.to_string())),
         Err(e) => span.set_status(Status::error(e.to_string())),
     }
     span.end();
@@ -69,22 +75,20 @@ pub(crate) fn trigger_done(cx: &Context, run_id: Result<&str, &crate::Error>) {
 
 /// The context a task execution runs in (invariant 2).
 pub(crate) fn task_context(
-    action_id: &str,
-    run_id: &str,
-    task_run_id: &str,
-    retry_count: i32,
+    action: &crate::proto::AssignedAction,
     metadata: &Map<String, Value>,
 ) -> Context {
     let parent = global::get_text_map_propagator(|p| p.extract(&MetadataExtractor(metadata)));
     let tracer = global::tracer(TRACER);
     let span = tracer
-        .span_builder(format!("hatchet.task {action_id}"))
+        .span_builder("hatchet.start_step_run")
         .with_kind(SpanKind::Consumer)
         .with_attributes([
-            KeyValue::new("hatchet.action", action_id.to_string()),
-            KeyValue::new("hatchet.run_id", run_id.to_string()),
-            KeyValue::new("hatchet.task_run_id", task_run_id.to_string()),
-            KeyValue::new("hatchet.retry_count", i64::from(retry_count)),
+            KeyValue::new("hatchet.action_id", action.action_id.clone()),
+            KeyValue::new("hatchet.step_name", action.task_name.clone()),
+            KeyValue::new("hatchet.workflow_run_id", action.workflow_run_id.clone()),
+            KeyValue::new("hatchet.step_run_id", action.task_run_external_id.clone()),
+            KeyValue::new("hatchet.retry_count", i64::from(action.retry_count)),
         ])
         .start_with_context(&tracer, &parent);
     parent.with_span(span)

@@ -74,6 +74,9 @@ pub(crate) struct Inner {
     shutdown: Mutex<Option<Shared<BoxFuture<'static, ()>>>>,
     /// Where `/health` and `/metrics` are served, once the worker started with them on.
     ops_addr: Mutex<Option<std::net::SocketAddr>>,
+    /// The tokio runtime it was spawned on (where work handed in from other threads runs).
+    #[cfg_attr(not(feature = "otel-export"), allow(dead_code))]
+    tokio: tokio::runtime::Handle,
 }
 
 /// Runtime construction.
@@ -248,6 +251,7 @@ impl Runtime {
                 root_done: Mutex::new(Some(done)),
                 shutdown: Mutex::new(None),
                 ops_addr: Mutex::new(None),
+                tokio: tokio::runtime::Handle::current(),
             }),
         })
     }

@@ -16,6 +16,16 @@ use crate::proto;
 use crate::retry::{MethodCounters, RetryReport};
 
 impl RuntimeHandle {
+    /// An exporter of the application's OpenTelemetry spans to the engine's collector (feature
+    /// `otel-export`), over this runtime's connection and token: give it to the tracer provider
+    /// ([`crate::EngineSpanExporter`]), and the spans of triggers, tasks and the code they run
+    /// join each run's trace at the engine ([`crate::Api::run_trace`]), as the official SDKs'
+    /// instrumentors send theirs.
+    #[cfg(feature = "otel-export")]
+    pub fn span_exporter(&self) -> crate::EngineSpanExporter {
+        crate::EngineSpanExporter::new(self.inner.conn.clone(), self.inner.tokio.clone())
+    }
+
     /// The engine's version (GetVersion, a read).
     ///
     /// # Cancel safety

@@ -139,13 +139,7 @@ async fn execute(
             .as_deref()
             .and_then(|m| serde_json::from_str(m).ok())
             .unwrap_or_default();
-        crate::otel::task_context(
-            &action.action_id,
-            &action.workflow_run_id,
-            &action.task_run_external_id,
-            action.retry_count,
-            &metadata,
-        )
+        crate::otel::task_context(&action, &metadata)
     };
     let prepared = prepare(core, handler, action.clone(), &token, durable, slot);
     let attempt = Attempt {

@@ -5,9 +5,9 @@
 # event, stdin-EOF exit), embedded_check.py (check g: Hatchet.from_embedded()) and
 # virtual_time.py (check v1: an SDK durable task's hour of sleep on --virtual-time, ours only),
 # rust_interop.py (checks h-i: our Rust example worker runs SDK-triggered runs, our Rust
-# example client runs a task on the SDK worker), parity.py (checks p1-p11: on_failure, cancel,
+# example client runs a task on the SDK worker), parity.py (checks p1-p14: on_failure, cancel,
 # replay, bulk, priority, logs, strict REST reads, task context, pauses, events, metrics,
-# webhooks) and
+# webhooks, batch tasks, durable reset, traces with the SDK's OpenTelemetry instrumentor) and
 # placement.py (checks
 # q1-q5: worker labels, sticky, DAG conditions, durable OR waits, event filters); then the
 # TypeScript suite ts/suite.mjs

@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 mod api;
+mod otel;
 mod traces;
 
 /// How long a result may take on either engine.

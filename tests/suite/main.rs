@@ -10,7 +10,6 @@ mod durable_listener;
 mod hygiene;
 mod listeners;
 mod operations;
-mod otel;
 mod placement;
 mod public_api;
 mod rate_limits;

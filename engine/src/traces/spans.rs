@@ -366,9 +366,14 @@ pub enum AttemptEnd<'a> {
 }
 
 /// A span as the trace read answers it (`OtelSpan`): attribute values as strings (a string as
-/// itself, anything else as its JSON), optional texts left out when empty.
+/// itself, anything else as its JSON), `null` for no attributes, optional texts left out when
+/// empty.
 pub fn span_json(s: &SpanRow) -> Value {
-    let as_strings = |m: &Map<String, Value>| -> Map<String, Value> {
+    // None read `null`, as the real engine answers a span stored without any.
+    let as_strings = |m: &Map<String, Value>| -> Value {
+        if m.is_empty() {
+            return Value::Null;
+        }
         m.iter()
             .map(|(k, v)| {
                 let text = match v {
@@ -377,7 +382,8 @@ pub fn span_json(s: &SpanRow) -> Value {
                 };
                 (k.clone(), Value::String(text))
             })
-            .collect()
+            .collect::<Map<String, Value>>()
+            .into()
     };
     let start = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(s.start_ns);
     let mut v = json!({
@@ -550,5 +556,7 @@ mod tests {
         assert!(v.get("parentSpanId").is_none());
         assert!(v.get("statusMessage").is_none());
         assert_eq!(v["durationNs"], 0);
+        s.attributes.clear();
+        assert_eq!(span_json(&s)["spanAttributes"], Value::Null);
     }
 }

@@ -44,10 +44,10 @@ pub struct TraceSpan {
     #[serde(rename = "createdAt")]
     pub started_at: String,
     /// Its attributes, each value as text (a number or list as its JSON).
-    #[serde(default, rename = "spanAttributes")]
+    #[serde(default, rename = "spanAttributes", deserialize_with = "null_as_empty")]
     pub attributes: BTreeMap<String, String>,
     /// Its process's attributes.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub resource_attributes: BTreeMap<String, String>,
     /// The instrumentation scope (tracer) that made it.
     #[serde(default)]
@@ -55,6 +55,14 @@ pub struct TraceSpan {
     /// The attempt it belongs to (0 for the first).
     #[serde(default)]
     pub retry_count: i32,
+}
+
+/// Attributes read as none when the engine answers `null` (the real engine does for a span
+/// stored without any).
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    Ok(Option::<BTreeMap<String, String>>::deserialize(d)?.unwrap_or_default())
 }
 
 impl Api {
