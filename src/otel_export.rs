@@ -8,9 +8,11 @@
 //! 1. An export is one `Export` call through the gRPC retry core (the spans are keyed by trace,
 //!    start and span id at the engine, so a repeat stores nothing twice); a failed export is
 //!    the SDK's error to report, and the spans are dropped, as every OTLP exporter drops them.
-//! 2. The call runs on the runtime's tokio runtime whatever thread the SDK exports from (its
-//!    batch processor's own thread, or a simple processor's caller): the exporter never needs
-//!    a reactor where it is polled.
+//! 2. The call runs on the runtime's tokio runtime whatever thread the SDK exports from, and
+//!    takes at most 10 s. From the batch processor's own thread the export waits for it and
+//!    reports its outcome; from one of the runtime's threads (a simple processor exports where
+//!    a span ends, blocking that thread) it answers at once and the call goes on by itself, so
+//!    it never holds a thread the call needs. Use the batch processor.
 //! 3. What is sent is what the SDK recorded: ids, names, kinds, times, attributes (strings,
 //!    booleans, integers, doubles and their arrays), status, the instrumentation scope, and the
 //!    resource the SDK gives the exporter (`service.name` names the service at the engine).
@@ -28,6 +30,9 @@ use crate::connection::Connection;
 use crate::proto::otlp;
 
 const PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// How long one export may take, retries included (the OTLP exporters' default).
+const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Exports the application's spans to the engine's collector, where they join each run's trace
 /// ([`crate::Api::run_trace`]). Made by [`crate::RuntimeHandle::span_exporter`]; give it to the
@@ -69,30 +74,48 @@ impl SpanExporter for EngineSpanExporter {
         &self,
         batch: Vec<SpanData>,
     ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+        use futures::future::{Either, ready};
         let req = request(&self.resource, batch);
         let conn = self.conn.clone();
         // Invariant 2: on the runtime's reactor; a JoinHandle completes under any executor.
         let call = self.rt.spawn(async move {
             let client = conn.otlp();
-            conn.call(
+            let sent = conn.call(
                 PATH,
                 &client,
                 &req,
                 |mut c, r| async move { c.export(r).await },
-            )
-            .await
-        });
-        async move {
-            match call.await {
+            );
+            match tokio::time::timeout(EXPORT_TIMEOUT, sent).await {
                 Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => Err(OTelSdkError::InternalFailure(format!(
+                Ok(Err(e)) => Err(format!(
                     "the engine's collector did not take the spans: {e}"
-                ))),
+                )),
+                Err(_) => Err(format!(
+                    "the engine's collector did not answer within {EXPORT_TIMEOUT:?}"
+                )),
+            }
+        });
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // A simple processor exports where a span ends, blocking that thread until the
+            // export is done: on one of the runtime's own threads that wait could hold the
+            // thread the call needs. The call goes on by itself; a failure is logged.
+            drop(tokio::spawn(async move {
+                if let Ok(Err(e)) = call.await {
+                    tracing::warn!(error = %e, "span export");
+                }
+            }));
+            return Either::Left(ready(Ok(())));
+        }
+        Either::Right(async move {
+            match call.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(OTelSdkError::InternalFailure(e)),
                 Err(e) => Err(OTelSdkError::InternalFailure(format!(
                     "the export was dropped with the runtime: {e}"
                 ))),
             }
-        }
+        })
     }
 
     fn set_resource(&mut self, resource: &Resource) {

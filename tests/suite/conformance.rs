@@ -37,6 +37,11 @@ mod traces;
 /// How long a result may take on either engine.
 const RESULT: Duration = Duration::from_secs(90);
 
+/// The process's OpenTelemetry globals (tracer provider, propagator): the test that sets them
+/// holds this for writing and puts the no-op ones back before it lets go; a test whose runs must
+/// carry no trigger span of ours (the engine's own `traceparent`) holds it for reading.
+static OTEL_GLOBALS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 /// The engine under test.
 pub(crate) struct Target {
     ours: Option<DevEngine>,

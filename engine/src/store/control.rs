@@ -21,7 +21,7 @@ use std::time::SystemTime;
 use tonic::Status as GrpcStatus;
 
 use crate::core::{Engine, State};
-use crate::store::model::{Run, Status};
+use crate::store::model::{PastEnd, Run, Status};
 use hatchet_protocol::calendar::parse_rfc3339;
 use hatchet_protocol::v1;
 
@@ -265,6 +265,15 @@ impl State {
                     continue;
                 };
                 let rooted = !t.on_failure && t.parents.iter().all(|p| !names.contains(p));
+                let end = match t.status {
+                    Status::Completed => Some(PastEnd::Finished),
+                    Status::Failed => Some(PastEnd::Failed),
+                    Status::Cancelled => Some(PastEnd::Cancelled),
+                    _ => None,
+                };
+                if let (Some(end), Some(at)) = (end, t.finished_at) {
+                    t.keep_attempt(end, at);
+                }
                 t.retry_count += 1;
                 t.user_retries_used = 0;
                 t.output = None;

@@ -183,17 +183,42 @@ pub struct Task {
     pub matcher: Option<crate::dag::matches::Matcher>,
     /// The satisfied sleep and event conditions' data (`action_payload.triggers`).
     pub triggers: serde_json::Map<String, serde_json::Value>,
-    /// Attempts that failed and were retried, oldest first (their spans in the run's trace).
+    /// Attempts followed by another, oldest first (their spans in the run's trace).
     pub past_attempts: Vec<PastAttempt>,
 }
 
-/// An attempt that failed and was retried.
+/// An attempt that ended and was followed by another (a retry, an internal requeue, a
+/// replay): what its spans in the run's trace are made from.
 #[derive(Debug, Clone)]
 pub struct PastAttempt {
     pub retry_count: i32,
     /// When it went to a worker (`None` if it never did).
     pub started_at: Option<SystemTime>,
     pub ended_at: SystemTime,
+    pub end: PastEnd,
+}
+
+/// How a past attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PastEnd {
+    Finished,
+    Failed,
+    Cancelled,
+    /// Taken back from its worker for another (no end of its own: the real engine reports
+    /// the reassignment, not a terminal event).
+    Requeued,
+}
+
+impl Task {
+    /// Keeps the current attempt's times before the next attempt counts the retry up.
+    pub fn keep_attempt(&mut self, end: PastEnd, now: SystemTime) {
+        self.past_attempts.push(PastAttempt {
+            retry_count: self.retry_count,
+            started_at: self.started_at,
+            ended_at: now,
+            end,
+        });
+    }
 }
 
 /// One line a task logged (`EventsService/PutLog`).

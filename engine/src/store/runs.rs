@@ -280,11 +280,7 @@ impl State {
         t.deadline = None;
         if !no_retry && t.user_retries_used < t.retries {
             // The attempt's trace outlives it (its spans are made when the trace is read).
-            t.past_attempts.push(PastAttempt {
-                retry_count: t.retry_count,
-                started_at: t.started_at,
-                ended_at: self.clock.system_now(),
-            });
+            t.keep_attempt(PastEnd::Failed, self.clock.system_now());
             t.user_retries_used += 1;
             t.retry_count += 1;
             t.status = Status::Queued;
@@ -394,6 +390,7 @@ impl State {
             );
             return;
         }
+        t.keep_attempt(PastEnd::Requeued, self.clock.system_now());
         t.retry_count += 1;
         t.status = Status::Queued;
         t.worker_id = None;

@@ -149,12 +149,18 @@ impl Traces {
 
     /// The trace of a run or task id: its entry with the highest retry count, then the latest
     /// start. `None` when no span named it.
+    #[cfg(test)]
     pub fn trace_of(&self, id: &str) -> Option<&[u8]> {
+        self.ranked_trace_of(id).map(|(_, t)| t)
+    }
+
+    /// [`Traces::trace_of`] with the rank (retry count, start) of the entry that won.
+    pub fn ranked_trace_of(&self, id: &str) -> Option<((i32, u64), &[u8])> {
         self.lookup
             .get(id)?
             .iter()
             .max_by_key(|e| (e.retry_count, e.start_ns))
-            .map(|e| e.trace_id.as_slice())
+            .map(|e| ((e.retry_count, e.start_ns), e.trace_id.as_slice()))
     }
 
     /// A trace's spans, in no order.

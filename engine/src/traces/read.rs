@@ -19,36 +19,50 @@ use std::time::SystemTime;
 use super::SpanRow;
 use super::spans::{self, AttemptEnd, AttemptFacts, RunFacts};
 use crate::core::State;
-use crate::store::model::{Run, Status, Task};
+use crate::store::model::{PastEnd, Run, Status, Task};
 
 fn nanos(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// Whether a task's record holds a span that names it.
-fn has_spans(t: &Task) -> bool {
-    !t.past_attempts.is_empty()
-        || t.started_at.is_some()
-        || t.status == Status::Cancelled
-        || t.status == Status::Failed
+/// The rank (retry count, start) of a task's latest span that names it, as the real engine's
+/// lookup ranks its entries; `None` while the record holds none.
+fn rank(t: &Task) -> Option<(i32, u64)> {
+    let current =
+        (t.started_at.is_some() || t.status == Status::Cancelled || t.status == Status::Failed)
+            .then(|| (t.retry_count, nanos(t.started_at.unwrap_or(t.created_at))));
+    current.or_else(|| {
+        t.past_attempts
+            .last()
+            .map(|a| (a.retry_count, nanos(a.started_at.unwrap_or(t.created_at))))
+    })
 }
 
 impl State {
-    /// The trace a run or task id's spans belong to.
+    /// The trace a run or task id's spans belong to: of the spans that name it, the engine's
+    /// (their trace is the run's) and the SDKs', the one with the highest retry count, then the
+    /// latest start.
     pub(crate) fn trace_id_of(&self, id: &str) -> Option<Vec<u8>> {
-        let run = match self.tasks.get(id) {
-            Some(t) => self.runs.get(&t.run_id).filter(|_| has_spans(t)),
-            None => self.runs.get(id).filter(|r| {
-                r.tasks
-                    .iter()
-                    .filter_map(|t| self.tasks.get(t))
-                    .any(has_spans)
-            }),
+        let (run, tasks): (_, Vec<&Task>) = match self.tasks.get(id) {
+            Some(t) => (self.runs.get(&t.run_id), vec![t]),
+            None => match self.runs.get(id) {
+                Some(r) => (
+                    Some(r),
+                    r.tasks.iter().filter_map(|t| self.tasks.get(t)).collect(),
+                ),
+                None => (None, Vec::new()),
+            },
         };
-        match run {
-            Some(r) => Some(spans::trace_of_run(&r.additional_metadata, &r.id)),
-            None => self.traces.trace_of(id).map(<[u8]>::to_vec),
+        let engine = run.and_then(|r| {
+            let best = tasks.iter().filter_map(|t| rank(t)).max()?;
+            Some((best, spans::trace_of_run(&r.additional_metadata, &r.id)))
+        });
+        let sdk = self.traces.ranked_trace_of(id);
+        match (engine, sdk) {
+            (Some((e, _)), Some((s, trace))) if s > e => Some(trace.to_vec()),
+            (Some((_, trace)), _) => Some(trace),
+            (None, sdk) => sdk.map(|(_, t)| t.to_vec()),
         }
     }
 
@@ -57,7 +71,11 @@ impl State {
         let mut all: Vec<SpanRow> = self.traces.spans(trace).cloned().collect();
         for run in self.runs.values() {
             if spans::trace_of_run(&run.additional_metadata, &run.id) == trace {
-                self.engine_spans(run, &mut all);
+                let mut mine = Vec::new();
+                self.engine_spans(run, &mut mine);
+                // An event a task pushed without a traceparent has its span in the triggered
+                // run's own derived trace, not the source's this run shares.
+                all.extend(mine.into_iter().filter(|s| s.trace_id == trace));
             }
         }
         all.sort_by_key(|s| s.start_ns);
@@ -109,13 +127,22 @@ impl State {
                     out.push(f.queued(queued, nanos(s)));
                 }
                 let start = a.started_at.map_or(queued, nanos);
-                // The real engine's event for a retried attempt carries no message.
-                out.push(f.ran(start, nanos(a.ended_at), &AttemptEnd::Failed("")));
+                // The real engine's events for these carry no message.
+                let end = match a.end {
+                    PastEnd::Finished if a.started_at.is_some() => AttemptEnd::Finished,
+                    PastEnd::Failed => AttemptEnd::Failed(""),
+                    PastEnd::Cancelled => AttemptEnd::Cancelled(""),
+                    PastEnd::Finished | PastEnd::Requeued => continue,
+                };
+                out.push(f.ran(start, nanos(a.ended_at), &end));
             }
             let f = facts(t.retry_count);
-            let started = t
-                .started_at
-                .filter(|_| t.status == Status::Running || t.status.is_terminal());
+            // The current attempt's start, if it has one of its own (a retry keeps the last
+            // start in the record until it is sent again).
+            let before = t.past_attempts.last().and_then(|a| a.started_at);
+            let started = t.started_at.filter(|s| {
+                (t.status == Status::Running || t.status.is_terminal()) && Some(*s) != before
+            });
             if let Some(s) = started {
                 out.push(f.queued(queued, nanos(s)));
             }

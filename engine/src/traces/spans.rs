@@ -393,8 +393,9 @@ pub fn span_json(s: &SpanRow) -> Value {
         "spanKind": s.kind,
         "serviceName": s.service_name,
         "statusCode": s.status_code,
-        "durationNs": s.end_ns.saturating_sub(s.start_ns),
-        "createdAt": hatchet_protocol::calendar::format_rfc3339(start),
+        // The real engine's int64(end - start): below zero when the end reads earlier.
+        "durationNs": s.end_ns.wrapping_sub(s.start_ns) as i64,
+        "createdAt": micros_rfc3339(start),
         "resourceAttributes": as_strings(&s.resource_attributes),
         "spanAttributes": as_strings(&s.attributes),
         "retryCount": s.retry_count,
@@ -412,9 +413,36 @@ pub fn span_json(s: &SpanRow) -> Value {
     v
 }
 
+/// A time as the real engine's read gives a span's start: RFC 3339 to the microsecond (its
+/// column's precision), trailing zeros of the fraction left out.
+fn micros_rfc3339(t: std::time::SystemTime) -> String {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let whole = std::time::UNIX_EPOCH + std::time::Duration::from_secs(d.as_secs());
+    let text = hatchet_protocol::calendar::format_rfc3339(whole);
+    let base = text
+        .trim_end_matches('Z')
+        .split('.')
+        .next()
+        .unwrap_or_default();
+    match d.subsec_micros() {
+        0 => format!("{base}Z"),
+        micros => format!("{base}.{}Z", format!("{micros:06}").trim_end_matches('0')),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_start_reads_to_the_microsecond() {
+        let whole = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_796_188_037);
+        let t = whole + std::time::Duration::from_nanos(311_663_999);
+        assert_eq!(micros_rfc3339(t), "2026-12-02T05:07:17.311663Z");
+        assert_eq!(micros_rfc3339(whole), "2026-12-02T05:07:17Z");
+        let tenth = whole + std::time::Duration::from_millis(100);
+        assert_eq!(micros_rfc3339(tenth), "2026-12-02T05:07:17.1Z");
+    }
 
     const RUN: &str = "6f1f8a52-0f1e-4f5c-9c61-3f0f5d1e2a10";
     const PARENT: &str = "0b7d9a3e-5c1f-4e2a-8d6b-1a2b3c4d5e6f";
@@ -556,6 +584,13 @@ mod tests {
         assert!(v.get("parentSpanId").is_none());
         assert!(v.get("statusMessage").is_none());
         assert_eq!(v["durationNs"], 0);
+        let mut late = s.clone();
+        late.end_ns = late.start_ns - 5;
+        assert_eq!(
+            span_json(&late)["durationNs"],
+            -5,
+            "an end before the start reads below zero"
+        );
         s.attributes.clear();
         assert_eq!(span_json(&s)["spanAttributes"], Value::Null);
     }

@@ -15,11 +15,26 @@ use serde_json::{Value, json};
 
 use super::{RESULT, Target, until_read};
 
+/// Puts the no-op tracer provider and propagator back (on a panic too).
+struct ResetGlobals;
+
+impl Drop for ResetGlobals {
+    fn drop(&mut self) {
+        global::set_text_map_propagator(
+            opentelemetry::propagation::TextMapCompositePropagator::new(Vec::new()),
+        );
+        global::set_tracer_provider(opentelemetry::trace::noop::NoopTracerProvider::new());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_trace_spans_the_client_the_trigger_and_the_task_and_reaches_the_engine() {
+    // Global OpenTelemetry state: this is the only test that sets it, and it puts the no-op
+    // provider and propagator back when it ends (a test that reads it waits for that).
+    let _otel = super::OTEL_GLOBALS.write().await;
+    let _reset = ResetGlobals;
     let t = Target::new("otel").await;
     let rt = t.runtime().await;
-    // Global OpenTelemetry state: this is the only test that sets it.
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())
@@ -53,14 +68,27 @@ async fn conf_a_trace_spans_the_client_the_trigger_and_the_task_and_reaches_the_
     cx.span().end();
     provider.force_flush().expect("flush");
 
+    // Every test's spans reach the global provider while it is set: this run's are found by
+    // its id.
     let spans = exporter.get_finished_spans().expect("spans");
     let find = |name: &str| {
-        spans.iter().find(|s| s.name == name).unwrap_or_else(|| {
-            panic!(
-                "no span {name}: {:?}",
-                spans.iter().map(|s| &s.name).collect::<Vec<_>>()
-            )
-        })
+        spans
+            .iter()
+            .find(|s| {
+                s.name == name
+                    && (name == "client-operation"
+                        || s.attributes.iter().any(|a| {
+                            a.key.as_str() == "hatchet.workflow_run_id"
+                                && a.value.as_str() == h.run_id()
+                        }))
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "no span {name} of run {}: {:?}",
+                    h.run_id(),
+                    spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+                )
+            })
     };
     let root = find("client-operation");
     let trigger = find("hatchet.run_workflow");
@@ -142,4 +170,66 @@ async fn conf_a_trace_spans_the_client_the_trigger_and_the_task_and_reaches_the_
     assert_eq!(by("hatchet.run_workflow").kind, "PRODUCER");
     rt.shutdown(Duration::from_secs(5)).await;
     let _ = provider.shutdown();
+}
+
+/// `otel_export.rs` invariant 2: a simple processor exports where a span ends, blocking that
+/// thread; ended on the runtime's only thread (a current-thread runtime), the export must not
+/// wait for a call that needs that thread. The span still reaches the engine, in the run's
+/// trace it names.
+#[tokio::test]
+async fn conf_a_simple_processor_on_the_runtime_s_own_thread_exports_without_blocking_it() {
+    use opentelemetry::KeyValue;
+    use opentelemetry::trace::{
+        Span as _, SpanContext, SpanId, TraceFlags, TraceId, TraceState, TracerProvider as _,
+    };
+    let t = Target::new("otelsimple").await;
+    let rt = t
+        .worker(
+            1,
+            vec![
+                Workflow::new("simple-wf").task("t", |_i: Value, _c: Context| async move {
+                    Ok::<_, TaskError>(json!({}))
+                }),
+            ],
+        )
+        .await;
+    let h = rt
+        .run_no_wait("simple-wf", &json!({}))
+        .await
+        .expect("trigger");
+    let _: Value = h.result_within(RESULT).await.expect("run");
+    let run = rt.api().run(h.run_id()).await.expect("run");
+    let tp = run.metadata["traceparent"]
+        .as_str()
+        .expect("traceparent")
+        .to_string();
+    let parts: Vec<&str> = tp.split('-').collect();
+    let parent = SpanContext::new(
+        TraceId::from_hex(parts[1]).expect("trace id"),
+        SpanId::from_hex(parts[2]).expect("span id"),
+        TraceFlags::SAMPLED,
+        true,
+        TraceState::default(),
+    );
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(rt.span_exporter())
+        .build();
+    let tracer = provider.tracer("simple");
+    let cx = OtelContext::new().with_remote_span_context(parent);
+    let mut span = tracer.start_with_context("on-the-runtime-thread", &cx);
+    span.set_attribute(KeyValue::new("hatchet.step_run_id", h.run_id().to_string()));
+    span.end(); // the export runs here, on this runtime's only thread
+    let api = rt.api();
+    let spans = until_read(
+        "the span at the engine",
+        || api.run_trace(h.run_id()),
+        |r| {
+            r.as_ref()
+                .is_ok_and(|s| s.iter().any(|x| x.name == "on-the-runtime-thread"))
+        },
+    )
+    .await
+    .expect("trace");
+    assert!(spans.iter().all(|s| s.trace_id == parts[1]), "{spans:#?}");
+    rt.shutdown(Duration::from_secs(5)).await;
 }

@@ -67,8 +67,8 @@ async fn get_trace(
     if rows.is_empty() {
         return Json(json!({})).into_response();
     }
-    let pages = (rows.len() as i64 + limit - 1) / limit;
-    let current = offset / limit + 1;
+    let pages = (rows.len() as u64).div_ceil(limit as u64) as i64;
+    let current = (offset / limit).saturating_add(1);
     let next = if current >= pages {
         current
     } else {
