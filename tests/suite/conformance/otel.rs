@@ -198,7 +198,15 @@ async fn conf_a_simple_processor_on_the_runtime_s_own_thread_exports_without_blo
         .await
         .expect("trigger");
     let _: Value = h.result_within(RESULT).await.expect("run");
-    let run = rt.api().run(h.run_id()).await.expect("run");
+    // The real engine writes the run's readable row after the result stream answers.
+    let api = rt.api();
+    let run = until_read(
+        "the run's row",
+        || async { api.run(h.run_id()).await.ok() },
+        Option::is_some,
+    )
+    .await
+    .expect("run");
     let tp = run.metadata["traceparent"]
         .as_str()
         .expect("traceparent")
@@ -219,7 +227,6 @@ async fn conf_a_simple_processor_on_the_runtime_s_own_thread_exports_without_blo
     let mut span = tracer.start_with_context("on-the-runtime-thread", &cx);
     span.set_attribute(KeyValue::new("hatchet.step_run_id", h.run_id().to_string()));
     span.end(); // the export runs here, on this runtime's only thread
-    let api = rt.api();
     let spans = until_read(
         "the span at the engine",
         || api.run_trace(h.run_id()),

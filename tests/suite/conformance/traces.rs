@@ -88,7 +88,14 @@ async fn conf_a_run_s_trace_holds_the_engine_s_spans_and_the_sdk_s() {
     let id = h.run_id().to_string();
     let trace = derived("hatchet-engine-wf-trace:", &id, 16);
     let root_id = derived("hatchet-engine-wf-span:", &id, 8);
-    let run = api.run(&id).await.expect("run");
+    // The real engine writes the run's readable row after the result stream answers.
+    let run = until_read(
+        "the run's row",
+        || async { api.run(&id).await.ok() },
+        Option::is_some,
+    )
+    .await
+    .expect("run");
     assert_eq!(
         run.metadata.get("traceparent"),
         Some(&json!(format!("00-{trace}-{root_id}-01"))),
