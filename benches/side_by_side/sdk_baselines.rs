@@ -56,8 +56,13 @@ fn bench_dir() -> PathBuf {
 }
 
 fn command(program: &PathBuf, engine: &DevEngine) -> Command {
+    command_for(program, &engine.client_config())
+}
+
+/// A process of `program` pointed at the engine `config` names.
+fn command_for(program: &PathBuf, config: &hatchet_runtime::ClientConfig) -> Command {
     let mut c = Command::new(program);
-    for (k, v) in engine.client_config().env_lines() {
+    for (k, v) in config.env_lines() {
         c.env(k, v);
     }
     // Its error output goes to a log file, named in the report when a baseline fails.
@@ -281,18 +286,31 @@ async fn listening_after(engine: &DevEngine, sessions: usize) -> bool {
 
 /// Benchmark 7 for an official SDK: its worker serving, its client triggering one run at a
 /// time and waiting for the result; `(p50, p99)`.
-pub async fn latency(engine: &DevEngine, sdk: &Sdk, runs: usize) -> Option<(Duration, Duration)> {
-    let sessions = engine.stats().listener_sessions;
-    let mut worker = command(&sdk.program, engine)
+/// On the real engine, which has no listener counter to watch, the worker gets a fixed 10 s to
+/// register and listen.
+pub async fn latency(
+    engine: &super::latency::Target,
+    sdk: &Sdk,
+    runs: usize,
+) -> Option<(Duration, Duration)> {
+    let config = engine.config();
+    let sessions = engine.dev().map(|e| e.stats().listener_sessions);
+    let mut worker = command_for(&sdk.program, &config)
         .args(&sdk.worker)
         .env("BENCH_SLOTS", "4")
         .stdout(Stdio::null())
         .spawn()
         .ok()?;
-    let listening = listening_after(engine, sessions).await;
+    let listening = match (engine.dev(), sessions) {
+        (Some(e), Some(n)) => listening_after(e, n).await,
+        _ => {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            true
+        }
+    };
     let result = async {
         listening.then_some(())?;
-        let out = command(&sdk.program, engine)
+        let out = command_for(&sdk.program, &config)
             .args(&sdk.latency)
             .env("BENCH_LATENCY_RUNS", runs.to_string())
             .stdout(Stdio::piped())

@@ -466,3 +466,33 @@ async fn an_already_cancelled_operation_makes_no_attempt() {
     assert_eq!((err.outcome(), err.attempts()), (Outcome::Cancelled, 0));
     assert_eq!(n.load(Ordering::SeqCst), 0, "no attempt was started");
 }
+
+/// Not a test: the retry core's fixed cost per call, an attempt that is ready at once, on a
+/// real clock. `cargo test --release --lib retry::tests::cost_per_call -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn cost_per_call() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let c = core(Policy::default());
+        let token = CancellationToken::new();
+        let n = 1_000_000u32;
+        for round in 0..3 {
+            let t0 = std::time::Instant::now();
+            for _ in 0..n {
+                let op = Operation::new("/Dispatcher/GetVersion", RequestClass::Read)
+                    .cancel(Some(&token));
+                let v = c
+                    .run(op, |_| async { Ok::<u32, AttemptError>(1) })
+                    .await
+                    .expect("ready");
+                std::hint::black_box(v);
+            }
+            let per = t0.elapsed().as_nanos() as f64 / f64::from(n);
+            println!("round {round}: {per:.0} ns per call");
+        }
+    });
+}
