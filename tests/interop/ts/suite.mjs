@@ -450,6 +450,12 @@ async function runChecks() {
       runs.CANCELLED = id;
       await waitUntil('the run to read CANCELLED', async () => (await statusOf(t, id)) === 'CANCELLED', 10000, 300);
     });
+    // The real engine's REST reads trail its result stream and its workers' events: wait for
+    // each run's status read to say what the run did (the lists read the same rows).
+    for (const [want, id] of Object.entries(runs)) {
+      await step(`the status read of ${want}`, () =>
+        waitUntil(`run ${id} to read ${want}`, async () => (await statusOf(t, id)) === want, 15000, 300));
+    }
     for (const [want, id] of Object.entries(runs)) {
       await step(`get_status ${want}`, async () => {
         const s = await statusOf(t, id);
@@ -521,7 +527,13 @@ async function runChecks() {
     }
     await sleep(500);
     const ids = await Promise.all(refs.map((r) => r.getWorkflowRunId()));
-    const early = await Promise.all(ids.map((id) => statusOf(t, id)));
+    // Every run reads QUEUED (the real engine's rows can still be missing this soon: a 404
+    // is waited out, a run that ran never reads QUEUED again).
+    let early = [];
+    await waitUntil('six runs to read QUEUED', async () => {
+      early = await Promise.all(ids.map((id) => statusOf(t, id)));
+      return early.every((s) => s === 'QUEUED');
+    }, 10000, 300).catch((e) => { if (!(e instanceof Timeout)) throw e; });
     expect(early.every((s) => s === 'QUEUED'), `runs did not wait for a worker: ${early}`);
     const pw = startTsWorker('ts-prio-worker', 'prio', 1);
     try {

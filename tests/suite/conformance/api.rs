@@ -14,7 +14,7 @@ use hatchet_runtime::{
 };
 use serde_json::{Value, json};
 
-use super::{RESULT, Target, counter, until, until_read};
+use super::{RESULT, Target, counter, status_once_written, until, until_read};
 
 /// A one-task workflow that counts its executions in `n` and echoes its input.
 fn counted(name: &str, n: Arc<AtomicU32>) -> Workflow {
@@ -338,6 +338,7 @@ async fn conf_a_paused_workflow_holds_its_runs_until_unpaused() {
     // the first is.
     let mut probe = None;
     for n in 0..40 {
+        let ran_before = held.load(Ordering::SeqCst);
         let h = rt
             .run_no_wait("held", &json!({"n": n}))
             .await
@@ -346,16 +347,16 @@ async fn conf_a_paused_workflow_holds_its_runs_until_unpaused() {
         let _: Value = f.result_within(RESULT).await.expect("free done");
         // The real engine writes a run's readable row after the trigger answers: a read may
         // find it missing for a moment.
-        let status = until_read(
-            "the held run's row",
-            || api.run_status(h.run_id()),
-            |s| !s.as_ref().is_err_and(|e| e.is_not_found()),
-        )
-        .await
-        .expect("status");
+        let status = status_once_written(&api, h.run_id()).await;
         if status == RunStatus::Queued {
-            probe = Some((n, h));
-            break;
+            // A run the cache let through reads QUEUED too until its task starts (rows begin
+            // QUEUED): a held one still reads QUEUED, and has not run, a moment later.
+            tokio::time::sleep(t.real_engine_period(Duration::from_secs(2))).await;
+            let again = api.run_status(h.run_id()).await.expect("status");
+            if again == RunStatus::Queued && held.load(Ordering::SeqCst) == ran_before {
+                probe = Some((n, h));
+                break;
+            }
         }
         let _: Value = h
             .result_within(RESULT)
@@ -915,8 +916,9 @@ async fn conf_a_durable_task_evicted_while_waiting_frees_its_slot_and_resumes() 
         .expect("the quick run");
     assert_eq!(q, json!({"quick": true}));
     let api = rt.api();
+    let status = status_once_written(&api, slow.run_id()).await;
     assert_ne!(
-        api.run_status(slow.run_id()).await.expect("status"),
+        status,
         RunStatus::Completed,
         "the quick run took the only durable slot while the sleeper slept"
     );
@@ -983,7 +985,9 @@ async fn conf_a_durable_reset_replays_the_log_before_its_node_and_runs_the_rest(
         .map(|t| t.task_run_id.clone())
         .expect("its task");
     let api = rt.api();
-    let done_again = |want: (u32, u32)| {
+    // The run reads completed again with the new output (a read just after the reset may
+    // still show the old attempt's completion).
+    let done_again = |want: (u32, u32), output: Value| {
         let rt = rt.clone();
         let run = h.run_id().to_string();
         let (a, b) = (a.clone(), b.clone());
@@ -993,9 +997,12 @@ async fn conf_a_durable_reset_replays_the_log_before_its_node_and_runs_the_rest(
             })
             .await;
             until_read(
-                "the run completed again",
+                "the run completed again with the new output",
                 || async { rt.run_details(&run).await.expect("details") },
-                |v| v.status == RunStatus::Completed,
+                |v| {
+                    v.status == RunStatus::Completed
+                        && v.tasks.values().next().and_then(|t| t.output.as_ref()) == Some(&output)
+                },
             )
             .await
         }
@@ -1006,7 +1013,7 @@ async fn conf_a_durable_reset_replays_the_log_before_its_node_and_runs_the_rest(
         .expect("reset from node 2");
     assert_eq!(branch, 2, "the first branch after the original (1)");
     // Node 1 replayed from the log, node 2 run anew.
-    let v = done_again((1, 2)).await;
+    let v = done_again((1, 2), json!({"first": 1, "second": 2})).await;
     let out = v.tasks.values().next().and_then(|t| t.output.clone());
     assert_eq!(out, Some(json!({"first": 1, "second": 2})));
     let branch = api
@@ -1015,7 +1022,7 @@ async fn conf_a_durable_reset_replays_the_log_before_its_node_and_runs_the_rest(
         .expect("reset from node 1");
     assert_eq!(branch, 3);
     // Node 1 anew; node 2 is branch 2's (its fork, at node 2, is the latest at or below it).
-    let v = done_again((2, 2)).await;
+    let v = done_again((2, 2), json!({"first": 2, "second": 2})).await;
     let out = v.tasks.values().next().and_then(|t| t.output.clone());
     assert_eq!(out, Some(json!({"first": 2, "second": 2})));
     rt.shutdown(Duration::from_secs(5)).await;
