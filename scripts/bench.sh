@@ -8,6 +8,7 @@
 #   6 end-to-end throughput at 2,000 / 10,000 / 50,000 runs, our worker and client against the
 #     official Go and Python SDKs' -- scripts/bench_python.sh (BENCH_SIZES to change the sizes)
 # Writes target/bench-report/report.md (all tables), outage.svg, throughput.svg and python.md.
+# scripts/bench_real.sh runs benchmarks 6 and 7 on the real engine instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
