@@ -280,7 +280,10 @@ async fn bulk_trigger(engine: &DevEngine, n: usize) -> Vec<String> {
 /// subscription or waiter.
 struct FaninSide {
     delivered: usize,
+    /// Results per second from the engine's completing the runs to the last result.
     rate: f64,
+    /// Results per second from the engine's sending them (its completions done) to the last.
+    delivery: f64,
     bytes_each: f64,
 }
 
@@ -315,6 +318,7 @@ async fn fanin_raw(n: usize) -> FaninSide {
     let bytes_each = (rss_kib().saturating_sub(before)) as f64 * 1024.0 / n as f64;
     let t = Instant::now();
     engine.complete_queued("noop");
+    let sent = Instant::now();
     let mut got = 0;
     while got < n {
         match stream.next().await {
@@ -323,11 +327,13 @@ async fn fanin_raw(n: usize) -> FaninSide {
         }
     }
     let rate = got as f64 / t.elapsed().as_secs_f64();
+    let delivery = got as f64 / sent.elapsed().as_secs_f64();
     drop(tx);
     rt.shutdown(Duration::from_secs(1)).await;
     FaninSide {
         delivered: got,
         rate,
+        delivery,
         bytes_each,
     }
 }
@@ -362,14 +368,17 @@ async fn fanin_ours(n: usize) -> FaninSide {
     let bytes_each = (rss_kib().saturating_sub(before)) as f64 * 1024.0 / n as f64;
     let t = Instant::now();
     engine.complete_queued("noop");
+    let sent = Instant::now();
     while let Some(r) = waits.next().await {
         ours += usize::from(r.is_ok());
     }
     let rate = ours as f64 / t.elapsed().as_secs_f64();
+    let delivery = ours as f64 / sent.elapsed().as_secs_f64();
     rt.shutdown(Duration::from_secs(1)).await;
     FaninSide {
         delivered: ours,
         rate,
+        delivery,
         bytes_each,
     }
 }
@@ -399,7 +408,8 @@ fn fanin_side_in_child(side: &str, n: usize) -> FaninSide {
     FaninSide {
         delivered: f[0] as usize,
         rate: f[1],
-        bytes_each: f[2],
+        delivery: f[2],
+        bytes_each: f[3],
     }
 }
 
@@ -410,7 +420,10 @@ async fn fanin_child(side: &str) {
         "raw" => fanin_raw(n).await,
         _ => fanin_ours(n).await,
     };
-    println!("FANIN_SIDE {} {} {}", s.delivered, s.rate, s.bytes_each);
+    println!(
+        "FANIN_SIDE {} {} {} {}",
+        s.delivered, s.rate, s.delivery, s.bytes_each
+    );
 }
 
 async fn fanin(r: &mut Report, smoke: bool) {

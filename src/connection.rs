@@ -137,7 +137,8 @@ impl Connection {
         rand::rngs::StdRng::seed_from_u64(self.inner.seed ^ salt)
     }
 
-    fn authed(&self) -> AuthChannel {
+    /// The channel with the client's credentials (for a call no generated client makes).
+    pub(crate) fn authed(&self) -> AuthChannel {
         InterceptedService::new(self.inner.channel.clone(), self.inner.auth.clone())
     }
 

@@ -354,6 +354,14 @@ impl std::fmt::Debug for RunHandle {
     }
 }
 
+/// A delivered result that is not yet outputs.
+enum Unsettled {
+    /// The event carried no results: the run's details have them.
+    NoResults,
+    /// The run failed (or its result could not be read): the error, to classify.
+    Failed(Error),
+}
+
 impl RunHandle {
     pub(crate) fn new(run_id: String, client: Arc<ClientCore>) -> Self {
         RunHandle { run_id, client }
@@ -385,28 +393,49 @@ impl RunHandle {
             Some(r) => r?,
             None => return Err(Error::closed("wait for run").with_run_id(&self.run_id)),
         };
-        // Boxed: the reads after a result are the rare path, and their futures are large; a
-        // pending waiter (a million of them, say) stays small.
-        Box::pin(self.settle(ev)).await
+        match self.read(ev) {
+            Ok(outputs) => Ok(outputs),
+            // Boxed: the reads after an unusual result are the rare path, and their futures
+            // are large; a pending waiter (a million of them, say) stays small.
+            Err(slow) => Box::pin(self.settle(slow)).await,
+        }
     }
 
-    /// A delivered result as outputs or an error.
-    async fn settle(
+    /// A delivered result as its outputs, decoded here on the waiter's thread (the stream only
+    /// read its run id), or what is left to find out.
+    fn read(
         &self,
-        ev: crate::proto::WorkflowRunEvent,
-    ) -> Result<serde_json::Map<String, Value>, Error> {
+        ev: crate::listener::run_event::RunEvent,
+    ) -> Result<serde_json::Map<String, Value>, Unsettled> {
+        let ev = ev.decode().map_err(|e| {
+            Unsettled::Failed(
+                Error::new(Outcome::Undecodable, "wait for run")
+                    .with_detail(format!(
+                        "the engine sent a result for this run that is not a WorkflowRunEvent \
+                         ({e}); the run's details (Runtime::run_details) still say how it ended"
+                    ))
+                    .with_run_id(&self.run_id),
+            )
+        })?;
         // A finished run's event without results: the engine left them out (the real one does
         // when the outputs together reach its message limit, 4 MiB by default). Never success:
         // the run's details say what happened.
-        let outcome = if ev.results.is_empty() {
-            self.client.outputs_from_details(&self.run_id).await
-        } else {
-            outputs_of(&self.run_id, ev)
-        };
-        match outcome {
-            Ok(o) => Ok(o),
-            Err(e) => Err(self.client.classify_run_error(&self.run_id, e).await),
+        if ev.results.is_empty() {
+            return Err(Unsettled::NoResults);
         }
+        outputs_of(&self.run_id, ev).map_err(Unsettled::Failed)
+    }
+
+    /// What an unusual result still needs: the run's details, or the error's classification.
+    async fn settle(&self, slow: Unsettled) -> Result<serde_json::Map<String, Value>, Error> {
+        let e = match slow {
+            Unsettled::NoResults => match self.client.outputs_from_details(&self.run_id).await {
+                Ok(o) => return Ok(o),
+                Err(e) => e,
+            },
+            Unsettled::Failed(e) => e,
+        };
+        Err(self.client.classify_run_error(&self.run_id, e).await)
     }
 
     /// Waits for the result and decodes it: a single-task run's output, or for a DAG the object

@@ -5,7 +5,8 @@
 //!
 //! 1. A waiter is delivered at most once: delivery removes it under the lock, whichever path
 //!    (stream, poll, shutdown) gets there first.
-//! 2. Delivery is a one-shot send: a slow or abandoned waiter cannot stall the stream.
+//! 2. Delivery answers the waiter's slot and wakes it, never waiting on it: a slow or abandoned
+//!    waiter cannot stall the stream.
 //! 3. Registering a waiter while a stream is published sends its key on that stream (under the
 //!    lock); otherwise the key is replayed when the next stream is published (replay before
 //!    publish, under the same lock, so no key falls in between).
@@ -13,15 +14,20 @@
 //!    reader's `unpublish` cannot clear a newer stream.
 //! 5. A registry whose listener was stopped for good refuses new waiters with the reason.
 //! 6. A [`Waiter`] dropped before its reply removes itself and no other waiter of its key
-//!    (`runtime_e2e::cancelling_a_result_wait_removes_only_that_waiter`).
+//!    (`runtime_e2e::cancelling_a_result_wait_removes_only_that_waiter`,
+//!    `tests::every_waiter_of_a_key_gets_its_reply_once_and_a_dropped_one_takes_only_itself`).
+//! 7. A pending wait costs one allocation (its slot: key, state, waker) and a pointer in the
+//!    table (`bench side_by_side -- fanin` measures the bytes).
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
+use std::task::{Poll, Waker};
 
+use hashbrown::HashTable;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use crate::error::Error;
 
@@ -39,10 +45,6 @@ pub(crate) trait Keyed: Send + Sync + 'static {
     fn key_of(resp: &Self::Resp) -> Self::Key;
     /// The error a waiter of `key` gets when the stream stops for `why`.
     fn stopped_error(key: &Self::Key, why: &str) -> Error;
-    /// Drops the parts of a reply no waiter reads, before delivery: here, on the stream's
-    /// thread that decoded them, freeing is cheap; a waiter on another thread would free them
-    /// through the allocator's slower cross-thread path.
-    fn trim(_resp: &mut Self::Resp) {}
     /// Whether new keys are queued for a sweep that checks them once
     /// ([`KeyedRegistry::take_unchecked`]): the runs registry's unknown-run sweep.
     const SWEPT: bool = false;
@@ -51,40 +53,108 @@ pub(crate) trait Keyed: Send + Sync + 'static {
 /// What a waiter receives: its key's reply, or the error that ended the wait (not to be
 /// confused with [`crate::Outcome`], the kind of an error).
 pub(crate) type Reply<P> = Result<<P as Keyed>::Resp, Error>;
-/// The waiters of one key: almost always one, kept inline (no allocation of its own).
-type KeyWaiters<P> = SmallVec<[(u64, oneshot::Sender<Reply<P>>); 1]>;
-type Waiters<P> = HashMap<<P as Keyed>::Key, KeyWaiters<P>>;
+
+/// One waiter's slot: its key, and its reply or the waker of the task waiting for it. The only
+/// allocation a pending wait makes; the registry's table holds a pointer to it.
+struct Slot<P: Keyed> {
+    key: P::Key,
+    state: Mutex<SlotState<P>>,
+}
+
+enum SlotState<P: Keyed> {
+    /// Registered, not answered; the waker of the last poll.
+    Waiting(Option<Waker>),
+    /// Answered, not yet read.
+    Answered(Reply<P>),
+    /// Read (or its waiter is gone).
+    Done,
+}
+
+impl<P: Keyed> Slot<P> {
+    /// Answers the slot (once) and wakes its waiter.
+    fn answer(&self, reply: Reply<P>) {
+        let mut st = self.state.lock();
+        if let SlotState::Waiting(waker) = &mut *st {
+            let waker = waker.take();
+            *st = SlotState::Answered(reply);
+            drop(st);
+            if let Some(w) = waker {
+                w.wake();
+            }
+        }
+    }
+}
+
+type SlotRef<P> = Arc<Slot<P>>;
 
 struct Inner<P: Keyed> {
-    waiters: Waiters<P>,
-    /// Keys not yet checked by the sweep ([`Keyed::SWEPT`]), oldest first; entries whose key is
-    /// no longer pending are skipped when taken and compacted away past twice the pending
-    /// count, so the queue stays within a few words per waiter.
-    unchecked: VecDeque<P::Key>,
+    /// Every registered waiter's slot, by its key's hash (a key with several waiters has a slot
+    /// for each): a pointer per waiter, where a map of keys to lists held the key, the list and
+    /// a channel's sender, in buckets at most half full.
+    slots: HashTable<SlotRef<P>>,
+    /// Keys with at least one waiter.
+    keys: usize,
+    /// First waiters of keys not yet checked by the sweep ([`Keyed::SWEPT`]), oldest first;
+    /// entries whose key is no longer pending are skipped when taken and compacted away past
+    /// twice the pending count, so the queue stays within a few words per waiter.
+    unchecked: VecDeque<SlotRef<P>>,
     sink: Option<(u64, mpsc::UnboundedSender<P::Req>)>,
     closed: bool,
     refused: Option<String>,
 }
 
+impl<P: Keyed> Inner<P> {
+    /// Whether `key` has a waiter.
+    fn has(&self, hash: u64, key: &P::Key) -> bool {
+        self.slots.find(hash, |s| s.key == *key).is_some()
+    }
+
+    /// Removes every slot of `key`, and the key.
+    fn take_key(&mut self, hash: u64, key: &P::Key) -> SmallVec<[SlotRef<P>; 1]> {
+        let mut out = SmallVec::new();
+        while let Ok(e) = self.slots.find_entry(hash, |s| s.key == *key) {
+            out.push(e.remove().0);
+        }
+        if !out.is_empty() {
+            self.keys -= 1;
+        }
+        out
+    }
+
+    /// Each pending key once (the slot the table finds first for a key stands for it).
+    fn distinct_keys<'a>(
+        &'a self,
+        hasher: &'a std::collections::hash_map::RandomState,
+    ) -> impl Iterator<Item = &'a P::Key> + 'a {
+        self.slots.iter().filter_map(move |s| {
+            let first = self
+                .slots
+                .find(hasher.hash_one(&s.key), |o| o.key == s.key)?;
+            Arc::ptr_eq(first, s).then_some(&s.key)
+        })
+    }
+}
+
 /// The waiter registry. Outlives listener restarts.
 pub(crate) struct KeyedRegistry<P: Keyed> {
     inner: Mutex<Inner<P>>,
-    next_waiter: AtomicU64,
-    delivered: AtomicU64,
+    hasher: std::collections::hash_map::RandomState,
+    delivered: std::sync::atomic::AtomicU64,
 }
 
 impl<P: Keyed> Default for KeyedRegistry<P> {
     fn default() -> Self {
         KeyedRegistry {
             inner: Mutex::new(Inner {
-                waiters: HashMap::new(),
+                slots: HashTable::new(),
+                keys: 0,
                 unchecked: VecDeque::new(),
                 sink: None,
                 closed: false,
                 refused: None,
             }),
-            next_waiter: AtomicU64::new(0),
-            delivered: AtomicU64::new(0),
+            hasher: std::collections::hash_map::RandomState::new(),
+            delivered: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -97,75 +167,110 @@ impl<P: Keyed> std::fmt::Debug for KeyedRegistry<P> {
     }
 }
 
-/// A new waiter: its id, its receiver, and whether a stream must be armed (none published).
-type Added<P> = (u64, oneshot::Receiver<Reply<P>>, bool);
-
-/// One registered waiter as a future: it resolves with its key's reply (`None` when the
-/// registry dropped it unanswered), and dropping it unresolved removes it from the registry
-/// (other waiters of the key keep theirs). It is all a pending wait holds (a few words), so a
-/// million of them stay small.
+/// One registered waiter as a future: it resolves with its key's reply (`None` if it was
+/// already read), and dropping it unresolved removes it from the registry (other waiters of the
+/// key keep theirs). It is all a pending wait holds (two pointers and a flag; the slot it points
+/// to holds the key), so a million of them stay small.
 pub(crate) struct Waiter<'a, P: Keyed> {
     registry: &'a KeyedRegistry<P>,
-    key: P::Key,
-    id: u64,
-    rx: oneshot::Receiver<Reply<P>>,
+    slot: SlotRef<P>,
     done: bool,
 }
 
-impl<P: Keyed> std::future::Future for Waiter<'_, P>
-where
-    P::Key: Unpin,
-{
+impl<P: Keyed> std::future::Future for Waiter<'_, P> {
     type Output = Option<Reply<P>>;
 
     fn poll(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
+    ) -> Poll<Self::Output> {
         let this = &mut *self;
-        std::pin::Pin::new(&mut this.rx).poll(cx).map(|r| {
-            this.done = true;
-            r.ok()
-        })
+        let mut st = this.slot.state.lock();
+        match &mut *st {
+            SlotState::Waiting(w) => {
+                match w {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => *w = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+            SlotState::Answered(_) => {
+                let SlotState::Answered(reply) = std::mem::replace(&mut *st, SlotState::Done)
+                else {
+                    unreachable!("matched as answered under the same lock")
+                };
+                drop(st);
+                this.done = true;
+                Poll::Ready(Some(reply))
+            }
+            SlotState::Done => {
+                drop(st);
+                this.done = true;
+                Poll::Ready(None)
+            }
+        }
     }
 }
 
 impl<P: Keyed> Drop for Waiter<'_, P> {
     fn drop(&mut self) {
-        if !self.done {
-            self.registry.remove(&self.key, self.id);
+        if self.done {
+            return;
+        }
+        let waiting = {
+            let mut st = self.slot.state.lock();
+            let waiting = matches!(*st, SlotState::Waiting(_));
+            *st = SlotState::Done;
+            waiting
+        };
+        // An answered slot is already out of the table.
+        if waiting {
+            self.registry.remove(&self.slot);
         }
     }
 }
 
+/// A new waiter: its slot, and whether a stream must be armed (none published).
+type Added<P> = (SlotRef<P>, bool);
+
 impl<P: Keyed> KeyedRegistry<P> {
     /// Adds a waiter for `key`; `closed` makes the error when the runtime is shut down.
-    fn add(&self, key: &P::Key, closed: impl FnOnce() -> Error) -> Result<Added<P>, Error> {
-        let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
+    fn add(&self, key: P::Key, closed: impl FnOnce() -> Error) -> Result<Added<P>, Error> {
+        let hash = self.hasher.hash_one(&key);
+        let slot = Arc::new(Slot {
+            key,
+            state: Mutex::new(SlotState::Waiting(None)),
+        });
         let mut g = self.inner.lock();
         if g.closed {
             return Err(closed());
         }
         if let Some(why) = &g.refused {
-            return Err(P::stopped_error(key, why));
+            return Err(P::stopped_error(&slot.key, why));
         }
-        let list = g.waiters.entry(key.clone()).or_default();
-        let first = list.is_empty();
-        list.push((id, tx));
-        if P::SWEPT && first {
-            let g = &mut *g;
-            if g.unchecked.len() >= 2 * g.waiters.len().max(32) {
-                let waiters = &g.waiters;
-                g.unchecked.retain(|k| waiters.contains_key(k));
+        let g = &mut *g;
+        let first = !g.has(hash, &slot.key);
+        g.slots
+            .insert_unique(hash, slot.clone(), |s| self.hasher.hash_one(&s.key));
+        if first {
+            g.keys += 1;
+            if P::SWEPT {
+                if g.unchecked.len() >= 2 * g.keys.max(32) {
+                    let (slots, hasher) = (&g.slots, &self.hasher);
+                    g.unchecked.retain(|s| {
+                        slots
+                            .find(hasher.hash_one(&s.key), |o| o.key == s.key)
+                            .is_some()
+                    });
+                }
+                g.unchecked.push_back(slot.clone());
             }
-            g.unchecked.push_back(key.clone());
         }
         let need_stream = match &g.sink {
-            Some((_, sink)) => first && sink.send(P::request(key)).is_err(),
+            Some((_, sink)) => first && sink.send(P::request(&slot.key)).is_err(),
             None => true,
         };
-        Ok((id, rx, need_stream))
+        Ok((slot, need_stream))
     }
 
     /// Adds a waiter for `key` as a [`Waiter`], and whether a stream must be armed (none
@@ -175,52 +280,51 @@ impl<P: Keyed> KeyedRegistry<P> {
         key: P::Key,
         closed: impl FnOnce() -> Error,
     ) -> Result<(Waiter<'_, P>, bool), Error> {
-        let (id, rx, arm) = self.add(&key, closed)?;
+        let (slot, arm) = self.add(key, closed)?;
         Ok((
             Waiter {
                 registry: self,
-                key,
-                id,
-                rx,
+                slot,
                 done: false,
             },
             arm,
         ))
     }
 
-    /// Removes one waiter (its caller gave up).
-    pub(crate) fn remove(&self, key: &P::Key, waiter: u64) {
+    /// Removes one waiter's slot (its caller gave up), and its key if it was the last.
+    fn remove(&self, slot: &SlotRef<P>) {
+        let hash = self.hasher.hash_one(&slot.key);
         let mut g = self.inner.lock();
-        if let Some(list) = g.waiters.get_mut(key) {
-            list.retain(|(w, _)| *w != waiter);
-            if list.is_empty() {
-                g.waiters.remove(key);
+        if let Ok(e) = g.slots.find_entry(hash, |s| Arc::ptr_eq(s, slot)) {
+            e.remove();
+            if !g.has(hash, &slot.key) {
+                g.keys -= 1;
             }
         }
     }
 
     /// Delivers a reply to every waiter of its key (once: they are removed).
-    pub(crate) fn deliver(&self, mut resp: P::Resp) {
-        let list = self.inner.lock().waiters.remove(&P::key_of(&resp));
-        if let Some(mut list) = list {
-            P::trim(&mut resp);
-            self.delivered
-                .fetch_add(list.len() as u64, Ordering::Relaxed);
-            let last = list.pop();
-            for (_, tx) in list {
-                let _ = tx.send(Ok(resp.clone()));
-            }
-            if let Some((_, tx)) = last {
-                let _ = tx.send(Ok(resp));
-            }
+    pub(crate) fn deliver(&self, resp: P::Resp) {
+        let key = P::key_of(&resp);
+        let hash = self.hasher.hash_one(&key);
+        let mut list = self.inner.lock().take_key(hash, &key);
+        self.delivered
+            .fetch_add(list.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        let last = list.pop();
+        for slot in list {
+            slot.answer(Ok(resp.clone()));
+        }
+        if let Some(slot) = last {
+            slot.answer(Ok(resp));
         }
     }
 
     /// Fails every waiter of `key` with `make()` (once: they are removed).
     pub(crate) fn fail_key(&self, key: &P::Key, make: impl Fn() -> Error) {
-        let list = self.inner.lock().waiters.remove(key);
-        for (_, tx) in list.into_iter().flatten() {
-            let _ = tx.send(Err(make()));
+        let hash = self.hasher.hash_one(key);
+        let list = self.inner.lock().take_key(hash, key);
+        for slot in list {
+            slot.answer(Err(make()));
         }
     }
 
@@ -230,12 +334,11 @@ impl<P: Keyed> KeyedRegistry<P> {
             let mut g = self.inner.lock();
             g.closed |= close;
             g.sink = None;
-            g.waiters.drain().collect()
+            g.keys = 0;
+            g.slots.drain().collect()
         };
-        for (key, list) in all {
-            for (_, tx) in list {
-                let _ = tx.send(Err(make(&key)));
-            }
+        for slot in all {
+            slot.answer(Err(make(&slot.key)));
         }
     }
 
@@ -243,8 +346,7 @@ impl<P: Keyed> KeyedRegistry<P> {
     pub(crate) fn publish(&self, generation: u64, sink: mpsc::UnboundedSender<P::Req>) -> usize {
         let mut g = self.inner.lock();
         let n = g
-            .waiters
-            .keys()
+            .distinct_keys(&self.hasher)
             .filter(|k| sink.send(P::request(k)).is_ok())
             .count();
         g.sink = Some((generation, sink));
@@ -266,12 +368,16 @@ impl<P: Keyed> KeyedRegistry<P> {
 
     /// Keys with at least one waiter.
     pub(crate) fn pending(&self) -> usize {
-        self.inner.lock().waiters.len()
+        self.inner.lock().keys
     }
 
     /// The keys with waiters.
     pub(crate) fn pending_keys(&self) -> Vec<P::Key> {
-        self.inner.lock().waiters.keys().cloned().collect()
+        self.inner
+            .lock()
+            .distinct_keys(&self.hasher)
+            .cloned()
+            .collect()
     }
 
     /// Takes up to `max` keys not yet checked, oldest first, that are still pending (O(`max`)
@@ -281,11 +387,11 @@ impl<P: Keyed> KeyedRegistry<P> {
         let g = &mut *g;
         let mut out = Vec::with_capacity(max.min(g.unchecked.len()));
         while out.len() < max {
-            let Some(k) = g.unchecked.pop_front() else {
+            let Some(s) = g.unchecked.pop_front() else {
                 break;
             };
-            if g.waiters.contains_key(&k) {
-                out.push(k);
+            if g.has(self.hasher.hash_one(&s.key), &s.key) {
+                out.push(s.key.clone());
             }
         }
         out
@@ -293,15 +399,16 @@ impl<P: Keyed> KeyedRegistry<P> {
 
     /// Queues `key` to be checked again (a sweep that could not tell), if it is still pending.
     pub(crate) fn check_again(&self, key: P::Key) {
+        let hash = self.hasher.hash_one(&key);
         let mut g = self.inner.lock();
-        if g.waiters.contains_key(&key) {
-            g.unchecked.push_back(key);
+        if let Some(s) = g.slots.find(hash, |s| s.key == key).cloned() {
+            g.unchecked.push_back(s);
         }
     }
 
     /// Whether `key` has a waiter.
     pub(crate) fn is_pending(&self, key: &P::Key) -> bool {
-        self.inner.lock().waiters.contains_key(key)
+        self.inner.lock().has(self.hasher.hash_one(key), key)
     }
 
     /// Keys queued for the sweep (tests check the queue stays bounded).
@@ -312,7 +419,7 @@ impl<P: Keyed> KeyedRegistry<P> {
 
     /// Whether anyone waits.
     pub(crate) fn has_waiters(&self) -> bool {
-        !self.inner.lock().waiters.is_empty()
+        self.inner.lock().keys > 0
     }
 }
 
@@ -359,9 +466,9 @@ mod tests {
         let closed = || Error::closed("t");
         let mut held = Vec::new();
         for k in ["a", "b", "c"] {
-            held.push(r.add(&k.to_string(), closed).expect("add"));
+            held.push(r.wait(k.to_string(), closed).expect("add"));
         }
-        let _second = r.add(&"a".to_string(), closed).expect("add");
+        let _second = r.wait("a".to_string(), closed).expect("add");
         r.deliver("b".to_string());
         assert_eq!(
             r.take_unchecked(2),
@@ -377,7 +484,7 @@ mod tests {
             "a key checked again if still pending"
         );
         let unswept = KeyedRegistry::<Ids>::default();
-        let _w = unswept.add(&"x".to_string(), closed).expect("add");
+        let _w = unswept.wait("x".to_string(), closed).expect("add");
         assert!(
             unswept.take_unchecked(1).is_empty(),
             "a registry that is not swept queues nothing"
@@ -385,7 +492,7 @@ mod tests {
         // Many short waits: delivered keys never pile up past twice the pending count.
         for i in 0..10_000 {
             let k = format!("k{i}");
-            let _w = r.add(&k, closed).expect("add");
+            let _w = r.wait(k.clone(), closed).expect("add");
             r.deliver(k);
         }
         assert!(
@@ -399,7 +506,7 @@ mod tests {
     #[tokio::test]
     async fn an_older_generation_cannot_unpublish_a_newer_stream_and_keys_replay_once() {
         let r = KeyedRegistry::<Ids>::default();
-        let (_w, _rx, arm) = r.add(&"run-a".into(), || Error::closed("t")).expect("add");
+        let (_w, arm) = r.wait("run-a".into(), || Error::closed("t")).expect("add");
         assert!(arm, "nothing published: the caller arms a stream");
         let (g1, g2) = (1, 2);
         let (old, _old_rx) = mpsc::unbounded_channel();
@@ -411,9 +518,9 @@ mod tests {
             "the pending key is replayed on the new stream"
         );
         r.unpublish(g1); // the old reader ends late
-        let (_w, _rx, arm) = r.add(&"run-b".into(), || Error::closed("t")).expect("add");
+        let (_w2, arm) = r.wait("run-b".into(), || Error::closed("t")).expect("add");
         assert!(!arm, "the newer stream is still published");
-        let (_w, _rx, arm) = r.add(&"run-a".into(), || Error::closed("t")).expect("add");
+        let (_w3, arm) = r.wait("run-a".into(), || Error::closed("t")).expect("add");
         assert!(!arm);
         let mut sent = Vec::new();
         while let Ok(k) = new_rx.try_recv() {
@@ -425,7 +532,7 @@ mod tests {
             "one replay, one new key; a second waiter of run-a sends nothing"
         );
         r.unpublish(g2);
-        let (_w, _rx, arm) = r.add(&"run-c".into(), || Error::closed("t")).expect("add");
+        let (_w4, arm) = r.wait("run-c".into(), || Error::closed("t")).expect("add");
         assert!(arm, "its own generation unpublishes it");
     }
 
@@ -433,12 +540,80 @@ mod tests {
     async fn removing_a_waiter_twice_never_removes_a_later_waiter_of_the_same_key() {
         let r = KeyedRegistry::<Ids>::default();
         let key: String = "run-a".into();
-        let (first, _rx1, _) = r.add(&key, || Error::closed("t")).expect("add");
-        r.remove(&key, first);
-        let (_second, rx2, _) = r.add(&key, || Error::closed("t")).expect("add");
-        r.remove(&key, first); // a late guard of the first waiter runs again
+        let (first, _) = r.wait(key.clone(), || Error::closed("t")).expect("add");
+        let first_slot = first.slot.clone();
+        drop(first);
+        assert_eq!(r.pending(), 0, "the dropped waiter took its key with it");
+        let (second, _) = r.wait(key.clone(), || Error::closed("t")).expect("add");
+        r.remove(&first_slot); // a late guard of the first waiter runs again
         assert_eq!(r.pending(), 1, "the second waiter is still registered");
         r.deliver("run-a".into());
-        assert_eq!(rx2.await.expect("delivered").expect("ok"), "run-a");
+        assert_eq!(second.await.expect("delivered").expect("ok"), "run-a");
+    }
+
+    #[tokio::test]
+    async fn every_waiter_of_a_key_gets_its_reply_once_and_a_dropped_one_takes_only_itself() {
+        let r = KeyedRegistry::<Ids>::default();
+        let closed = || Error::closed("t");
+        let (a1, arm) = r.wait("a".into(), closed).expect("add");
+        assert!(arm);
+        let (a2, _) = r.wait("a".into(), closed).expect("add");
+        let (a3, _) = r.wait("a".into(), closed).expect("add");
+        let (b, _) = r.wait("b".into(), closed).expect("add");
+        assert_eq!(r.pending(), 2, "keys, not waiters");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        assert_eq!(r.publish(1, tx), 2, "each key replayed once");
+        assert_eq!((rx.try_recv().is_ok(), rx.try_recv().is_ok()), (true, true));
+        assert!(rx.try_recv().is_err(), "no key twice");
+        let mut keys = r.pending_keys();
+        keys.sort();
+        assert_eq!(keys, ["a", "b"]);
+        drop(a2);
+        assert_eq!(r.pending(), 2, "a still has waiters");
+        r.deliver("a".into());
+        assert_eq!(r.pending(), 1);
+        assert_eq!(a1.await.expect("answered").expect("ok"), "a");
+        assert_eq!(a3.await.expect("answered").expect("ok"), "a");
+        r.deliver("a".into()); // a late duplicate reaches no one
+        r.fail_key(&"b".into(), || Error::closed("failed"));
+        assert!(b.await.expect("answered").is_err());
+        assert!(!r.has_waiters());
+        assert_eq!(r.delivered.load(std::sync::atomic::Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_answered_before_its_first_poll_reads_the_answer_and_one_polled_first_is_woken()
+     {
+        let r = KeyedRegistry::<Ids>::default();
+        let closed = || Error::closed("t");
+        let (early, _) = r.wait("early".into(), closed).expect("add");
+        r.deliver("early".into());
+        assert_eq!(early.await.expect("answered").expect("ok"), "early");
+        let (mut late, _) = r.wait("late".into(), closed).expect("add");
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(std::pin::Pin::new(&mut late).poll(&mut cx).is_pending());
+        let wake_count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        struct Count(Arc<std::sync::atomic::AtomicUsize>);
+        impl futures::task::ArcWake for Count {
+            fn wake_by_ref(me: &Arc<Self>) {
+                me.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let counting = futures::task::waker(Arc::new(Count(wake_count.clone())));
+        let mut cx = std::task::Context::from_waker(&counting);
+        assert!(std::pin::Pin::new(&mut late).poll(&mut cx).is_pending());
+        r.deliver("late".into());
+        assert_eq!(
+            wake_count.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "the last poll's waker"
+        );
+        let Poll::Ready(Some(Ok(v))) = std::pin::Pin::new(&mut late).poll(&mut cx) else {
+            panic!("answered")
+        };
+        assert_eq!(v, "late");
+        drop(late);
+        assert!(!r.has_waiters());
     }
 }

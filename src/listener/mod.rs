@@ -36,6 +36,7 @@ pub(crate) mod durable_task;
 pub(crate) mod health;
 pub(crate) mod keyed;
 pub(crate) mod reconnect;
+pub(crate) mod run_event;
 pub(crate) mod run_key;
 pub(crate) mod runs;
 mod set;

@@ -8,6 +8,7 @@
 //!    the waiters are also polled with GetRunDetails every 2 s, until the stream returns.
 
 use super::keyed::{Keyed, KeyedRegistry};
+use super::run_event::{RunEvent, RunEventCodec};
 pub(crate) use super::run_key::RunKey;
 use super::subscriptions::{KeyedKind, KeyedStream};
 use crate::connection::Connection;
@@ -22,7 +23,8 @@ impl Keyed for RunsStream {
     const SWEPT: bool = true;
     type Key = RunKey;
     type Req = proto::SubscribeToWorkflowRunsRequest;
-    type Resp = proto::WorkflowRunEvent;
+    /// Read by the waiter that receives it ([`super::run_event`]).
+    type Resp = RunEvent;
 
     fn request(key: &RunKey) -> Self::Req {
         proto::SubscribeToWorkflowRunsRequest {
@@ -30,22 +32,8 @@ impl Keyed for RunsStream {
         }
     }
 
-    /// No allocation for a canonical UUID (what engines send).
-    fn key_of(resp: &Self::Resp) -> RunKey {
-        RunKey::new(&resp.workflow_run_id)
-    }
-
-    /// A waiter reads each task's name, output and error (and its run id when it failed); the
-    /// run id, job ids and timestamp go.
-    fn trim(ev: &mut proto::WorkflowRunEvent) {
-        ev.workflow_run_id = String::new();
-        ev.event_timestamp = None;
-        for r in &mut ev.results {
-            r.job_run_id = String::new();
-            if r.error.is_none() && r.output.is_some() {
-                r.task_run_external_id = String::new();
-            }
-        }
+    fn key_of(resp: &RunEvent) -> RunKey {
+        resp.key.clone()
     }
 
     fn stopped_error(run: &RunKey, why: &str) -> Error {
@@ -65,7 +53,22 @@ impl KeyedStream for RunsStream {
         conn: Connection,
         requests: tokio_stream::wrappers::UnboundedReceiverStream<Self::Req>,
     ) -> Result<tonic::Response<tonic::Streaming<Self::Resp>>, tonic::Status> {
-        conn.dispatcher().subscribe_to_workflow_runs(requests).await
+        // The generated client decodes every event in full; this one keeps the bytes.
+        let mut grpc = tonic::client::Grpc::new(conn.authed());
+        grpc.ready().await.map_err(|e| {
+            tonic::Status::unavailable(format!("the channel to the engine is not ready: {e}"))
+        })?;
+        let mut req = tonic::Request::new(requests);
+        req.extensions_mut().insert(tonic::GrpcMethod::new(
+            "Dispatcher",
+            "SubscribeToWorkflowRuns",
+        ));
+        grpc.streaming(
+            req,
+            http::uri::PathAndQuery::from_static(Self::OP),
+            RunEventCodec,
+        )
+        .await
     }
 
     fn backoff(conn: &Connection) -> crate::retry::Backoff {
@@ -93,7 +96,9 @@ async fn poll_once(conn: &Connection, registry: &RunRegistry) {
     for key in registry.pending_keys() {
         let run_id = key.to_string();
         match conn.run_details(&run_id, Some(deadline)).await {
-            Ok(d) if d.done => registry.deliver(event_from_details(&run_id, d)),
+            Ok(d) if d.done => {
+                registry.deliver(RunEvent::from_event(&event_from_details(&run_id, d)))
+            }
             Ok(_) => {}
             Err(e) if about_this_run(&e) => {}
             Err(_) => return,
@@ -290,8 +295,8 @@ mod tests {
     }
 
     #[test]
-    fn trimming_keeps_what_a_waiter_reads() {
-        let mut ev = proto::WorkflowRunEvent {
+    fn a_failed_task_keeps_its_id_in_the_run_s_error() {
+        let ev = proto::WorkflowRunEvent {
             workflow_run_id: "run".into(),
             event_type: 0,
             event_timestamp: Some(proto::timestamp_now()),
@@ -301,20 +306,15 @@ mod tests {
                 result("skipped", None, None),
             ],
         };
-        RunsStream::trim(&mut ev);
-        assert!(ev.workflow_run_id.is_empty() && ev.event_timestamp.is_none());
-        assert!(ev.results.iter().all(|r| r.job_run_id.is_empty()));
-        let names: Vec<_> = ev.results.iter().map(|r| r.task_name.as_str()).collect();
-        assert_eq!(names, ["ok", "failed", "skipped"]);
-        assert_eq!(ev.results[0].output.as_deref(), Some("{\"a\":1}"));
-        assert_eq!(ev.results[1].error.as_deref(), Some("boom"));
-        // A task that did not succeed keeps its id: the run's error names it.
-        assert_eq!(ev.results[1].task_run_external_id, "failed-id");
-        assert_eq!(ev.results[2].task_run_external_id, "skipped-id");
         let err = outputs_of("run", ev).expect_err("a task failed");
         let failures = err.run_failures();
         assert_eq!(failures.len(), 2);
         assert_eq!(failures[0].task_run_id, "failed-id");
+        assert_eq!(failures[1].task_run_id, "skipped-id");
+        assert_eq!(
+            failures[1].error, "cancelled",
+            "no output and no error: cancelled"
+        );
     }
 
     #[test]
