@@ -362,6 +362,31 @@ enum Unsettled {
     Failed(Error),
 }
 
+/// A delivered result as its outputs, decoded here on the waiter's thread (the stream only
+/// read its run id), or what is left to find out.
+fn read_event(
+    run_id: &str,
+    ev: crate::listener::run_event::RunEvent,
+) -> Result<serde_json::Map<String, Value>, Unsettled> {
+    let ev = ev.decode().map_err(|e| {
+        Unsettled::Failed(
+            Error::new(Outcome::Undecodable, "wait for run")
+                .with_detail(format!(
+                    "the engine sent a result for this run that is not a WorkflowRunEvent \
+                     ({e}); the run's details (Runtime::run_details) still say how it ended"
+                ))
+                .with_run_id(run_id),
+        )
+    })?;
+    // A finished run's event without results: the engine left them out (the real one does
+    // when the outputs together reach its message limit, 4 MiB by default). Never success:
+    // the run's details say what happened.
+    if ev.results.is_empty() {
+        return Err(Unsettled::NoResults);
+    }
+    outputs_of(run_id, ev).map_err(Unsettled::Failed)
+}
+
 impl RunHandle {
     pub(crate) fn new(run_id: String, client: Arc<ClientCore>) -> Self {
         RunHandle { run_id, client }
@@ -393,37 +418,12 @@ impl RunHandle {
             Some(r) => r?,
             None => return Err(Error::closed("wait for run").with_run_id(&self.run_id)),
         };
-        match self.read(ev) {
+        match read_event(&self.run_id, ev) {
             Ok(outputs) => Ok(outputs),
             // Boxed: the reads after an unusual result are the rare path, and their futures
             // are large; a pending waiter (a million of them, say) stays small.
             Err(slow) => Box::pin(self.settle(slow)).await,
         }
-    }
-
-    /// A delivered result as its outputs, decoded here on the waiter's thread (the stream only
-    /// read its run id), or what is left to find out.
-    fn read(
-        &self,
-        ev: crate::listener::run_event::RunEvent,
-    ) -> Result<serde_json::Map<String, Value>, Unsettled> {
-        let ev = ev.decode().map_err(|e| {
-            Unsettled::Failed(
-                Error::new(Outcome::Undecodable, "wait for run")
-                    .with_detail(format!(
-                        "the engine sent a result for this run that is not a WorkflowRunEvent \
-                         ({e}); the run's details (Runtime::run_details) still say how it ended"
-                    ))
-                    .with_run_id(&self.run_id),
-            )
-        })?;
-        // A finished run's event without results: the engine left them out (the real one does
-        // when the outputs together reach its message limit, 4 MiB by default). Never success:
-        // the run's details say what happened.
-        if ev.results.is_empty() {
-            return Err(Unsettled::NoResults);
-        }
-        outputs_of(&self.run_id, ev).map_err(Unsettled::Failed)
     }
 
     /// What an unusual result still needs: the run's details, or the error's classification.
@@ -491,4 +491,45 @@ pub(crate) fn encode_input<I: Serialize>(op: &'static str, input: &I) -> Result<
     serde_json::to_string(input).map_err(|e| {
         Error::invalid(op, "the input cannot be serialized to JSON").with_cause(Cause::Json(e))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::listener::run_event::RunEvent;
+    use prost::Message as _;
+
+    #[test]
+    fn a_result_that_does_not_decode_fails_its_waiter_as_undecodable_with_the_run_id() {
+        // The stream reads only the run id; a result whose rest is not a WorkflowRunEvent
+        // reaches its waiter, which says so (the stream stays up for the other runs).
+        let mut bytes = proto::WorkflowRunEvent {
+            workflow_run_id: "run-1".into(),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        bytes.extend([0x22, 0x02, 0xff, 0xff]); // results: a nested message that is garbage
+        let ev = RunEvent::from_bytes(bytes.into()).expect("its run id scans");
+        let Err(Unsettled::Failed(e)) = read_event("run-1", ev) else {
+            panic!("undecodable")
+        };
+        assert_eq!(e.outcome(), Outcome::Undecodable, "{e}");
+        assert_eq!(e.run_id(), Some("run-1"));
+        assert!(e.to_string().contains("not a WorkflowRunEvent"), "{e}");
+        // An event without results is left to the run's details; one with them is its outputs.
+        let empty = RunEvent::from_event(&proto::WorkflowRunEvent::default());
+        assert!(matches!(read_event("r", empty), Err(Unsettled::NoResults)));
+        let ok = RunEvent::from_event(&proto::WorkflowRunEvent {
+            results: vec![proto::StepRunResult {
+                task_name: "t".into(),
+                output: Some("{\"a\":1}".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let Ok(out) = read_event("r", ok) else {
+            panic!("outputs")
+        };
+        assert_eq!(out["t"]["a"], 1);
+    }
 }

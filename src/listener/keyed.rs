@@ -579,6 +579,11 @@ mod tests {
         assert!(b.await.expect("answered").is_err());
         assert!(!r.has_waiters());
         assert_eq!(r.delivered.load(std::sync::atomic::Ordering::Relaxed), 2);
+        // Invariant 7: a waiter is its registry, its slot and a flag.
+        assert_eq!(
+            std::mem::size_of::<Waiter<'_, Ids>>(),
+            3 * std::mem::size_of::<usize>()
+        );
     }
 
     #[tokio::test]
