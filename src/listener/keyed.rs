@@ -18,6 +18,9 @@
 //!    `tests::every_waiter_of_a_key_gets_its_reply_once_and_a_dropped_one_takes_only_itself`).
 //! 7. A pending wait costs one allocation (its slot: key, state, waker) and a pointer in the
 //!    table (`bench side_by_side -- fanin` measures the bytes).
+//! 8. A burst of replies read together is delivered in stream order under one lock, each
+//!    waiter answered once with the first reply of its key, as single deliveries would
+//!    (`tests::a_burst_answers_every_waiter_of_each_key_once_with_its_first_reply`).
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hash};
@@ -30,6 +33,9 @@ use smallvec::SmallVec;
 use tokio::sync::mpsc;
 
 use crate::error::Error;
+
+/// A burst of replies with their keys and hashes, taken out of the stream's read buffer.
+type Burst<P> = SmallVec<[(<P as Keyed>::Resp, <P as Keyed>::Key, u64); 64]>;
 
 /// What a keyed stream carries.
 pub(crate) trait Keyed: Send + Sync + 'static {
@@ -307,11 +313,39 @@ impl<P: Keyed> KeyedRegistry<P> {
     pub(crate) fn deliver(&self, resp: P::Resp) {
         let key = P::key_of(&resp);
         let hash = self.hasher.hash_one(&key);
-        let mut list = self.inner.lock().take_key(hash, &key);
+        let slots = self.inner.lock().take_key(hash, &key);
+        self.answer_all(resp, slots);
+    }
+
+    /// Delivers each reply to every waiter of its key, in order, as [`KeyedRegistry::deliver`]
+    /// does, under one lock for all of them: the probes of a burst overlap in the table, and the
+    /// answers (the wakes) come after the lock is released.
+    pub(crate) fn deliver_all(&self, resps: impl Iterator<Item = P::Resp>) {
+        let keyed: Burst<P> = resps
+            .map(|resp| {
+                let key = P::key_of(&resp);
+                let hash = self.hasher.hash_one(&key);
+                (resp, key, hash)
+            })
+            .collect();
+        let taken: SmallVec<[SmallVec<[SlotRef<P>; 1]>; 64]> = {
+            let mut g = self.inner.lock();
+            keyed
+                .iter()
+                .map(|(_, key, hash)| g.take_key(*hash, key))
+                .collect()
+        };
+        for ((resp, _, _), slots) in keyed.into_iter().zip(taken) {
+            self.answer_all(resp, slots);
+        }
+    }
+
+    /// Answers `slots` (taken out of the table) with `resp`.
+    fn answer_all(&self, resp: P::Resp, mut slots: SmallVec<[SlotRef<P>; 1]>) {
         self.delivered
-            .fetch_add(list.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        let last = list.pop();
-        for slot in list {
+            .fetch_add(slots.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        let last = slots.pop();
+        for slot in slots {
             slot.answer(Ok(resp.clone()));
         }
         if let Some(slot) = last {
@@ -584,6 +618,47 @@ mod tests {
             std::mem::size_of::<Waiter<'_, Ids>>(),
             3 * std::mem::size_of::<usize>()
         );
+    }
+
+    /// Replies that carry a payload beside their key, to tell two replies of one key apart.
+    struct Tagged;
+    impl Keyed for Tagged {
+        type Key = String;
+        type Req = String;
+        type Resp = (String, u32);
+        fn request(key: &String) -> String {
+            key.clone()
+        }
+        fn key_of(resp: &(String, u32)) -> String {
+            resp.0.clone()
+        }
+        fn stopped_error(key: &String, why: &str) -> Error {
+            Error::closed("t").with_detail(format!("{key}: {why}"))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_burst_answers_every_waiter_of_each_key_once_with_its_first_reply() {
+        let r = KeyedRegistry::<Tagged>::default();
+        let closed = || Error::closed("t");
+        let (a1, _) = r.wait("a".into(), closed).expect("add");
+        let (a2, _) = r.wait("a".into(), closed).expect("add");
+        let (b, _) = r.wait("b".into(), closed).expect("add");
+        let (c, _) = r.wait("c".into(), closed).expect("add");
+        // "a" twice in one burst: its waiters take the first; the second reaches no one, as
+        // two single deliveries would do.
+        let burst = [("a", 1), ("zz", 2), ("b", 3), ("a", 4)].map(|(k, n)| (k.to_string(), n));
+        r.deliver_all(burst.into_iter());
+        assert_eq!(r.delivered.load(std::sync::atomic::Ordering::Relaxed), 3);
+        assert_eq!(r.pending(), 1, "only c is left");
+        for w in [a1, a2] {
+            assert_eq!(w.await.expect("answered").expect("ok"), ("a".into(), 1));
+        }
+        assert_eq!(b.await.expect("answered").expect("ok"), ("b".into(), 3));
+        r.deliver_all(std::iter::empty());
+        r.deliver_all([("c".to_string(), 5)].into_iter());
+        assert_eq!(c.await.expect("answered").expect("ok"), ("c".into(), 5));
+        assert!(!r.has_waiters());
     }
 
     #[tokio::test]

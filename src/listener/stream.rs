@@ -39,6 +39,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use parking_lot::Mutex;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::task::AbortHandle;
@@ -108,6 +109,26 @@ pub(crate) trait StreamKind: Send + Sync + Sized + 'static {
 
     /// Handles one message. It may wait (backpressure) but never on the actor.
     fn on_message(&self, item: Self::Item) -> impl Future<Output = Flow> + Send;
+
+    /// Up to this many messages already read from the stream's buffer are handed over at once
+    /// ([`StreamKind::on_batch`]); 1 hands each over as it is read.
+    const BATCH: usize = 1;
+
+    /// Handles the messages the stream had ready, in order (at most [`StreamKind::BATCH`];
+    /// never called when that is 1). Only a kind that answers many waiters per message burst
+    /// overrides it: one lock of its registry per burst, not per message. An end of the stream
+    /// read while gathering is handled after the burst, as if read next
+    /// (`listeners::each_end_is_judged_on_its_own_eof_with_a_waiter_reconnects_without_goes_idle`).
+    fn on_batch(&self, items: &mut Vec<Self::Item>) -> impl Future<Output = Flow> + Send {
+        async move {
+            for item in items.drain(..) {
+                if self.on_message(item).await == Flow::Finish {
+                    return Flow::Finish;
+                }
+            }
+            Flow::Continue
+        }
+    }
 
     /// The stream of `generation` ended: unpublish it and say what the end means.
     fn on_end(
@@ -408,12 +429,39 @@ impl<K: StreamKind> StreamActor<K> {
                     if let Some(h) = &home.health {
                         h.connected();
                     }
+                    let mut batch = Vec::with_capacity(K::BATCH);
                     loop {
                         let m = tokio::select! {
                             m = stream.message() => m,
                             _ = token.cancelled() => return,
                         };
                         match m {
+                            Ok(Some(item)) if K::BATCH > 1 => {
+                                // The messages already in the read buffer go with this one;
+                                // the stream's end, if it is there too, waits its turn.
+                                batch.push(item);
+                                let mut end = None;
+                                while batch.len() < K::BATCH {
+                                    match stream.message().now_or_never() {
+                                        Some(Ok(Some(more))) => batch.push(more),
+                                        Some(other) => {
+                                            end = Some(other);
+                                            break;
+                                        }
+                                        None => break,
+                                    }
+                                }
+                                messages += batch.len() as u64;
+                                if home.kind.on_batch(&mut batch).await == Flow::Finish {
+                                    finished = true;
+                                    break Ok(());
+                                }
+                                match end {
+                                    None => {}
+                                    Some(Ok(_)) => break Ok(()),
+                                    Some(Err(s)) => break Err(s),
+                                }
+                            }
                             Ok(Some(item)) => {
                                 messages += 1;
                                 if home.kind.on_message(item).await == Flow::Finish {

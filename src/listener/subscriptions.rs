@@ -78,6 +78,14 @@ impl<P: KeyedStream> StreamKind for KeyedKind<P> {
         Flow::Continue
     }
 
+    /// A burst of results (a million waiters' results arrive as bursts of small messages).
+    const BATCH: usize = 64;
+
+    async fn on_batch(&self, items: &mut Vec<P::Resp>) -> Flow {
+        self.registry.deliver_all(items.drain(..));
+        Flow::Continue
+    }
+
     async fn on_end(&self, _conn: &Connection, generation: u64, report: &EndReport) -> Judged {
         self.registry.unpublish(generation);
         Judged::Decide(report.end)
