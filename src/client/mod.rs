@@ -154,7 +154,9 @@ impl ClientCore {
     }
 
     /// The Push request of one event (`key` namespaced here); a priority outside 1–3 or a
-    /// payload that does not serialize is refused locally as `op`.
+    /// payload that does not serialize is refused locally as `op`. Pushed from inside a task's
+    /// handler, its metadata names that task and its run as the event's source
+    /// ([`with_source`]).
     pub(crate) fn push_request<P: Serialize>(
         &self,
         op: &'static str,
@@ -167,7 +169,11 @@ impl ClientCore {
             key: self.conn.config().namespaced(key),
             payload: encode_input(op, payload)?,
             event_timestamp: Some(proto::timestamp_now()),
-            additional_metadata: opts.metadata.clone().map(|m| Value::Object(m).to_string()),
+            additional_metadata: with_source(
+                opts.metadata.clone(),
+                crate::worker::logs::TaskLogTarget::current_source(),
+            )
+            .map(|m| Value::Object(m).to_string()),
             priority: opts.priority,
             scope: opts.scope.clone(),
         })
@@ -493,11 +499,53 @@ pub(crate) fn encode_input<I: Serialize>(op: &'static str, input: &I) -> Result<
     })
 }
 
+/// An event's metadata with its source, the run and task whose handler pushed it, under the
+/// keys the official SDKs write (`hatchet__source_workflow_run_id`,
+/// `hatchet__source_step_run_id`; theirs win over the caller's, as in those SDKs): the engine
+/// puts the runs the event starts in the source run's trace and draws the event there.
+pub(crate) fn with_source(
+    meta: Option<serde_json::Map<String, Value>>,
+    source: Option<(String, String)>,
+) -> Option<serde_json::Map<String, Value>> {
+    let Some((run, task)) = source else {
+        return meta;
+    };
+    let mut meta = meta.unwrap_or_default();
+    meta.insert("hatchet__source_workflow_run_id".into(), Value::String(run));
+    meta.insert("hatchet__source_step_run_id".into(), Value::String(task));
+    Some(meta)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::listener::run_event::RunEvent;
     use prost::Message as _;
+
+    #[test]
+    fn an_event_pushed_in_a_handler_names_its_source_over_the_caller_s_keys() {
+        let src = || Some(("run-1".to_string(), "task-1".to_string()));
+        assert_eq!(with_source(None, None), None, "outside a handler: as given");
+        let mine: serde_json::Map<String, Value> = serde_json::from_value(serde_json::json!(
+            {"user": 1, "hatchet__source_step_run_id": "forged"}
+        ))
+        .expect("a map");
+        assert_eq!(with_source(Some(mine.clone()), None), Some(mine.clone()));
+        let got = with_source(Some(mine), src()).expect("metadata");
+        assert_eq!(
+            Value::Object(got),
+            serde_json::json!({
+                "user": 1,
+                "hatchet__source_workflow_run_id": "run-1",
+                "hatchet__source_step_run_id": "task-1",
+            })
+        );
+        assert_eq!(
+            with_source(None, src()).map(|m| m.len()),
+            Some(2),
+            "no metadata of the caller's: the source alone"
+        );
+    }
 
     #[test]
     fn a_result_that_does_not_decode_fails_its_waiter_as_undecodable_with_the_run_id() {

@@ -143,7 +143,9 @@ impl RuntimeHandle {
     }
 
     /// [`RuntimeHandle::push`] with metadata (copied onto the runs it starts), a priority for
-    /// those runs, and a scope (which event filters apply).
+    /// those runs, and a scope (which event filters apply). Pushed from inside a task's handler
+    /// (its own tokio task), the metadata also names that task and its run as the event's
+    /// source, as the official SDKs do, so the runs it starts join the task's trace.
     ///
     /// # Cancel safety
     ///

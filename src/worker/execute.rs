@@ -247,6 +247,7 @@ async fn run_attempt(
     let target = logs::TaskLogTarget {
         queue: core.log_queue().clone(),
         task_run_id: at.task_run_id.to_string(),
+        run_id: action.workflow_run_id.clone(),
         retry_count: action.retry_count,
     };
     let handler = std::panic::AssertUnwindSafe(run(ctx)).catch_unwind();

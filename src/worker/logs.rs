@@ -37,6 +37,8 @@ pub(crate) struct LogQueue {
 pub(crate) struct TaskLogTarget {
     pub queue: std::sync::Arc<LogQueue>,
     pub task_run_id: String,
+    /// Its run (an event the handler pushes names both as its source).
+    pub run_id: String,
     pub retry_count: i32,
 }
 
@@ -55,11 +57,19 @@ pub(crate) fn engine_level(level: tracing::Level) -> &'static str {
 }
 
 tokio::task_local! {
-    /// The task whose handler runs in this tokio task.
+    /// The task whose handler runs in this tokio task (its log lines; the source its events
+    /// name).
     pub(crate) static CURRENT_TASK: TaskLogTarget;
 }
 
 impl TaskLogTarget {
+    /// The run and task of the handler running in this tokio task, if one is.
+    pub(crate) fn current_source() -> Option<(String, String)> {
+        CURRENT_TASK
+            .try_with(|t| (t.run_id.clone(), t.task_run_id.clone()))
+            .ok()
+    }
+
     /// Queues `message` at `level` as this task's log line: an empty line is not sent (the
     /// engine refuses it), a longer one is cut to [`MAX_LOG_CHARS`] characters.
     pub(crate) fn log(&self, level: tracing::Level, mut message: String) {

@@ -4,7 +4,10 @@
 //!
 //! Which spans the engine has, as the real engine writes them:
 //! - every run: `hatchet.engine.workflow_run`, and `hatchet.engine.event` when an event
-//!   started it;
+//!   started it (an event a task pushed, naming itself as the source: only when the event
+//!   carried an SDK's `traceparent`);
+//! - every event a task pushed that started runs: `hatchet.engine.event_emitted`, once per
+//!   event, in the source run's trace under the task, naming the runs;
 //! - every attempt that went to a worker: `hatchet.engine.queued`, from the task's creation to
 //!   the assignment;
 //! - every attempt that ended (finished, failed, cancelled; a skipped task never ran and has
@@ -78,8 +81,41 @@ impl State {
                 all.extend(mine.into_iter().filter(|s| s.trace_id == trace));
             }
         }
+        all.extend(self.events_emitted(trace));
         all.sort_by_key(|s| s.start_ns);
         all.into_iter().skip(offset).take(limit).collect()
+    }
+
+    /// The `event_emitted` spans in trace `trace`: one per event a task pushed, naming the runs
+    /// it started, earliest first.
+    fn events_emitted(&self, trace: &[u8]) -> Vec<SpanRow> {
+        type Emitted<'a> = (&'a str, u64, Vec<(SystemTime, &'a str)>);
+        let mut by_event: std::collections::BTreeMap<(String, String, &str), Emitted<'_>> =
+            std::collections::BTreeMap::new();
+        for run in self.runs.values() {
+            let Some((event, key)) = &run.triggering_event else {
+                continue;
+            };
+            let Some((source, task)) = spans::event_source(&run.additional_metadata) else {
+                continue;
+            };
+            if spans::run_trace_id(&source) != trace {
+                continue;
+            }
+            let e = by_event
+                .entry((source, task, event.as_str()))
+                .or_insert_with(|| (key.as_str(), nanos(run.created_at), Vec::new()));
+            e.1 = e.1.min(nanos(run.created_at));
+            e.2.push((run.created_at, run.id.as_str()));
+        }
+        by_event
+            .into_iter()
+            .map(|((source, task, event), (key, seen, mut runs))| {
+                runs.sort();
+                let ids: Vec<&str> = runs.iter().map(|(_, id)| *id).collect();
+                spans::event_emitted_span(event, key, seen, (&source, &task), &ids)
+            })
+            .collect()
     }
 
     /// The engine's spans of one run.
@@ -98,7 +134,10 @@ impl State {
             created_ns: created,
             meta: &run.additional_metadata,
         }));
-        if let Some((event, key)) = &run.triggering_event {
+        if let Some((event, key)) = &run.triggering_event
+            && (spans::event_source(&run.additional_metadata).is_none()
+                || spans::has_sdk_traceparent(&run.additional_metadata, &run.id))
+        {
             out.push(spans::event_span(
                 event,
                 key,

@@ -287,6 +287,55 @@ pub fn event_span(
     s
 }
 
+/// The run and task that pushed the event which started a run, when its metadata names both
+/// as UUIDs (`hatchet__source_workflow_run_id`, `hatchet__source_step_run_id`, written by an
+/// SDK pushing from inside a task); the real engine draws `event_emitted` only then.
+pub fn event_source(meta: &Map<String, Value>) -> Option<(String, String)> {
+    let run = meta_str(meta, "hatchet__source_workflow_run_id").filter(|s| is_uuid(s))?;
+    let task = meta_str(meta, "hatchet__source_step_run_id").filter(|s| is_uuid(s))?;
+    Some((run.to_string(), task.to_string()))
+}
+
+/// Whether a run's metadata carries an SDK's `traceparent` (not the one the engine stamped,
+/// whose span is the run's own root).
+pub fn has_sdk_traceparent(meta: &Map<String, Value>, run: &str) -> bool {
+    traceparent_of(meta).is_some_and(|(_, s)| s != run_span_id(run))
+}
+
+/// `hatchet.engine.event_emitted`: an event a task pushed, in its source run's derived trace
+/// under the task's `step_run` span (attempt 0), naming the runs it started.
+pub fn event_emitted_span(
+    event: &str,
+    key: &str,
+    seen_ns: u64,
+    source: (&str, &str),
+    triggered: &[&str],
+) -> SpanRow {
+    let (run, task) = source;
+    let mut s = engine_span(
+        "hatchet.engine.event_emitted",
+        run_trace_id(run),
+        event_span_id(event, run),
+        step_span_id(task, 0, "step_run"),
+    );
+    s.attributes = strings(&[
+        ("hatchet.span_source", "engine"),
+        ("hatchet.event_key", key),
+        ("hatchet.event_id", event),
+        ("hatchet.workflow_run_id", run),
+    ]);
+    if !triggered.is_empty() {
+        s.attributes.insert(
+            "hatchet.triggered_workflow_run_ids".into(),
+            Value::String(json!(triggered).to_string()),
+        );
+    }
+    s.start_ns = seen_ns;
+    s.end_ns = seen_ns;
+    s.workflow_run_id = Some(run.to_string());
+    s
+}
+
 /// A task attempt as its spans read it.
 pub struct AttemptFacts<'a> {
     pub task: &'a str,

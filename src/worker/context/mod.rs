@@ -279,6 +279,7 @@ impl Context {
         crate::worker::logs::TaskLogTarget {
             queue: self.inner.core.log_queue().clone(),
             task_run_id: self.task_run_id().to_string(),
+            run_id: self.workflow_run_id().to_string(),
             retry_count: self.retry_count(),
         }
         .log(level, message.into());

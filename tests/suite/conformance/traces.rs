@@ -374,3 +374,132 @@ async fn conf_a_run_s_trace_holds_the_engine_s_spans_and_the_sdk_s() {
     assert!(unknown.is_not_found(), "{unknown}");
     rt.shutdown(Duration::from_secs(5)).await;
 }
+
+/// SHA-256 over `parts`, its first `n` bytes in hex (the real engine's derived span ids).
+fn derived_from(parts: &[&[u8]], n: usize) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize()[..n]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// An event a task pushes names the task and its run as its source, in its metadata and so in
+/// the runs it starts; the engine draws it once in the source run's trace, an
+/// `event_emitted` span under the task's `step_run` span naming the run it started (no
+/// `hatchet.engine.event` span: the push carried no SDK `traceparent`), and the started run's
+/// spans share that trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_an_event_a_task_pushes_is_drawn_in_the_pushing_run_s_trace() {
+    let _otel = super::OTEL_GLOBALS.read().await;
+    let t = Target::new("emits").await;
+    let handle: Arc<std::sync::OnceLock<hatchet_runtime::RuntimeHandle>> = Arc::default();
+    let h = handle.clone();
+    let pusher = Workflow::new("emits-pusher").task("push", move |_: Value, c: Context| {
+        let h = h.clone();
+        async move {
+            let rt = h.get().ok_or_else(|| TaskError::new("no runtime yet"))?;
+            let event = rt
+                .push("emits:go", &json!({"n": 1}))
+                .await
+                .map_err(|e| TaskError::new(e.to_string()))?;
+            Ok::<_, TaskError>(json!({"event": event, "task": c.task_run_id()}))
+        }
+    });
+    let heard = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let seen = heard.clone();
+    let listener = Workflow::new("emits-heard").on_events(["emits:go"]).task(
+        "heard",
+        move |_: Value, c: Context| {
+            seen.lock()
+                .push((c.workflow_run_id().to_string(), c.metadata().clone()));
+            async move { Ok::<_, TaskError>(json!({})) }
+        },
+    );
+    let rt = t.worker(4, vec![pusher, listener]).await;
+    assert!(handle.set(rt.clone()).is_ok(), "set once");
+    let run = rt
+        .run_no_wait("emits-pusher", &json!({}))
+        .await
+        .expect("trigger");
+    let out: Value = run.result_within(RESULT).await.expect("the push succeeds");
+    let source = run.run_id().to_string();
+    let (event, task) = (
+        out["event"].as_str().expect("an event id").to_string(),
+        out["task"].as_str().expect("a task id").to_string(),
+    );
+    super::until("the event's run", || heard.lock().len() == 1).await;
+    let (started, meta) = heard.lock()[0].clone();
+    assert_eq!(meta["hatchet__source_workflow_run_id"], source, "{meta:?}");
+    assert_eq!(meta["hatchet__source_step_run_id"], task, "{meta:?}");
+
+    let api = rt.api();
+    let trace = derived("hatchet-engine-wf-trace:", &source, 16);
+    let spans = until_read(
+        "the event in the pushing run's trace",
+        || api.run_trace(&source),
+        |r| {
+            r.as_ref().is_ok_and(|s| {
+                !named(s, "hatchet.engine.event_emitted").is_empty()
+                    && named(s, "hatchet.engine.workflow_run").len() == 2
+            })
+        },
+    )
+    .await
+    .expect("trace");
+    let emitted = named(&spans, "hatchet.engine.event_emitted");
+    assert_eq!(emitted.len(), 1, "one span per event: {spans:#?}");
+    let e = emitted[0];
+    let evt_span = derived_from(
+        &[
+            b"hatchet-engine-evt-span:",
+            &uuid_bytes(&event),
+            &uuid_bytes(&source),
+        ],
+        8,
+    );
+    let step_span = derived_from(
+        &[
+            b"hatchet-engine-sr-span:",
+            &uuid_bytes(&task),
+            &0u32.to_be_bytes(),
+            b"step_run",
+        ],
+        8,
+    );
+    assert_eq!(e.trace_id, trace);
+    assert_eq!(e.span_id, evt_span);
+    assert_eq!(e.parent_span_id.as_deref(), Some(step_span.as_str()));
+    assert_eq!(e.attributes["hatchet.event_id"], event);
+    assert_eq!(e.attributes["hatchet.workflow_run_id"], source);
+    assert_eq!(
+        e.attributes["hatchet.triggered_workflow_run_ids"],
+        json!([started]).to_string()
+    );
+    assert!(
+        named(&spans, "hatchet.engine.event").is_empty(),
+        "no SDK traceparent on the push: no event span ({spans:#?})"
+    );
+    let root = named(&spans, "hatchet.engine.workflow_run")
+        .into_iter()
+        .find(|s| s.attributes.get("hatchet.workflow_run_id") == Some(&started))
+        .expect("the started run's root, in the same trace");
+    // The real engine derives the root's parent from the event and the started run itself:
+    // the run's metadata carries the traceparent the engine stamped, so its rule for a push
+    // without one (the source run's event span, `event_emitted`) does not apply, and the
+    // parent names no span in the trace.
+    let dangling = derived_from(
+        &[
+            b"hatchet-engine-evt-span:",
+            &uuid_bytes(&event),
+            &uuid_bytes(&started),
+        ],
+        8,
+    );
+    assert_eq!(root.parent_span_id.as_deref(), Some(dangling.as_str()));
+    assert!(spans.iter().all(|s| s.span_id != dangling), "{spans:#?}");
+    rt.shutdown(Duration::from_secs(5)).await;
+}
