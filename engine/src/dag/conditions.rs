@@ -114,6 +114,7 @@ impl crate::core::State {
         match act {
             Act::Queue => {
                 t.status = Status::Queued;
+                t.released_at = Some(now);
                 t.triggers = data;
             }
             Act::Skip => {

@@ -155,6 +155,9 @@ pub struct Task {
     pub reoffered: bool,
     pub evicted: bool,
     pub created_at: SystemTime,
+    /// When a DAG child's parents released it (the real engine creates the child's task
+    /// then, so its time queued starts there); `None` for a task queued at its creation.
+    pub released_at: Option<SystemTime>,
     pub started_at: Option<SystemTime>,
     pub finished_at: Option<SystemTime>,
     pub backoff_factor: Option<f32>,

@@ -139,6 +139,7 @@ impl State {
                     reoffered: false,
                     evicted: false,
                     created_at: now,
+                    released_at: None,
                     started_at: None,
                     finished_at: None,
                     backoff_factor: def.backoff_factor,

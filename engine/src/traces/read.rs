@@ -8,8 +8,9 @@
 //!   carried an SDK's `traceparent`);
 //! - every event a task pushed that started runs: `hatchet.engine.event_emitted`, once per
 //!   event, in the source run's trace under the task, naming the runs;
-//! - every attempt that went to a worker: `hatchet.engine.queued`, from the task's creation to
-//!   the assignment;
+//! - every attempt that went to a worker: `hatchet.engine.queued`, from the task's creation (a
+//!   DAG child's: when its parents released it, where the real engine creates it) to the
+//!   assignment;
 //! - every attempt that ended (finished, failed, cancelled; a skipped task never ran and has
 //!   none): `hatchet.engine.start_step_run`, from its start (its creation if it never started)
 //!   to its end.
@@ -159,7 +160,7 @@ impl State {
                 step_id: &step,
                 meta: &run.additional_metadata,
             };
-            let queued = nanos(t.created_at);
+            let queued = nanos(t.released_at.unwrap_or(t.created_at));
             for a in &t.past_attempts {
                 let f = facts(a.retry_count);
                 if let Some(s) = a.started_at {

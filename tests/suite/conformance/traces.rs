@@ -182,6 +182,24 @@ async fn conf_a_run_s_trace_holds_the_engine_s_spans_and_the_sdk_s() {
             })
             .collect();
     assert_eq!(steps, ["a", "b"].into());
+    // A child is created when its parent ends: its time queued starts then, not at the trigger.
+    let at = |s: &TraceSpan| {
+        hatchet_protocol::calendar::parse_rfc3339(&s.started_at)
+            .unwrap_or_else(|| panic!("a span's start reads as RFC 3339: {s:?}"))
+    };
+    let of = |kind: &str, step: &str| {
+        *named(&dag_spans, kind)
+            .iter()
+            .find(|s| s.attributes["hatchet.step_name"] == step)
+            .unwrap_or_else(|| panic!("{kind} of {step}: {dag_spans:#?}"))
+    };
+    let a_ran = of("hatchet.engine.start_step_run", "a");
+    let a_end = at(a_ran) + Duration::from_nanos(u64::try_from(a_ran.duration_ns).unwrap_or(0));
+    let b_queued = at(of("hatchet.engine.queued", "b"));
+    assert!(
+        b_queued + Duration::from_millis(1) >= a_end,
+        "b is queued from {b_queued:?}, a ended at {a_end:?}: {dag_spans:#?}"
+    );
     assert!(
         dag_spans
             .iter()
