@@ -267,8 +267,17 @@ async fn conf_a_paused_worker_gets_no_new_tasks_until_unpaused() {
         .await;
     let api = rt_a.api();
     api.pause_worker(&id_a).await.expect("pause a");
-    let w = api.worker(&id_a).await.expect("read a");
-    assert_eq!(w.status, "PAUSED");
+    // The real engine reads INACTIVE over any other status while a worker's last heartbeat is
+    // more than 5 s old (its REST transformer); a heartbeat every 4 s on a loaded machine is,
+    // for a moment (a CI run met it once), so the read waits for the status it wants.
+    let status_is = |want: &'static str| {
+        move |r: &Result<hatchet_runtime::WorkerInfo, hatchet_runtime::Error>| {
+            r.as_ref().is_ok_and(|w| w.status == want)
+        }
+    };
+    until_read("a reads PAUSED", || api.worker(&id_a), status_is("PAUSED"))
+        .await
+        .expect("read a");
     let (rt_b, id_b) = t
         .worker_with(
             WorkerOptions::new("pausew-b", 4),
@@ -291,7 +300,9 @@ async fn conf_a_paused_worker_gets_no_new_tasks_until_unpaused() {
 
     api.pause_worker(&id_b).await.expect("pause b");
     api.unpause_worker(&id_a).await.expect("unpause a");
-    assert_eq!(api.worker(&id_a).await.expect("read a").status, "ACTIVE");
+    until_read("a reads ACTIVE", || api.worker(&id_a), status_is("ACTIVE"))
+        .await
+        .expect("read a");
     probe_until(&rt_a, "pw", &a, settle(&t)).await;
     let b_before = b.load(Ordering::SeqCst);
     for _ in 0..2 {
