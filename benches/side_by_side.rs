@@ -287,8 +287,8 @@ struct FaninSide {
     bytes_each: f64,
 }
 
-/// The raw consumer: one SubscribeToWorkflowRuns stream, every run id sent on it, messages counted.
-async fn fanin_raw(n: usize) -> FaninSide {
+/// A fan-in side's engine, runtime and `n` queued runs of `noop`.
+async fn fanin_setup(n: usize) -> (DevEngine, hatchet_runtime::RuntimeHandle, Vec<String>) {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
@@ -297,21 +297,40 @@ async fn fanin_raw(n: usize) -> FaninSide {
         .expect("runtime");
     rt.register(noop()).await.expect("register");
     let ids = bulk_trigger(&engine, n).await;
-    let mut raw = raw_dispatcher(&engine);
-    // The raw consumer's resident-set growth while its subscriptions are registered: what the
-    // in-process engine (and the requests) hold per subscription, subtracted from ours.
-    let before = rss_kib();
+    (engine, rt, ids)
+}
+
+/// One raw SubscribeToWorkflowRuns stream with every id of `ids` sent on it (the sender keeps
+/// the stream's request side open).
+async fn raw_subscription(
+    raw: &mut Raw,
+    ids: &[String],
+) -> (
+    tokio::sync::mpsc::UnboundedSender<proto::SubscribeToWorkflowRunsRequest>,
+    tonic::Streaming<proto::WorkflowRunEvent>,
+) {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    for id in &ids {
+    for id in ids {
         let _ = tx.send(proto::SubscribeToWorkflowRunsRequest {
             workflow_run_id: id.clone(),
         });
     }
-    let mut stream = raw
+    let stream = raw
         .subscribe_to_workflow_runs(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
         .await
         .expect("sub")
         .into_inner();
+    (tx, stream)
+}
+
+/// The raw consumer: one SubscribeToWorkflowRuns stream, every run id sent on it, messages counted.
+async fn fanin_raw(n: usize) -> FaninSide {
+    let (engine, rt, ids) = fanin_setup(n).await;
+    let mut raw = raw_dispatcher(&engine);
+    // The raw consumer's resident-set growth while its subscriptions are registered: what the
+    // in-process engine (and the requests) hold per subscription, subtracted from ours.
+    let before = rss_kib();
+    let (tx, mut stream) = raw_subscription(&mut raw, &ids).await;
     while engine.pending_run_subscriptions() < n {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -345,14 +364,7 @@ async fn fanin_routed(n: usize) -> FaninSide {
     use std::collections::HashMap;
     use tokio::sync::oneshot;
     type Routes = parking_lot::Mutex<HashMap<String, oneshot::Sender<proto::WorkflowRunEvent>>>;
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
-    let rt = Runtime::spawn(engine.client_config())
-        .await
-        .expect("runtime");
-    rt.register(noop()).await.expect("register");
-    let ids = bulk_trigger(&engine, n).await;
+    let (engine, rt, ids) = fanin_setup(n).await;
     let mut raw = raw_dispatcher(&engine);
     let before = rss_kib();
     let routes: Arc<Routes> = Arc::default();
@@ -365,17 +377,7 @@ async fn fanin_routed(n: usize) -> FaninSide {
             waits.push(rx);
         }
     }
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    for id in &ids {
-        let _ = tx.send(proto::SubscribeToWorkflowRunsRequest {
-            workflow_run_id: id.clone(),
-        });
-    }
-    let mut stream = raw
-        .subscribe_to_workflow_runs(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
-        .await
-        .expect("sub")
-        .into_inner();
+    let (tx, mut stream) = raw_subscription(&mut raw, &ids).await;
     while engine.pending_run_subscriptions() < n {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -413,14 +415,7 @@ async fn fanin_routed(n: usize) -> FaninSide {
 
 /// Ours: n waiters through one handle, as futures on one task (no task per waiter).
 async fn fanin_ours(n: usize) -> FaninSide {
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
-    let rt = Runtime::spawn(engine.client_config())
-        .await
-        .expect("runtime");
-    rt.register(noop()).await.expect("register");
-    let ids = bulk_trigger(&engine, n).await;
+    let (engine, rt, ids) = fanin_setup(n).await;
     let before = rss_kib();
     let handles: Vec<_> = ids.into_iter().map(|id| rt.run_handle(id)).collect();
     let mut waits: futures::stream::FuturesUnordered<_> =
