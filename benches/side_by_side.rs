@@ -287,6 +287,19 @@ struct FaninSide {
     bytes_each: f64,
 }
 
+impl FaninSide {
+    /// `delivered` results, counted from `t` (the engine's completions started) and `sent`
+    /// (they returned) to now.
+    fn measured(delivered: usize, t: Instant, sent: Instant, bytes_each: f64) -> Self {
+        FaninSide {
+            delivered,
+            rate: delivered as f64 / t.elapsed().as_secs_f64(),
+            delivery: delivered as f64 / sent.elapsed().as_secs_f64(),
+            bytes_each,
+        }
+    }
+}
+
 /// A fan-in side's engine, runtime and `n` queued runs of `noop`.
 async fn fanin_setup(n: usize) -> (DevEngine, hatchet_runtime::RuntimeHandle, Vec<String>) {
     let engine = DevEngine::start(DevEngineOptions::default())
@@ -345,16 +358,10 @@ async fn fanin_raw(n: usize) -> FaninSide {
             _ => break,
         }
     }
-    let rate = got as f64 / t.elapsed().as_secs_f64();
-    let delivery = got as f64 / sent.elapsed().as_secs_f64();
+    let side = FaninSide::measured(got, t, sent, bytes_each);
     drop(tx);
     rt.shutdown(Duration::from_secs(1)).await;
-    FaninSide {
-        delivered: got,
-        rate,
-        delivery,
-        bytes_each,
-    }
+    side
 }
 
 /// The hand-routed raw consumer, what a user writes with tonic alone: the same stream, a reader
@@ -400,17 +407,11 @@ async fn fanin_routed(n: usize) -> FaninSide {
     while let Some(r) = waits.next().await {
         got += usize::from(r.is_ok());
     }
-    let rate = got as f64 / t.elapsed().as_secs_f64();
-    let delivery = got as f64 / sent.elapsed().as_secs_f64();
+    let side = FaninSide::measured(got, t, sent, bytes_each);
     reader.abort();
     drop(tx);
     rt.shutdown(Duration::from_secs(1)).await;
-    FaninSide {
-        delivered: got,
-        rate,
-        delivery,
-        bytes_each,
-    }
+    side
 }
 
 /// Ours: n waiters through one handle, as futures on one task (no task per waiter).
@@ -440,15 +441,9 @@ async fn fanin_ours(n: usize) -> FaninSide {
     while let Some(r) = waits.next().await {
         ours += usize::from(r.is_ok());
     }
-    let rate = ours as f64 / t.elapsed().as_secs_f64();
-    let delivery = ours as f64 / sent.elapsed().as_secs_f64();
+    let side = FaninSide::measured(ours, t, sent, bytes_each);
     rt.shutdown(Duration::from_secs(1)).await;
-    FaninSide {
-        delivered: ours,
-        rate,
-        delivery,
-        bytes_each,
-    }
+    side
 }
 
 /// The environment variable that makes this binary run one fan-in side and print it.
