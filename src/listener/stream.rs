@@ -117,8 +117,8 @@ pub(crate) trait StreamKind: Send + Sync + Sized + 'static {
     /// Handles the messages the stream had ready, in order (at most [`StreamKind::BATCH`];
     /// never called when that is 1). Only a kind that answers many waiters per message burst
     /// overrides it: one lock of its registry per burst, not per message. An end of the stream
-    /// read while gathering is handled after the burst, as if read next
-    /// (`listeners::each_end_is_judged_on_its_own_eof_with_a_waiter_reconnects_without_goes_idle`).
+    /// read while gathering is handled after the burst, as if read next, and nothing is read
+    /// past it (`stream::tests::an_end_read_while_gathering_is_handled_after_its_burst`).
     fn on_batch(&self, items: &mut Vec<Self::Item>) -> impl Future<Output = Flow> + Send {
         async move {
             for item in items.drain(..) {
@@ -377,6 +377,75 @@ pub(crate) struct StreamArgs<K: StreamKind> {
     pub home: Arc<Home<K>>,
 }
 
+/// What the reader reads: a stream's messages, one at a time ([`tonic::Streaming`]; a scripted
+/// source in tests).
+pub(crate) trait Messages<T> {
+    /// The next message, `Ok(None)` at the end of the stream.
+    fn message(&mut self) -> impl Future<Output = Result<Option<T>, tonic::Status>> + Send;
+}
+
+impl<T: Send + 'static> Messages<T> for tonic::Streaming<T> {
+    fn message(&mut self) -> impl Future<Output = Result<Option<T>, tonic::Status>> + Send {
+        tonic::Streaming::message(self)
+    }
+}
+
+/// How a stream read to its end: the end (`Ok` for EOF), the messages read, and whether the
+/// kind finished it.
+type Read = (Result<(), tonic::Status>, u64, bool);
+
+/// Reads `stream` until it ends, the kind finishes it, or `token` is cancelled. With
+/// [`StreamKind::BATCH`] over 1, the messages already in the read buffer go to
+/// [`StreamKind::on_batch`] with the one awaited; an end found while gathering is handled after
+/// that burst, as if read next, and nothing is read past it. `None`: the token was cancelled.
+async fn pump<K: StreamKind>(
+    kind: &K,
+    stream: &mut impl Messages<K::Item>,
+    token: &CancellationToken,
+) -> Option<Read> {
+    let mut messages = 0u64;
+    let mut batch = Vec::with_capacity(K::BATCH);
+    loop {
+        let m = tokio::select! {
+            m = stream.message() => m,
+            _ = token.cancelled() => return None,
+        };
+        match m {
+            Ok(Some(item)) if K::BATCH > 1 => {
+                batch.push(item);
+                let mut end = None;
+                while batch.len() < K::BATCH {
+                    match stream.message().now_or_never() {
+                        Some(Ok(Some(more))) => batch.push(more),
+                        Some(other) => {
+                            end = Some(other);
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+                messages += batch.len() as u64;
+                if kind.on_batch(&mut batch).await == Flow::Finish {
+                    return Some((Ok(()), messages, true));
+                }
+                match end {
+                    None => {}
+                    Some(Ok(_)) => return Some((Ok(()), messages, false)),
+                    Some(Err(s)) => return Some((Err(s), messages, false)),
+                }
+            }
+            Ok(Some(item)) => {
+                messages += 1;
+                if kind.on_message(item).await == Flow::Finish {
+                    return Some((Ok(()), messages, true));
+                }
+            }
+            Ok(None) => return Some((Ok(()), messages, false)),
+            Err(s) => return Some((Err(s), messages, false)),
+        }
+    }
+}
+
 /// The actor's state: where the stream is. Everything else lives in the home.
 pub(crate) struct StreamState<K: StreamKind> {
     conn: Connection,
@@ -420,58 +489,16 @@ impl<K: StreamKind> StreamActor<K> {
                 r = home.kind.open(&conn, generation) => r,
                 _ = token.cancelled() => return,
             };
-            let mut messages = 0u64;
-            let mut finished = false;
             let opened_ok = opened.is_ok();
-            let result = match opened {
-                Err(s) => Err(s),
+            let (result, messages, finished) = match opened {
+                Err(s) => (Err(s), 0, false),
                 Ok(mut stream) => {
                     if let Some(h) = &home.health {
                         h.connected();
                     }
-                    let mut batch = Vec::with_capacity(K::BATCH);
-                    loop {
-                        let m = tokio::select! {
-                            m = stream.message() => m,
-                            _ = token.cancelled() => return,
-                        };
-                        match m {
-                            Ok(Some(item)) if K::BATCH > 1 => {
-                                // The messages already in the read buffer go with this one;
-                                // the stream's end, if it is there too, waits its turn.
-                                batch.push(item);
-                                let mut end = None;
-                                while batch.len() < K::BATCH {
-                                    match stream.message().now_or_never() {
-                                        Some(Ok(Some(more))) => batch.push(more),
-                                        Some(other) => {
-                                            end = Some(other);
-                                            break;
-                                        }
-                                        None => break,
-                                    }
-                                }
-                                messages += batch.len() as u64;
-                                if home.kind.on_batch(&mut batch).await == Flow::Finish {
-                                    finished = true;
-                                    break Ok(());
-                                }
-                                match end {
-                                    None => {}
-                                    Some(Ok(_)) => break Ok(()),
-                                    Some(Err(s)) => break Err(s),
-                                }
-                            }
-                            Ok(Some(item)) => {
-                                messages += 1;
-                                if home.kind.on_message(item).await == Flow::Finish {
-                                    finished = true;
-                                    break Ok(());
-                                }
-                            }
-                            Ok(None) => break Ok(()),
-                            Err(s) => break Err(s),
-                        }
+                    match pump(&*home.kind, &mut stream, &token).await {
+                        Some(read) => read,
+                        None => return,
                     }
                 }
             };
@@ -710,6 +737,149 @@ pub(crate) async fn spawn<K: StreamKind>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One step of a scripted stream: a message, its end, or a read that is not ready yet (the
+    /// next message is still on the wire).
+    enum Step {
+        Item(u32),
+        Eof,
+        Fail,
+        NotReady,
+    }
+
+    /// A stream that plays `steps`, and fails the test if it is read past its end.
+    struct Scripted(VecDeque<Step>);
+
+    impl Messages<u32> for Scripted {
+        async fn message(&mut self) -> Result<Option<u32>, tonic::Status> {
+            if matches!(self.0.front(), Some(Step::NotReady)) {
+                self.0.pop_front();
+                tokio::task::yield_now().await; // pending once: now_or_never stops here
+            }
+            match self.0.pop_front() {
+                Some(Step::Item(n)) => Ok(Some(n)),
+                Some(Step::Eof) => Ok(None),
+                Some(Step::Fail) => Err(tonic::Status::unavailable("scripted")),
+                Some(Step::NotReady) | None => panic!("read past the end of the stream"),
+            }
+        }
+    }
+
+    /// Records what it is handed, burst by burst; finishes at `finish_at`. Bursts of `B`.
+    #[derive(Default)]
+    struct Recorder<const B: usize> {
+        handed: Mutex<Vec<Vec<u32>>>,
+        finish_at: Option<u32>,
+    }
+
+    impl<const B: usize> Recorder<B> {
+        fn flow(&self, items: &[u32]) -> Flow {
+            self.handed.lock().push(items.to_vec());
+            match self.finish_at {
+                Some(f) if items.contains(&f) => Flow::Finish,
+                _ => Flow::Continue,
+            }
+        }
+    }
+
+    impl<const B: usize> StreamKind for Recorder<B> {
+        type Item = u32;
+        const NAME: &'static str = "scripted";
+        const BATCH: usize = B;
+
+        async fn open(
+            &self,
+            _: &Connection,
+            _: u64,
+        ) -> Result<tonic::Streaming<u32>, tonic::Status> {
+            Err(tonic::Status::unimplemented(
+                "a scripted kind is pumped, not opened",
+            ))
+        }
+        async fn on_message(&self, item: u32) -> Flow {
+            self.flow(&[item])
+        }
+        async fn on_batch(&self, items: &mut Vec<u32>) -> Flow {
+            let flow = self.flow(items);
+            items.clear();
+            flow
+        }
+        async fn on_end(&self, _: &Connection, _: u64, _: &EndReport) -> Judged {
+            Judged::Finish
+        }
+        fn wanted(&self) -> bool {
+            false
+        }
+        fn backoff(&self, _: &Connection) -> Backoff {
+            crate::retry::backoff::UNARY_BACKOFF
+        }
+        fn on_stop(&self, _: &str, _: Option<StreamEnd>, _: bool) {}
+    }
+
+    async fn pumped<const B: usize>(kind: &Recorder<B>, steps: Vec<Step>) -> (Read, Vec<Vec<u32>>) {
+        let read = pump(kind, &mut Scripted(steps.into()), &CancellationToken::new())
+            .await
+            .expect("not cancelled");
+        (read, kind.handed.lock().clone())
+    }
+
+    #[tokio::test]
+    async fn an_end_read_while_gathering_is_handled_after_its_burst() {
+        use Step::*;
+        // Everything is in the buffer: one burst, then the EOF, and no read after it.
+        let ((end, messages, finished), handed) = pumped(
+            &Recorder::<64>::default(),
+            vec![Item(1), Item(2), Item(3), Eof],
+        )
+        .await;
+        assert!(end.is_ok() && !finished, "an EOF: the kind judges it");
+        assert_eq!((messages, handed), (3, vec![vec![1, 2, 3]]));
+
+        // A failure found while gathering is the end, with its status, after the burst.
+        let ((end, messages, _), handed) =
+            pumped(&Recorder::<64>::default(), vec![Item(1), Item(2), Fail]).await;
+        let status = end.expect_err("the stream failed");
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert_eq!((messages, handed), (2, vec![vec![1, 2]]));
+
+        // A burst stops where the buffer does, and at BATCH; the end waits behind both.
+        let ((end, messages, _), handed) = pumped(
+            &Recorder::<2>::default(),
+            vec![Item(1), NotReady, Item(2), Item(3), Item(4), Eof],
+        )
+        .await;
+        assert!(end.is_ok());
+        assert_eq!((messages, handed), (4, vec![vec![1], vec![2, 3], vec![4]]));
+
+        // A burst that finishes the kind ends the read: the end behind it is never looked at.
+        let kind = Recorder::<64> {
+            finish_at: Some(2),
+            ..Default::default()
+        };
+        let ((end, messages, finished), handed) = pumped(&kind, vec![Item(1), Item(2), Fail]).await;
+        assert!(end.is_ok() && finished, "finished by the kind, not failed");
+        assert_eq!((messages, handed), (2, vec![vec![1, 2]]));
+    }
+
+    #[tokio::test]
+    async fn a_kind_without_bursts_is_handed_each_message_as_it_is_read() {
+        use Step::*;
+        let ((end, messages, finished), handed) =
+            pumped(&Recorder::<1>::default(), vec![Item(1), Item(2), Eof]).await;
+        assert!(end.is_ok() && !finished);
+        assert_eq!((messages, handed), (2, vec![vec![1], vec![2]]));
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_token_ends_the_read_with_nothing_to_report() {
+        let token = CancellationToken::new();
+        token.cancel();
+        let kind = Recorder::<64>::default();
+        // The stream never answers: only the token can end the read.
+        let mut never = Scripted(VecDeque::from([Step::NotReady, Step::NotReady]));
+        assert!(pump(&kind, &mut never, &token).await.is_none());
+        assert!(kind.handed.lock().is_empty());
+    }
 
     #[test]
     fn the_restart_intensity_limit_counts_restarts_inside_the_window_only() {
