@@ -12,6 +12,7 @@
 #![allow(missing_docs, clippy::all, clippy::pedantic)]
 
 pub mod calendar;
+pub mod codec;
 
 /// Largest message sent or received (the engine's default limit).
 pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;

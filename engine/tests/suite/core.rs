@@ -567,6 +567,21 @@ async fn garbage_inputs_get_clear_errors_and_never_panic_the_engine() {
         .await
         .expect_err("empty");
     assert_eq!(empty.code(), Code::InvalidArgument);
+    // Call buffers start at 1 KiB (hatchet_protocol::codec): a message of 3 MiB each way grows
+    // them, and arrives whole.
+    let large = format!("\"{}\"", "y".repeat(3 * 1024 * 1024));
+    assert!(large.len() > 1000 * proto::codec::CALL_BUFFER_BYTES);
+    let echoed = h
+        .events()
+        .push(proto::PushEventRequest {
+            key: "k".into(),
+            payload: large.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("a 3 MiB event is under the limit")
+        .into_inner();
+    assert!(echoed.payload == large, "the payload comes back whole");
     // A message over 4 MiB is refused, and the engine keeps serving.
     let big = "x".repeat(5 * 1024 * 1024);
     let err = h
