@@ -897,6 +897,9 @@ async fn memory(r: &mut Report, smoke: bool) {
         .await
         .expect("engine");
     let metrics = tokio::runtime::Handle::current().metrics();
+    // The engine's own tasks settle first (its listeners start as it comes up): counted at once,
+    // the baseline read 3 or 4 in back-to-back runs, and "left after shutdown" with it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let tasks_before = metrics.num_alive_tasks();
     let rss_before = rss_kib();
     let rt: RuntimeHandle = Runtime::spawn_with(engine.client_config(), RuntimeOptions::default())
