@@ -2148,6 +2148,22 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
             "task logs",
             format!("/api/v1/stable/tasks/{task_of_one}/logs"),
         ),
+        (
+            "task events",
+            format!("/api/v1/stable/tasks/{task_of_one}/task-events?limit=50"),
+        ),
+        (
+            "task events without a limit",
+            format!("/api/v1/stable/tasks/{task_of_one}/task-events"),
+        ),
+        (
+            "run task events (one task)",
+            format!("/api/v1/stable/workflow-runs/{}/task-events", h1.run_id()),
+        ),
+        (
+            "run task events (DAG)",
+            format!("/api/v1/stable/workflow-runs/{}/task-events", h2.run_id()),
+        ),
         ("workers", format!("/api/v1/tenants/{tenant}/worker")),
         (
             "events list",
@@ -2164,7 +2180,10 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
     ] {
         // The task's log line and the pushed event reach the real engine's tables on their
         // own paths, after the run is final there: wait for a row, not only an answer.
-        let wants_rows = matches!(name, "task logs" | "events list");
+        let wants_rows = matches!(
+            name,
+            "task logs" | "events list" | "task events" | "run task events (DAG)"
+        );
         let mut v = until_read(
             name,
             || t.rest_read(&path),

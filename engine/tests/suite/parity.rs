@@ -425,3 +425,71 @@ async fn on_failure_gets_the_first_failure_and_every_completed_output() {
     .await;
     assert_eq!(status, json!("FAILED"), "failed whatever on_failure does");
 }
+
+#[tokio::test]
+async fn task_events_are_read_per_task_and_a_run_of_one_task_lists_none() {
+    let h = H::new().await;
+    h.put("te", &[("t", &[], 0, "")], &[]).await;
+    h.put("te-dag", &[("a", &[], 0, ""), ("b", &["a"], 0, "")], &[])
+        .await;
+    let run = h.trigger("te", "{}").await;
+    let dag = h.trigger("te-dag", "{}").await;
+    let w = h.register(&["te:t".into(), "te-dag:a".into()], 2).await;
+    let mut s = h.listen(&w).await;
+    for _ in 0..2 {
+        let a = next(&mut s).await;
+        h.event(&w, &a, E::StepEventTypeCompleted, r#"{"x":1}"#)
+            .await
+            .expect("done");
+    }
+    let get = |path: String| {
+        let h = &h;
+        async move { rest(h, reqwest::Method::GET, &path, None).await }
+    };
+    let kinds = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .expect("an array of events")
+            .iter()
+            .map(|e| e["eventType"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    // A run of one task has no DAG: its details and its run-level list hold no task events.
+    let (_, details) = get(format!("/api/v1/stable/workflow-runs/{run}")).await;
+    assert_eq!(details["taskEvents"], json!([]));
+    let (s, listed) = get(format!("/api/v1/stable/workflow-runs/{run}/task-events")).await;
+    assert_eq!(s, 200);
+    assert_eq!(listed, json!({"rows": [], "pagination": {}}));
+    // Per task they are there, the newest first, without outputs; no `limit` reads none.
+    let path = format!("/api/v1/stable/tasks/{run}/task-events");
+    let (_, unlimited) = get(path.clone()).await;
+    assert_eq!(unlimited["rows"], json!([]), "LIMIT 0, as the real engine");
+    let (_, all) = get(format!("{path}?limit=50")).await;
+    assert_eq!(kinds(&all["rows"]), ["FINISHED", "STARTED", "QUEUED"]);
+    assert!(all["rows"][0].get("output").is_none(), "{}", all["rows"][0]);
+    assert_eq!(all["rows"][0]["taskId"], json!(run));
+    let (_, page) = get(format!("{path}?limit=1&offset=1")).await;
+    assert_eq!(kinds(&page["rows"]), ["STARTED"]);
+    let (s, _) = get(format!("{path}?limit=x")).await;
+    assert_eq!(s, 400);
+    let (s, _) = get(format!(
+        "/api/v1/stable/tasks/{}/task-events?limit=5",
+        uuid::Uuid::new_v4()
+    ))
+    .await;
+    assert_eq!(s, 404);
+    // A DAG's details list its tasks' events, the newest first, with the finished output.
+    let (_, d) = get(format!("/api/v1/stable/workflow-runs/{dag}")).await;
+    let events = kinds(&d["taskEvents"]);
+    assert_eq!(
+        events.first().map(String::as_str),
+        Some("FINISHED"),
+        "{events:?}"
+    );
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("QUEUED"),
+        "{events:?}"
+    );
+    let (_, l) = get(format!("/api/v1/stable/workflow-runs/{dag}/task-events")).await;
+    assert_eq!(l["rows"], d["taskEvents"]);
+}
