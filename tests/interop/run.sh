@@ -11,7 +11,7 @@
 # placement.py (checks
 # q1-q5: worker labels, sticky, DAG conditions, durable OR waits, event filters); then the
 # TypeScript suite ts/suite.mjs
-# (checks t1-t11 with the official TypeScript SDK, npm @hatchet-dev/typescript-sdk pinned in
+# (checks t1-t13 with the official TypeScript SDK, npm @hatchet-dev/typescript-sdk pinned in
 # ts/package.json and ts/package-lock.json; `npm ci` there when node_modules lacks that
 # version) and ts/placement.mjs (checks u1a-u5c: worker labels, sticky, DAG conditions, durable
 # OR waits, event filters). Needs node >= 20 and npm; INTEROP_SKIP_TS=1 skips both. Then the Go

@@ -21,6 +21,11 @@
 //   t11 the engine exits when its stdin closes (our engine only)
 //   t12 hatchet.batchTask: two runs of group a come in one batch of two (its size starts it),
 //       one of group b in a batch of one (its interval does); each run reads its own output
+//   t13 traces (HatchetInstrumentor in a worker and a client of their own, otel.mjs): a run's
+//       trace holds the client's hatchet.run_workflow, the worker's hatchet.start_step_run
+//       with the task's own span under it, and the engine's workflow_run, queued and
+//       start_step_run, once each in one trace (6); an event's run has hatchet.push_event and
+//       hatchet.engine.event in place of run_workflow (7)
 // With HATCHET_REAL_ENGINE=1 (scripts/real-engine.sh's client env) the checks run against the
 // real engine instead, which is already running (t11 is skipped).
 // Env: HATCHET_DEV_ENGINE_BIN (required), HATCHET_RUST_WORKER_BIN, HATCHET_RUST_CLIENT_BIN
@@ -550,6 +555,74 @@ async function runChecks() {
       ranks.every((r, i) => i === 0 || ranks[i - 1] >= r),
       `runs did not start highest priority first: ${order.join(' ')}`,
     );
+  });
+
+  await check('t13', "traces: the SDK's instrumentor and the engine's spans, one trace per run", 120000, async () => {
+    const worker = startTsWorker('ts-otel-worker', 'otel', 5);
+    await waitRegistered('ts-otel-worker', ['ts-traced:ts-traced'], worker, 30000);
+    const n = nonce();
+    const client = startChild('ts-traced-client', [process.execPath, join(HERE, 'traced_client.mjs')], {
+      INTEROP_TRACE_NONCE: n,
+    });
+    await waitUntil('the traced client to exit', () => client.exitCode !== null, 60000, 200);
+    expect(client.exitCode === 0, `the traced client exited with ${client.exitCode}`);
+    const ids = JSON.parse(readFileSync(join(work, 'ts-traced-client.log'), 'utf8').trim().split('\n').pop());
+    const problems = [];
+    const traceOf = async (runId, want) => {
+      let spans = [];
+      const read = async () => {
+        try {
+          const q = `run_external_id=${runId}&limit=1000`;
+          spans = (await restGet(`/api/v1/stable/tenants/${hs.tenant_id}/traces?${q}`)).rows || [];
+        } catch {
+          spans = []; // 404 until the spans are written
+        }
+        return spans.length >= want;
+      };
+      await waitUntil(`${want} spans in run ${runId}'s trace`, read, 45000, 500).catch(() => {});
+      await sleep(1500); // later exports would show as too many spans
+      await read();
+      return spans;
+    };
+    const judge = (what, spans, want, names) => {
+      const got = spans.map((s) => s.spanName).sort();
+      if (spans.length !== want) problems.push(`${what}: ${spans.length} spans, want ${want}: ${got}`);
+      const distinct = [...new Set(got)];
+      if (!isDeepStrictEqual(distinct, [...names].sort())) {
+        problems.push(`${what}: span names ${distinct}, want ${[...names].sort()}`);
+      }
+      if (new Set(spans.map((s) => s.traceId)).size !== 1) problems.push(`${what}: more than one trace id`);
+      if (new Set(spans.map((s) => s.spanId)).size !== spans.length) problems.push(`${what}: a span id repeats`);
+      const work = spans.find((s) => s.spanName === 'ts.work');
+      const step = spans.find((s) => s.spanName === 'hatchet.start_step_run');
+      if (work && step && work.parentSpanId !== step.spanId) {
+        problems.push(`${what}: the task's span is not under the SDK's step span`);
+      }
+    };
+    const engineSpans = ['hatchet.engine.workflow_run', 'hatchet.engine.queued', 'hatchet.engine.start_step_run'];
+    const base = ['hatchet.start_step_run', 'ts.work', ...engineSpans];
+    const direct = await traceOf(ids.run, 6);
+    judge('a run', direct, 6, ['hatchet.run_workflow', ...base]);
+    const note = direct.find((s) => s.spanName === 'ts.work')?.spanAttributes?.['ts.note'];
+    if (note !== 'direct') problems.push(`the task's own span reads ts.note=${note}`);
+    const since = new Date(Date.now() - 600000).toISOString();
+    const listed = await waitUntil(
+      "the event's run to complete",
+      async () => {
+        const q = `since=${since}&only_tasks=false&triggering_event_external_id=${ids.event}`;
+        const rows = (await restGet(`/api/v1/stable/tenants/${hs.tenant_id}/workflow-runs?${q}`)).rows || [];
+        return rows.find((r) => r.status === 'COMPLETED');
+      },
+      45000,
+      500,
+    );
+    const viaEvent = await traceOf(listed.metadata.id, 7);
+    judge("an event's run", viaEvent, 7, ['hatchet.push_event', 'hatchet.engine.event', ...base]);
+    const key = viaEvent.find((s) => s.spanName === 'hatchet.engine.event')?.spanAttributes?.['hatchet.event_key'];
+    if (key !== 'ts:traced') problems.push(`the engine's event span reads hatchet.event_key=${key}`);
+    log(`t13 traces: ${direct.length} spans for a run, ${viaEvent.length} for an event's run`);
+    await stopNamed(worker);
+    expect(!problems.length, problems.join('; '));
   });
 
   await check('t10', 'Rust client runs ts-echo on the TS worker; TS client runs rust-echo on the Rust worker', 90000, async () => {

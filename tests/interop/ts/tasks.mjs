@@ -148,9 +148,27 @@ export const batch = hatchet.batchTask({
   },
 });
 
+/** t13: makes a span of its own (with the SDK's instrumentation on, see otel.mjs) and returns
+ * its run ids; runs by trigger and on the event `ts:traced`. */
+export const traced = hatchet.task({
+  name: 'ts-traced',
+  retries: 0,
+  onEvents: ['ts:traced'],
+  fn: async (input, ctx) => {
+    const { tracer } = await import('./otel.mjs');
+    await tracer.startActiveSpan('ts.work', async (span) => {
+      span.setAttribute('ts.note', String(input.note ?? ''));
+      await new Promise((r) => setTimeout(r, 5));
+      span.end();
+    });
+    return { nonce: input.nonce, run: ctx.workflowRunId(), task: ctx.taskRunExternalId() };
+  },
+});
+
 /** What each worker process (worker.mjs INTEROP_TS_SET=...) registers. */
 export const SETS = {
   main: [echo, dag, failing, slow, flaky, logger, batch],
   registrar: [orphan, prio],
   prio: [prio],
+  otel: [traced],
 };

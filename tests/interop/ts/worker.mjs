@@ -2,10 +2,12 @@
 // named by INTEROP_TS_SET (main | registrar | prio, see tasks.mjs) under the name
 // INTEROP_TS_WORKER_NAME with INTEROP_TS_SLOTS slots, from the HATCHET_CLIENT_* environment.
 // The SDK's worker handles SIGTERM itself (pauses the worker at the engine, drains, exits 0).
-
-import { SETS, hatchet } from './tasks.mjs';
+// Set `otel` turns on the SDK's OpenTelemetry instrumentation first (otel.mjs).
 
 const set = process.env.INTEROP_TS_SET || 'main';
+if (set === 'otel') await import('./otel.mjs');
+const { SETS, hatchet } = await import('./tasks.mjs');
+
 const name = process.env.INTEROP_TS_WORKER_NAME || `ts-${set}-worker`;
 const slots = Number(process.env.INTEROP_TS_SLOTS || '20');
 
