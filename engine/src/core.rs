@@ -975,9 +975,9 @@ impl Engine {
             ));
         }
         let mut st = self.state.lock();
-        let wall = st.clock.system_now();
+        let (now, wall) = (st.clock.now(), st.clock.system_now());
         st.rate_limits
-            .put(&req.key, i64::from(req.limit), duration, wall);
+            .put(&req.key, i64::from(req.limit), duration, now, wall);
         drop(st);
         self.wake.notify_one();
         Ok(())

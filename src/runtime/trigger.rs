@@ -173,6 +173,10 @@ impl RuntimeHandle {
     /// Declares (or changes) the rate limit `key`: `limit` units per `window`, shared by every
     /// task that takes units of it ([`crate::TaskOptions::rate_limit`]). Idempotent.
     ///
+    /// A change adds no units to the current window: the engine keeps what is left (at most
+    /// the new limit), and a raised limit counts from the next window. The windows follow each
+    /// other from the key's first declaration.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: repeating it sets the same limit.

@@ -70,12 +70,10 @@ trap 'echo "interop: terminated" >&2; exit 143' TERM
 # Checks that fail on the real engine for a reason not yet settled (each named with what was
 # seen), counted apart on the real engine only: a check listed here that passes is reported, so
 # the list shrinks. Everything else fails the run on both engines.
-REAL_ENGINE_KNOWN="${INTEROP_REAL_ENGINE_KNOWN-e3 p9}"
+REAL_ENGINE_KNOWN="${INTEROP_REAL_ENGINE_KNOWN-p9}"
 # The harnesses read it too: on the real engine a check fails only when a second attempt fails
 # as well (a first failure prints `FLAKY id: why`, listed at the end), except those listed here.
 export INTEROP_REAL_ENGINE_KNOWN="$REAL_ENGINE_KNOWN"
-#   e3  a run held by a 1/minute limit: not released within 75 s of raising the limit to 2
-#       (nor within 150 s, tried)
 #   p9  release_slot: the one-slot worker takes no second task within 20 s on the real engine
 #       (nor within 65 s, tried: not the queue's poll back-off)
 known=0

@@ -178,10 +178,27 @@ def run_checks(hs: dict[str, str], markers: Path, worker: subprocess.Popen[bytes
         expect(all(r.metadata.id != cron.metadata.id for r in rows), "the cron was not deleted")
 
     def e3_rate_limit_holds_a_run_until_units_are_free() -> None:
+        # On both engines a key's windows follow each other from its creation (setup put it:
+        # 1 a minute), and a raised limit adds no units to the current window: what is left is
+        # kept (the real engine's upsert writes value = min(limit, value)). So the held run is
+        # released when the window ends, and the new window lets two runs in.
+        import datetime as dt
+
         from hatchet_sdk import RateLimitDuration
 
+        def window_end() -> float:
+            rows = bounded(lambda: t.hatchet.rate_limits.list(search=t.RATE_KEY), 10).rows or []
+            row = next((r for r in rows if r.key == t.RATE_KEY), None)
+            expect(row is not None, f"rate limit {t.RATE_KEY} is not listed")
+            last = row.last_refill.timestamp()
+            now = time.time()
+            return last + 60 * (int((now - last) // 60) + 1)
+
         bounded(lambda: t.hatchet.rate_limits.put(t.RATE_KEY, 1, RateLimitDuration.MINUTE), 10)
-        first, second = uuid.uuid4().hex, uuid.uuid4().hex
+        # Start early in a window: a window ending between the two runs would let both in.
+        if window_end() - time.time() < 15:
+            time.sleep(max(0.0, window_end() - time.time()) + 1.5)
+        first, second, third = (uuid.uuid4().hex for _ in range(3))
         r1 = bounded(lambda: t.rate_limited.run(t.Msg(nonce=first), wait_for_result=False), 15)
         r2 = bounded(lambda: t.rate_limited.run(t.Msg(nonce=second), wait_for_result=False), 15)
         out = bounded(r1.result, 30)
@@ -190,10 +207,29 @@ def run_checks(hs: dict[str, str], markers: Path, worker: subprocess.Popen[bytes
         status = str(bounded(lambda: t.hatchet.runs.get_status(r2.workflow_run_id), 10))
         expect(status.endswith("QUEUED"), f"the second run is {status}, not held by the limit")
         bounded(lambda: t.hatchet.rate_limits.put(t.RATE_KEY, 2, RateLimitDuration.MINUTE), 10)
-        # Released by the raised limit (our engine) or by the next window (the real engine's
-        # scheduler may hold it until the minute is over).
-        out = bounded(r2.result, 75)
+        rows = bounded(lambda: t.hatchet.rate_limits.list(search=t.RATE_KEY), 10).rows or []
+        limit = next((r.limit_value for r in rows if r.key == t.RATE_KEY), None)
+        expect(limit == 2, f"the raised limit reads {limit}")
+        time.sleep(1.0)
+        status = str(bounded(lambda: t.hatchet.runs.get_status(r2.workflow_run_id), 10))
+        expect(status.endswith("QUEUED"), f"raising the limit released the held run ({status}) "
+                                          "before its window ended")
+        # A third run, scheduled: the real engine's queue loop takes a scheduled run, and only
+        # a rate-limited run that loop has seen makes it look at the runs held on the way in
+        # (a run held by the optimistic trigger path is not retried otherwise).
+        since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=5)
+        bounded(lambda: t.rate_limited.schedule(
+            dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1), t.Msg(nonce=third),
+            additional_metadata={"e3": third}), 15)
+        out = bounded(r2.result, 150)
         expect(out == {"nonce": second}, f"unexpected output {out!r}")
+
+        def third_done() -> bool:
+            rows = bounded(lambda: t.hatchet.runs.list(
+                since=since, additional_metadata={"e3": third}), 15).rows or []
+            return any(str(r.status).endswith("COMPLETED") for r in rows)
+
+        wait_until("the scheduled third run to complete in the new window", third_done, 90, 0.5)
 
     def e4_concurrency_runs_one_per_group() -> None:
         runs = [bounded(lambda g=g: t.one_per_group.run(

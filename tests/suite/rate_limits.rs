@@ -56,31 +56,60 @@ async fn all_finish(handles: &[hatchet_runtime::RunHandle]) {
 
 #[tokio::test]
 async fn a_declared_limit_holds_tasks_until_units_are_free() {
-    let (e, rt, handles) = running(
-        "limited",
-        TaskOptions::default().rate_limit("api", 1),
-        &[("api", 2)],
-        (0..5).map(|i| json!({ "i": i })).collect(),
-    )
-    .await;
+    let (e, rt) = setup().await;
+    rt.put_rate_limit("api", 2, RateLimitWindow::Minute)
+        .await
+        .expect("limit");
+    rt.register(echo("limited", TaskOptions::default().rate_limit("api", 1)))
+        .await
+        .expect("register");
+    rt.register(echo("free", TaskOptions::default()))
+        .await
+        .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 10))
+        .await
+        .expect("start");
+    let mut handles = Vec::new();
+    for i in 0..5 {
+        handles.push(
+            rt.run_no_wait("limited", &json!({ "i": i }))
+                .await
+                .expect("trigger"),
+        );
+    }
     all_finish(&handles[..2]).await;
     assert_eq!(
         e.stats().queued,
         3,
         "two units per minute: the other three stay queued although slots are free"
     );
-    let limits = rt.api().rate_limits().await.expect("rate limits");
-    let api = limits.iter().find(|l| l.key == "api").expect("listed");
+    let read = |rt: hatchet_runtime::RuntimeHandle| async move {
+        let limits = rt.api().rate_limits().await.expect("rate limits");
+        let api = limits.iter().find(|l| l.key == "api").expect("listed");
+        (api.limit_value, api.value)
+    };
     assert_eq!(
-        (api.limit_value, api.value),
+        read(rt.clone()).await,
         (2, 0),
         "nothing left in this window"
     );
-    // Raising the limit frees three more units in the same window.
+    // Raising the limit adds nothing to this window, as on the real engine (its upsert keeps
+    // what is left): the three stay queued through a scheduler pass that ran another run.
     rt.put_rate_limit("api", 5, RateLimitWindow::Minute)
         .await
         .expect("raise");
+    assert_eq!(read(rt.clone()).await, (5, 0), "raised, nothing added");
+    let free = rt.run_no_wait("free", &json!({})).await.expect("trigger");
+    all_finish(&[free]).await;
+    assert_eq!(e.stats().queued, 3, "held until the window ends");
+    // The next window has the raised limit: all three run in it.
+    e.advance(Duration::from_secs(60));
     all_finish(&handles[2..]).await;
+    assert_eq!(
+        read(rt.clone()).await,
+        (5, 2),
+        "three of five taken in the new window"
+    );
 }
 
 #[tokio::test]

@@ -206,8 +206,7 @@ impl State {
         *w.slots_used.entry(slot.clone()).or_default() += 1;
         w.assignments += 1;
         if let Some(t) = self.tasks.get(tid) {
-            let wall = self.clock.system_now();
-            self.rate_limits.take(&t.rate_limits, now, wall);
+            self.rate_limits.take(&t.rate_limits, now);
         }
         let run_id = {
             let Some(t) = self.tasks.get_mut(tid) else {
@@ -476,8 +475,7 @@ impl State {
             Err(why) => self.fail_attempt(tid, why, true),
             Ok(key) => {
                 let action = t.action.clone();
-                let wall = self.clock.system_now();
-                self.rate_limits.take(&t.rate_limits, now, wall);
+                self.rate_limits.take(&t.rate_limits, now);
                 self.batches.buffer(&action, &key, rule, tid, now);
             }
         }

@@ -3,11 +3,15 @@
 //!
 //! # Invariants
 //!
-//! 1. A window is fixed: it starts at the first use after the previous one ended, and its units
-//!    are all back when it ends (the REST `value` is what is left in the current window).
-//! 2. A task attempt is assigned only if every key it uses has its units left; the units are
+//! 1. A window is fixed: windows follow each other from the key's creation, used or not, and a
+//!    window's units are all back when it ends (the real engine refills at `lastRefill + window`;
+//!    the REST `value` is what is left in the current window).
+//! 2. Changing a key's limit never adds units to the current window: what is left is kept,
+//!    clamped to the new limit (the real engine's upsert writes `value = min(limit, value)` and
+//!    leaves `lastRefill`), so a raised limit shows from the next window on.
+//! 3. A task attempt is assigned only if every key it uses has its units left; the units are
 //!    taken when the assignment is sent, never for a task that stays queued.
-//! 3. A key nobody declared is unlimited (a static key without `PutRateLimit`), so a typo never
+//! 4. A key nobody declared is unlimited (a static key without `PutRateLimit`), so a typo never
 //!    blocks work forever; a dynamic key (`key_expr`) is created with `limit_values_expr`
 //!    (a static key's `limit_values_expr` is ignored: the Python SDK sends `-1` there).
 
@@ -33,39 +37,62 @@ pub struct RateLimit {
     pub window: Duration,
     /// Units taken in the current window (kept by [`RateLimits`]).
     used: i64,
-    /// When the current window started (`None` before the first use).
-    window_start: Option<Instant>,
-    /// When it was last set or refilled (REST `lastRefill`).
+    /// When the current window started.
+    window_start: Instant,
+    /// The same moment on the wall clock (REST `lastRefill`).
     pub refilled_at: SystemTime,
 }
 
 impl RateLimit {
     /// A new limit of `limit` units per `duration`.
-    fn new(key: &str, limit: i64, duration: v1::RateLimitDuration, wall: SystemTime) -> Self {
+    fn new(
+        key: &str,
+        limit: i64,
+        duration: v1::RateLimitDuration,
+        now: Instant,
+        wall: SystemTime,
+    ) -> Self {
         RateLimit {
             key: key.to_string(),
             limit,
             duration: duration.as_str_name().to_string(),
             window: window_of(duration),
             used: 0,
-            window_start: None,
+            window_start: now,
             refilled_at: wall,
         }
     }
 
+    /// Moves on to the window `now` is in (invariant 1): the windows that ended are skipped
+    /// whole, so the boundaries stay where the key's creation put them.
     fn refill(&mut self, now: Instant) {
-        if self
-            .window_start
-            .is_none_or(|start| now.saturating_duration_since(start) >= self.window)
-        {
-            self.used = 0;
-            self.window_start = None;
+        let elapsed = now.saturating_duration_since(self.window_start);
+        if self.window.is_zero() || elapsed < self.window {
+            return;
         }
+        let whole = elapsed.as_nanos() / self.window.as_nanos();
+        let ended = u32::try_from(whole)
+            .ok()
+            .and_then(|n| self.window.checked_mul(n))
+            .unwrap_or(elapsed);
+        self.window_start += ended;
+        self.refilled_at = self
+            .refilled_at
+            .checked_add(ended)
+            .unwrap_or(self.refilled_at);
+        self.used = 0;
     }
 
-    /// Units left in the current window.
+    /// Units left in the current window, as of the last refill.
     pub fn remaining(&self) -> i64 {
         self.limit.saturating_sub(self.used).max(0)
+    }
+
+    /// Units left at `now`: all of them once the current window has ended.
+    pub fn remaining_at(&self, now: Instant) -> i64 {
+        let mut l = self.clone();
+        l.refill(now);
+        l.remaining()
     }
 }
 
@@ -166,19 +193,24 @@ impl RateLimits {
         self.keys.contains_key(key)
     }
 
-    /// Declares `key` (`PutRateLimit`), or changes its limit: a change keeps what the current
-    /// window has used.
+    /// Declares `key` (`PutRateLimit`), or changes its limit and window: a change keeps what
+    /// the current window has left, clamped to the new limit, and the window's start
+    /// (invariant 2).
     pub fn put(
         &mut self,
         key: &str,
         limit: i64,
         duration: v1::RateLimitDuration,
+        now: Instant,
         wall: SystemTime,
     ) {
-        let mut new = RateLimit::new(key, limit, duration, wall);
-        if let Some(old) = self.keys.get(key) {
-            new.used = old.used;
+        let mut new = RateLimit::new(key, limit, duration, now, wall);
+        if let Some(old) = self.keys.get_mut(key) {
+            old.refill(now);
+            let left = old.remaining().min(limit);
+            new.used = limit.saturating_sub(left);
             new.window_start = old.window_start;
+            new.refilled_at = old.refilled_at;
         }
         self.keys.insert(key.to_string(), new);
     }
@@ -188,7 +220,7 @@ impl RateLimits {
         self.keys.values()
     }
 
-    /// Whether an attempt taking `uses` may be assigned at `now` (invariant 2; refills ended
+    /// Whether an attempt taking `uses` may be assigned at `now` (invariant 3; refills ended
     /// windows, creates a dynamic key on first use).
     pub fn allow(&mut self, uses: &[RateLimitUse], now: Instant, wall: SystemTime) -> Admission {
         for RateLimitUse { key, units, create } in uses {
@@ -197,9 +229,9 @@ impl RateLimits {
                 (false, Some((limit, duration))) => Some(
                     self.keys
                         .entry(key.clone())
-                        .or_insert_with(|| RateLimit::new(key, *limit, *duration, wall)),
+                        .or_insert_with(|| RateLimit::new(key, *limit, *duration, now, wall)),
                 ),
-                (false, None) => None, // undeclared: unlimited (invariant 3)
+                (false, None) => None, // undeclared: unlimited (invariant 4)
             };
             if let Some(l) = limit {
                 if *units > l.limit {
@@ -219,13 +251,10 @@ impl RateLimits {
     }
 
     /// Takes the units of `uses` (an assignment was sent at `now`).
-    pub fn take(&mut self, uses: &[RateLimitUse], now: Instant, wall: SystemTime) {
+    pub fn take(&mut self, uses: &[RateLimitUse], now: Instant) {
         for RateLimitUse { key, units, .. } in uses {
             if let Some(l) = self.keys.get_mut(key) {
-                if l.window_start.is_none() {
-                    l.window_start = Some(now);
-                    l.refilled_at = wall;
-                }
+                l.refill(now);
                 l.used = l.used.saturating_add(*units);
             }
         }
@@ -252,20 +281,23 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn a_fixed_window_gives_its_units_back_when_it_ends() {
+    /// Three runs taking one unit of `api` each, no limits yet, and the moment they start at.
+    fn one_unit_of_api() -> (Vec<Vec<RateLimitUse>>, RateLimits, SystemTime, Instant) {
         let runs = uses_of_three_runs(v1::CreateTaskRateLimit {
             key: "api".into(),
             units: Some(1),
             ..Default::default()
         });
-        let mut limits = RateLimits::default();
-        let wall = SystemTime::now();
-        limits.put("api", 2, D::Second, wall);
-        let t0 = Instant::now();
+        (runs, RateLimits::default(), SystemTime::now(), Instant::now())
+    }
+
+    #[test]
+    fn a_fixed_window_gives_its_units_back_when_it_ends() {
+        let (runs, mut limits, wall, t0) = one_unit_of_api();
+        limits.put("api", 2, D::Second, t0, wall);
         for run in &runs[..2] {
             assert_eq!(Admission::Now, limits.allow(run, t0, wall));
-            limits.take(run, t0, wall);
+            limits.take(run, t0);
         }
         assert_eq!(
             Admission::Later,
@@ -279,15 +311,70 @@ mod tests {
             Admission::Later,
             limits.allow(&runs[2], t0 + Duration::from_millis(999), wall)
         );
-        // Raising the limit keeps what the window has used.
-        limits.put("api", 3, D::Second, wall);
-        assert_eq!(remaining(&limits), Some(1), "the window's use is kept");
-        limits.put("api", 2, D::Second, wall);
         assert_eq!(
             Admission::Now,
             limits.allow(&runs[2], t0 + Duration::from_secs(1), wall)
         );
         assert_eq!(remaining(&limits), Some(2), "a new window");
+    }
+
+    #[test]
+    fn a_changed_limit_adds_no_units_to_the_current_window() {
+        let (runs, mut limits, wall, t0) = one_unit_of_api();
+        let remaining =
+            |l: &RateLimits| l.iter().find(|r| r.key == "api").map(RateLimit::remaining);
+        limits.put("api", 1, D::Minute, t0, wall);
+        limits.take(&runs[0], t0);
+        // Raised: what is left (nothing) is kept until the window ends.
+        let later = t0 + Duration::from_secs(10);
+        limits.put("api", 2, D::Minute, later, wall + Duration::from_secs(10));
+        assert_eq!(remaining(&limits), Some(0), "no units added mid-window");
+        assert_eq!(Admission::Later, limits.allow(&runs[1], later, wall));
+        let last_refill = limits
+            .iter()
+            .find(|r| r.key == "api")
+            .map(|r| r.refilled_at);
+        assert_eq!(last_refill, Some(wall), "a put leaves lastRefill");
+        // The next window has the new limit.
+        let next = t0 + Duration::from_secs(60);
+        for run in &runs[1..] {
+            assert_eq!(Admission::Now, limits.allow(run, next, wall));
+            limits.take(run, next);
+        }
+        assert_eq!(remaining(&limits), Some(0));
+        // Lowered: what is left is clamped to the new limit.
+        let mut fresh = RateLimits::default();
+        fresh.put("api", 5, D::Minute, t0, wall);
+        fresh.take(&runs[0], t0);
+        fresh.put("api", 2, D::Minute, t0, wall);
+        assert_eq!(remaining(&fresh), Some(2), "min(limit, left)");
+    }
+
+    #[test]
+    fn windows_follow_each_other_from_the_keys_creation_used_or_not() {
+        let (runs, mut limits, wall, t0) = one_unit_of_api();
+        limits.put("api", 1, D::Second, t0, wall);
+        // First used 1.5 s after creation: inside the window that began at 1 s.
+        let first = t0 + Duration::from_millis(1500);
+        assert_eq!(Admission::Now, limits.allow(&runs[0], first, wall));
+        limits.take(&runs[0], first);
+        assert_eq!(
+            Admission::Later,
+            limits.allow(&runs[1], t0 + Duration::from_millis(1999), wall)
+        );
+        // Back at 2 s, the window's end, not 1 s after the first use.
+        assert_eq!(
+            Admission::Now,
+            limits.allow(&runs[1], t0 + Duration::from_secs(2), wall)
+        );
+        let l = limits.iter().find(|r| r.key == "api").cloned();
+        let l = l.expect("declared");
+        assert_eq!(l.refilled_at, wall + Duration::from_secs(2), "lastRefill");
+        assert_eq!(
+            l.remaining_at(t0 + Duration::from_secs(3)),
+            1,
+            "read at 3 s"
+        );
     }
 
     #[test]
@@ -304,7 +391,7 @@ mod tests {
         let wall = SystemTime::now();
         let t0 = Instant::now();
         assert_eq!(Admission::Now, limits.allow(&runs[0], t0, wall));
-        limits.take(&runs[0], t0, wall);
+        limits.take(&runs[0], t0);
         assert_eq!(
             Admission::Later,
             limits.allow(&runs[1], t0, wall),

@@ -462,12 +462,13 @@ async fn list_rate_limits(
         .and_then(|v| v.as_str())
         .unwrap_or("")
         .to_string();
+    let now = s.engine.clock.now();
     let st = s.engine.view();
     let rows: Vec<Value> = st
         .rate_limits()
         .iter()
         .filter(|r| search.is_empty() || r.key.contains(&search))
-        .map(|r| json!({"key": r.key, "tenantId": s.engine.tenant_id, "limitValue": r.limit, "value": r.remaining(), "window": r.duration, "lastRefill": rfc3339(r.refilled_at)}))
+        .map(|r| json!({"key": r.key, "tenantId": s.engine.tenant_id, "limitValue": r.limit, "value": r.remaining_at(now), "window": r.duration, "lastRefill": rfc3339(r.refilled_at)}))
         .collect();
     paged(rows, offset, limit)
 }
