@@ -731,11 +731,16 @@ impl Engine {
         Ok(self.clock.system_now() + at.saturating_duration_since(self.clock.now()))
     }
 
-    /// `Dispatcher/ReleaseSlot`.
+    /// `Dispatcher/ReleaseSlot`: accepted, and the slot stays counted until the attempt ends,
+    /// as on the real engine (see `Switches::release_slot_frees`, which gives it back at once).
     pub fn release_slot(&self, task_id: &str) -> Result<(), GrpcStatus> {
         let mut st = self.state.lock();
         if !st.tasks.contains_key(task_id) {
             return Err(GrpcStatus::not_found("task not found"));
+        }
+        st.counters.slot_releases += 1;
+        if !st.switches.release_slot_frees {
+            return Ok(());
         }
         st.free_slot(task_id);
         drop(st);

@@ -33,6 +33,12 @@ pub struct Switches {
     pub mutate_actions: Option<ActionMutator>,
     /// Assign beyond the workers' slots (a flood).
     pub over_assign: bool,
+    /// A kindness the real engine lacks: `ReleaseSlot` gives the task's slot back to its
+    /// worker at once (what the call is for). The real engine v0.104.9 keeps counting the slot
+    /// until the attempt ends: its release statement clears the task's worker but deletes none
+    /// of its slot rows (the DELETE reads a `FOR UPDATE` CTE whose rows the statement's own
+    /// UPDATE has already changed, so it finds none).
+    pub release_slot_frees: bool,
     /// A kindness the real engine lacks: assignments a worker never answered are offered
     /// again when their stream closes, instead of running out their timeout.
     pub reoffer_unanswered: bool,

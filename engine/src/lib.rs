@@ -182,6 +182,8 @@ pub struct EngineStats {
     pub late_duplicates_sent: u64,
     /// Durable log nodes ever recorded, all tasks (a request the engine got twice is two).
     pub durable_nodes_recorded: u64,
+    /// `ReleaseSlot` calls accepted, ever (see [`DevEngine::release_slot_frees`]).
+    pub slot_releases: u64,
 }
 
 struct Serving {
@@ -582,6 +584,16 @@ impl DevEngine {
         self.engine.state.lock().switches.reoffer_unanswered = on;
     }
 
+    /// A kindness the real engine lacks: `ReleaseSlot` gives the task's slot back to its
+    /// worker at once, so another task can start there while it runs (what the call is for).
+    /// Off by default, as on the real engine v0.104.9, which accepts the call and keeps counting
+    /// the slot until the attempt ends (its release statement deletes none of the task's slot
+    /// rows: the DELETE reads a `FOR UPDATE` CTE whose rows the same statement's UPDATE has
+    /// already changed).
+    pub fn release_slot_frees(&self, on: bool) {
+        self.engine.state.lock().switches.release_slot_frees = on;
+    }
+
     /// Fault injection: assign beyond the workers' slots (a flood of actions).
     pub fn over_assign(&self, on: bool) {
         self.engine.state.lock().switches.over_assign = on;
@@ -627,6 +639,7 @@ impl DevEngine {
                 .late_duplicates_sent
                 .load(std::sync::atomic::Ordering::SeqCst),
             durable_nodes_recorded: st.counters.durable_nodes_recorded,
+            slot_releases: st.counters.slot_releases,
         }
     }
 

@@ -18,4 +18,6 @@ pub struct Counters {
     pub late_duplicates_sent: Arc<AtomicU64>,
     /// Durable log nodes ever recorded, all tasks (a re-sent request shows as one more).
     pub durable_nodes_recorded: u64,
+    /// `ReleaseSlot` calls accepted.
+    pub slot_releases: u64,
 }

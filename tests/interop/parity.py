@@ -47,9 +47,11 @@ hatchet-dev-engine, one counted check each:
       .start_step_run) in one trace, each span once: 6 for a run, 7 for an event's run (with
       hatchet.push_event and hatchet.engine.event), 12 for a parent and the child it spawned;
   p9. task context: `ctx.refresh_timeout` lets a 2 s-timeout task run 4 s (a twin without the
-      refresh is timed out); on a 1-slot worker a task that keeps its slot delays the next run
-      while one that calls `ctx.release_slot()` lets it start; `ctx.additional_metadata` shows
-      the trigger's metadata.
+      refresh is timed out); on a 1-slot worker a task that keeps its slot delays the next run,
+      and so does one that calls `ctx.release_slot()`: the call is accepted and the task
+      completes, but the real engine v0.104.9 keeps the slot counted until the task ends (its
+      release statement deletes none of the slot rows; our engine does the same by default);
+      `ctx.additional_metadata` shows the trigger's metadata.
 Env: HATCHET_DEV_ENGINE_BIN (required), INTEROP_PIDFILE (optional, for run.sh's trap),
 INTEROP_KEEP=1 to keep the work dir, PARITY_ONLY=p1,p5 to run only some checks.
 """
@@ -387,14 +389,17 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
                                     f"1-slot worker: {out}")
             except Exception as e:  # noqa: BLE001 - reported below
                 problems.append(f"release_slot control: {short(e)}")
-            try:
+            try:  # release_slot is accepted, and the slot stays counted until the task ends:
+                # the real engine v0.104.9's release deletes none of the task's slot rows
                 r = trigger(t.release, t.Msg(nonce=nonce))
                 wait_until("the task to release its slot", mark(f"released-{nonce}").exists, 20)
-                bounded(lambda: t.quick.run(t.Msg(nonce=nonce)), 20)
+                q = trigger(t.quick, t.Msg(nonce=nonce))
                 wait_status(r.workflow_run_id, "COMPLETED", 30)
                 out = output_of(r.workflow_run_id)
-                if out.get("parity-release", {}).get("saw_quick") is not True:
-                    problems.append(f"release_slot: output {out}")
+                if out.get("parity-release", {}).get("saw_quick") is not False:
+                    problems.append(f"release_slot: a run started beside the releasing task on "
+                                    f"the 1-slot worker: {out}")
+                bounded(q.result, 30)
             except Exception as e:  # noqa: BLE001 - reported below
                 problems.append(f"release_slot: {short(e)}")
         expect(not problems, "; ".join(problems))

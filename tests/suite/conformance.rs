@@ -1606,6 +1606,61 @@ async fn conf_rate_limits_and_concurrency_bound_running_tasks() {
 
 // --- crons and schedules; task logs ---------------------------------------------------------
 
+/// `ReleaseSlot` is accepted and the task runs on to its result, but the worker's slot stays
+/// counted until the attempt ends, on both engines: the real engine v0.104.9's release
+/// statement clears the task's worker and deletes none of its slot rows (its DELETE reads a
+/// `FOR UPDATE` CTE whose rows the same statement's UPDATE has already changed). Our engine
+/// does the same unless a test turns on `DevEngine::release_slot_frees`. So on a one-slot
+/// worker, a run triggered after the release starts only once the releasing task has ended.
+/// The releasing task waits 3 s for it: the real engine gives a freed slot out within 1.5 s
+/// (its slot refresh), and it has no counter to poll for "not assigned".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_released_slot_stays_counted_until_the_attempt_ends() {
+    let t = Target::new("release").await;
+    let (released, quick_started) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let holder = Workflow::new("holder").task("t", {
+        let (released, quick_started) = (released.clone(), quick_started.clone());
+        move |_: Value, c: Context| {
+            let (released, quick_started) = (released.clone(), quick_started.clone());
+            async move {
+                c.release_slot().await?;
+                released.fetch_add(1, Ordering::SeqCst);
+                let mut saw = false;
+                for _ in 0..60 {
+                    saw = quick_started.load(Ordering::SeqCst) > 0;
+                    if saw {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Ok::<_, TaskError>(json!({ "saw_quick": saw }))
+            }
+        }
+    });
+    let quick = Workflow::new("quick").task("t", {
+        let quick_started = quick_started.clone();
+        move |_: Value, _c: Context| {
+            quick_started.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, TaskError>(json!({})) }
+        }
+    });
+    let rt = t.worker(1, vec![holder, quick]).await;
+    let h = rt.run_no_wait("holder", &json!({})).await.expect("trigger");
+    until("the holder to release its slot", || {
+        released.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let q = rt.run_no_wait("quick", &json!({})).await.expect("trigger");
+    let out: Value = h.result_within(RESULT).await.expect("the holder's result");
+    assert_eq!(
+        out["saw_quick"], false,
+        "the released slot was given to the other run while the holder ran"
+    );
+    let _: Value = q.result_within(RESULT).await.expect("quick runs after it");
+    assert_eq!(quick_started.load(Ordering::SeqCst), 1, "quick ran once");
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_crons_and_schedules() {
     let t = Target::new("crons").await;

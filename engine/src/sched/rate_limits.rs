@@ -288,7 +288,12 @@ mod tests {
             units: Some(1),
             ..Default::default()
         });
-        (runs, RateLimits::default(), SystemTime::now(), Instant::now())
+        (
+            runs,
+            RateLimits::default(),
+            SystemTime::now(),
+            Instant::now(),
+        )
     }
 
     #[test]

@@ -69,10 +69,15 @@ impl Context {
             .unwrap_or_else(SystemTime::now))
     }
 
-    /// Gives this attempt's worker slot back while the task keeps running (a task that waits
-    /// on something slow and wants its worker to take other work). The engine then no longer
-    /// counts the task against the worker, and the worker's own bound lets another task run
-    /// in its place; the task's result is still reported as usual.
+    /// Asks the engine to give this attempt's worker slot back while the task keeps running (a
+    /// task that waits on something slow and wants its worker to take other work). The worker's
+    /// own bound then lets another task run in its place; the task's result is still reported
+    /// as usual.
+    ///
+    /// The real engine (v0.104.9) accepts the call but keeps counting the slot until the attempt
+    /// ends: its release statement deletes none of the task's slot rows. So no other task is
+    /// sent in its place there, and the development engine does the same unless a test turns on
+    /// `DevEngine::release_slot_frees`.
     ///
     /// # Cancel safety
     ///
