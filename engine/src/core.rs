@@ -1003,12 +1003,18 @@ impl Engine {
 
     fn pass(&self, st: &mut State) {
         let now = st.clock.now();
+        // Timers are read at `now`, or at the last poll under the polled-timers switch.
+        let timers_at = st
+            .switches
+            .poll_timers
+            .as_mut()
+            .map_or(now, |p| p.read(now));
         st.reap_silent_workers(now, self.reassign_after);
-        st.expire_timeouts(now);
+        st.expire_timeouts(timers_at);
         st.expire_paused(now);
-        st.durable_tick(now);
-        st.conditions_tick(now);
-        let wall = st.clock.system_now();
+        st.durable_tick(timers_at);
+        st.conditions_tick(timers_at);
+        let wall = st.clock.system_now() - now.saturating_duration_since(timers_at);
         st.fire_calendar(wall);
         // A worker silent long enough to lose its tasks is never live (matters when tests make
         // the reassignment window shorter than the liveness window).

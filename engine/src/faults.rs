@@ -39,6 +39,13 @@ pub struct Switches {
     /// of its slot rows (the DELETE reads a `FOR UPDATE` CTE whose rows the statement's own
     /// UPDATE has already changed, so it finds none).
     pub release_slot_frees: bool,
+    /// The real engine's single-task race: it stamps a task's QUEUED event in the background,
+    /// so the stamp can land after the worker's STARTED, and its single-task read (which says
+    /// the latest event unless one is final) then says QUEUED for the whole run. Under this
+    /// switch `GET /api/v1/stable/tasks/{task}` says QUEUED for every running task.
+    pub stamp_queued_late: bool,
+    /// Timers read on a poll, as the real engine reads them (see [`TimerPoll`]).
+    pub poll_timers: Option<TimerPoll>,
     /// A kindness the real engine lacks: assignments a worker never answered are offered
     /// again when their stream closes, instead of running out their timeout.
     pub reoffer_unanswered: bool,
@@ -62,6 +69,50 @@ pub struct Switches {
     /// just before they are handled: each wait's completion goes out, then the eviction is
     /// acknowledged (a wait that ends while the eviction is on its way).
     pub complete_waits_on_evict: u32,
+}
+
+/// Timers read on a poll instead of when they are due: the real engine's task controller looks
+/// for due timeouts, sleeps and retries every second, doubling after three empty polls up to
+/// 30 s on an idle tenant, so a timer may land up to 30 s late there. Under this switch every
+/// timer (execution timeouts, durable and condition sleeps, retry backoffs, schedules and
+/// crons) is read at most once per `every`, and one that falls due between two reads waits for
+/// the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimerPoll {
+    /// The time between two reads.
+    pub every: std::time::Duration,
+    /// When they were last read.
+    pub read_at: Option<tokio::time::Instant>,
+}
+
+impl TimerPoll {
+    /// Polls every `every`, the first read at the next pass.
+    pub fn every(every: std::time::Duration) -> Self {
+        TimerPoll {
+            every,
+            read_at: None,
+        }
+    }
+
+    /// The instant timers are read at by a pass at `now`: `now` when a poll is due (and it is
+    /// recorded), else the last poll's.
+    pub fn read(&mut self, now: tokio::time::Instant) -> tokio::time::Instant {
+        match self.read_at {
+            Some(at) if now < at + self.every => at,
+            _ => *self.read_at.insert(now),
+        }
+    }
+
+    /// When a timer due `at` is read: at the first poll at or after it.
+    pub fn reads(&self, at: tokio::time::Instant) -> tokio::time::Instant {
+        match self.read_at {
+            Some(last) if at > last => {
+                let next = last + self.every;
+                if at <= next { next } else { at }
+            }
+            _ => at,
+        }
+    }
 }
 
 /// What to do to a matching call.
@@ -275,5 +326,30 @@ impl Faults {
 
     pub(crate) fn frozen_flag(&self) -> bool {
         self.is_frozen()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TimerPoll;
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    #[test]
+    fn a_timer_poll_reads_once_per_interval_and_says_when_a_due_timer_is_read() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut p = TimerPoll::every(10 * s);
+        assert_eq!(p.reads(t0 + 3 * s), t0 + 3 * s, "never read: read when due");
+        assert_eq!(p.read(t0), t0, "the first pass reads");
+        assert_eq!(p.read(t0 + 9 * s), t0, "within the interval: the last read");
+        assert_eq!(
+            p.reads(t0 + 3 * s),
+            t0 + 10 * s,
+            "due between reads: the next read"
+        );
+        assert_eq!(p.reads(t0 + 14 * s), t0 + 14 * s, "due after the next read");
+        assert_eq!(p.reads(t0), t0, "already read");
+        assert_eq!(p.read(t0 + 10 * s), t0 + 10 * s, "a read is due");
     }
 }

@@ -594,6 +594,24 @@ impl DevEngine {
         self.engine.state.lock().switches.release_slot_frees = on;
     }
 
+    /// Fault injection, the real engine's single-task race: `GET /api/v1/stable/tasks/{task}`
+    /// says QUEUED for a running task, as the real engine's read does when its QUEUED stamp
+    /// (written in the background) lands after the worker's STARTED; it then says so for the
+    /// whole run. Run reads, lists and gRPC details are not affected, on either engine.
+    pub fn stamp_queued_late(&self, on: bool) {
+        self.engine.state.lock().switches.stamp_queued_late = on;
+    }
+
+    /// Fault injection, the real engine's polled timers: with `Some(every)`, timers are read at
+    /// most once per `every` (execution timeouts, durable and condition sleeps, retry backoffs,
+    /// schedules and crons), so one falls up to `every` late, as on the real engine, whose
+    /// controller polls them every second and backs off to 30 s on an idle tenant. `None` (the
+    /// default) reads each when it is due.
+    pub fn poll_timers(&self, every: Option<Duration>) {
+        self.engine.state.lock().switches.poll_timers = every.map(crate::faults::TimerPoll::every);
+        self.engine.wake.notify_one();
+    }
+
     /// Fault injection: assign beyond the workers' slots (a flood of actions).
     pub fn over_assign(&self, on: bool) {
         self.engine.state.lock().switches.over_assign = on;

@@ -108,6 +108,12 @@ impl View<'_> {
         &self.st.rate_limits
     }
 
+    /// Whether single-task reads say QUEUED for a running task (the real engine's race, a
+    /// switch: `DevEngine::stamp_queued_late`).
+    pub(crate) fn queued_stamped_late(&self) -> bool {
+        self.st.switches.stamp_queued_late
+    }
+
     /// Incoming webhooks by name.
     pub(crate) fn webhooks(&self) -> &Webhooks {
         &self.st.webhooks

@@ -111,7 +111,13 @@ impl State {
         if task.status != Status::Queued {
             return Offer::Skip;
         }
-        if task.not_before.is_some_and(|t| t > now) {
+        // A retry's backoff is a timer: under the polled-timers switch it ends at a poll.
+        let timers_at = self
+            .switches
+            .poll_timers
+            .and_then(|p| p.read_at)
+            .map_or(now, |at| at.min(now));
+        if task.not_before.is_some_and(|t| t > timers_at) {
             return Offer::Wait;
         }
         let action = task.action.clone();

@@ -68,7 +68,12 @@ impl State {
         if !self.may_skip(now) {
             return None;
         }
-        let by = self.next_timer(now)?.saturating_duration_since(now);
+        let mut to = self.next_timer(now)?;
+        // Under the polled-timers switch a timer is read at the next poll, not when it is due.
+        if let Some(p) = self.switches.poll_timers {
+            to = p.reads(to);
+        }
+        let by = to.saturating_duration_since(now);
         self.advance_clock(by);
         Some(by)
     }

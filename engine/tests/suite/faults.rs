@@ -316,3 +316,63 @@ async fn an_assignment_never_answered_on_a_stream_that_closes_is_offered_again_o
     assert_eq!(again.workflow_run_id, run);
     assert_eq!(again.retry_count, 0, "the same attempt, not a retry");
 }
+
+/// The task read of `task` (status).
+async fn task_status(h: &H, task: &str) -> serde_json::Value {
+    let path = format!("/api/v1/stable/tasks/{task}");
+    crate::parity::rest(h, reqwest::Method::GET, &path, None)
+        .await
+        .1["status"]
+        .clone()
+}
+
+#[tokio::test]
+async fn polled_timers_fire_at_the_next_poll_not_when_due() {
+    let h = H::new().await;
+    h.engine.poll_timers(Some(Duration::from_secs(10)));
+    h.put("polled", &[("s", &[], 0, "1s")], &[]).await;
+    let wid = h.register(&["polled:s".into()], 2).await;
+    let mut actions = h.listen(&wid).await;
+    let run = h.trigger("polled", "{}").await;
+    let _start = next(&mut actions).await;
+    // `advance` runs a pass before it returns: the timeout is due, the next poll is not.
+    h.engine.advance(Duration::from_secs(2));
+    assert_eq!(task_status(&h, &run).await, "RUNNING", "due, not read yet");
+    h.engine.advance(Duration::from_secs(9));
+    assert_eq!(task_status(&h, &run).await, "FAILED", "read at the poll");
+    // Off again: read when due.
+    h.engine.poll_timers(None);
+    let second = h.trigger("polled", "{}").await;
+    let _start = next(&mut actions).await;
+    h.engine.advance(Duration::from_secs(2));
+    assert_eq!(task_status(&h, &second).await, "FAILED");
+}
+
+#[tokio::test]
+async fn the_single_task_race_reads_queued_for_a_running_task() {
+    let h = H::new().await;
+    h.put("raced", &[("s", &[], 0, "")], &[]).await;
+    let wid = h.register(&["raced:s".into()], 1).await;
+    let mut actions = h.listen(&wid).await;
+    let run = h.trigger("raced", "{}").await;
+    let start = next(&mut actions).await;
+    assert_eq!(task_status(&h, &run).await, "RUNNING");
+    h.engine.stamp_queued_late(true);
+    assert_eq!(task_status(&h, &run).await, "QUEUED", "the late stamp wins");
+    let path = format!("/api/v1/stable/workflow-runs/{run}/status");
+    let (_, run_status) = crate::parity::rest(&h, reqwest::Method::GET, &path, None).await;
+    assert_eq!(run_status, "RUNNING", "run reads are not affected");
+    h.event(
+        &wid,
+        &start,
+        proto::StepActionEventType::StepEventTypeCompleted,
+        "{}",
+    )
+    .await
+    .expect("done");
+    assert_eq!(
+        task_status(&h, &run).await,
+        "COMPLETED",
+        "a final event wins"
+    );
+}

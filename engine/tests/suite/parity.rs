@@ -8,7 +8,12 @@ use tonic::Code;
 
 use crate::support::{H, next};
 
-async fn rest(h: &H, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+pub(crate) async fn rest(
+    h: &H,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
     let http = crate::faults::reqwest_client();
     let mut req = http
         .request(method, format!("{}{path}", h.engine.api_url()))

@@ -437,6 +437,9 @@ async fn task_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Resp
         return bad_id_or_missing(&id, "task");
     };
     let mut v = read_row(task_json(&st, t, run, &s.engine.tenant_id, true));
+    if st.queued_stamped_late() && t.status == Status::Running {
+        v["status"] = json!("QUEUED");
+    }
     // A standalone task's read shows the trigger's input; a DAG task's the stored object.
     if run.tasks.len() == 1 {
         v["input"] = object(&run.input);
