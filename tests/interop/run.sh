@@ -15,7 +15,7 @@
 # ts/package.json and ts/package-lock.json; `npm ci` there when node_modules lacks that
 # version) and ts/placement.mjs (checks u1a-u5c: worker labels, sticky, DAG conditions, durable
 # OR waits, event filters). Needs node >= 20 and npm; INTEROP_SKIP_TS=1 skips both. Then the Go
-# suite go/ (checks g1-g12 with the official Go SDK, github.com/hatchet-dev/hatchet pinned in
+# suite go/ (checks g1-g13 with the official Go SDK, github.com/hatchet-dev/hatchet pinned in
 # go/go.mod with go/go.sum: DAG, retries, children, durable sleep + event, on_failure, cancel,
 # bulk, concurrency, rate limits, and our Rust client and worker beside the Go ones), built with
 # the Go toolchain from the Go module proxy; INTEROP_SKIP_GO=1 skips it.

@@ -25,6 +25,11 @@
 //	    execute and the third stays QUEUED, not executed
 //	g11 our Rust client binary runs go-echo on the Go worker
 //	g12 the Go client runs our Rust worker's rust-echo and rust-dag
+//	g13 traces (the SDK's opentelemetry Instrumentor, its middleware on a worker of its own):
+//	    a run's trace holds the client's hatchet.run_workflow, the worker's
+//	    hatchet.start_step_run with the task's own span under it, and the engine's
+//	    workflow_run, queued and start_step_run, once each in one trace (6); an event's run has
+//	    hatchet.push_event and hatchet.engine.event in place of run_workflow (7)
 //
 // `go-interop bench-worker`, `bench-drive`, `bench-latency`, `bench-outage` and
 // `bench-reconnect` are the Go SDK's side of the

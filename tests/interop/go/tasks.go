@@ -562,4 +562,6 @@ func (t *tasks) checks(s *suite) {
 		}
 		return expect(second["n"] == 30, "rust-dag's second returned %v, want n 30", second)
 	})
+
+	t.traceCheck(s) // last: it sets the process's global tracer provider
 }
