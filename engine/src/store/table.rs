@@ -5,28 +5,71 @@
 //!
 //! 1. Every run is in the creation order exactly once, and the order names only stored runs:
 //!    a run is inserted once and never removed (a deleted workflow's runs stay readable).
+//! 2. Every run is filed once under the trace its spans go to (`traces/spans.rs`
+//!    `trace_of_run`), and a run an event started, whose event a task pushed, once under that
+//!    task's run's derived trace (where the push is drawn): a trace read looks up its runs
+//!    instead of scanning every run. Both are fixed when the run is created (its metadata never
+//!    changes).
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
 
 use crate::store::model::Run;
+use crate::traces::spans;
 
-/// Every run by id, in creation order.
+/// Every run by id, in creation order, and by trace.
 #[derive(Debug, Default)]
 pub struct Runs {
     by_id: HashMap<String, Run>,
     order: Vec<String>,
+    /// Run ids by the trace their spans go to (invariant 2).
+    by_trace: HashMap<Vec<u8>, Vec<String>>,
+    /// Ids of runs a pushed event started, by the trace of the run that pushed it.
+    pushed_into: HashMap<Vec<u8>, Vec<String>>,
 }
 
 impl Runs {
-    /// Stores a new run, last in creation order (invariant 1). A second run with an id already
-    /// stored replaces the record and keeps its place.
+    /// Stores a new run, last in creation order (invariant 1) and filed by trace (invariant 2).
+    /// A second run with an id already stored replaces the record and keeps its place.
     pub fn insert(&mut self, run: Run) {
         if !self.by_id.contains_key(&run.id) {
             self.order.push(run.id.clone());
+            let trace = spans::trace_of_run(&run.additional_metadata, &run.id);
+            self.by_trace.entry(trace).or_default().push(run.id.clone());
+            if run.triggering_event.is_some()
+                && let Some((source, _)) = spans::event_source(&run.additional_metadata)
+            {
+                let trace = spans::run_trace_id(&source);
+                self.pushed_into
+                    .entry(trace)
+                    .or_default()
+                    .push(run.id.clone());
+            }
         }
         self.by_id.insert(run.id.clone(), run);
+    }
+
+    /// The runs whose spans go to trace `trace` (invariant 2), in creation order.
+    pub fn in_trace<'a>(&'a self, trace: &[u8]) -> impl Iterator<Item = &'a Run> + 'a {
+        self.filed(&self.by_trace, trace)
+    }
+
+    /// The runs started by events that a task of a run in derived trace `trace` pushed.
+    pub fn pushed_into<'a>(&'a self, trace: &[u8]) -> impl Iterator<Item = &'a Run> + 'a {
+        self.filed(&self.pushed_into, trace)
+    }
+
+    fn filed<'a>(
+        &'a self,
+        index: &'a HashMap<Vec<u8>, Vec<String>>,
+        trace: &[u8],
+    ) -> impl Iterator<Item = &'a Run> + 'a {
+        index
+            .get(trace)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.by_id.get(id))
     }
 
     /// The run `id`.
@@ -82,6 +125,59 @@ where
 
 #[cfg(test)]
 mod tests {
+    use crate::traces::spans;
+
+    #[test]
+    fn runs_are_filed_once_under_their_trace_and_a_pushed_event_s_runs_under_the_pusher_s() {
+        let mut st = crate::core::state_with(crate::core::one_task_workflow());
+        let plain = st
+            .create_run(
+                "tenant",
+                "wf",
+                serde_json::json!({}),
+                Default::default(),
+                Default::default(),
+            )
+            .expect("run");
+        let template = st.runs[plain.as_str()].clone();
+        let sdk_trace = "0af7651916cd43dd8448eb211c80319c";
+        let mut traced = template.clone();
+        traced.id = uuid::Uuid::new_v4().to_string();
+        traced.additional_metadata.insert(
+            "traceparent".into(),
+            format!("00-{sdk_trace}-b7ad6b7169203331-01").into(),
+        );
+        let mut pushed = template.clone();
+        pushed.id = uuid::Uuid::new_v4().to_string();
+        pushed.triggering_event = Some((uuid::Uuid::new_v4().to_string(), "k".into()));
+        for (k, v) in [
+            ("hatchet__source_workflow_run_id", plain.clone()),
+            (
+                "hatchet__source_step_run_id",
+                uuid::Uuid::new_v4().to_string(),
+            ),
+        ] {
+            pushed.additional_metadata.insert(k.into(), v.into());
+        }
+        st.runs.insert(traced.clone());
+        st.runs.insert(pushed.clone());
+        st.runs.insert(traced.clone()); // replaced: filed once still
+        let ids = |it: Vec<&crate::store::model::Run>| -> Vec<String> {
+            it.into_iter().map(|r| r.id.clone()).collect()
+        };
+        let sdk: Vec<u8> = (0..16)
+            .map(|i| u8::from_str_radix(&sdk_trace[2 * i..2 * i + 2], 16).expect("hex"))
+            .collect();
+        assert_eq!(ids(st.runs.in_trace(&sdk).collect()), [traced.id.clone()]);
+        let own = spans::run_trace_id(&plain);
+        assert!(ids(st.runs.in_trace(&own).collect()).contains(&plain));
+        assert_eq!(
+            ids(st.runs.pushed_into(&own).collect()),
+            [pushed.id.clone()]
+        );
+        assert_eq!(st.runs.in_trace(&[0u8; 16]).count(), 0, "an unknown trace");
+    }
+
     #[test]
     fn runs_are_listed_newest_first_once_each() {
         let mut st = crate::core::state_with(crate::core::one_task_workflow());

@@ -73,14 +73,12 @@ impl State {
     /// A page of trace `trace`'s spans, earliest first: the SDKs' and the engine's.
     pub(crate) fn trace_page(&self, trace: &[u8], offset: usize, limit: usize) -> Vec<SpanRow> {
         let mut all: Vec<SpanRow> = self.traces.spans(trace).cloned().collect();
-        for run in self.runs.values() {
-            if spans::trace_of_run(&run.additional_metadata, &run.id) == trace {
-                let mut mine = Vec::new();
-                self.engine_spans(run, &mut mine);
-                // An event a task pushed without a traceparent has its span in the triggered
-                // run's own derived trace, not the source's this run shares.
-                all.extend(mine.into_iter().filter(|s| s.trace_id == trace));
-            }
+        for run in self.runs.in_trace(trace) {
+            let mut mine = Vec::new();
+            self.engine_spans(run, &mut mine);
+            // An event a task pushed without a traceparent has its span in the triggered run's
+            // own derived trace, not the source's this run shares.
+            all.extend(mine.into_iter().filter(|s| s.trace_id == trace));
         }
         all.extend(self.events_emitted(trace));
         all.sort_by_key(|s| s.start_ns);
@@ -93,16 +91,13 @@ impl State {
         type Emitted<'a> = (&'a str, u64, Vec<(SystemTime, &'a str)>);
         let mut by_event: std::collections::BTreeMap<(String, String, &str), Emitted<'_>> =
             std::collections::BTreeMap::new();
-        for run in self.runs.values() {
+        for run in self.runs.pushed_into(trace) {
             let Some((event, key)) = &run.triggering_event else {
                 continue;
             };
             let Some((source, task)) = spans::event_source(&run.additional_metadata) else {
                 continue;
             };
-            if spans::run_trace_id(&source) != trace {
-                continue;
-            }
             let e = by_event
                 .entry((source, task, event.as_str()))
                 .or_insert_with(|| (key.as_str(), nanos(run.created_at), Vec::new()));
