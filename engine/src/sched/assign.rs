@@ -455,7 +455,9 @@ impl State {
             } else {
                 format!("Task exceeded timeout of {timeout}")
             };
-            self.fail_attempt(&tid, why, false);
+            // The real engine's TIMED_OUT event says the timeout as registered.
+            let message = format!("Task exceeded timeout of {timeout}");
+            self.fail_attempt_as_engine(&tid, why, false, &message);
         }
     }
 }

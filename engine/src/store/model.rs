@@ -188,6 +188,10 @@ pub struct Task {
     pub triggers: serde_json::Map<String, serde_json::Value>,
     /// Attempts followed by another, oldest first (their spans in the run's trace).
     pub past_attempts: Vec<PastAttempt>,
+    /// The message of the current attempt's end when the engine ended it (a timeout's, the
+    /// reassignment limit's), as the real engine's event carries it: its span's status message.
+    /// `None` for an end the worker reported, or none yet.
+    pub end_message: Option<String>,
 }
 
 /// An attempt that ended and was followed by another (a retry, an internal requeue, a
@@ -199,6 +203,8 @@ pub struct PastAttempt {
     pub started_at: Option<SystemTime>,
     pub ended_at: SystemTime,
     pub end: PastEnd,
+    /// The engine's message for its end (see `Task::end_message`).
+    pub end_message: Option<String>,
 }
 
 /// How a past attempt ended.
@@ -220,6 +226,7 @@ impl Task {
             started_at: self.started_at,
             ended_at: now,
             end,
+            end_message: self.end_message.take(),
         });
     }
 }

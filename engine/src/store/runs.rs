@@ -171,6 +171,7 @@ impl State {
                     matcher: None,
                     triggers: Default::default(),
                     past_attempts: Vec::new(),
+                    end_message: None,
                 },
             );
             self.start_matcher(&id, matcher);
@@ -273,6 +274,21 @@ impl State {
     }
 
     /// Fails the current attempt: retried with backoff while retries remain, else final.
+    /// As [`State::fail_attempt`], for an end the engine decides (a timeout, the reassignment
+    /// limit): `message` is what the real engine's event says, the attempt span's status.
+    pub fn fail_attempt_as_engine(
+        &mut self,
+        tid: &str,
+        error: String,
+        no_retry: bool,
+        message: &str,
+    ) {
+        if let Some(t) = self.tasks.get_mut(tid) {
+            t.end_message = Some(message.to_string());
+        }
+        self.fail_attempt(tid, error, no_retry);
+    }
+
     pub fn fail_attempt(&mut self, tid: &str, error: String, no_retry: bool) {
         self.free_slot(tid);
         let Some(t) = self.tasks.get_mut(tid) else {
@@ -384,10 +400,11 @@ impl State {
         };
         let internal = t.retry_count - t.user_retries_used;
         if internal >= MAX_INTERNAL_RETRIES {
-            self.fail_attempt(
+            self.fail_attempt_as_engine(
                 tid,
                 format!("Task reached its maximum reassignment count: {reason}"),
                 true,
+                "Task reached its maximum reassignment count",
             );
             return;
         }

@@ -162,11 +162,13 @@ impl State {
                     out.push(f.queued(queued, nanos(s)));
                 }
                 let start = a.started_at.map_or(queued, nanos);
-                // The real engine's events for these carry no message.
+                // A worker's failure event carries no message (`task failed`); a timeout's and
+                // the reassignment limit's carry theirs.
+                let message = a.end_message.as_deref().unwrap_or("");
                 let end = match a.end {
                     PastEnd::Finished if a.started_at.is_some() => AttemptEnd::Finished,
-                    PastEnd::Failed => AttemptEnd::Failed(""),
-                    PastEnd::Cancelled => AttemptEnd::Cancelled(""),
+                    PastEnd::Failed => AttemptEnd::Failed(message),
+                    PastEnd::Cancelled => AttemptEnd::Cancelled(message),
                     PastEnd::Finished | PastEnd::Requeued => continue,
                 };
                 out.push(f.ran(start, nanos(a.ended_at), &end));
@@ -181,12 +183,13 @@ impl State {
             if let Some(s) = started {
                 out.push(f.queued(queued, nanos(s)));
             }
+            // As the real engine tells them: a worker's failure and a cancellation carry no
+            // text (`task failed`, `task cancelled`); an end the engine decided carries its own.
+            let message = t.end_message.as_deref().unwrap_or("");
             let end = match t.status {
                 Status::Completed if started.is_some() => Some(AttemptEnd::Finished),
-                // As the real engine tells them: its failure and cancellation events carry no
-                // text here (`task failed`, `task cancelled`).
-                Status::Failed => Some(AttemptEnd::Failed("")),
-                Status::Cancelled => Some(AttemptEnd::Cancelled("")),
+                Status::Failed => Some(AttemptEnd::Failed(message)),
+                Status::Cancelled => Some(AttemptEnd::Cancelled(message)),
                 _ => None,
             };
             if let (Some(end), Some(at)) = (end, t.finished_at) {

@@ -80,7 +80,15 @@ async fn conf_a_run_s_trace_holds_the_engine_s_spans_and_the_sdk_s() {
         c.cancellation().cancelled().await;
         Err::<Value, _>(TaskError::new("cancelled"))
     });
-    let rt = t.worker(4, vec![flaky, dag, fails, parked]).await;
+    let slow = Workflow::new("traced-slow").task_with(
+        "nap",
+        TaskOptions::default().timeout(Duration::from_secs(1)),
+        |_: Value, c: Context| async move {
+            c.cancellation().cancelled().await;
+            Err::<Value, _>(TaskError::new("cancelled"))
+        },
+    );
+    let rt = t.worker(4, vec![flaky, dag, fails, parked, slow]).await;
     let api = rt.api();
     let h = rt.run_no_wait("traced", &json!({})).await.expect("trigger");
     let _: Value = h.result_within(RESULT).await.expect("the retry succeeds");
@@ -263,6 +271,33 @@ async fn conf_a_run_s_trace_holds_the_engine_s_spans_and_the_sdk_s() {
     assert_eq!(
         end.status_message.as_deref(),
         Some("task cancelled"),
+        "{end:?}"
+    );
+
+    // A timed-out attempt's span says the timeout, as the real engine's TIMED_OUT event does.
+    let slow = rt
+        .run_no_wait("traced-slow", &json!({}))
+        .await
+        .expect("trigger");
+    let _ = slow
+        .result_within::<Value>(RESULT)
+        .await
+        .expect_err("timed out");
+    let slow_spans = until_read(
+        "the timed-out run's spans",
+        || api.run_trace(slow.run_id()),
+        |r| {
+            r.as_ref()
+                .is_ok_and(|s| named(s, "hatchet.engine.start_step_run").len() == 1)
+        },
+    )
+    .await
+    .expect("timed-out trace");
+    let end = named(&slow_spans, "hatchet.engine.start_step_run")[0];
+    assert_eq!(end.status, "ERROR");
+    assert_eq!(
+        end.status_message.as_deref(),
+        Some("Task exceeded timeout of 1s"),
         "{end:?}"
     );
 
