@@ -98,10 +98,11 @@ impl State {
             let Some((source, task)) = spans::event_source(&run.additional_metadata) else {
                 continue;
             };
+            let seen = self.event_seen_ns(event);
             let e = by_event
                 .entry((source, task, event.as_str()))
                 .or_insert_with(|| (key.as_str(), nanos(run.created_at), Vec::new()));
-            e.1 = e.1.min(nanos(run.created_at));
+            e.1 = seen.unwrap_or(e.1.min(nanos(run.created_at)));
             e.2.push((run.created_at, run.id.as_str()));
         }
         by_event
@@ -112,6 +113,12 @@ impl State {
                 spans::event_emitted_span(event, key, seen, (&source, &task), &ids)
             })
             .collect()
+    }
+
+    /// When the engine saw event `id` (its push), the time of its spans as the real engine
+    /// stamps them (`EventSeenAt`); `None` for an event no longer kept.
+    fn event_seen_ns(&self, id: &str) -> Option<u64> {
+        self.events.get(id).map(|e| nanos(e.at))
     }
 
     /// The engine's spans of one run.
@@ -137,7 +144,7 @@ impl State {
             out.push(spans::event_span(
                 event,
                 key,
-                created,
+                self.event_seen_ns(event).unwrap_or(created),
                 &run.id,
                 &run.additional_metadata,
             ));
