@@ -414,6 +414,82 @@ pub enum AttemptEnd<'a> {
     Cancelled(&'a str),
 }
 
+/// A value as the real engine's read gives it: its attributes go through JSON twice (stored as
+/// JSONB, read back as Go values and encoded again), so every number is a float64 in Go's
+/// encoding (`1.0` reads `1`, `1e21` reads `1e+21`, an integer past 2^53 rounds), object keys
+/// are sorted, and strings escape `<`, `>`, `&`, U+2028 and U+2029 as Go's encoder does.
+pub fn go_json(v: &Value) -> String {
+    let mut out = String::new();
+    write_go_json(v, &mut out);
+    out
+}
+
+fn write_go_json(v: &Value, out: &mut String) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => out.push_str(&go_float(n.as_f64().unwrap_or(0.0))),
+        Value::String(s) => write_go_string(s, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_go_json(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_go_string(k, out);
+                out.push(':');
+                write_go_json(&m[k], out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// Go's `encoding/json` float64: the shortest digits that read back the same, without an
+/// exponent from 1e-6 up to 1e21, else with one (`1e+21`, `1e-7`).
+fn go_float(f: f64) -> String {
+    let a = f.abs();
+    if a == 0.0 || (1e-6..1e21).contains(&a) {
+        return format!("{f}");
+    }
+    let e = format!("{f:e}");
+    match e.split_once('e') {
+        Some((m, x)) if !x.starts_with('-') => format!("{m}e+{x}"),
+        _ => e,
+    }
+}
+
+fn write_go_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                out.push_str(&format!("\\u{:04x}", u32::from(c)));
+            }
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
 /// A span as the trace read answers it (`OtelSpan`): attribute values as strings (a string as
 /// itself, anything else as its JSON), `null` for no attributes, optional texts left out when
 /// empty.
@@ -427,7 +503,7 @@ pub fn span_json(s: &SpanRow) -> Value {
             .map(|(k, v)| {
                 let text = match v {
                     Value::String(s) => s.clone(),
-                    other => other.to_string(),
+                    other => go_json(other),
                 };
                 (k.clone(), Value::String(text))
             })
@@ -639,5 +715,27 @@ mod tests {
         );
         s.attributes.clear();
         assert_eq!(span_json(&s)["spanAttributes"], Value::Null);
+    }
+
+    #[test]
+    fn attribute_values_read_as_the_real_engine_encodes_them_again() {
+        for (v, text) in [
+            (json!(1.0), "1"),
+            (json!(1.5), "1.5"),
+            (json!(-0.25), "-0.25"),
+            (json!(1e21), "1e+21"),
+            (json!(1e20), "100000000000000000000"),
+            (json!(1e-7), "1e-7"),
+            (json!(1.5e-10), "1.5e-10"),
+            (json!(0.000001), "0.000001"),
+            (json!(9_007_199_254_740_993_i64), "9007199254740992"),
+            (json!(0), "0"),
+            (json!(true), "true"),
+            (json!(["<a>", 2.0, null]), r#"["\u003ca\u003e",2,null]"#),
+            (json!({"b": 1, "a": "x&y"}), r#"{"a":"x\u0026y","b":1}"#),
+            (json!("tab\tquote\""), r#""tab\tquote\"""#),
+        ] {
+            assert_eq!(go_json(&v), text, "{v}");
+        }
     }
 }

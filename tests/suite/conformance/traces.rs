@@ -377,7 +377,12 @@ async fn conf_a_run_s_trace_holds_the_engine_s_spans_and_the_sdk_s() {
                         vec![0x6b; 8],
                         sdk_step.clone(),
                         "custom.child.span",
-                        hatchet(vec![kv("n", V::IntValue(42))]),
+                        hatchet(vec![
+                            kv("n", V::IntValue(42)),
+                            kv("ratio", V::DoubleValue(1.0)),
+                            kv("tiny", V::DoubleValue(1e-7)),
+                            kv("huge", V::DoubleValue(1e21)),
+                        ]),
                     ),
                 ],
                 schema_url: String::new(),
@@ -418,6 +423,16 @@ async fn conf_a_run_s_trace_holds_the_engine_s_spans_and_the_sdk_s() {
     let child = named(&with_sdk, "custom.child.span")[0];
     assert_eq!(child.parent_span_id.as_deref(), Some("5a5a5a5a5a5a5a5a"));
     assert_eq!(child.attributes["n"], "42", "a number reads as its JSON");
+    // Go's JSON of a float64, as the real engine encodes what it stored again.
+    assert_eq!(
+        [
+            &child.attributes["ratio"],
+            &child.attributes["tiny"],
+            &child.attributes["huge"]
+        ],
+        ["1", "1e-7", "1e+21"],
+        "{child:?}"
+    );
     assert_eq!(child.scope_name.as_deref(), Some("conformance"));
 
     let unknown = api
