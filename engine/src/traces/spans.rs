@@ -102,7 +102,17 @@ fn is_uuid(s: &str) -> bool {
 /// parent run (a child), else of its source run (an event a task pushed), else its own, and
 /// the run's root span.
 pub fn ensure_traceparent(meta: &mut Map<String, Value>, run: &str) {
-    if traceparent_of(meta).is_some() {
+    // The real engine keeps one shaped like W3C's (four parts, ids of 32 and 16 characters)
+    // even when its ids are not hex; its spans then use the derived trace.
+    let shaped = |tp: &str| {
+        let parts: Vec<&str> = tp.split('-').collect();
+        parts.len() == 4 && parts[1].len() == 32 && parts[2].len() == 16
+    };
+    if meta
+        .get("traceparent")
+        .and_then(Value::as_str)
+        .is_some_and(shaped)
+    {
         return;
     }
     let owner = match (
@@ -715,6 +725,31 @@ mod tests {
         );
         s.attributes.clear();
         assert_eq!(span_json(&s)["spanAttributes"], Value::Null);
+    }
+
+    #[test]
+    fn a_traceparent_shaped_like_w3c_s_is_kept_and_another_is_restamped() {
+        let shaped = format!("00-{}-{}-01", "z".repeat(32), "y".repeat(16));
+        let mut meta = Map::new();
+        meta.insert("traceparent".into(), json!(shaped));
+        ensure_traceparent(&mut meta, RUN);
+        assert_eq!(
+            meta["traceparent"],
+            json!(shaped),
+            "kept, as the real engine keeps it"
+        );
+        assert_eq!(
+            trace_of_run(&meta, RUN),
+            run_trace_id(RUN),
+            "its ids are not hex: the spans use the derived trace"
+        );
+        meta.insert("traceparent".into(), json!("00-abc-def-01"));
+        ensure_traceparent(&mut meta, RUN);
+        let stamped = meta["traceparent"].as_str().unwrap_or_default().to_string();
+        assert!(
+            parse_traceparent(&stamped).is_some_and(|(t, _)| t == run_trace_id(RUN)),
+            "restamped: {stamped}"
+        );
     }
 
     #[test]

@@ -274,6 +274,43 @@ async fn conf_a_run_s_trace_holds_the_engine_s_spans_and_the_sdk_s() {
         "{end:?}"
     );
 
+    // A traceparent shaped like W3C's whose ids are not hex is kept in the metadata, and the
+    // run's spans use its derived trace; one of another shape is replaced.
+    for (sent, kept) in [
+        (format!("00-{}-{}-01", "z".repeat(32), "y".repeat(16)), true),
+        ("00-abc-def-01".to_string(), false),
+    ] {
+        let mut md = serde_json::Map::new();
+        md.insert("traceparent".into(), json!(sent));
+        let r = rt
+            .run_no_wait_with(
+                "traced-dag",
+                &json!({}),
+                hatchet_runtime::TriggerOptions::new().metadata(md),
+            )
+            .await
+            .expect("trigger");
+        let _: Value = r.result_within(RESULT).await.expect("dag");
+        let row = until_read(
+            "the run's row",
+            || async { api.run(r.run_id()).await.ok() },
+            Option::is_some,
+        )
+        .await
+        .expect("run");
+        let derived_trace = derived("hatchet-engine-wf-trace:", r.run_id(), 16);
+        let stamped = format!(
+            "00-{derived_trace}-{}-01",
+            derived("hatchet-engine-wf-span:", r.run_id(), 8)
+        );
+        let want = if kept { sent.clone() } else { stamped };
+        assert_eq!(
+            row.metadata.get("traceparent"),
+            Some(&json!(want)),
+            "sent {sent}"
+        );
+    }
+
     // A timed-out attempt's span says the timeout, as the real engine's TIMED_OUT event does.
     let slow = rt
         .run_no_wait("traced-slow", &json!({}))
