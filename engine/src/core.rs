@@ -253,10 +253,9 @@ impl Engine {
         }
         // A new version keeps the workflow's id; a deleted workflow's name starts a new one.
         let id = st.workflows.id_for(&req.name, new_id);
-        let version_id = new_id();
-        st.workflows.put(Workflow {
+        let version_id = st.workflows.put(Workflow {
             id: id.clone(),
-            version_id: version_id.clone(),
+            version_id: new_id(),
             description: req.description,
             name: req.name,
             tasks,

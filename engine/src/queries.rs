@@ -108,6 +108,11 @@ impl View<'_> {
         &self.st.rate_limits
     }
 
+    /// The definition of version `version` of workflow `name`.
+    pub(crate) fn workflow_config(&self, name: &str, version: &str) -> Option<&Value> {
+        self.st.workflows.config_of(name, version)
+    }
+
     /// Whether single-task reads say QUEUED for a running task (the real engine's race, a
     /// switch: `DevEngine::stamp_queued_late`).
     pub(crate) fn queued_stamped_late(&self) -> bool {

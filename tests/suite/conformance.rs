@@ -510,6 +510,43 @@ async fn conf_a_workflow_s_description_and_version_reach_the_api() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// The id of workflow `id`'s latest version, as REST reads it.
+async fn latest_version(t: &Target, id: &str) -> Value {
+    let wf = t.rest_get(&format!("/api/v1/workflows/{id}")).await;
+    wf["versions"][0]["metadata"]["id"].clone()
+}
+
+/// Registering the same definition again (a worker that starts again) keeps the workflow's
+/// version, as the real engine reuses a version whose checksum matches; a changed definition
+/// is a new version, and a run shows the definition of its own version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_registering_the_same_workflow_again_keeps_its_version() {
+    let t = Target::new("reregistered").await;
+    let workflow = |retries: i32| {
+        Workflow::new("reregistered").task_with(
+            "t",
+            TaskOptions::default().retries(retries),
+            |_i: Value, _c: Context| async move { Ok::<_, TaskError>(Value::Null) },
+        )
+    };
+    let rt = t.runtime().await;
+    rt.register(workflow(0)).await.expect("register");
+    let id = rt.api().workflow_id("reregistered").await.expect("id");
+    let first = latest_version(&t, &id).await;
+    assert!(first.is_string(), "a version id: {first}");
+    rt.shutdown(Duration::from_secs(5)).await;
+    let again = t.runtime().await;
+    again.register(workflow(0)).await.expect("register again");
+    assert_eq!(latest_version(&t, &id).await, first, "the same version");
+    again
+        .register(workflow(2))
+        .await
+        .expect("register a change");
+    let second = latest_version(&t, &id).await;
+    assert_ne!(second, first, "a changed definition is a new version");
+    again.shutdown(Duration::from_secs(5)).await;
+}
+
 // --- run, DAG, retries, non-retryable errors, timeouts --------------------------------------
 
 /// A worker registers the slot pools its tasks use, as the official SDKs do: `default` only for

@@ -4,7 +4,12 @@
 //! # Invariants
 //!
 //! 1. A new version of a live workflow keeps the workflow's id and gets a new version id; a
-//!    deleted workflow's name registers a new workflow (a new id).
+//!    deleted workflow's name registers a new workflow (a new id). A registration that
+//!    declares what the live version declares is that version again (its id and time kept),
+//!    as the real engine reuses a version whose checksum matches: a worker that starts again
+//!    adds no version.
+//! 4. Every version's definition stays readable by its id (a run shows its own version's,
+//!    not the latest).
 //! 2. A deleted workflow stays readable by name (its runs name it), but is not live: it is
 //!    not listed, triggered or found by id.
 //! 3. An idempotency key of a workflow is held by the run that claimed it: until its TTL ends,
@@ -17,10 +22,12 @@ use tokio::time::Instant;
 
 use crate::store::model::Workflow;
 
-/// Every workflow by name.
+/// Every workflow by name, and every version's definition.
 #[derive(Debug, Default)]
 pub struct Workflows {
     by_name: HashMap<String, Workflow>,
+    /// The definitions (`workflowConfig`) of versions a newer one replaced, by version id.
+    past_configs: HashMap<String, serde_json::Value>,
 }
 
 impl Workflows {
@@ -30,8 +37,29 @@ impl Workflows {
     }
 
     /// Stores `w` as the latest version of its name.
-    pub fn put(&mut self, w: Workflow) {
+    /// Answers the version id it has: the live version's when `w` declares the same (invariant
+    /// 1), else its own.
+    pub fn put(&mut self, mut w: Workflow) -> String {
+        if let Some(old) = self.by_name.get(&w.name) {
+            if !old.deleted && old.config == w.config {
+                w.version_id = old.version_id.clone();
+                w.created_at = old.created_at;
+            } else {
+                self.past_configs
+                    .insert(old.version_id.clone(), old.config.clone());
+            }
+        }
+        let version = w.version_id.clone();
         self.by_name.insert(w.name.clone(), w);
+        version
+    }
+
+    /// The definition of version `version` of workflow `name` (invariant 4).
+    pub fn config_of(&self, name: &str, version: &str) -> Option<&serde_json::Value> {
+        match self.by_name.get(name) {
+            Some(w) if w.version_id == version => Some(&w.config),
+            _ => self.past_configs.get(version),
+        }
     }
 
     /// Workflow `name`, live or deleted.

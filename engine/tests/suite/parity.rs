@@ -498,3 +498,52 @@ async fn task_events_are_read_per_task_and_a_run_of_one_task_lists_none() {
     let (_, l) = get(format!("/api/v1/stable/workflow-runs/{dag}/task-events")).await;
     assert_eq!(l["rows"], d["taskEvents"]);
 }
+
+#[tokio::test]
+async fn registering_the_same_definition_keeps_the_version_and_a_run_shows_its_own() {
+    let h = H::new().await;
+    let version = |retries: i32| {
+        let h = &h;
+        async move {
+            h.raw
+                .admin()
+                .put_workflow(v1::CreateWorkflowVersionRequest {
+                    name: "ver".into(),
+                    tasks: vec![v1::CreateTaskOpts {
+                        readable_id: "t".into(),
+                        action: "ver:t".into(),
+                        retries,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .await
+                .expect("put")
+                .into_inner()
+                .id
+        }
+    };
+    let first = version(0).await;
+    assert_eq!(
+        version(0).await,
+        first,
+        "the same declaration: the same version"
+    );
+    let old_run = h.trigger("ver", "{}").await;
+    let second = version(2).await;
+    assert_ne!(second, first, "a changed declaration: a new version");
+    let new_run = h.trigger("ver", "{}").await;
+    let retries_shown = |run: String| {
+        let h = &h;
+        async move {
+            let path = format!("/api/v1/stable/workflow-runs/{run}");
+            let (_, d) = rest(h, reqwest::Method::GET, &path, None).await;
+            (
+                d["run"]["workflowVersionId"].clone(),
+                d["workflowConfig"]["Tasks"][0]["Retries"].clone(),
+            )
+        }
+    };
+    assert_eq!(retries_shown(old_run).await, (json!(first), json!(0)));
+    assert_eq!(retries_shown(new_run).await, (json!(second), json!(2)));
+}

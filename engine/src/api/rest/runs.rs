@@ -421,11 +421,11 @@ async fn run_status(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Respon
     }
 }
 
-/// The definition of a run's workflow, as the real engine shows it (`workflowConfig`; the
-/// latest version's: our engine keeps one per workflow).
+/// The definition of a run's workflow version, as the real engine shows it (`workflowConfig`).
 fn config_of(st: &View<'_>, run: &Run) -> Value {
-    st.workflow(&run.workflow_name)
-        .map_or(Value::Null, |w| w.config.clone())
+    st.workflow_config(&run.workflow_name, &run.workflow_version_id)
+        .cloned()
+        .unwrap_or(Value::Null)
 }
 
 async fn task_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
