@@ -26,6 +26,14 @@
 //       with the task's own span under it, and the engine's workflow_run, queued and
 //       start_step_run, once each in one trace (6); an event's run has hatchet.push_event and
 //       hatchet.engine.event in place of run_workflow (7)
+//   t14 webhooks: create (GENERIC, HMAC-SHA256 hex, a static payload), list, get, update (the
+//       static payload), a bad signature is refused 403, a signed request answers its event
+//       (key from CEL over the body, the updated static payload merged), delete, then get 404
+//   t16 runs.branchDurableTask: a durable task that sleeps 1 s three times, reset from node 2
+//       of branch 1, answers branch 2 and runs again with its first sleep replayed (instant)
+//       and the other two slept; reset from node 3 of branch 2, branch 3, only the last slept
+//   t15 workers.pause: a run of a task only the paused 1-slot worker serves stays QUEUED, and
+//       workers.unpause lets it complete (isPaused reads each state)
 // With HATCHET_REAL_ENGINE=1 (scripts/real-engine.sh's client env) the checks run against the
 // real engine instead, which is already running (t11 is skipped).
 // Env: HATCHET_DEV_ENGINE_BIN (required), HATCHET_RUST_WORKER_BIN, HATCHET_RUST_CLIENT_BIN
@@ -622,6 +630,124 @@ async function runChecks() {
     if (key !== 'ts:traced') problems.push(`the engine's event span reads hatchet.event_key=${key}`);
     log(`t13 traces: ${direct.length} spans for a run, ${viaEvent.length} for an event's run`);
     await stopNamed(worker);
+    expect(!problems.length, problems.join('; '));
+  });
+
+  await check('t14', 'webhooks: create (HMAC), list, get, update, a signed request answers its event, delete', 60000, async () => {
+    const { createHmac } = await import('node:crypto');
+    const n = nonce();
+    const name = `ts-hook-${n.slice(0, 12)}`;
+    const secret = 'ts-secret';
+    const made = await bounded(
+      hatchet.webhooks.create({
+        sourceName: 'GENERIC',
+        name,
+        eventKeyExpression: "'ts:hooked:' + input.nonce",
+        staticPayload: { via: 'webhook' },
+        auth: { algorithm: 'SHA256', encoding: 'HEX', signatureHeaderName: 'X-Signature', signingSecret: secret },
+      }),
+      20000,
+      'webhooks.create',
+    );
+    expect(made?.name === name, `webhooks.create answered ${JSON.stringify(made)}`);
+    const listed = ((await bounded(hatchet.webhooks.list({ webhookNames: [name] }), 20000, 'webhooks.list')).rows || []).map((w) => w.name);
+    expect(listed.includes(name), `webhooks.list lacks ${name}: ${listed}`);
+    const got = await bounded(hatchet.webhooks.get(name), 20000, 'webhooks.get');
+    expect(got?.authType === 'HMAC', `webhooks.get: ${JSON.stringify(got)}`);
+    const updated = await bounded(
+      hatchet.webhooks.update(name, { staticPayload: { via: 'updated' } }),
+      20000,
+      'webhooks.update',
+    );
+    expect(isDeepStrictEqual(updated?.staticPayload, { via: 'updated' }), `webhooks.update answered ${JSON.stringify(updated)}`);
+    const url = `${hs.api_url}/api/v1/stable/tenants/${hs.tenant_id}/webhooks/${name}`;
+    const body = JSON.stringify({ nonce: n });
+    const post = async (signature) => {
+      const res = await fetch(url, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', 'X-Signature': signature },
+        body,
+        signal: AbortSignal.timeout(20000),
+      });
+      return [res.status, await res.text()];
+    };
+    const [bad] = await post('0'.repeat(64));
+    expect(bad === 403, `a bad signature answered ${bad}, not 403`);
+    const good = createHmac('sha256', secret).update(body).digest('hex');
+    const [code, answer] = await post(`sha256=${good}`);
+    expect(code === 200, `a good signature answered ${code}: ${answer.slice(0, 300)}`);
+    const event = JSON.parse(answer).event || {};
+    expect(event.key === `ts:hooked:${n}`, `the webhook's event key is ${event.key}`);
+    expect(
+      isDeepStrictEqual(event.payload, { nonce: n, via: 'updated' }),
+      `the webhook's event payload is ${JSON.stringify(event.payload)}`,
+    );
+    await bounded(hatchet.webhooks.delete(name), 20000, 'webhooks.delete');
+    let gone = false;
+    try {
+      await bounded(hatchet.webhooks.get(name), 20000, 'webhooks.get');
+    } catch (e) {
+      gone = e?.response?.status === 404 || /404/.test(String(e));
+    }
+    expect(gone, 'webhooks.get of a deleted webhook did not answer 404');
+  });
+
+  await check('t15', 'workers.pause holds a new run QUEUED on a paused worker; unpause lets it run', 90000, async () => {
+    const worker = startTsWorker('ts-pausable-worker', 'prio', 1);
+    await waitRegistered('ts-pausable-worker', ['ts-prio:ts-prio'], worker, 30000);
+    const row = (await workerRows()).find((w) => w.name === 'ts-pausable-worker' && w.status === 'ACTIVE');
+    expect(row, 'the worker row');
+    const id = row.metadata.id;
+    await bounded(hatchet.workers.pause(id), 20000, 'workers.pause');
+    await waitUntil('the worker to read PAUSED', async () => (await hatchet.workers.get(id))?.status === 'PAUSED', 20000, 300);
+    expect(await bounded(hatchet.workers.isPaused(id), 20000, 'workers.isPaused'), 'isPaused');
+    const n = nonce();
+    const ref = await bounded(t.prio.runNoWait({ batch: n, label: 'paused' }), 20000, 'runNoWait');
+    const runId = await ref.getWorkflowRunId();
+    await sleep(1500); // the real engine rereads workers every 5 s, but a paused one is out at once
+    const held = await statusOf(t, runId);
+    expect(held.endsWith('QUEUED'), `a run on the paused worker's only task reads ${held}`);
+    await bounded(hatchet.workers.unpause(id), 20000, 'workers.unpause');
+    await bounded(ref.output, 40000, 'the run after unpause');
+    expect(!(await bounded(hatchet.workers.isPaused(id), 20000, 'workers.isPaused')), 'still paused');
+    await stopNamed(worker);
+  });
+
+  await check('t16', 'runs.branchDurableTask resets a durable task from a node: earlier sleeps replay, later ones sleep again', 150000, async () => {
+    const ref = await bounded(t.resettable.runNoWait({}), 20000, 'runNoWait');
+    const runId = await ref.getWorkflowRunId();
+    const output = async () => {
+      const d = await bounded(hatchet.runs.getDetails(runId), 10000, 'runs.getDetails');
+      const task = Object.values(d?.taskRuns || {})[0];
+      return d?.done && String(d.status).endsWith('COMPLETED') ? task?.output : undefined;
+    };
+    let last = await waitUntil('the first execution', output, 60000, 300);
+    const taskId = await bounded(hatchet.runs.getTaskExternalId(runId), 10000, 'getTaskExternalId');
+    const problems = [];
+    for (const [node, branch, wantBranch, replayed] of [
+      [2, 1, 2, 1],
+      [3, 2, 3, 2],
+    ]) {
+      const before = last.at;
+      const resp = await bounded(hatchet.runs.branchDurableTask(taskId, node, branch), 20000, 'branchDurableTask');
+      if (resp?.data?.branchId !== wantBranch) {
+        problems.push(`reset from node ${node} of branch ${branch} answered ${JSON.stringify(resp?.data)}`);
+      }
+      last = await waitUntil(
+        `the run reset from node ${node} to complete again`,
+        async () => {
+          const out = await output();
+          return out && out.at !== before ? out : undefined;
+        },
+        60000,
+        500,
+      );
+      log(`t16 reset from node ${node} of branch ${branch}: slept ${JSON.stringify(last.took)}`);
+      last.took.forEach((d, i) => {
+        if (i < replayed && d >= 0.9) problems.push(`reset from node ${node}: sleep ${i + 1} took ${d}s, not replayed`);
+        if (i >= replayed && d < 0.9) problems.push(`reset from node ${node}: sleep ${i + 1} took ${d}s, not slept again`);
+      });
+    }
     expect(!problems.length, problems.join('; '));
   });
 

@@ -165,9 +165,26 @@ export const traced = hatchet.task({
   },
 });
 
+/** t16: a durable task that sleeps 1 s three times and says how long each sleep took (a
+ * replayed sleep returns at once); `at` tells one execution's output from the next. */
+export const resettable = hatchet.durableTask({
+  name: 'ts-resettable',
+  retries: 0,
+  executionTimeout: '120s',
+  fn: async (_input, ctx) => {
+    const took = [];
+    for (let i = 0; i < 3; i += 1) {
+      const t0 = Date.now();
+      await ctx.sleepFor('1s');
+      took.push((Date.now() - t0) / 1000);
+    }
+    return { took, at: Date.now() };
+  },
+});
+
 /** What each worker process (worker.mjs INTEROP_TS_SET=...) registers. */
 export const SETS = {
-  main: [echo, dag, failing, slow, flaky, logger, batch],
+  main: [echo, dag, failing, slow, flaky, logger, batch, resettable],
   registrar: [orphan, prio],
   prio: [prio],
   otel: [traced],
