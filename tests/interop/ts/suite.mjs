@@ -32,6 +32,9 @@
 //   t16 runs.branchDurableTask: a durable task that sleeps 1 s three times, reset from node 2
 //       of branch 1, answers branch 2 and runs again with its first sleep replayed (instant)
 //       and the other two slept; reset from node 3 of branch 2, branch 3, only the last slept
+//   t17 durable eviction (a task's evictionPolicy, ttl 1 s): a task waiting for an event reads
+//       isEvicted, runs.restoreTask brings it back (a second invocation) and the event ends
+//       it; another, evicted, is brought back by its event alone
 //   t15 workers.pause: a run of a task only the paused 1-slot worker serves stays QUEUED, and
 //       workers.unpause lets it complete (isPaused reads each state)
 // With HATCHET_REAL_ENGINE=1 (scripts/real-engine.sh's client env) the checks run against the
@@ -749,6 +752,33 @@ async function runChecks() {
       });
     }
     expect(!problems.length, problems.join('; '));
+  });
+
+  await check('t17', 'durable eviction: a waiting task is evicted by its policy, restored by runs.restoreTask and by its event', 120000, async () => {
+    const evicted = async (runId) => {
+      const d = await bounded(hatchet.runs.getDetails(runId), 10000, 'runs.getDetails');
+      return Object.values(d?.taskRuns || {})[0]?.isEvicted === true;
+    };
+    const invocations = (n) => (seen(`evictable-${n}`) ? readMarker(`evictable-${n}`).split('\n').filter(Boolean).length : 0);
+    // Restored by hand: evicted, restoreTask brings it back (a second invocation), then the
+    // event ends it. Restored by its event: evicted, the event alone brings it back.
+    for (const byHand of [true, false]) {
+      const n = nonce();
+      const ref = await bounded(t.evictable.runNoWait({ nonce: n }), 20000, 'runNoWait');
+      const runId = await ref.getWorkflowRunId();
+      await waitUntil(`run ${runId} evicted`, () => evicted(runId), 30000, 300);
+      expect(invocations(n) === 1, `${invocations(n)} invocations before the restore`);
+      if (byHand) {
+        const taskId = await bounded(hatchet.runs.getTaskExternalId(runId), 10000, 'getTaskExternalId');
+        const resp = await bounded(hatchet.runs.restoreTask(taskId), 20000, 'runs.restoreTask');
+        expect(resp?.status === 200, `restoreTask answered ${resp?.status}`);
+        await waitUntil('a second invocation after the restore', () => invocations(n) === 2, 30000, 200);
+      }
+      await bounded(hatchet.events.push(`ts:wake:${n}`, { n }), 20000, 'events.push');
+      const out = await bounded(ref.output, 60000, 'the restored run');
+      expect(out?.nonce === n, `output ${JSON.stringify(out)}`);
+      log(`t17 ${byHand ? 'restoreTask' : 'the event'}: ${invocations(n)} invocations`);
+    }
   });
 
   await check('t10', 'Rust client runs ts-echo on the TS worker; TS client runs rust-echo on the Rust worker', 90000, async () => {

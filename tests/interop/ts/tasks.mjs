@@ -182,9 +182,23 @@ export const resettable = hatchet.durableTask({
   },
 });
 
+/** t17: a durable task evicted after 1 s of waiting (its eviction policy) for the event
+ * `ts:wake:<nonce>`; counts its invocations per nonce in a marker file. */
+export const evictable = hatchet.durableTask({
+  name: 'ts-evictable',
+  retries: 0,
+  executionTimeout: '120s',
+  evictionPolicy: { ttl: '1s', allowCapacityEviction: false },
+  fn: async (input, ctx) => {
+    appendFileSync(marker(`evictable-${input.nonce}`), 'invoked\n');
+    const event = await ctx.waitForEvent(`ts:wake:${input.nonce}`);
+    return { nonce: input.nonce, woke: event };
+  },
+});
+
 /** What each worker process (worker.mjs INTEROP_TS_SET=...) registers. */
 export const SETS = {
-  main: [echo, dag, failing, slow, flaky, logger, batch, resettable],
+  main: [echo, dag, failing, slow, flaky, logger, batch, resettable, evictable],
   registrar: [orphan, prio],
   prio: [prio],
   otel: [traced],
