@@ -15,7 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from hatchet_sdk import Context, DurableContext, Hatchet, NonRetryableException, Priority
+from hatchet_sdk import (Context, DurableContext, EvictionPolicy, Hatchet,
+                         NonRetryableException, Priority)
 
 hatchet = Hatchet()
 
@@ -235,6 +236,21 @@ async def reset_me(input: Msg, ctx: DurableContext) -> dict[str, object]:
     return {"nonce": input.nonce, "took": took, "at": time.time()}
 
 
+# ----- p15: durable eviction and restore -----
+
+@hatchet.durable_task(name="parity-evictable", input_validator=Msg,
+                      execution_timeout=timedelta(minutes=2),
+                      eviction_policy=EvictionPolicy(ttl=timedelta(seconds=1),
+                                                     allow_capacity_eviction=False))
+async def evictable(input: Msg, ctx: DurableContext) -> dict[str, object]:
+    """Waits for `parity:wake:<nonce>`; evicted after 1 s of waiting by its policy. Counts its
+    invocations in a marker file (a restore starts a new one)."""
+    with open(marker_dir() / f"evictable-{input.nonce}", "a") as f:
+        f.write("invoked\n")
+    woke = await ctx.aio_wait_for_event(f"parity:wake:{input.nonce}")
+    return {"nonce": input.nonce, "woke": woke}
+
+
 # ----- p14: traces (served by the instrumented worker, `parity_worker.py otel`) -----
 
 class Traced(BaseModel):
@@ -260,6 +276,7 @@ async def traced_parent(input: Traced, ctx: Context) -> dict[str, object]:
 
 
 MAIN_WORKFLOWS = [on_failure_wf, slow, flaky, double, on_bulk, logs, refresh, no_refresh, batch,
+                  evictable,
                   batch_sum, reset_me]
 OTEL_WORKFLOWS = [traced, traced_parent]
 PRIO_WORKFLOWS = [prio_wf, release, hold, quick]
