@@ -2151,7 +2151,26 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
     let fails = Workflow::new("fails").task("boom", |_: Value, _c: Context| async move {
         Err::<Value, _>(TaskError::non_retryable("it broke"))
     });
-    let rt = t.worker(4, vec![one, dag, fails]).await;
+    let tries = Arc::new(AtomicU32::new(0));
+    let retried = Workflow::new("retried")
+        .task_with("wobbly", TaskOptions::default().retries(1), {
+            let tries = tries.clone();
+            move |_: Value, _c: Context| {
+                let first = tries.fetch_add(1, Ordering::SeqCst) == 0;
+                async move {
+                    if first {
+                        return Err(TaskError::new("the first attempt fails"));
+                    }
+                    Ok::<_, TaskError>(json!({"w": 1}))
+                }
+            }
+        })
+        .task_with(
+            "after",
+            TaskOptions::default().parents(["wobbly"]),
+            |_: Value, _c: Context| async move { Ok::<_, TaskError>(json!({"after": 1})) },
+        );
+    let rt = t.worker(4, vec![one, dag, fails, retried]).await;
     let since = SystemTime::now() - Duration::from_secs(2);
     let h1 = rt
         .run_no_wait("one", &json!({"x": 1}))
@@ -2306,6 +2325,47 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
         }
         out.push((name.to_string(), skeleton("", &v)));
     }
+    // A retried DAG's task events, by task, attempt and type: values compared, not shapes
+    // (the keys of this object are the facts).
+    let r = rt
+        .run_no_wait("retried", &json!({}))
+        .await
+        .expect("trigger");
+    let _: Value = r.result_within(RESULT).await.expect("retried DAG");
+    let path = format!("/api/v1/stable/workflow-runs/{}", r.run_id());
+    let by_attempt = |v: &Value| -> Value {
+        let mut m = serde_json::Map::new();
+        for e in v["taskEvents"].as_array().into_iter().flatten() {
+            let task = e["taskDisplayName"].as_str().unwrap_or("");
+            // The real engine names a DAG task `<readable id>-<unix ms>`.
+            let task = task.split('-').next().unwrap_or(task);
+            m.insert(
+                format!(
+                    "{task}/{}/{}",
+                    e["attempt"],
+                    e["eventType"].as_str().unwrap_or("")
+                ),
+                json!(true),
+            );
+        }
+        Value::Object(m)
+    };
+    let settled = ["wobbly/1/FAILED", "wobbly/2/FINISHED", "after/1/FINISHED"];
+    until_read(
+        "the retried DAG's task events",
+        || t.rest_read(&path),
+        |v| {
+            v.as_ref()
+                .is_some_and(|v| settled.iter().all(|k| by_attempt(v).get(*k).is_some()))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await; // later events land too
+    let details = t.rest_read(&path).await.unwrap_or_default();
+    out.push((
+        "task events by attempt (retried DAG)".to_string(),
+        by_attempt(&details),
+    ));
     // A webhook as read, and a request to it as answered.
     let hook = format!("diff-hook-{}", &one_id[..8]);
     api.create_webhook(&hatchet_runtime::NewWebhook::new(

@@ -21,7 +21,7 @@ use std::time::SystemTime;
 use tonic::Status as GrpcStatus;
 
 use crate::core::{Engine, State};
-use crate::store::model::{PastEnd, Run, Status};
+use crate::store::model::{NextAttempt, PastEnd, Run, Status};
 use hatchet_protocol::calendar::parse_rfc3339;
 use hatchet_protocol::v1;
 
@@ -272,7 +272,7 @@ impl State {
                     _ => None,
                 };
                 if let (Some(end), Some(at)) = (end, t.finished_at) {
-                    t.keep_attempt(end, at);
+                    t.keep_attempt(end, at, NextAttempt::Replay);
                 }
                 t.retry_count += 1;
                 t.user_retries_used = 0;

@@ -205,6 +205,21 @@ pub struct PastAttempt {
     pub end: PastEnd,
     /// The engine's message for its end (see `Task::end_message`).
     pub end_message: Option<String>,
+    /// Its error, when it failed.
+    pub error: Option<String>,
+    /// What started the next attempt.
+    pub next: NextAttempt,
+}
+
+/// Why an attempt was followed by another (the event the real engine writes for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextAttempt {
+    /// A retry of a failure (`RETRYING`, "This is retry number N."), the Nth retry.
+    Retry(i32),
+    /// A replay (`RETRIED_BY_USER`).
+    Replay,
+    /// Taken back from a worker that went away (`REASSIGNED`).
+    Reassign,
 }
 
 /// How a past attempt ended.
@@ -220,13 +235,15 @@ pub enum PastEnd {
 
 impl Task {
     /// Keeps the current attempt's times before the next attempt counts the retry up.
-    pub fn keep_attempt(&mut self, end: PastEnd, now: SystemTime) {
+    pub fn keep_attempt(&mut self, end: PastEnd, now: SystemTime, next: NextAttempt) {
         self.past_attempts.push(PastAttempt {
             retry_count: self.retry_count,
             started_at: self.started_at,
             ended_at: now,
             end,
             end_message: self.end_message.take(),
+            error: self.error.clone(),
+            next,
         });
     }
 }

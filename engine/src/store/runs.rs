@@ -297,7 +297,14 @@ impl State {
         t.deadline = None;
         if !no_retry && t.user_retries_used < t.retries {
             // The attempt's trace outlives it (its spans are made when the trace is read).
-            t.keep_attempt(PastEnd::Failed, self.clock.system_now());
+            t.keep_attempt(
+                PastEnd::Failed,
+                self.clock.system_now(),
+                NextAttempt::Retry(t.user_retries_used + 1),
+            );
+            if let Some(a) = t.past_attempts.last_mut() {
+                a.error = Some(error.clone());
+            }
             t.user_retries_used += 1;
             t.retry_count += 1;
             t.status = Status::Queued;
@@ -408,7 +415,11 @@ impl State {
             );
             return;
         }
-        t.keep_attempt(PastEnd::Requeued, self.clock.system_now());
+        t.keep_attempt(
+            PastEnd::Requeued,
+            self.clock.system_now(),
+            NextAttempt::Reassign,
+        );
         t.retry_count += 1;
         t.status = Status::Queued;
         t.worker_id = None;

@@ -26,6 +26,12 @@ pub(crate) async fn rest(
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
+/// `GET /api/v1/stable/workflow-runs/{run}`'s answer.
+async fn run_details(h: &H, run: &str) -> Value {
+    let path = format!("/api/v1/stable/workflow-runs/{run}");
+    rest(h, reqwest::Method::GET, &path, None).await.1
+}
+
 fn is_uuid(v: &Value) -> bool {
     v.as_str().is_some_and(|s| uuid::Uuid::parse_str(s).is_ok())
 }
@@ -253,13 +259,7 @@ async fn run_reads_are_strict_in_every_state() {
     h.event(&w, &a, E::StepEventTypeCompleted, r#"{"a":1}"#)
         .await
         .expect("done");
-    let (_, d) = rest(
-        &h,
-        reqwest::Method::GET,
-        &format!("/api/v1/stable/workflow-runs/{run}"),
-        None,
-    )
-    .await;
+    let d = run_details(&h, &run).await;
     assert_eq!(d["run"]["output"], json!({"a": 1}));
     // Lists: one DAG row per run with its children; task rows with only_tasks.
     let tenant = h.engine.tenant_id().to_string();
@@ -469,7 +469,16 @@ async fn task_events_are_read_per_task_and_a_run_of_one_task_lists_none() {
     let (_, unlimited) = get(path.clone()).await;
     assert_eq!(unlimited["rows"], json!([]), "LIMIT 0, as the real engine");
     let (_, all) = get(format!("{path}?limit=50")).await;
-    assert_eq!(kinds(&all["rows"]), ["FINISHED", "STARTED", "QUEUED"]);
+    assert_eq!(
+        kinds(&all["rows"]),
+        [
+            "FINISHED",
+            "STARTED",
+            "SENT_TO_WORKER",
+            "ASSIGNED",
+            "QUEUED"
+        ]
+    );
     assert!(all["rows"][0].get("output").is_none(), "{}", all["rows"][0]);
     assert_eq!(all["rows"][0]["taskId"], json!(run));
     let (_, page) = get(format!("{path}?limit=1&offset=1")).await;
@@ -485,8 +494,9 @@ async fn task_events_are_read_per_task_and_a_run_of_one_task_lists_none() {
     // A DAG's details list its tasks' events, the newest first, with the finished output.
     let (_, d) = get(format!("/api/v1/stable/workflow-runs/{dag}")).await;
     let events = kinds(&d["taskEvents"]);
+    // b is queued when a finishes: its QUEUED is the newest, a's FINISHED next.
     assert_eq!(
-        events.first().map(String::as_str),
+        events.get(1).map(String::as_str),
         Some("FINISHED"),
         "{events:?}"
     );
@@ -546,4 +556,80 @@ async fn registering_the_same_definition_keeps_the_version_and_a_run_shows_its_o
     };
     assert_eq!(retries_shown(old_run).await, (json!(first), json!(0)));
     assert_eq!(retries_shown(new_run).await, (json!(second), json!(2)));
+}
+
+#[tokio::test]
+async fn task_events_tell_every_attempt_and_what_started_the_next() {
+    let h = H::new().await;
+    h.put("retried", &[("a", &[], 1, ""), ("b", &["a"], 0, "")], &[])
+        .await;
+    let run = h.trigger("retried", "{}").await;
+    let w = h
+        .register(&["retried:a".into(), "retried:b".into()], 2)
+        .await;
+    let mut s = h.listen(&w).await;
+    let first = next(&mut s).await;
+    h.event(&w, &first, E::StepEventTypeFailed, "it broke once")
+        .await
+        .expect("failed");
+    let retry = next(&mut s).await;
+    assert_eq!(retry.retry_count, 1);
+    h.event(&w, &retry, E::StepEventTypeCompleted, r#"{"a":1}"#)
+        .await
+        .expect("done");
+    let b = next(&mut s).await;
+    h.event(&w, &b, E::StepEventTypeCompleted, r#"{"b":1}"#)
+        .await
+        .expect("done");
+    let d = run_details(&h, &run).await;
+    let events = d["taskEvents"].as_array().cloned().unwrap_or_default();
+    let of = |task: &str, attempt: i64| -> Vec<String> {
+        let mut kinds: Vec<String> = events
+            .iter()
+            .filter(|e| e["taskDisplayName"] == task && e["attempt"] == attempt)
+            .map(|e| e["eventType"].as_str().unwrap_or("").to_string())
+            .collect();
+        kinds.sort();
+        kinds
+    };
+    assert_eq!(
+        of("a", 1),
+        ["ASSIGNED", "FAILED", "QUEUED", "SENT_TO_WORKER", "STARTED"]
+    );
+    assert_eq!(
+        of("a", 2),
+        [
+            "ASSIGNED",
+            "FINISHED",
+            "QUEUED",
+            "RETRYING",
+            "SENT_TO_WORKER",
+            "STARTED"
+        ]
+    );
+    assert_eq!(
+        of("b", 1),
+        [
+            "ASSIGNED",
+            "FINISHED",
+            "QUEUED",
+            "SENT_TO_WORKER",
+            "STARTED"
+        ]
+    );
+    let failed = events
+        .iter()
+        .find(|e| e["eventType"] == "FAILED")
+        .expect("the failure");
+    assert_eq!(failed["errorMessage"], "it broke once");
+    assert_eq!(failed["retryCount"], 0);
+    let retrying = events
+        .iter()
+        .find(|e| e["eventType"] == "RETRYING")
+        .expect("the retry");
+    assert_eq!(retrying["message"], "This is retry number 1.");
+    assert!(retrying.get("workerId").is_none(), "{retrying}");
+    let ids: std::collections::HashSet<String> =
+        events.iter().map(|e| e["id"].to_string()).collect();
+    assert_eq!(ids.len(), events.len(), "every event its own id");
 }

@@ -35,6 +35,9 @@
 //   t17 durable eviction (a task's evictionPolicy, ttl 1 s): a task waiting for an event reads
 //       isEvicted, runs.restoreTask brings it back (a second invocation) and the event ends
 //       it; another, evicted, is brought back by its event alone
+//   t18 events.list finds a pushed event by its key and by its metadata (its id the push's)
+//   t19 runs.get of a DAG whose first task failed once and passed its retry: taskEvents hold
+//       attempt 1's FAILED (with its error), attempt 2's FINISHED and the next task's
 //   t15 workers.pause: a run of a task only the paused 1-slot worker serves stays QUEUED, and
 //       workers.unpause lets it complete (isPaused reads each state)
 // With HATCHET_REAL_ENGINE=1 (scripts/real-engine.sh's client env) the checks run against the
@@ -704,10 +707,13 @@ async function runChecks() {
     await bounded(hatchet.workers.pause(id), 20000, 'workers.pause');
     await waitUntil('the worker to read PAUSED', async () => (await hatchet.workers.get(id))?.status === 'PAUSED', 20000, 300);
     expect(await bounded(hatchet.workers.isPaused(id), 20000, 'workers.isPaused'), 'isPaused');
+    // The real engine's scheduler rereads its workers every 5 s: until then it still assigns
+    // to a worker paused since its last read.
+    await sleep(6500);
     const n = nonce();
     const ref = await bounded(t.prio.runNoWait({ batch: n, label: 'paused' }), 20000, 'runNoWait');
     const runId = await ref.getWorkflowRunId();
-    await sleep(1500); // the real engine rereads workers every 5 s, but a paused one is out at once
+    await sleep(1500); // a few scheduler passes
     const held = await statusOf(t, runId);
     expect(held.endsWith('QUEUED'), `a run on the paused worker's only task reads ${held}`);
     await bounded(hatchet.workers.unpause(id), 20000, 'workers.unpause');
@@ -779,6 +785,61 @@ async function runChecks() {
       expect(out?.nonce === n, `output ${JSON.stringify(out)}`);
       log(`t17 ${byHand ? 'restoreTask' : 'the event'}: ${invocations(n)} invocations`);
     }
+  });
+
+  await check('t18', 'events.list finds a pushed event by key and by metadata', 40000, async () => {
+    const n = nonce();
+    const key = `ts:listed:${n}`;
+    const since = new Date(Date.now() - 60000).toISOString();
+    const pushed = await bounded(
+      hatchet.events.push(key, { n }, { additionalMetadata: { listed: n } }),
+      20000,
+      'events.push',
+    );
+    const byKey = await waitUntil(
+      'the pushed event listed by key',
+      async () => {
+        const rows = (await hatchet.events.list({ keys: [key], since })).rows || [];
+        return rows.length ? rows : undefined;
+      },
+      30000,
+      500,
+    );
+    expect(byKey.length === 1 && byKey[0].key === key, `by key: ${JSON.stringify(byKey)}`);
+    expect(byKey[0].metadata?.id === pushed.eventId, `the listed id ${byKey[0].metadata?.id}, pushed ${pushed.eventId}`);
+    const byMeta = (await hatchet.events.list({ additionalMetadata: [`listed:${n}`], since })).rows || [];
+    expect(byMeta.length === 1 && byMeta[0].key === key, `by metadata: ${JSON.stringify(byMeta)}`);
+  });
+
+  await check('t19', "runs.get: a DAG run's task events per attempt (a failed first attempt, its retry, the next task)", 60000, async () => {
+    const n = nonce();
+    const ref = await bounded(t.retriedDag.runNoWait({ nonce: n }), 20000, 'runNoWait');
+    const runId = await ref.getWorkflowRunId();
+    await bounded(ref.output, 40000, 'the DAG');
+    const want = (events) => {
+      const of = (task, attempt, type) =>
+        events.some((e) => e.taskDisplayName?.startsWith(task) && e.attempt === attempt && e.eventType === type);
+      return of('wobbly', 1, 'FAILED') && of('wobbly', 2, 'FINISHED') && of('after', 1, 'FINISHED');
+    };
+    // The real engine writes task events on their own path: wait for them.
+    const events = await waitUntil(
+      'the DAG run details to list its task events',
+      async () => {
+        const d = await hatchet.runs.get(runId);
+        return want(d?.taskEvents || []) ? d.taskEvents : undefined;
+      },
+      40000,
+      500,
+    );
+    const failed = events.find((e) => e.eventType === 'FAILED');
+    expect(
+      String(failed?.errorMessage || '').includes(`first attempt of ${n} fails`),
+      `the failed attempt's event: ${JSON.stringify(failed)}`,
+    );
+    expect(
+      events.every((e) => e.retryCount === e.attempt - 1),
+      `attempt is retryCount + 1: ${JSON.stringify(events.map((e) => [e.attempt, e.retryCount]))}`,
+    );
   });
 
   await check('t10', 'Rust client runs ts-echo on the TS worker; TS client runs rust-echo on the Rust worker', 90000, async () => {

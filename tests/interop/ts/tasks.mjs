@@ -196,9 +196,25 @@ export const evictable = hatchet.durableTask({
   },
 });
 
+/** t19: a DAG whose first task fails its first attempt (retries 1) and a second after it. */
+export const retriedDag = hatchet.workflow({ name: 'ts-retried-dag' });
+const wobbly = retriedDag.task({
+  name: 'wobbly',
+  retries: 1,
+  fn: async (input, ctx) => {
+    if (ctx.retryCount() === 0) throw new Error(`first attempt of ${input.nonce} fails`);
+    return { nonce: input.nonce };
+  },
+});
+retriedDag.task({
+  name: 'after',
+  parents: [wobbly],
+  fn: async (input) => ({ nonce: input.nonce, after: true }),
+});
+
 /** What each worker process (worker.mjs INTEROP_TS_SET=...) registers. */
 export const SETS = {
-  main: [echo, dag, failing, slow, flaky, logger, batch, resettable, evictable],
+  main: [echo, dag, failing, slow, flaky, logger, batch, resettable, evictable, retriedDag],
   registrar: [orphan, prio],
   prio: [prio],
   otel: [traced],

@@ -348,11 +348,16 @@ fn label_id(worker: &str, key: &str) -> String {
     .to_string()
 }
 
-fn worker_json(w: &crate::store::model::Worker, tenant: &str) -> Value {
-    let status = if w.paused {
-        "PAUSED"
-    } else if w.sessions.is_empty() {
+/// A worker as the real engine shows it. Its status: INACTIVE once its heartbeat is older than
+/// [`crate::rules::LIVE_HEARTBEAT`] (or its streams are gone), whether paused or not, as the
+/// real transformer decides it last; else PAUSED if paused, else ACTIVE.
+fn worker_json(w: &crate::store::model::Worker, tenant: &str, now: tokio::time::Instant) -> Value {
+    let beating = w.sessions.iter().any(|s| s.legacy)
+        || now.saturating_duration_since(w.last_heartbeat) < crate::rules::LIVE_HEARTBEAT;
+    let status = if w.sessions.is_empty() || !beating {
         "INACTIVE"
+    } else if w.paused {
+        "PAUSED"
     } else {
         "ACTIVE"
     };
@@ -409,18 +414,20 @@ async fn list_workers(
         return r;
     }
     let (offset, limit) = page(&q);
+    let now = s.engine.clock.now();
     let st = s.engine.view();
     let rows: Vec<Value> = st
         .workers()
-        .map(|w| worker_row(worker_json(w, &s.engine.tenant_id)))
+        .map(|w| worker_row(worker_json(w, &s.engine.tenant_id, now)))
         .collect();
     paged(rows, offset, limit)
 }
 
 async fn get_worker(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
+    let now = s.engine.clock.now();
     let st = s.engine.view();
     match st.worker(&id) {
-        Some(w) => Json(worker_json(w, &s.engine.tenant_id)).into_response(),
+        Some(w) => Json(worker_json(w, &s.engine.tenant_id, now)).into_response(),
         None => bad_id_or_missing(&id, "worker"),
     }
 }
@@ -434,11 +441,12 @@ async fn patch_worker(
         return err(StatusCode::BAD_REQUEST, "body must be a JSON object");
     };
     let tenant = s.engine.tenant_id.clone();
+    let now = s.engine.clock.now();
     let answer = s.engine.update_worker(&id, |w| {
         if let Some(p) = b.get("isPaused").and_then(Value::as_bool) {
             w.paused = p;
         }
-        worker_json(w, &tenant)
+        worker_json(w, &tenant, now)
     });
     let Some(answer) = answer else {
         return bad_id_or_missing(&id, "worker");
@@ -625,4 +633,58 @@ pub fn router(state: Rest) -> axum::Router {
         ))
         .layer(axum::middleware::from_fn_with_state(state.clone(), gate))
         .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use tokio::time::Instant;
+
+    use crate::store::model::{Session, Worker};
+
+    fn worker(paused: bool, beat: Instant, sessions: usize) -> Worker {
+        let (tx, _rx) = tokio::sync::mpsc::channel(1);
+        Worker {
+            id: "w".into(),
+            name: "w".into(),
+            actions: Default::default(),
+            slot_limits: Default::default(),
+            slots_used: Default::default(),
+            sessions: (0..sessions)
+                .map(|i| Session {
+                    id: i as u64,
+                    tx: tx.clone(),
+                    legacy: false,
+                })
+                .collect(),
+            last_heartbeat: beat,
+            last_heartbeat_at: SystemTime::now(),
+            ever_listened: true,
+            labels: Default::default(),
+            runtime_info: None,
+            paused,
+            created_at: SystemTime::now(),
+            last_listener_established: None,
+            assignments: 0,
+            heartbeats: 0,
+        }
+    }
+
+    #[test]
+    fn a_worker_s_status_is_inactive_once_its_heartbeat_is_old_paused_or_not() {
+        let t0 = Instant::now();
+        let status = |w: &Worker, now: Instant| super::worker_json(w, "t", now)["status"].clone();
+        let fresh = t0 + Duration::from_secs(1);
+        let stale = t0 + Duration::from_secs(6);
+        assert_eq!(status(&worker(false, t0, 1), fresh), "ACTIVE");
+        assert_eq!(status(&worker(true, t0, 1), fresh), "PAUSED");
+        assert_eq!(status(&worker(false, t0, 1), stale), "INACTIVE");
+        assert_eq!(
+            status(&worker(true, t0, 1), stale),
+            "INACTIVE",
+            "the real transformer decides INACTIVE last"
+        );
+        assert_eq!(status(&worker(true, t0, 0), fresh), "INACTIVE", "no stream");
+    }
 }

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use super::{Rest, err, meta, tenant_ok};
 use crate::queries::View;
 use crate::store::control::{RunFilter, Targets};
-use crate::store::model::{Run, Status, Task};
+use crate::store::model::{NextAttempt, PastEnd, Run, Status, Task};
 use hatchet_protocol::rfc3339;
 
 /// How an unset time reads on a run (Go's zero time).
@@ -302,52 +302,113 @@ async fn run_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Respo
     .into_response()
 }
 
-/// The `V1TaskEvent`s a task's record allows us to tell.
-/// A task's events as run details list them: `errorMessage` always (empty unless it failed),
-/// `output` always (the output's JSON on the FINISHED event, else empty) and `workerId` on
-/// the events of an attempt that had a worker, as the real engine's transformer fills them.
+/// The `V1TaskEvent`s a task's record allows us to tell, every attempt's: the real engine
+/// keeps one row per (attempt, event type). An attempt is `QUEUED`, then `ASSIGNED`,
+/// `SENT_TO_WORKER` and `STARTED` when it goes to a worker, then ends `FINISHED`, `FAILED`,
+/// `TIMED_OUT` or `CANCELLED`; what started the next one follows it (`RETRYING`,
+/// `RETRIED_BY_USER`, `REASSIGNED`, counted to that attempt). `errorMessage` is always there
+/// (empty unless it failed), `output` too (the output's JSON on the current attempt's FINISHED
+/// event, else empty), and `workerId` on the events of an attempt that had a worker, as the
+/// real engine's transformer fills them.
 fn task_events(t: &Task) -> Vec<Value> {
     let mut out = Vec::new();
-    let mut push = |kind: &str, at: SystemTime, msg: &str, error: &str, output: &str| {
-        let mut e = json!({
-            "id": event_number(t, kind),
-            "taskId": t.id,
-            "timestamp": rfc3339(at),
-            "eventType": kind,
-            "message": msg,
-            "errorMessage": error,
-            "output": output,
-            "retryCount": t.retry_count,
-            "attempt": t.retry_count + 1,
-            "taskDisplayName": t.readable_id,
-        });
-        if kind != "QUEUED"
-            && let Some(w) = &t.worker_id
-        {
-            e["workerId"] = json!(w);
+    let mut push =
+        |kind: &str, at: SystemTime, attempt: i32, texts: (&str, &str, &str), worker: bool| {
+            let (msg, error, output) = texts;
+            let mut e = json!({
+                "id": event_number(t, kind, attempt),
+                "taskId": t.id,
+                "timestamp": rfc3339(at),
+                "eventType": kind,
+                "message": msg,
+                "errorMessage": error,
+                "output": output,
+                "retryCount": attempt,
+                "attempt": attempt + 1,
+                "taskDisplayName": t.readable_id,
+            });
+            if worker && let Some(w) = &t.worker_id {
+                e["workerId"] = json!(w);
+            }
+            out.push(e);
+        };
+    let mut queued_at = t.released_at.unwrap_or(t.created_at);
+    for a in &t.past_attempts {
+        let rc = a.retry_count;
+        push("QUEUED", queued_at, rc, ("", "", ""), false);
+        if let Some(s) = a.started_at {
+            for kind in ["ASSIGNED", "SENT_TO_WORKER", "STARTED"] {
+                push(kind, s, rc, ("", "", ""), true);
+            }
         }
-        out.push(e);
-    };
-    push("QUEUED", t.created_at, "", "", "");
-    if let Some(s) = t.started_at {
-        push("STARTED", s, "", "", "");
+        let message = a.end_message.as_deref().unwrap_or("");
+        let error = a.error.as_deref().unwrap_or("");
+        match a.end {
+            PastEnd::Finished => push("FINISHED", a.ended_at, rc, ("", "", ""), true),
+            PastEnd::Failed => {
+                let (kind, error) = failure_event(message, error);
+                push(kind, a.ended_at, rc, (message, error, ""), true);
+            }
+            PastEnd::Cancelled => push("CANCELLED", a.ended_at, rc, (message, "", ""), true),
+            PastEnd::Requeued => {}
+        }
+        let (kind, msg) = match a.next {
+            NextAttempt::Retry(n) => ("RETRYING", format!("This is retry number {n}.")),
+            NextAttempt::Replay => ("RETRIED_BY_USER", String::new()),
+            NextAttempt::Reassign => ("REASSIGNED", String::new()),
+        };
+        push(kind, a.ended_at, rc + 1, (&msg, "", ""), false);
+        queued_at = a.ended_at;
+    }
+    let rc = t.retry_count;
+    push("QUEUED", queued_at, rc, ("", "", ""), false);
+    // A retry keeps the last attempt's start until it is sent again.
+    let before = t.past_attempts.last().and_then(|a| a.started_at);
+    if let Some(s) = t.started_at.filter(|s| Some(*s) != before) {
+        for kind in ["ASSIGNED", "SENT_TO_WORKER", "STARTED"] {
+            push(kind, s, rc, ("", "", ""), true);
+        }
     }
     if let Some(f) = t.finished_at {
-        let kind = match t.status {
-            Status::Completed => "FINISHED",
-            Status::Failed => "FAILED",
-            Status::Cancelled => "CANCELLED",
-            _ => "STARTED",
-        };
+        let message = t.end_message.as_deref().unwrap_or("");
         let error = t.error.as_deref().unwrap_or("");
-        let output = if kind == "FINISHED" {
-            t.output.as_deref().unwrap_or("")
-        } else {
-            ""
-        };
-        push(kind, f, error, error, output);
+        match t.status {
+            Status::Completed => {
+                push(
+                    "FINISHED",
+                    f,
+                    rc,
+                    ("", "", t.output.as_deref().unwrap_or("")),
+                    true,
+                );
+            }
+            Status::Failed => {
+                let (kind, error) = failure_event(message, error);
+                push(kind, f, rc, (message, error, ""), true);
+            }
+            Status::Cancelled => push("CANCELLED", f, rc, (message, "", ""), true),
+            _ => {}
+        }
     }
     out
+}
+
+/// A failure's event type and error text: `TIMED_OUT` for the engine's timeout, whose event
+/// carries its words as the message and no error (the real engine fills `errorMessage` from a
+/// FAILED event's payload only), else `FAILED` with the error.
+fn failure_event<'a>(engine_message: &str, error: &'a str) -> (&'static str, &'a str) {
+    if engine_message.starts_with("Task exceeded timeout") {
+        ("TIMED_OUT", "")
+    } else {
+        ("FAILED", error)
+    }
+}
+
+fn event_number(t: &Task, kind: &str, attempt: i32) -> u32 {
+    let salt = kind.bytes().fold(attempt as u32, |h, b| {
+        h.wrapping_mul(31).wrapping_add(u32::from(b))
+    });
+    task_number(&t.id).wrapping_add(salt) & 0x7fff_ffff
 }
 
 /// A run's task events, as its details and `/workflow-runs/{run}/task-events` list them: the
@@ -406,10 +467,6 @@ async fn task_event_list(
         .map(|e| super::without(e, &["output"]))
         .collect();
     Json(json!({"rows": rows, "pagination": {}})).into_response()
-}
-
-fn event_number(t: &Task, kind: &str) -> u32 {
-    task_number(&t.id).wrapping_add(kind.len() as u32) & 0x7fff_ffff
 }
 
 async fn run_status(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Response {
