@@ -45,8 +45,7 @@ impl State {
             let by_status = cfg.method == Some(v1::IdempotencyMethod::Status as i32);
             let runs = &self.runs;
             let collision = self.idempotency.holder(name, &key, now, by_status, |run| {
-                runs.get(run)
-                    .is_some_and(|r| !r.status.is_terminal() || r.status == Status::Completed)
+                runs.get(run).is_some_and(|r| !r.status.is_terminal())
             });
             if let Some(existing) = collision {
                 return Err(idempotency_collision(&existing));

@@ -13,8 +13,9 @@
 //! 2. A deleted workflow stays readable by name (its runs name it), but is not live: it is
 //!    not listed, triggered or found by id.
 //! 3. An idempotency key of a workflow is held by the run that claimed it: until its TTL ends,
-//!    or (keys by status) while that run is unfinished or completed, as the real engine
-//!    releases a status key on any other end.
+//!    or (keys by status) until its TTL or that run's end, whichever comes first: the real
+//!    engine releases a status key when its task reaches any terminal state, completed
+//!    included (`ReleaseIdempotencyKeys`).
 
 use std::collections::HashMap;
 
@@ -106,8 +107,8 @@ pub struct IdempotencyKeys {
 }
 
 impl IdempotencyKeys {
-    /// The run holding `key` of `workflow` at `now` (invariant 3): with `by_status`, a claim
-    /// holds while `held(run)` says so; otherwise until its TTL.
+    /// The run holding `key` of `workflow` at `now` (invariant 3): a claim holds until its TTL,
+    /// and with `by_status` only while `held(run)` says so too.
     pub fn holder(
         &self,
         workflow: &str,
@@ -118,7 +119,7 @@ impl IdempotencyKeys {
     ) -> Option<String> {
         self.claims
             .get(&(workflow.to_string(), key.to_string()))
-            .filter(|(run, until)| if by_status { held(run) } else { *until > now })
+            .filter(|(run, until)| *until > now && (!by_status || held(run)))
             .map(|(run, _)| run.clone())
     }
 
@@ -168,6 +169,11 @@ mod tests {
         );
         assert_eq!(
             keys.holder("wf", "k", later, true, |r| r == "run"),
+            None,
+            "a status key ends at its TTL too"
+        );
+        assert_eq!(
+            keys.holder("wf", "k", now, true, |r| r == "run"),
             Some("run".into())
         );
         assert_eq!(

@@ -38,6 +38,9 @@
 //   t18 events.list finds a pushed event by its key and by its metadata (its id the push's)
 //   t19 runs.get of a DAG whose first task failed once and passed its retry: taskEvents hold
 //       attempt 1's FAILED (with its error), attempt 2's FINISHED and the next task's
+//   t20 a status-based idempotency key (`idempotency: {strategy: 'status'}`): a second run
+//       while the first runs fails with IdempotencyCollisionError naming it; after its cancel
+//       the key is free, and after a run's completion too (any terminal status releases it)
 //   t15 workers.pause: a run of a task only the paused 1-slot worker serves stays QUEUED, and
 //       workers.unpause lets it complete (isPaused reads each state)
 // With HATCHET_REAL_ENGINE=1 (scripts/real-engine.sh's client env) the checks run against the
@@ -840,6 +843,51 @@ async function runChecks() {
       events.every((e) => e.retryCount === e.attempt - 1),
       `attempt is retryCount + 1: ${JSON.stringify(events.map((e) => [e.attempt, e.retryCount]))}`,
     );
+  });
+
+  await check('t20', 'a status-based idempotency key: held by a running run, released by its cancel and by a completion', 90000, async () => {
+    const sdk = (await import('@hatchet-dev/typescript-sdk')).default;
+    const n = nonce();
+    const collides = async (input) => {
+      try {
+        await t.keyed.runNoWait(input);
+        return null;
+      } catch (e) {
+        if (e?.constructor?.name === 'IdempotencyCollisionError' || e instanceof (sdk.IdempotencyCollisionError ?? class {})) {
+          return e.existingRunExternalId || 'collided';
+        }
+        throw e;
+      }
+    };
+    // Held while the run runs.
+    const parked = await bounded(t.keyed.runNoWait({ key: `${n}-a`, park: true }), 20000, 'runNoWait');
+    const parkedId = await parked.getWorkflowRunId();
+    await waitUntil('the parked run to run', async () => (await statusOf(t, parkedId)).endsWith('RUNNING'), 30000, 200);
+    const existing = await bounded(collides({ key: `${n}-a` }), 20000, 'a second run');
+    expect(existing === parkedId, `a second run with the key: ${existing}, want the collision naming ${parkedId}`);
+    // A cancel releases it.
+    await bounded(hatchet.runs.cancel({ ids: [parkedId] }), 20000, 'runs.cancel');
+    await waitUntil('the parked run cancelled', async () => (await statusOf(t, parkedId)).endsWith('CANCELLED'), 30000, 200);
+    const again = await waitUntil(
+      'the key released by the cancel',
+      async () => {
+        const c = await collides({ key: `${n}-a` });
+        return c === null ? 'free' : undefined;
+      },
+      20000,
+      500,
+    );
+    expect(again === 'free', 'the key is still held');
+    // So does a completion (any terminal status releases it, as the real engine does).
+    const done = await bounded(t.keyed.run({ key: `${n}-b` }), 30000, 'a run to completion');
+    expect(done?.key === `${n}-b`, `output ${JSON.stringify(done)}`);
+    const free = await waitUntil(
+      'the key released by the completion',
+      async () => ((await collides({ key: `${n}-b` })) === null ? 'free' : undefined),
+      20000,
+      500,
+    );
+    expect(free === 'free', 'a completed run still holds its key');
   });
 
   await check('t10', 'Rust client runs ts-echo on the TS worker; TS client runs rust-echo on the Rust worker', 90000, async () => {

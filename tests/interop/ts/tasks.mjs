@@ -212,9 +212,31 @@ retriedDag.task({
   fn: async (input) => ({ nonce: input.nonce, after: true }),
 });
 
+/** t20: a task with a status-based idempotency key (`input.key`); a run with `park` waits
+ * for its abort signal (at most 60 s). */
+export const keyed = hatchet.task({
+  name: 'ts-keyed',
+  retries: 0,
+  executionTimeout: '120s',
+  idempotency: { expression: 'input.key', strategy: 'status', fallbackTtlMs: 600000 },
+  fn: async (input, ctx) => {
+    if (input.park) {
+      await new Promise((resolve) => {
+        const timer = setTimeout(resolve, 60_000);
+        ctx.abortController.signal.addEventListener('abort', () => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    }
+    return { key: input.key };
+  },
+});
+
 /** What each worker process (worker.mjs INTEROP_TS_SET=...) registers. */
 export const SETS = {
-  main: [echo, dag, failing, slow, flaky, logger, batch, resettable, evictable, retriedDag],
+  main: [echo, dag, failing, slow, flaky, logger, batch, resettable, evictable, retriedDag,
+    keyed],
   registrar: [orphan, prio],
   prio: [prio],
   otel: [traced],
