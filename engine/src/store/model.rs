@@ -248,6 +248,24 @@ impl Task {
     }
 }
 
+impl Worker {
+    /// Its status as the real engine's REST transformer decides it: INACTIVE once its last
+    /// heartbeat is [`crate::rules::LIVE_HEARTBEAT`] old (a legacy `Listen` stream keeps it
+    /// beating), whatever else; else PAUSED if paused; else ACTIVE. A worker whose stream just
+    /// closed reads as before until its heartbeat ages, as there.
+    pub fn status(&self, now: Instant) -> &'static str {
+        let beating = self.sessions.iter().any(|s| s.legacy)
+            || now.saturating_duration_since(self.last_heartbeat) < crate::rules::LIVE_HEARTBEAT;
+        if !beating {
+            "INACTIVE"
+        } else if self.paused {
+            "PAUSED"
+        } else {
+            "ACTIVE"
+        }
+    }
+}
+
 /// One line a task logged (`EventsService/PutLog`).
 #[derive(Debug, Clone)]
 pub struct LogLine {

@@ -54,7 +54,7 @@ fn millis(a: SystemTime, b: SystemTime) -> u128 {
 }
 
 /// What the page shows (invariant 2).
-pub(crate) fn data(st: &View<'_>, now: SystemTime) -> Value {
+pub(crate) fn data(st: &View<'_>, now: SystemTime, beat_now: tokio::time::Instant) -> Value {
     let runs: Vec<Value> = st
         .runs()
         .newest_first()
@@ -101,7 +101,7 @@ pub(crate) fn data(st: &View<'_>, now: SystemTime) -> Value {
             json!({
                 "id": w.id,
                 "name": w.name,
-                "status": if w.paused { "PAUSED" } else if w.sessions.is_empty() { "INACTIVE" } else { "ACTIVE" },
+                "status": w.status(beat_now),
                 "slots": slots,
                 "labels": w.labels,
                 "actions": w.actions.len(),
@@ -150,7 +150,11 @@ mod tests {
             std::time::Duration::from_secs(30),
             "v0.0.0".into(),
         );
-        let v = data(&engine.view(), SystemTime::now());
+        let v = data(
+            &engine.view(),
+            SystemTime::now(),
+            tokio::time::Instant::now(),
+        );
         assert_eq!(v["runs"], json!([]));
         assert_eq!(v["workers"], json!([]));
         assert_eq!(v["events"], json!([]));

@@ -348,19 +348,9 @@ fn label_id(worker: &str, key: &str) -> String {
     .to_string()
 }
 
-/// A worker as the real engine shows it. Its status: INACTIVE once its heartbeat is older than
-/// [`crate::rules::LIVE_HEARTBEAT`] (or its streams are gone), whether paused or not, as the
-/// real transformer decides it last; else PAUSED if paused, else ACTIVE.
+/// A worker as the real engine shows it (its status: [`crate::store::model::Worker::status`]).
 fn worker_json(w: &crate::store::model::Worker, tenant: &str, now: tokio::time::Instant) -> Value {
-    let beating = w.sessions.iter().any(|s| s.legacy)
-        || now.saturating_duration_since(w.last_heartbeat) < crate::rules::LIVE_HEARTBEAT;
-    let status = if w.sessions.is_empty() || !beating {
-        "INACTIVE"
-    } else if w.paused {
-        "PAUSED"
-    } else {
-        "ACTIVE"
-    };
+    let status = w.status(now);
     let slot_config: serde_json::Map<String, Value> = w
         .slot_limits
         .iter()
@@ -509,7 +499,8 @@ async fn dashboard_page() -> Response {
 }
 
 async fn dashboard_data(AxState(s): AxState<Rest>) -> Response {
-    let data = crate::api::dashboard::data(&s.engine.view(), s.engine.clock.system_now());
+    let (wall, now) = (s.engine.clock.system_now(), s.engine.clock.now());
+    let data = crate::api::dashboard::data(&s.engine.view(), wall, now);
     Json(data).into_response()
 }
 
@@ -685,6 +676,10 @@ mod tests {
             "INACTIVE",
             "the real transformer decides INACTIVE last"
         );
-        assert_eq!(status(&worker(true, t0, 0), fresh), "INACTIVE", "no stream");
+        assert_eq!(
+            status(&worker(true, t0, 0), fresh),
+            "PAUSED",
+            "a stream just closed: read by the heartbeat, as there"
+        );
     }
 }
