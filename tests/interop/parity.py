@@ -50,6 +50,11 @@ hatchet-dev-engine, one counted check each:
       event reads is_evicted, the REST restore (`/api/v1/stable/tasks/{task}/restore`) brings
       it back (a second invocation) and the event ends it; another, evicted, is brought back by
       its event alone;
+  p16. durable children: a durable task (eviction policy ttl 1 s) spawns a 4 s child with
+      `aio_run` and three more with `aio_run_many`, over the durable stream; it is evicted
+      while the first child runs, the child's completion restores it, the replay finds that
+      child in the durable log: each child runs once, the engine holds four child runs of the
+      parent, and the parent reads every child's output;
   p9. task context: `ctx.refresh_timeout` lets a 2 s-timeout task run 4 s (a twin without the
       refresh is timed out); on a 1-slot worker a task that keeps its slot delays the next run,
       and so does one that calls `ctx.release_slot()`: the call is accepted and the task
@@ -895,6 +900,69 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
             log(f"p15 {'restore' if by_hand else 'the event'}: {invocations(n)} invocations")
         expect(not problems, "; ".join(problems))
 
+    # ----- p16 -----
+    def p16_durable_children() -> None:
+        problems: list[str] = []
+        n = uuid.uuid4().hex
+
+        def task_of(run_id: str):
+            try:  # REST, as in p15: the SDK's gRPC details do not know EVICTED (5)
+                tasks = bounded(lambda: h.runs.get(run_id), 15).tasks
+            except Exception:  # noqa: BLE001 - the real engine's read trails the trigger
+                return None
+            return tasks[0] if tasks else None
+
+        def count(name: str) -> int:
+            m = markers / name
+            return len(m.read_text().split()) if m.exists() else 0
+
+        ref = trigger(t.durable_parent, t.Msg(nonce=n))
+        run_id = ref.workflow_run_id
+        # The first child runs 4 s; the parent's policy evicts it after 1 s of waiting.
+        wait_until(f"parent {run_id} evicted while its first child runs",
+                   lambda: bool(getattr(task_of(run_id), "is_evicted", False)), 30, 0.2)
+        if count(f"kid-{n}-0") != 1:
+            problems.append(f"the first child ran {count(f'kid-{n}-0')} times before the "
+                            "parent's eviction was read")
+        out = bounded(ref.result, 90)
+        parent_out = next(iter(out.values())) if isinstance(out, dict) and "nonce" not in out \
+            else out
+        first = parent_out.get("first") if isinstance(parent_out, dict) else None
+        rest = parent_out.get("rest") if isinstance(parent_out, dict) else None
+        if first != {"nonce": n, "i": 0}:
+            problems.append(f"the first child's result read {first!r} in the parent")
+        if rest != [{"nonce": n, "i": i} for i in (1, 2, 3)]:
+            problems.append(f"run_many's results read {rest!r} in the parent")
+        # The child's completion restored the parent: a second invocation, which replayed the
+        # first spawn from the durable log instead of spawning again.
+        if count(f"dparent-{n}") < 2:
+            problems.append(f"{count(f'dparent-{n}')} parent invocation(s); the eviction and "
+                            "the child's completion should have started a second")
+        for i in range(4):
+            if count(f"kid-{n}-{i}") != 1:
+                problems.append(f"child {i} ran {count(f'kid-{n}-{i}')} times, not once")
+        # Runs at the engine: the parent's children, by its task id.
+        parent_task = task_of(run_id)
+        kids: list = []
+
+        def four_kids() -> bool:
+            nonlocal kids
+            kids = bounded(lambda: h.runs.list(
+                parent_task_external_id=parent_task.task_external_id,
+                since=datetime.datetime.now(UTC) - datetime.timedelta(hours=1),
+                limit=50), 15).rows or []
+            return len(kids) >= 4
+
+        try:
+            wait_until("the parent's four child runs listed", four_kids, 30, 0.5)
+        except TimeoutError:
+            pass
+        if len(kids) != 4:
+            problems.append(f"{len(kids)} child runs at the engine, not 4")
+        log(f"p16 durable children: {count(f'dparent-{n}')} parent invocations, "
+            f"{len(kids)} child runs, {sum(count(f'kid-{n}-{i}') for i in range(4))} executions")
+        expect(not problems, "\n    ".join([f"{len(problems)} problem(s):"] + problems))
+
     # ----- p14 -----
     def p14_traces() -> None:
         from hatchet_sdk.clients.rest.api.observability_api import ObservabilityApi
@@ -1007,6 +1075,8 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
          p14_traces),
         ("p15", "p15 durable eviction by policy; restored by REST and by the event",
          p15_eviction_and_restore),
+        ("p16", "p16 durable children over the durable stream; evicted while waiting, replayed "
+                "without a re-spawn", p16_durable_children),
     ]
     for key, name, fn in checks:
         if not only or key in only:

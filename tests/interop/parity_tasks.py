@@ -251,6 +251,39 @@ async def evictable(input: Msg, ctx: DurableContext) -> dict[str, object]:
     return {"nonce": input.nonce, "woke": woke}
 
 
+# ----- p16: durable children (spawned over the durable stream, keyed by child index) -----
+
+class Kid(BaseModel):
+    nonce: str
+    i: int
+    sleep: float = 0.0
+
+
+@hatchet.task(name="parity-durable-kid", input_validator=Kid)
+async def durable_kid(input: Kid, ctx: Context) -> dict[str, object]:
+    """Counts its executions in a marker file per (nonce, i), so a re-spawn would show."""
+    with open(marker_dir() / f"kid-{input.nonce}-{input.i}", "a") as f:
+        f.write("ran\n")
+    await asyncio.sleep(input.sleep)
+    return {"nonce": input.nonce, "i": input.i}
+
+
+@hatchet.durable_task(name="parity-durable-parent", input_validator=Msg,
+                      execution_timeout=timedelta(minutes=2),
+                      eviction_policy=EvictionPolicy(ttl=timedelta(seconds=1),
+                                                     allow_capacity_eviction=False))
+async def durable_parent(input: Msg, ctx: DurableContext) -> dict[str, object]:
+    """Spawns one child that runs 4 s (the parent is evicted while it waits: ttl 1 s), then
+    three at once with `aio_run_many`. Both go over the durable stream (DurableContext supports
+    eviction), so the invocation a restore starts finds the same children in the durable log."""
+    with open(marker_dir() / f"dparent-{input.nonce}", "a") as f:
+        f.write("invoked\n")
+    first = await durable_kid.aio_run(Kid(nonce=input.nonce, i=0, sleep=4.0))
+    rest = await durable_kid.aio_run_many(
+        [durable_kid.create_bulk_run_item(input=Kid(nonce=input.nonce, i=i)) for i in (1, 2, 3)])
+    return {"nonce": input.nonce, "first": first, "rest": rest}
+
+
 # ----- p14: traces (served by the instrumented worker, `parity_worker.py otel`) -----
 
 class Traced(BaseModel):
@@ -276,7 +309,7 @@ async def traced_parent(input: Traced, ctx: Context) -> dict[str, object]:
 
 
 MAIN_WORKFLOWS = [on_failure_wf, slow, flaky, double, on_bulk, logs, refresh, no_refresh, batch,
-                  evictable,
+                  evictable, durable_kid, durable_parent,
                   batch_sum, reset_me]
 OTEL_WORKFLOWS = [traced, traced_parent]
 PRIO_WORKFLOWS = [prio_wf, release, hold, quick]

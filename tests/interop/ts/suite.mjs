@@ -41,6 +41,10 @@
 //   t20 a status-based idempotency key (`idempotency: {strategy: 'status'}`): a second run
 //       while the first runs fails with IdempotencyCollisionError naming it; after its cancel
 //       the key is free, and after a run's completion too (any terminal status releases it)
+//   t21 durable children (ctx.spawnChild, ctx.spawnChildren: the durable stream's trigger
+//       runs): the parent (evictionPolicy ttl 1 s) is evicted while its 4 s child runs, the
+//       child's completion restores it, the replay finds the child in the durable log; each
+//       child runs once, the engine lists four child runs of the parent, the outputs arrive
 //   t15 workers.pause: a run of a task only the paused 1-slot worker serves stays QUEUED, and
 //       workers.unpause lets it complete (isPaused reads each state)
 // With HATCHET_REAL_ENGINE=1 (scripts/real-engine.sh's client env) the checks run against the
@@ -888,6 +892,54 @@ async function runChecks() {
       500,
     );
     expect(free === 'free', 'a completed run still holds its key');
+  });
+
+  await check('t21', 'durable children over the durable stream: evicted while a child runs, replayed without a re-spawn', 120000, async () => {
+    const n = nonce();
+    const count = (name) => (seen(name) ? readMarker(name).split('\n').filter(Boolean).length : 0);
+    const problems = [];
+    const ref = await bounded(t.durableParent.runNoWait({ nonce: n }), 20000, 'runNoWait');
+    const runId = await ref.getWorkflowRunId();
+    // The first child runs 4 s; the parent's policy evicts it after 1 s of waiting.
+    await waitUntil(
+      `parent ${runId} evicted while its first child runs`,
+      async () => {
+        const d = await bounded(hatchet.runs.getDetails(runId), 10000, 'runs.getDetails');
+        return Object.values(d?.taskRuns || {})[0]?.isEvicted === true;
+      },
+      30000,
+      200,
+    );
+    if (count(`kid-${n}-0`) !== 1) problems.push(`the first child ran ${count(`kid-${n}-0`)} times before the eviction was read`);
+    const out = await bounded(ref.output, 90000, 'the parent');
+    if (!isDeepStrictEqual(out?.first, { nonce: n, i: 0 })) problems.push(`spawnChild's result read ${JSON.stringify(out?.first)}`);
+    if (!isDeepStrictEqual(out?.rest, [1, 2, 3].map((i) => ({ nonce: n, i })))) {
+      problems.push(`spawnChildren's results read ${JSON.stringify(out?.rest)}`);
+    }
+    // The child's completion restored the parent; the replay found that child in the log.
+    if (count(`dparent-${n}`) < 2) problems.push(`${count(`dparent-${n}`)} parent invocation(s), want a second after the restore`);
+    for (let i = 0; i < 4; i += 1) {
+      if (count(`kid-${n}-${i}`) !== 1) problems.push(`child ${i} ran ${count(`kid-${n}-${i}`)} times, not once`);
+    }
+    const taskId = await bounded(hatchet.runs.getTaskExternalId(runId), 10000, 'getTaskExternalId');
+    let kids = [];
+    try {
+      await waitUntil(
+        "the parent's four child runs listed",
+        async () => {
+          const list = await bounded(hatchet.runs.list({ parentTaskExternalId: taskId, since: new Date(Date.now() - 3600000), limit: 50 }), 10000, 'runs.list');
+          kids = list?.rows || [];
+          return kids.length >= 4;
+        },
+        30000,
+        500,
+      );
+    } catch (e) {
+      if (!(e instanceof Timeout)) throw e;
+    }
+    if (kids.length !== 4) problems.push(`${kids.length} child runs at the engine, not 4`);
+    log(`t21 durable children: ${count(`dparent-${n}`)} parent invocations, ${kids.length} child runs`);
+    expect(!problems.length, problems.join('; '));
   });
 
   await check('t10', 'Rust client runs ts-echo on the TS worker; TS client runs rust-echo on the Rust worker', 90000, async () => {

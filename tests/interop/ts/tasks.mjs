@@ -196,6 +196,35 @@ export const evictable = hatchet.durableTask({
   },
 });
 
+/** t21: a child that counts its executions per (nonce, i) and runs `sleep` seconds. */
+export const kid = hatchet.task({
+  name: 'ts-durable-kid',
+  retries: 0,
+  fn: async (input) => {
+    appendFileSync(marker(`kid-${input.nonce}-${input.i}`), 'ran\n');
+    await new Promise((resolve) => setTimeout(resolve, (input.sleep || 0) * 1000));
+    return { nonce: input.nonce, i: input.i };
+  },
+});
+
+/** t21: a durable task (evicted after 1 s of waiting) that spawns a 4 s child with
+ * `ctx.spawnChild`, then three with `ctx.spawnChildren`, both over the durable stream; counts
+ * its invocations per nonce. */
+export const durableParent = hatchet.durableTask({
+  name: 'ts-durable-parent',
+  retries: 0,
+  executionTimeout: '120s',
+  evictionPolicy: { ttl: '1s', allowCapacityEviction: false },
+  fn: async (input, ctx) => {
+    appendFileSync(marker(`dparent-${input.nonce}`), 'invoked\n');
+    const first = await ctx.spawnChild(kid, { nonce: input.nonce, i: 0, sleep: 4 });
+    const rest = await ctx.spawnChildren(
+      [1, 2, 3].map((i) => ({ workflow: kid, input: { nonce: input.nonce, i } })),
+    );
+    return { nonce: input.nonce, first, rest };
+  },
+});
+
 /** t19: a DAG whose first task fails its first attempt (retries 1) and a second after it. */
 export const retriedDag = hatchet.workflow({ name: 'ts-retried-dag' });
 const wobbly = retriedDag.task({
@@ -236,7 +265,7 @@ export const keyed = hatchet.task({
 /** What each worker process (worker.mjs INTEROP_TS_SET=...) registers. */
 export const SETS = {
   main: [echo, dag, failing, slow, flaky, logger, batch, resettable, evictable, retriedDag,
-    keyed],
+    keyed, kid, durableParent],
   registrar: [orphan, prio],
   prio: [prio],
   otel: [traced],
