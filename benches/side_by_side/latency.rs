@@ -110,8 +110,10 @@ impl<S: futures::Stream + Unpin + Send + 'static> Opening<S> {
     }
 }
 
-/// (a): the floor, on the generated stubs.
-async fn floor(engine: &Target, runs: usize) -> Vec<Duration> {
+/// (a): the floor, on the generated stubs. With `started`, (a'): the worker also reports
+/// STARTED (as every official SDK's worker does, and as the real engine's task events and
+/// `startedAt` need), sent beside the COMPLETED path in a task of its own as ours does.
+async fn floor(engine: &Target, runs: usize, started: bool) -> Vec<Duration> {
     let raw = engine.raw();
     raw.admin()
         .put_workflow(v1::CreateWorkflowVersionRequest {
@@ -202,6 +204,18 @@ async fn floor(engine: &Target, runs: usize) -> Vec<Duration> {
             .expect("the floor's worker got no assignment in 60 s")
             .expect("assignment")
             .expect("assignment ok");
+        if started {
+            let mut d = raw.dispatcher();
+            let ev = proto::StepActionEvent {
+                worker_id: worker_id.clone(),
+                task_run_external_id: a.task_run_external_id.clone(),
+                action_id: a.action_id.clone(),
+                event_type: proto::StepActionEventType::StepEventTypeStarted as i32,
+                retry_count: Some(a.retry_count),
+                ..Default::default()
+            };
+            tokio::spawn(async move { d.send_step_action_event(ev).await });
+        }
         dispatcher
             .send_step_action_event(proto::StepActionEvent {
                 worker_id: worker_id.clone(),
@@ -265,11 +279,29 @@ pub async fn latency(r: &mut Report, smoke: bool) {
         "\n## 7. Latency against the protocol floor: trigger -> result of a trivial task, one caller, sequential ({runs} runs each, warm), on {}\n",
         engine.label()
     ));
+    // One side alone, for profiling it (`perf stat`/`perf record` on this process):
+    // `BENCH_LATENCY_SIDE=floor|floor-started|ours`; prints its p50 and stops.
+    if let Ok(side) = std::env::var("BENCH_LATENCY_SIDE") {
+        let t0 = Instant::now();
+        let s = match side.as_str() {
+            "floor" => floor(&engine, runs, false).await,
+            "floor-started" => floor(&engine, runs, true).await,
+            "ours" => ours(&engine, runs).await,
+            other => panic!("BENCH_LATENCY_SIDE is floor, floor-started or ours, not {other:?}"),
+        };
+        r.line(&format!(
+            "{side} alone: {runs} runs in {:.2} s, p50 {}",
+            t0.elapsed().as_secs_f64(),
+            ms(pct(s, 0.5))
+        ));
+        return;
+    }
     // Warm both paths, then measure them alternately (drift spreads over both).
-    let _ = floor(&engine, 20.min(runs)).await;
-    let (mut f, mut o) = (Vec::new(), Vec::new());
+    let _ = floor(&engine, 20.min(runs), false).await;
+    let (mut f, mut fs, mut o) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..2 {
-        f.extend(floor(&engine, runs / 2).await);
+        f.extend(floor(&engine, runs / 2, false).await);
+        fs.extend(floor(&engine, runs / 2, true).await);
         o.extend(ours(&engine, runs / 2).await);
     }
     let (f50, f99) = (pct(f.clone(), 0.5), pct(f, 0.99));
@@ -281,11 +313,19 @@ pub async fn latency(r: &mut Report, smoke: bool) {
         ms(f50),
         ms(f99)
     ));
+    let (s50, s99) = (pct(fs.clone(), 0.5), pct(fs, 0.99));
     r.line(&format!(
-        "| (b) ours: `run()`, our worker | {} | {} | **{:.2}** |",
+        "| (a') floor with STARTED: the worker also reports STARTED, beside the handler, as every SDK does | {} | {} | {:.2} |",
+        ms(s50),
+        ms(s99),
+        s50.as_secs_f64() / f50.as_secs_f64().max(1e-9)
+    ));
+    r.line(&format!(
+        "| (b) ours: `run()`, our worker | {} | {} | **{:.2}** (/ (a'): **{:.2}**) |",
         ms(o50),
         ms(o99),
-        o50.as_secs_f64() / f50.as_secs_f64().max(1e-9)
+        o50.as_secs_f64() / f50.as_secs_f64().max(1e-9),
+        o50.as_secs_f64() / s50.as_secs_f64().max(1e-9)
     ));
     for (name, sdk) in [
         (
