@@ -701,6 +701,17 @@ impl Engine {
             E::StepEventTypeCancelled if !stale => {
                 st.cancel_task(&ev.task_run_external_id, "cancelled by the worker");
             }
+            // The cancel of an attempt that had released its slot never reached its worker,
+            // which finished the task: the real engine records the completion.
+            E::StepEventTypeCompleted
+                if task.status == Status::Cancelled
+                    && task.unlinked
+                    && retry_count == task.retry_count
+                    && serde_json::from_str::<Value>(&ev.event_payload).is_ok()
+                    && !ev.event_payload.contains("\\u0000") =>
+            {
+                st.complete_late(&ev.task_run_external_id, ev.event_payload.clone());
+            }
             _ => {} // stale or duplicate: ignored (invariant 2)
         }
         drop(st);
@@ -732,10 +743,14 @@ impl Engine {
 
     /// `Dispatcher/ReleaseSlot`: accepted, and the slot stays counted until the attempt ends,
     /// as on the real engine (see `Switches::release_slot_frees`, which gives it back at once).
+    /// Either way a running attempt loses its worker link, as there (see [`Task::unlinked`]).
     pub fn release_slot(&self, task_id: &str) -> Result<(), GrpcStatus> {
         let mut st = self.state.lock();
-        if !st.tasks.contains_key(task_id) {
+        let Some(t) = st.tasks.get_mut(task_id) else {
             return Err(GrpcStatus::not_found("task not found"));
+        };
+        if t.status == Status::Running {
+            t.unlinked = true;
         }
         st.counters.slot_releases += 1;
         if !st.switches.release_slot_frees {

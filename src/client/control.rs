@@ -9,7 +9,10 @@
 //!    answer is `MaybeExecuted`, never a second replay behind the caller's back).
 //! 3. A waiter whose run finished with errors asks the engine for the run's status once: a
 //!    cancelled run resolves to [`Outcome::RunCancelled`], a failed one stays
-//!    [`Outcome::RunFailed`].
+//!    [`Outcome::RunFailed`], and one whose details read COMPLETED resolves to the outputs its
+//!    details hold. That last is the real engine's answer when a cancel could not reach the
+//!    task's worker (the task had released its slot) and the task finished anyway: its run
+//!    stream reports the cancel as an error, then the late completion is what it records.
 
 use std::time::{Duration, SystemTime};
 
@@ -151,22 +154,34 @@ impl ClientCore {
             .map(|r| r.replayed_tasks)
     }
 
-    /// Invariant 3: turns a run failure into a cancellation when the engine says so.
-    pub(crate) async fn classify_run_error(&self, run_id: &str, e: Error) -> Error {
+    /// Invariant 3: turns a run failure into a cancellation when the engine says so, or into
+    /// [`Classified::Completed`] when its details say the run completed after all.
+    pub(crate) async fn classify_run_error(&self, run_id: &str, e: Error) -> Classified {
         if e.outcome() != Outcome::RunFailed {
-            return e;
+            return Classified::Error(e);
         }
         match self
             .conn
             .run_details(run_id, Some(STATUS_CHECK_DEADLINE))
             .await
         {
-            Ok(d) if d.status == v1::RunStatus::Cancelled as i32 => e
-                .with_outcome(Outcome::RunCancelled)
-                .with_detail("the run was cancelled"),
-            _ => e,
+            Ok(d) if d.status == v1::RunStatus::Cancelled as i32 => Classified::Error(
+                e.with_outcome(Outcome::RunCancelled)
+                    .with_detail("the run was cancelled"),
+            ),
+            Ok(d) if d.status == v1::RunStatus::Completed as i32 => Classified::Completed(e),
+            _ => Classified::Error(e),
         }
     }
+}
+
+/// What a run-stream failure turned out to be (invariant 3).
+pub(crate) enum Classified {
+    /// The error to report.
+    Error(Error),
+    /// The run's details read COMPLETED: its outputs are there (the stream's error is kept for
+    /// when they cannot be read).
+    Completed(Error),
 }
 
 impl RunHandle {

@@ -441,7 +441,14 @@ impl RunHandle {
             },
             Unsettled::Failed(e) => e,
         };
-        Err(self.client.classify_run_error(&self.run_id, e).await)
+        match self.client.classify_run_error(&self.run_id, e).await {
+            control::Classified::Error(e) => Err(e),
+            control::Classified::Completed(e) => self
+                .client
+                .outputs_from_details(&self.run_id)
+                .await
+                .map_err(|_| e),
+        }
     }
 
     /// Waits for the result and decodes it: a single-task run's output, or for a DAG the object

@@ -1698,6 +1698,121 @@ async fn conf_a_released_slot_stays_counted_until_the_attempt_ends() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// A cancel does not reach a task that released its slot, on both engines: the real engine's
+/// release statement also clears the task's worker (`v1_task_runtime.worker_id = NULL`), and a
+/// cancellation goes to the worker that column names, so it goes nowhere. A twin that keeps its
+/// slot, cancelled by the same call, sees its cancellation (the control: cancels do arrive);
+/// the releaser waits for that and 2 s more before it answers that it saw none. A waiter of
+/// each run reads the cancel at once; the releaser's completion, when it comes, is recorded
+/// (the real engine's details then read COMPLETED with its output, seen on v0.104.9), so a
+/// later wait reads that output (control.rs invariant 3) and the keeper's run stays CANCELLED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_cancel_does_not_reach_a_task_that_released_its_slot() {
+    let t = Target::new("unlinked").await;
+    let (running, finished) = (counter(), counter());
+    let (keeper_saw, releaser_saw) = (counter(), counter());
+    let twin = |name: &str, release: bool| {
+        let (running, finished) = (running.clone(), finished.clone());
+        let (keeper_saw, releaser_saw) = (keeper_saw.clone(), releaser_saw.clone());
+        Workflow::new(name).task("t", move |_: Value, c: Context| {
+            let (running, finished) = (running.clone(), finished.clone());
+            let (keeper_saw, releaser_saw) = (keeper_saw.clone(), releaser_saw.clone());
+            async move {
+                if release {
+                    c.release_slot().await?;
+                }
+                running.fetch_add(1, Ordering::SeqCst);
+                let bound = {
+                    let keeper_saw = keeper_saw.clone();
+                    async move {
+                        if !release {
+                            tokio::time::sleep(Duration::from_secs(60)).await;
+                            return;
+                        }
+                        while keeper_saw.load(Ordering::SeqCst) == 0 {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                    }
+                };
+                let saw = tokio::select! {
+                    _ = c.cancellation().cancelled() => true,
+                    _ = bound => false,
+                };
+                if saw {
+                    let who = if release { &releaser_saw } else { &keeper_saw };
+                    who.fetch_add(1, Ordering::SeqCst);
+                }
+                finished.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, TaskError>(json!({ "saw_cancel": saw }))
+            }
+        })
+    };
+    let rt = t
+        .worker(2, vec![twin("releaser", true), twin("keeper", false)])
+        .await;
+    let r = rt
+        .run_no_wait("releaser", &json!({}))
+        .await
+        .expect("trigger");
+    let k = rt.run_no_wait("keeper", &json!({})).await.expect("trigger");
+    until("both tasks running", || running.load(Ordering::SeqCst) == 2).await;
+    rt.cancel_runs(&[r.run_id().to_string(), k.run_id().to_string()])
+        .await
+        .expect("cancel");
+    let early = {
+        let r = r.clone();
+        tokio::spawn(async move { r.result_within::<Value>(RESULT).await })
+    };
+    until("the keeper to see its cancellation", || {
+        keeper_saw.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    until("both handlers to end", || {
+        finished.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    assert_eq!(
+        releaser_saw.load(Ordering::SeqCst),
+        0,
+        "a cancel reached the task that released its slot"
+    );
+    let err = early
+        .await
+        .expect("the early waiter")
+        .expect_err("the cancel, read at once");
+    assert_eq!(err.outcome(), Outcome::RunCancelled, "{err}");
+    let err = k
+        .result_within::<Value>(RESULT)
+        .await
+        .expect_err("the keeper was cancelled");
+    assert_eq!(err.outcome(), Outcome::RunCancelled, "{err}");
+    // The real engine's reads trail its writes: read until the completion shows.
+    let api = rt.api();
+    let view = until_read(
+        "the releaser's run to read COMPLETED",
+        || api.run(r.run_id()),
+        |v| v.as_ref().is_ok_and(|v| v.status == RunStatus::Completed),
+    )
+    .await
+    .expect("the releaser's run");
+    assert_eq!(
+        view.tasks.get("t").and_then(|t| t.output.clone()),
+        Some(json!({ "saw_cancel": false })),
+        "the late completion's output"
+    );
+    let out: Value = r
+        .result_within(RESULT)
+        .await
+        .expect("a later wait reads the completion");
+    assert_eq!(out, json!({ "saw_cancel": false }));
+    assert_eq!(
+        rt.api().run(k.run_id()).await.expect("keeper").status,
+        RunStatus::Cancelled
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_crons_and_schedules() {
     let t = Target::new("crons").await;

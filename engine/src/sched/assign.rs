@@ -220,6 +220,7 @@ impl State {
             };
             t.status = Status::Running;
             t.worker_id = Some(wid);
+            t.unlinked = false;
             t.session = Some(session);
             t.answered = false;
             t.slot_type = slot.clone();
@@ -370,8 +371,15 @@ impl State {
         }
     }
 
+    /// Sends `msg` (a cancellation) to the worker of `tid`'s attempt, unless `ReleaseSlot` cut
+    /// that link (see [`Task::unlinked`]).
     pub(crate) fn send_to_worker(&mut self, tid: &str, msg: proto::AssignedAction) {
-        let Some(wid) = self.tasks.get(tid).and_then(|t| t.worker_id.clone()) else {
+        let Some(wid) = self
+            .tasks
+            .get(tid)
+            .filter(|t| !t.unlinked)
+            .and_then(|t| t.worker_id.clone())
+        else {
             return;
         };
         if let Some(w) = self.workers.get(&wid) {
@@ -403,6 +411,7 @@ impl State {
             .filter(|t| {
                 t.status == Status::Running
                     && !t.evicted
+                    && !t.unlinked
                     && t.worker_id.as_ref().is_some_and(|w| silent.contains(w))
             })
             .map(|t| t.id.clone())

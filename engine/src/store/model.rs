@@ -153,6 +153,12 @@ pub struct Task {
     pub invocation_count: i32,
     /// Queued again as the same attempt and invocation (see `offer_again`).
     pub reoffered: bool,
+    /// The current attempt called `ReleaseSlot`, whose statement clears the task's worker on the
+    /// real engine (`v1_task_runtime.worker_id = NULL`): from then on a cancel or a timeout of
+    /// the attempt sends its worker nothing (a cancellation is routed by that column) and a
+    /// silent worker's reassignment does not find it (that query joins on it). Its slot is
+    /// still counted (see `Switches::release_slot_frees`). Cleared by the next assignment.
+    pub unlinked: bool,
     pub evicted: bool,
     pub created_at: SystemTime,
     /// When a DAG child's parents released it (the real engine creates the child's task

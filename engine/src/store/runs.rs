@@ -136,6 +136,7 @@ impl State {
                     is_durable: def.is_durable,
                     invocation_count: 0,
                     reoffered: false,
+                    unlinked: false,
                     evicted: false,
                     created_at: now,
                     released_at: None,
@@ -270,6 +271,34 @@ impl State {
         // Its dependents decide (queued, skipped or cancelled: matches.rs).
         self.settle_dependents(tid);
         self.maybe_finish_run(&run_id);
+    }
+
+    /// A completion of attempt `tid` that arrives after its cancel, which could not reach the
+    /// worker because the attempt had released its slot ([`Task::unlinked`]): the real engine
+    /// records it, so the task reads COMPLETED with its output from then on, and so does its
+    /// run once every task does. Its run's stream event already went out, with the cancel, and
+    /// nothing else the cancel did (dependents, concurrency) is undone.
+    pub(crate) fn complete_late(&mut self, tid: &str, output: String) {
+        let run_id = {
+            let Some(t) = self.tasks.get_mut(tid) else {
+                return;
+            };
+            t.status = Status::Completed;
+            t.output = Some(output);
+            t.error = None;
+            t.run_id.clone()
+        };
+        let Some(run) = self.runs.get(&run_id) else {
+            return;
+        };
+        let all_done = run.tasks.iter().all(|t| {
+            self.tasks
+                .get(t)
+                .is_some_and(|t| t.status == Status::Completed)
+        });
+        if all_done && let Some(r) = self.runs.get_mut(&run_id) {
+            r.status = Status::Completed;
+        }
     }
 
     /// Fails the current attempt: retried with backoff while retries remain, else final.

@@ -253,22 +253,7 @@ async fn timeouts_send_cancel_step_run() {
     let (mut results, _k) = h.subscribe(std::slice::from_ref(&run)).await;
     let start = next(&mut actions).await;
     // Keep the worker alive while the task times out.
-    let hb = {
-        let d = h.dispatcher();
-        let wid = wid.clone();
-        tokio::spawn(async move {
-            let mut d = d;
-            loop {
-                let _ = d
-                    .heartbeat(proto::HeartbeatRequest {
-                        worker_id: wid.clone(),
-                        heartbeat_at: None,
-                    })
-                    .await;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        })
-    };
+    let hb = h.keep_beating(&wid, Duration::from_millis(500));
     let cancel = next(&mut actions).await;
     hb.abort();
     assert_eq!(cancel.action_type, ActionType::CancelStepRun as i32);

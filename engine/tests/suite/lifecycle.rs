@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use futures::StreamExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use hatchet_protocol::{self as proto, StepActionEventType as E, v1};
 use hatchet_runtime::{Context, Runtime, TaskError, WorkerOptions, Workflow};
@@ -28,22 +28,7 @@ async fn a_silent_workers_tasks_are_reassigned_and_its_late_result_ignored() {
     // Worker B arrives and keeps heartbeating; A goes silent.
     let b = h.register(&["re:t".into()], 1).await;
     let mut b_actions = h.listen(&b).await;
-    let hb = {
-        let d = h.dispatcher();
-        let b = b.clone();
-        tokio::spawn(async move {
-            let mut d = d;
-            loop {
-                let _ = d
-                    .heartbeat(proto::HeartbeatRequest {
-                        worker_id: b.clone(),
-                        heartbeat_at: None,
-                    })
-                    .await;
-                tokio::time::sleep(Duration::from_millis(300)).await;
-            }
-        })
-    };
+    let hb = h.keep_beating(&b, Duration::from_millis(300));
     let second = next(&mut b_actions).await;
     assert_eq!(second.task_run_external_id, first.task_run_external_id);
     assert_eq!(second.retry_count, 1, "a reassignment is a new attempt");
@@ -59,6 +44,72 @@ async fn a_silent_workers_tasks_are_reassigned_and_its_late_result_ignored() {
         ev.results[0].output.as_deref(),
         Some(r#"{"by": "b"}"#),
         "the stale attempt's result is ignored"
+    );
+}
+
+/// `ReleaseSlot` clears the task's worker link, as the real engine's release statement does
+/// (`v1_task_runtime.worker_id = NULL`): when the worker goes silent its released task is not
+/// reassigned (the reassignment query joins on that column) while its other task is (the
+/// control that proves the reassignment ran), and the silent worker's late result still
+/// completes the released one.
+#[tokio::test]
+async fn a_released_task_is_not_reassigned_from_a_silent_worker() {
+    let engine =
+        DevEngine::start(DevEngineOptions::default().reassign_after(Duration::from_secs(1)))
+            .await
+            .expect("engine");
+    let h = H::with_engine(engine).await;
+    h.put("rel", &[("t", &[], 0, "")], &[]).await;
+    let a = h.register(&["rel:t".into()], 2).await;
+    let mut a_actions = h.listen(&a).await;
+    let runs = [h.trigger("rel", "{}").await, h.trigger("rel", "{}").await];
+    let (mut results, _k) = h.subscribe(&runs).await;
+    let (released, kept) = (next(&mut a_actions).await, next(&mut a_actions).await);
+    h.dispatcher()
+        .release_slot(proto::ReleaseSlotRequest {
+            task_run_external_id: released.task_run_external_id.clone(),
+        })
+        .await
+        .expect("release");
+    let b = h.register(&["rel:t".into()], 2).await;
+    let mut b_actions = h.listen(&b).await;
+    let hb = h.keep_beating(&b, Duration::from_millis(300));
+    let moved = next(&mut b_actions).await;
+    assert_eq!(
+        moved.task_run_external_id, kept.task_run_external_id,
+        "the task that kept its link is reassigned"
+    );
+    h.event(&b, &moved, E::StepEventTypeCompleted, r#"{"by": "b"}"#)
+        .await
+        .expect("completed");
+    h.event(&a, &released, E::StepEventTypeCompleted, r#"{"by": "a"}"#)
+        .await
+        .expect("completed");
+    hb.abort();
+    let mut outputs: Vec<(String, Option<String>)> = Vec::new();
+    for _ in 0..2 {
+        let ev = next(&mut results).await;
+        outputs.push((ev.workflow_run_id.clone(), ev.results[0].output.clone()));
+    }
+    outputs.sort();
+    let mut want = vec![
+        (
+            released.workflow_run_id.clone(),
+            Some(r#"{"by": "a"}"#.to_string()),
+        ),
+        (
+            kept.workflow_run_id.clone(),
+            Some(r#"{"by": "b"}"#.to_string()),
+        ),
+    ];
+    want.sort();
+    assert_eq!(
+        outputs, want,
+        "the released task stayed with its first attempt"
+    );
+    assert!(
+        b_actions.next().now_or_never().flatten().is_none(),
+        "worker b got the released task too"
     );
 }
 

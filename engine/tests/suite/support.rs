@@ -82,6 +82,22 @@ impl H {
             .worker_id
     }
 
+    /// Heartbeats `worker_id` every `every` until the returned task is aborted.
+    pub fn keep_beating(&self, worker_id: &str, every: Duration) -> tokio::task::JoinHandle<()> {
+        let (mut d, wid) = (self.dispatcher(), worker_id.to_string());
+        tokio::spawn(async move {
+            loop {
+                let _ = d
+                    .heartbeat(proto::HeartbeatRequest {
+                        worker_id: wid.clone(),
+                        heartbeat_at: None,
+                    })
+                    .await;
+                tokio::time::sleep(every).await;
+            }
+        })
+    }
+
     pub async fn listen(&self, worker_id: &str) -> tonic::Streaming<proto::AssignedAction> {
         let s = self
             .dispatcher()

@@ -79,6 +79,12 @@ impl Context {
     /// sent in its place there, and the development engine does the same unless a test turns on
     /// `DevEngine::release_slot_frees`.
     ///
+    /// The same statement clears the task's worker, so from then on a cancel or a timeout of
+    /// this attempt no longer reaches this handler (the engine routes a cancellation by that
+    /// column), and the task is not reassigned if this worker goes silent; both engines do this.
+    /// Bound the rest of the task's work yourself. A task that finishes after such a cancel has
+    /// its completion recorded: waiters already waiting read the cancel, later ones the output.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: releasing twice is harmless. The worker's permit is given back once the
