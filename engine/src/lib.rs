@@ -199,6 +199,8 @@ pub struct DevEngine {
     grpc_addr: SocketAddr,
     api_addr: SocketAddr,
     token: SecretToken,
+    /// Opens the dashboard's data and nothing else, so its URL can be printed and logged.
+    dashboard_key: SecretToken,
     config: ClientConfig,
     serving: Mutex<Option<Serving>>,
 }
@@ -272,6 +274,7 @@ impl DevEngine {
             grpc_addr,
             api_addr,
             token,
+            dashboard_key: SecretToken::new(crate::rules::new_id().replace('-', "")),
             config,
             serving: Mutex::new(None),
         };
@@ -374,6 +377,7 @@ impl DevEngine {
             engine: self.engine.clone(),
             faults: self.faults.clone(),
             token,
+            dashboard_key: Arc::from(self.dashboard_key.expose()),
         };
         let api_listener = io::FaultyListener {
             inner: api,
@@ -486,10 +490,16 @@ impl DevEngine {
         &self.token
     }
 
-    /// The dashboard's URL, with the token in its fragment (browsers never send a fragment to
-    /// the server; the page's script sends the token as a header).
+    /// The dashboard's URL, with the dashboard's key in its fragment (browsers never send a
+    /// fragment to the server; the page's script sends the key as a header). The key reads the
+    /// dashboard's data and nothing else: it is not the engine's token, so the URL can be
+    /// printed or logged without handing out the right to trigger, cancel or read the API.
     pub fn dashboard_url(&self) -> String {
-        format!("{}/dashboard#token={}", self.api_url(), self.token.expose())
+        format!(
+            "{}/dashboard#token={}",
+            self.api_url(),
+            self.dashboard_key.expose()
+        )
     }
 
     /// Authenticated clients of the generated stubs, for tests below the runtime.

@@ -707,7 +707,7 @@ async fn a_full_worker_takes_the_queue_in_order_one_completion_one_assignment() 
 }
 
 #[tokio::test]
-async fn the_dashboard_page_needs_no_token_and_its_data_does() {
+async fn the_dashboard_page_needs_no_token_and_its_data_needs_a_key_that_opens_nothing_else() {
     let h = H::new().await;
     h.put("shown", &[("t", &[], 0, "")], &[]).await;
     let run = h.trigger("shown", "{}").await;
@@ -745,4 +745,57 @@ async fn the_dashboard_page_needs_no_token_and_its_data_does() {
     assert_eq!(data["runs"][0]["id"], run);
     assert_eq!(data["runs"][0]["workflow"], "shown");
     assert_eq!(data["runs"][0]["tasks"][0]["status"], "QUEUED");
+    // The URL (printed by the quickstart, so in CI's log) carries the dashboard's key, not the
+    // engine's token, and the key opens nothing but that read (invariant 1).
+    let secret = h.engine.token().expose();
+    assert!(
+        !url.contains(secret),
+        "the dashboard URL must not carry the engine's token"
+    );
+    assert_ne!(token, secret);
+    let tenant = h.engine.tenant_id().to_string();
+    for (method, path) in [
+        (
+            reqwest::Method::GET,
+            format!("/api/v1/tenants/{tenant}/worker"),
+        ),
+        (reqwest::Method::GET, "/_dev/counters".to_string()),
+        (
+            reqwest::Method::POST,
+            "/_dev/advance?seconds=60".to_string(),
+        ),
+        (reqwest::Method::POST, "/_dev/dashboard.json".to_string()),
+    ] {
+        let with_key = http
+            .request(method.clone(), format!("{base}{path}"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(
+            with_key.status(),
+            401,
+            "{method} {path} with the dashboard's key"
+        );
+    }
+    assert_eq!(
+        h.engine.skipped(),
+        std::time::Duration::ZERO,
+        "the clock did not move"
+    );
+    let by_key =
+        hatchet_dev_engine::clients::RawClients::new(&h.engine.client_config().grpc_uri(), token)
+            .expect("clients");
+    let refused = by_key
+        .put_tasks("by-key", &[("t", &[], 0, "")], &[])
+        .await
+        .expect_err("gRPC with the dashboard's key");
+    assert_eq!(refused.code(), Code::Unauthenticated);
+    let with_token = http
+        .get(format!("{base}/_dev/dashboard.json"))
+        .bearer_auth(secret)
+        .send()
+        .await
+        .expect("data");
+    assert_eq!(with_token.status(), 200, "the engine's token reads it too");
 }

@@ -1,13 +1,15 @@
 //! A read-only window into the development engine: `GET /dashboard` serves one self-contained
-//! page; its script reads `GET /_dev/dashboard.json` every second (with the engine's token, taken
+//! page; its script reads `GET /_dev/dashboard.json` every second (with the dashboard's key, taken
 //! from the page's URL fragment, which browsers never send to the server) and shows recent runs
 //! with their status and duration, each run's tasks as its DAG with each task's status and
 //! output, the workers with their slots and labels, and recent events.
 //!
 //! # Invariants
 //!
-//! 1. The page itself holds no data and needs no token; the data needs the token like every
-//!    other route.
+//! 1. The page itself holds no data and needs no token; the data needs the engine's token or the
+//!    dashboard's key, and that key opens nothing else (no other route, no other method, no
+//!    gRPC call). `DevEngine::dashboard_url` carries the key, never the token, so the URL the
+//!    quickstart prints gives a reader of its log no right to the engine.
 //! 2. [`data`] is a pure function of the state: it reads under the engine's lock, never waits, and
 //!    bounds what it returns (the newest [`RUNS`] runs, [`EVENTS`] events, outputs cut at
 //!    [`OUTPUT_CHARS`] characters), so a large engine cannot make a slow page.
