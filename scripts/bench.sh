@@ -7,8 +7,10 @@
 #   -- cargo bench --bench side_by_side
 #   6 end-to-end throughput at 2,000 / 10,000 / 50,000 runs, our worker and client against the
 #     official Go and Python SDKs' -- scripts/bench_python.sh (BENCH_SIZES to change the sizes)
-# Writes target/bench-report/report.md (all tables), outage.svg, throughput.svg and python.md.
-# scripts/bench_real.sh runs benchmarks 6 and 7 on the real engine instead.
+#   then 6 and 7 again on the real engine (scripts/bench_real.sh: hatchet-engine v0.104.9 on
+#     PostgreSQL, the same three clients; BENCH_REAL=0 skips it, about 15 minutes more)
+# Writes target/bench-report/report.md (all tables), outage.svg, throughput.svg and python.md,
+# and real-engine.md and real-engine-latency.md. Arguments select benchmarks of side_by_side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
@@ -28,4 +30,13 @@ timeout 1800 cargo bench --bench side_by_side -- "$@"
   echo
   cat target/bench-report/python.md
 } >> target/bench-report/report.md
+if [[ "${BENCH_REAL:-1}" != 0 ]]; then
+  rm -f target/bench-report/real-engine.md target/bench-report/real-engine-latency.md
+  scripts/bench_real.sh
+  for f in real-engine.md real-engine-latency.md; do
+    if [[ -f "target/bench-report/$f" ]]; then
+      { echo; cat "target/bench-report/$f"; } >> target/bench-report/report.md
+    fi
+  done
+fi
 echo "wrote target/bench-report/report.md"
