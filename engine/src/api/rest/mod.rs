@@ -536,7 +536,9 @@ async fn gate(AxState(s): AxState<Rest>, req: Request, next: Next) -> Response {
         .get("authorization")
         .and_then(|v| v.to_str().ok());
     let dashboard_read = path == DASHBOARD_DATA && req.method() == axum::http::Method::GET;
-    if !bearer_ok(auth, &s.token) && !(dashboard_read && bearer_ok(auth, &s.dashboard_key)) {
+    let allowed =
+        bearer_ok(auth, &s.token) || (dashboard_read && bearer_ok(auth, &s.dashboard_key));
+    if !allowed {
         return err(StatusCode::UNAUTHORIZED, "missing or invalid bearer token");
     }
     match s.faults.take(&path) {
