@@ -162,6 +162,12 @@ impl Engine {
                 "default priority must be between 1 and 3, got {p}"
             )));
         }
+        if let Some(i) = &req.idempotency {
+            let problems = crate::store::workflows::idempotency_config_problems(i);
+            if !problems.is_empty() {
+                return Err(GrpcStatus::invalid_argument(validation_failed(&problems)));
+            }
+        }
         let mut tasks = Vec::with_capacity(req.tasks.len() + 1);
         let ids: HashSet<&str> = req.tasks.iter().map(|t| t.readable_id.as_str()).collect();
         let on_failure = req.on_failure_task.take();
@@ -499,10 +505,17 @@ impl Engine {
                 desired_labels: crate::sched::placement::desired_labels(&req.desired_worker_labels),
                 filter_payload: None,
             },
-        )?;
+        );
         drop(st);
-        self.wake.notify_one();
-        Ok(id)
+        match id {
+            Ok(id) => {
+                self.wake.notify_one();
+                Ok(id)
+            }
+            // Answered with an id no run will have, as the real engine answers it.
+            Err(e) if crate::rules::is_skipped_trigger(&e) => Ok(new_id()),
+            Err(e) => Err(e),
+        }
     }
 
     /// `EventsService/Push`: stores the event and starts every workflow it triggers.
@@ -537,7 +550,11 @@ impl Engine {
             match self.trigger(r) {
                 Ok(id) => created.push(id),
                 Err(e) => match proto::idempotency_collision(&e) {
-                    Some(c) => collisions.push(c),
+                    // Named by the id its run would have had, as the real engine names it.
+                    Some(c) => collisions.push(v1::IdempotencyCollisionError {
+                        colliding_run_external_id: new_id(),
+                        ..c
+                    }),
                     None => return Err(e),
                 },
             }
@@ -621,8 +638,12 @@ impl Engine {
                         filter_payload,
                         ..TriggerOpts::default()
                     },
-                )?;
-                started.push(run);
+                );
+                match run {
+                    Ok(run) => started.push(run),
+                    Err(e) if crate::rules::is_skipped_trigger(&e) => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
         st.events.set_runs(&ev.id, started);

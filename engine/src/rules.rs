@@ -150,9 +150,9 @@ pub(crate) fn parse_metadata(
 /// Events per BulkPush call.
 pub const MAX_BULK_EVENTS: usize = 1_000;
 
-/// Evaluates the small subset of idempotency expressions the dev engine understands: a dotted
-/// path into `input` or `additional_metadata` (`input.order_id`); anything else is used verbatim.
-/// The value of a key expression (`input.user_id`, `additional_metadata.tenant`) as a string;
+/// Evaluates the small subset of concurrency and rate-limit key expressions the dev engine
+/// understands: a dotted path into `input` or `additional_metadata` (`input.order_id`); anything
+/// else is used verbatim. The value of a key expression (`input.user_id`, `additional_metadata.tenant`) as a string;
 /// any other expression is its own (constant) key.
 pub(crate) fn key_of_expression(
     expr: &str,
@@ -171,6 +171,34 @@ pub(crate) fn key_of_expression(
         Some(other) => other.to_string(),
         None => "null".to_string(),
     }
+}
+
+/// A refused definition's message as the real engine words it (its validator's): one numbered
+/// line per `(field, condition)`.
+pub fn validation_failed(problems: &[(String, String)]) -> String {
+    let mut m = String::from("Validation failed with the following errors:\n");
+    for (i, (field, condition)) in problems.iter().enumerate() {
+        m.push_str(&format!(
+            "{i}: validation failed on field 'CreateWorkflowVersionOpts.{field}': {condition}\n"
+        ));
+    }
+    m
+}
+
+/// What a skipped trigger's status says first (see [`skipped_trigger`]).
+const SKIPPED: &str = "trigger skipped: ";
+
+/// The answer inside the engine to a trigger it skips without creating a run (a workflow's
+/// idempotency key expression gives no key): the real engine answers such a trigger with the
+/// id the run would have had, so the callers that answer a client turn it into a fresh id
+/// ([`is_skipped_trigger`]); the others create nothing.
+pub fn skipped_trigger(why: &str) -> GrpcStatus {
+    GrpcStatus::aborted(format!("{SKIPPED}{why}"))
+}
+
+/// Whether `status` is a [`skipped_trigger`].
+pub fn is_skipped_trigger(status: &GrpcStatus) -> bool {
+    status.code() == tonic::Code::Aborted && status.message().starts_with(SKIPPED)
 }
 
 /// An `ALREADY_EXISTS` "idempotency key collision" status carrying `detail` under `type_url`.
@@ -194,9 +222,10 @@ fn collision_status(type_url: &str, detail: Vec<u8>) -> GrpcStatus {
 /// The `ALREADY_EXISTS` status with a `v1.IdempotencyCollisionError` detail.
 pub fn idempotency_collision(existing: &str) -> GrpcStatus {
     use prost::Message as _;
+    // The real engine names only the existing run here (a bulk trigger names both).
     let detail = v1::IdempotencyCollisionError {
         existing_run_external_id: existing.to_string(),
-        colliding_run_external_id: new_id(),
+        colliding_run_external_id: String::new(),
     };
     collision_status(
         proto::IDEMPOTENCY_COLLISION_TYPE_URL,

@@ -93,6 +93,17 @@ async fn register_workflow(core: &WorkerCore, wf: Workflow) -> Result<(), Error>
             format!("workflow {} has no tasks", wf.name),
         ));
     }
+    if let Some((expression, ttl, _)) = &wf.idempotency
+        && (expression.trim().is_empty() || *ttl < std::time::Duration::from_millis(1))
+    {
+        return Err(Error::invalid(
+            PATH,
+            format!(
+                "workflow {}: an idempotency key needs an expression and a TTL of at least 1 ms (got {expression:?} for {ttl:?}); the engine refuses the workflow otherwise",
+                wf.name
+            ),
+        ));
+    }
     let name = core.conn.config().namespaced(&wf.name);
     let req = wf.to_proto_in(&name, &core.conn.config().namespace);
     let client = core.conn.admin();

@@ -254,3 +254,25 @@ async fn a_flood_of_log_lines_against_a_stalled_engine_never_blocks_the_task_and
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test]
+async fn an_idempotency_key_without_expression_or_ttl_is_refused_before_anything_is_sent() {
+    let (e, rt) = setup().await;
+    let before = e.faults().attempts("/v1.AdminService/PutWorkflow");
+    for (expression, ttl) in [("input.k", Duration::ZERO), ("  ", Duration::from_secs(60))] {
+        let err = rt
+            .register(echo(Duration::from_secs(5)).idempotency(expression, ttl))
+            .await
+            .expect_err("refused");
+        assert_eq!(err.outcome(), Outcome::Invalid, "{err}");
+        assert!(err.to_string().contains("TTL of at least 1 ms"), "{err}");
+    }
+    assert_eq!(
+        e.faults().attempts("/v1.AdminService/PutWorkflow"),
+        before,
+        "nothing sent: the engine would refuse it"
+    );
+    rt.register(echo(Duration::from_secs(5)).idempotency("input.k", Duration::from_millis(1)))
+        .await
+        .expect("1 ms is enough");
+}

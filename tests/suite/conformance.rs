@@ -1051,6 +1051,155 @@ async fn conf_bulk_trigger_partly_colliding_answers_each_item_with_its_run() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Idempotency keys as both engines keep them: a key is any string the workflow's CEL
+/// expression gives, and it is the tenant's (a trigger of another workflow with the same key
+/// collides with the first workflow's run); an input the expression fails on is answered with
+/// an id and creates no run (the wait on it ends as not found, and nothing executes); a key by
+/// status is released when the run's first root task ends, while its DAG still runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_idempotency_keys_are_the_tenant_s_and_a_status_key_ends_with_a_root_task() {
+    let t = Target::new("idemkeys").await;
+    let execs: Arc<Mutex<Vec<String>>> = Arc::default();
+    let one = |name: &str| {
+        let e = execs.clone();
+        let n = name.to_string();
+        Workflow::new(name)
+            .task("t", move |i: Value, _c: Context| {
+                e.lock()
+                    .push(format!("{n}:{}", i["k"].as_str().unwrap_or("?")));
+                async move { Ok::<_, TaskError>(i) }
+            })
+            .idempotency("'k-' + input.k", Duration::from_secs(600))
+    };
+    let (first_gate, second_gate) = (
+        Arc::new(tokio::sync::Semaphore::new(0)),
+        Arc::new(tokio::sync::Semaphore::new(0)),
+    );
+    let (g1, g2, e1) = (first_gate.clone(), second_gate.clone(), execs.clone());
+    let dag = Workflow::new("kd")
+        .task("first", move |i: Value, _c: Context| {
+            let (g, e) = (g1.clone(), e1.clone());
+            async move {
+                e.lock().push(format!("kd:{}", i["n"]));
+                let _ = g.acquire().await.map(|p| p.forget());
+                Ok::<_, TaskError>(json!({}))
+            }
+        })
+        .task_with(
+            "second",
+            TaskOptions::default().parents(["first"]),
+            move |_: Value, _c: Context| {
+                let g = g2.clone();
+                async move {
+                    let _ = g.acquire().await.map(|p| p.forget());
+                    Ok::<_, TaskError>(json!({}))
+                }
+            },
+        )
+        .idempotency_until_done("input.k", Duration::from_secs(600));
+    let rt = t.worker(8, vec![one("ka"), one("kb"), dag]).await;
+    // Keys of this run alone (the real engine keeps keys across test runs for their TTL).
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let a = rt
+        .run_no_wait("ka", &json!({ "k": tag }))
+        .await
+        .expect("ka");
+    let same = TriggerOptions::new().idempotent();
+    let b = rt
+        .run_no_wait_with("kb", &json!({ "k": tag }), same.clone())
+        .await
+        .expect("an idempotent trigger resolves to the key's run");
+    assert_eq!(
+        b.run_id(),
+        a.run_id(),
+        "the key is the tenant's: kb meets ka's run"
+    );
+    let refused = rt
+        .run_no_wait("kb", &json!({ "k": tag }))
+        .await
+        .expect_err("a plain trigger of another workflow with the same key collides");
+    assert_eq!(
+        refused.status().map(|s| s.code()),
+        Some(tonic::Code::AlreadyExists),
+        "{refused}"
+    );
+    // A composite expression: another value, another key.
+    let other = format!("{tag}-2");
+    let c = rt
+        .run_no_wait("kb", &json!({ "k": other }))
+        .await
+        .expect("kb");
+    assert_ne!(c.run_id(), a.run_id());
+    for h in [&a, &c] {
+        let _: Value = h.result_within(RESULT).await.expect("each run finishes");
+    }
+    // No key for this input (no `k`; a number): answered with an id, and no run.
+    let mut ghosts = Vec::new();
+    for input in [json!({ "x": 1 }), json!({ "k": 7 })] {
+        ghosts.push(
+            rt.run_no_wait("ka", &input)
+                .await
+                .expect("answered with an id"),
+        );
+    }
+    for err in
+        futures::future::join_all(ghosts.iter().map(|g| g.result_within::<Value>(RESULT))).await
+    {
+        let err = err.expect_err("no run has that id");
+        assert!(err.to_string().contains("does not know run"), "{err}");
+    }
+    let mut ran = execs.lock().clone();
+    ran.sort();
+    assert_eq!(
+        ran,
+        [format!("ka:{tag}"), format!("kb:{other}")],
+        "one execution per run, none for the others"
+    );
+    // A status key: held while the first root task runs, released when it ends though its
+    // DAG still runs.
+    let d1 = rt
+        .run_no_wait("kd", &json!({ "k": tag, "n": 1 }))
+        .await
+        .expect("kd");
+    until("kd's first task to start", || execs.lock().len() == 3).await;
+    let held = rt
+        .run_no_wait("kd", &json!({ "k": tag, "n": 2 }))
+        .await
+        .expect_err("held while the root task runs");
+    assert_eq!(
+        held.status().map(|s| s.code()),
+        Some(tonic::Code::AlreadyExists),
+        "{held}"
+    );
+    first_gate.add_permits(1);
+    let mut d2 = None;
+    for _ in 0..120 {
+        match rt.run_no_wait("kd", &json!({ "k": tag, "n": 2 })).await {
+            Ok(h) => {
+                d2 = Some(h);
+                break;
+            }
+            Err(e) if e.status().map(|s| s.code()) == Some(tonic::Code::AlreadyExists) => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let d2 = d2.expect("released by the first root task's end");
+    let d1_view = rt.run_details(d1.run_id()).await.expect("details");
+    assert!(
+        !d1_view.is_final(),
+        "the first run still runs its second task: {:?}",
+        d1_view.status
+    );
+    first_gate.add_permits(1);
+    second_gate.add_permits(2);
+    for h in [&d1, &d2] {
+        let _: Value = h.result_within(RESULT).await.expect("both DAG runs finish");
+    }
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_priority_orders_queued_runs() {
     let t = Target::new("prio").await;

@@ -305,6 +305,10 @@ impl State {
                             };
                             match self.create_run(tenant, &opt.name, input, meta, opts) {
                                 Ok(id) => id,
+                                // As TriggerWorkflow answers it: an id no run will have.
+                                Err(e) if crate::rules::is_skipped_trigger(&e) => {
+                                    crate::rules::new_id()
+                                }
                                 Err(_) => return,
                             }
                         }

@@ -37,15 +37,28 @@ impl State {
         {
             return Ok(existing.clone());
         }
-        // Workflow idempotency: a live key collides.
+        let run_id = new_id();
+        // Workflow idempotency (the tenant's keys): a live key collides; a key the expression
+        // cannot give skips the trigger (store/workflows.rs invariants 3 and 5).
         let mut idem = None;
         if let Some(cfg) = &wf.idempotency {
-            let key = key_of_expression(&cfg.expression, &input, &meta);
+            let key = match crate::store::workflows::idempotency_key(
+                &cfg.expression,
+                &input,
+                &meta,
+                &run_id,
+            ) {
+                Ok(key) => key,
+                Err(why) => {
+                    tracing::warn!(workflow = name, %why, "skipping the trigger: no idempotency key");
+                    return Err(skipped_trigger(&why));
+                }
+            };
             let now = self.clock.now();
             let by_status = cfg.method == Some(v1::IdempotencyMethod::Status as i32);
-            let runs = &self.runs;
-            let collision = self.idempotency.holder(name, &key, now, by_status, |run| {
-                runs.get(run).is_some_and(|r| !r.status.is_terminal())
+            let tasks = &self.tasks;
+            let collision = self.idempotency.holder(&key, now, by_status, |t| {
+                tasks.get(t).is_none_or(|t| t.status.is_terminal())
             });
             if let Some(existing) = collision {
                 return Err(idempotency_collision(&existing));
@@ -66,7 +79,6 @@ impl State {
             .priority
             .or(wf.default_priority)
             .unwrap_or(crate::sched::queue::DEFAULT_PRIORITY);
-        let run_id = new_id();
         let now = self.clock.system_now();
         let mut meta = meta;
         if let Some(p) = &opts.parent_task
@@ -91,6 +103,8 @@ impl State {
         crate::traces::spans::ensure_traceparent(&mut meta, &run_id);
         let mut task_ids = Vec::new();
         let mut ready = Vec::new();
+        // The tasks that carry the run's idempotency key: its root tasks.
+        let mut roots = Vec::new();
         for def in &wf.tasks {
             let id = if single { run_id.clone() } else { new_id() };
             let slot_type = def.slot_requests.keys().next().cloned().unwrap_or_else(|| {
@@ -175,6 +189,9 @@ impl State {
                 },
             );
             self.start_matcher(&id, matcher);
+            if def.parents.is_empty() && !def.on_failure {
+                roots.push(id.clone());
+            }
             if status == Status::Queued {
                 ready.push(id.clone());
             }
@@ -208,7 +225,7 @@ impl State {
             self.enqueue(tid);
         }
         if let Some((key, until)) = idem {
-            self.idempotency.claim(name, key, &run_id, until);
+            self.idempotency.claim(key, &run_id, until, roots);
         }
         if let Some((p, k)) = child_slot
             && let Some(pt) = self.tasks.get_mut(&p)

@@ -12,10 +12,18 @@
 //!    not the latest).
 //! 2. A deleted workflow stays readable by name (its runs name it), but is not live: it is
 //!    not listed, triggered or found by id.
-//! 3. An idempotency key of a workflow is held by the run that claimed it: until its TTL ends,
-//!    or (keys by status) until its TTL or that run's end, whichever comes first: the real
-//!    engine releases a status key when its task reaches any terminal state, completed
-//!    included (`ReleaseIdempotencyKeys`).
+//! 3. An idempotency key is the tenant's, not a workflow's (the real engine's
+//!    `v1_idempotency_key` is keyed by tenant and key): a run of any workflow whose key
+//!    expression gives the same string collides. It is held by the run that claimed it until its
+//!    TTL ends, or (keys by status) until its TTL or the first end of a task that carries it,
+//!    whichever comes first: the real engine releases a status key when a task carrying it
+//!    reaches any terminal state, completed included (`ReleaseIdempotencyKeys`), and a run's
+//!    root tasks carry it, so a DAG frees its key when its first root task ends.
+//! 5. A key is what the workflow's expression gives as a string, evaluated over `input`,
+//!    `additional_metadata` and `workflow_run_id` ([`idempotency_key`]); an expression that
+//!    fails on a trigger's input, or gives anything but a string, or a string with the reserved
+//!    prefix, claims nothing and creates no run (the real engine skips the trigger and records
+//!    an evaluation failure, answering the caller with the id it would have had).
 
 use std::collections::HashMap;
 
@@ -100,33 +108,125 @@ impl Workflows {
     }
 }
 
-/// The idempotency keys claimed, by workflow and key: the run and when the key's TTL ends.
+/// The idempotency keys claimed, by key (the tenant's): who holds each and until when.
 #[derive(Debug, Default)]
 pub struct IdempotencyKeys {
-    claims: HashMap<(String, String), (String, Instant)>,
+    claims: HashMap<String, Claim>,
+}
+
+/// One claim of a key.
+#[derive(Debug)]
+struct Claim {
+    run: String,
+    until: Instant,
+    /// The tasks that carry the key (the run's root tasks): a status key ends with the first.
+    tasks: Vec<String>,
 }
 
 impl IdempotencyKeys {
-    /// The run holding `key` of `workflow` at `now` (invariant 3): a claim holds until its TTL,
-    /// and with `by_status` only while `held(run)` says so too.
+    /// The run holding `key` at `now` (invariant 3): a claim holds until its TTL, and with
+    /// `by_status` only while no task carrying it has ended (`ended(task)`).
     pub fn holder(
         &self,
-        workflow: &str,
         key: &str,
         now: Instant,
         by_status: bool,
-        held: impl Fn(&str) -> bool,
+        ended: impl Fn(&str) -> bool,
     ) -> Option<String> {
         self.claims
-            .get(&(workflow.to_string(), key.to_string()))
-            .filter(|(run, until)| *until > now && (!by_status || held(run)))
-            .map(|(run, _)| run.clone())
+            .get(key)
+            .filter(|c| c.until > now && !(by_status && c.tasks.iter().any(|t| ended(t))))
+            .map(|c| c.run.clone())
     }
 
-    /// `run` claims `key` of `workflow` until `until`.
-    pub fn claim(&mut self, workflow: &str, key: String, run: &str, until: Instant) {
-        self.claims
-            .insert((workflow.to_string(), key), (run.to_string(), until));
+    /// `run` claims `key` until `until`, carried by `tasks`.
+    pub fn claim(&mut self, key: String, run: &str, until: Instant, tasks: Vec<String>) {
+        self.claims.insert(
+            key,
+            Claim {
+                run: run.to_string(),
+                until,
+                tasks,
+            },
+        );
+    }
+}
+
+/// What is wrong with a workflow's idempotency config, as the real engine's validator names it
+/// (field, condition), in its field order; empty when it is fine.
+pub fn idempotency_config_problems(
+    c: &hatchet_protocol::v1::IdempotencyConfig,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if c.expression.is_empty() {
+        out.push((
+            "Idempotency.Expression".into(),
+            "on condition 'required'".into(),
+        ));
+    } else if crate::dag::expr::Expr::parse(&c.expression).is_err() {
+        out.push((
+            "Idempotency.Expression".into(),
+            "Invalid CEL expression".into(),
+        ));
+    }
+    match c.ttl_ms {
+        0 => out.push(("Idempotency.TTLMs".into(), "on condition 'required'".into())),
+        t if t < 1 => out.push((
+            "Idempotency.TTLMs".into(),
+            "on condition 'min' [ 1 ]: got invalid type".into(),
+        )),
+        _ => {}
+    }
+    out
+}
+
+/// The prefix the real engine keeps for its own keys: a key that starts with it is refused.
+pub const RESERVED_KEY_PREFIX: &str = "hatchet_internal_";
+
+/// The key a workflow's idempotency `expression` gives for one trigger (invariant 5), or why
+/// it gives none.
+pub fn idempotency_key(
+    expression: &str,
+    input: &serde_json::Value,
+    meta: &serde_json::Map<String, serde_json::Value>,
+    run_id: &str,
+) -> Result<String, String> {
+    use serde_json::Value;
+    let mut vars = serde_json::Map::new();
+    // The real engine reads the input into a map: anything else is no input at all.
+    let input = match input {
+        Value::Object(_) => input.clone(),
+        Value::Null => Value::Object(Default::default()),
+        _ => return Err("the input is not a JSON object".into()),
+    };
+    vars.insert("input".into(), input);
+    vars.insert("additional_metadata".into(), Value::Object(meta.clone()));
+    vars.insert("workflow_run_id".into(), Value::String(run_id.into()));
+    let value = crate::dag::expr::Expr::parse(expression)
+        .and_then(|e| e.eval(&vars))
+        .map_err(|e| {
+            format!(
+                "failed to evaluate idempotency key expression {expression:?}: {}",
+                e.0
+            )
+        })?;
+    match value {
+        Value::String(key) if key.starts_with(RESERVED_KEY_PREFIX) => Err(format!(
+            "idempotency key {key:?} uses reserved prefix {RESERVED_KEY_PREFIX:?}"
+        )),
+        Value::String(key) => Ok(key),
+        other => Err(format!(
+            "failed to evaluate idempotency key expression {expression:?}: output must evaluate to a string: got {}",
+            match other {
+                Value::Null => "null_type",
+                Value::Bool(_) => "bool",
+                Value::Number(n) if n.is_f64() => "double",
+                Value::Number(_) => "int",
+                Value::Array(_) => "list",
+                Value::Object(_) => "map",
+                Value::String(_) => "string",
+            }
+        )),
     }
 }
 
@@ -148,39 +248,97 @@ mod tests {
     }
 
     #[test]
-    fn an_idempotency_key_is_held_until_its_ttl_or_while_its_run_holds_it() {
+    fn an_idempotency_key_is_the_tenant_s_and_held_until_its_ttl_or_a_carrying_task_ends() {
         let now = Instant::now();
         let mut keys = IdempotencyKeys::default();
         keys.claim(
-            "wf",
             "k".into(),
             "run",
             now + std::time::Duration::from_secs(1),
+            vec!["a".into(), "b".into()],
         );
-        assert_eq!(
-            keys.holder("wf", "k", now, false, |_| false),
-            Some("run".into())
-        );
+        assert_eq!(keys.holder("k", now, false, |_| true), Some("run".into()));
         let later = now + std::time::Duration::from_secs(1);
+        assert_eq!(keys.holder("k", later, false, |_| false), None, "TTL over");
         assert_eq!(
-            keys.holder("wf", "k", later, false, |_| true),
-            None,
-            "TTL over"
-        );
-        assert_eq!(
-            keys.holder("wf", "k", later, true, |r| r == "run"),
+            keys.holder("k", later, true, |_| false),
             None,
             "a status key ends at its TTL too"
         );
+        assert_eq!(keys.holder("k", now, true, |_| false), Some("run".into()));
         assert_eq!(
-            keys.holder("wf", "k", now, true, |r| r == "run"),
-            Some("run".into())
-        );
-        assert_eq!(
-            keys.holder("wf", "k", now, true, |_| false),
+            keys.holder("k", now, true, |t| t == "b"),
             None,
-            "released by status"
+            "released by the first carrying task's end"
         );
-        assert_eq!(keys.holder("other", "k", now, false, |_| true), None);
+        assert_eq!(keys.holder("other", now, false, |_| false), None);
+    }
+
+    #[test]
+    fn an_idempotency_config_is_refused_in_the_real_engine_s_words() {
+        use hatchet_protocol::v1::IdempotencyConfig;
+        let problems = |expression: &str, ttl_ms: i64| {
+            crate::rules::validation_failed(&idempotency_config_problems(&IdempotencyConfig {
+                expression: expression.into(),
+                ttl_ms,
+                method: None,
+            }))
+        };
+        // Each as v0.104.9 answered it (InvalidArgument), read off the live engine.
+        let head = "Validation failed with the following errors:\n0: validation failed on field 'CreateWorkflowVersionOpts.Idempotency.";
+        assert_eq!(
+            problems("input.k", 0),
+            format!("{head}TTLMs': on condition 'required'\n")
+        );
+        assert_eq!(
+            problems("input.k +", 1000),
+            format!("{head}Expression': Invalid CEL expression\n")
+        );
+        assert_eq!(
+            problems("", 1000),
+            format!("{head}Expression': on condition 'required'\n")
+        );
+        assert_eq!(
+            problems("input.k", -5),
+            format!("{head}TTLMs': on condition 'min' [ 1 ]: got invalid type\n")
+        );
+        assert!(
+            idempotency_config_problems(&IdempotencyConfig {
+                expression: "input.k".into(),
+                ttl_ms: 1,
+                method: Some(1),
+            })
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_key_is_the_expression_s_string_and_anything_else_claims_nothing() {
+        use serde_json::json;
+        let meta = json!({"tenant": "acme"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let input = json!({"a": "x", "b": "y", "n": 5});
+        let key = |e: &str| idempotency_key(e, &input, &meta, "run-1");
+        assert_eq!(key("input.a"), Ok("x".into()));
+        assert_eq!(key("input.a + '-' + input.b"), Ok("x-y".into()));
+        assert_eq!(key("additional_metadata.tenant"), Ok("acme".into()));
+        assert_eq!(key("workflow_run_id"), Ok("run-1".into()));
+        assert_eq!(key("'order'"), Ok("order".into()));
+        for bad in [
+            "input.missing",
+            "input.n",
+            "input",
+            "'hatchet_internal_x'",
+            "input.a +",
+        ] {
+            assert!(key(bad).is_err(), "{bad} gives no key");
+        }
+        assert!(
+            key("input.n").is_err_and(|e| e.ends_with("output must evaluate to a string: got int"))
+        );
+        assert!(idempotency_key("input.a", &json!([1]), &meta, "r").is_err());
+        assert!(idempotency_key("'k'", &serde_json::Value::Null, &meta, "r").is_ok());
     }
 }

@@ -44,14 +44,13 @@ impl Workflow {
             on_failure_task: self.on_failure.as_ref().map(|t| t.to_proto(name, &ns)),
             default_priority: self.default_priority,
             concurrency_arr: self.concurrency.iter().map(Concurrency::to_proto).collect(),
-            idempotency: self
-                .idempotency
-                .as_ref()
-                .map(|(e, ttl)| v1::IdempotencyConfig {
+            idempotency: self.idempotency.as_ref().map(|(e, ttl, by_status)| {
+                v1::IdempotencyConfig {
                     expression: e.clone(),
-                    ttl_ms: ttl.as_millis() as i64,
-                    method: None,
-                }),
+                    ttl_ms: i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX),
+                    method: by_status.then_some(v1::IdempotencyMethod::Status as i32),
+                }
+            }),
             ..Default::default()
         }
     }

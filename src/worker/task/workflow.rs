@@ -36,7 +36,8 @@ pub struct Workflow {
     /// The input of cron-triggered runs (JSON; `{}` when unset).
     pub(crate) cron_input: Option<serde_json::Value>,
     /// Idempotency key expression (`input.order_id`) and TTL.
-    pub(crate) idempotency: Option<(String, std::time::Duration)>,
+    /// The idempotency key: expression, TTL, and whether a run's end releases it (STATUS).
+    pub(crate) idempotency: Option<(String, std::time::Duration, bool)>,
     /// Concurrency limits: a CEL expression grouping runs, and how many may run per group.
     pub(crate) concurrency: Vec<Concurrency>,
     /// Runs once after any task of a run fails for good (see [`Workflow::on_failure`]).
@@ -447,9 +448,34 @@ impl Workflow {
         self
     }
 
-    /// Makes triggers idempotent on `expression` (e.g. `input.order_id`) for `ttl`.
+    /// Makes triggers idempotent on a key: `expression` (CEL over `input`,
+    /// `additional_metadata` and `workflow_run_id`, giving a string: `input.order_id`,
+    /// `'order-' + input.id`) is evaluated by the engine for each trigger, and a second trigger
+    /// whose key a run still holds is refused with that run's id (a trigger marked
+    /// [`TriggerOptions::idempotent`](crate::TriggerOptions::idempotent) resolves to it). A key
+    /// is held for `ttl` (at least 1 ms), whatever the run does.
+    ///
+    /// Keys are the tenant's, not the workflow's: two workflows whose expressions give the
+    /// same string share it, so a trigger of one collides with a run of the other (put the
+    /// workflow's name in the expression to keep them apart). An expression that fails on a
+    /// trigger's input (a missing field) or gives anything but a string makes the engine
+    /// create no run while it still answers the trigger with an id: waiting on that id ends
+    /// with the runtime's not-found error (about 10 s).
     pub fn idempotency(mut self, expression: impl Into<String>, ttl: std::time::Duration) -> Self {
-        self.idempotency = Some((expression.into(), ttl));
+        self.idempotency = Some((expression.into(), ttl, false));
+        self
+    }
+
+    /// As [`Workflow::idempotency`], but the key is released as soon as the run's first root
+    /// task ends (completed, failed for good or cancelled; for a one-task workflow, when the
+    /// run ends), and `ttl` only bounds how long a live run holds it: a key "while the run is
+    /// in flight", the SDKs' status-based idempotency.
+    pub fn idempotency_until_done(
+        mut self,
+        expression: impl Into<String>,
+        ttl: std::time::Duration,
+    ) -> Self {
+        self.idempotency = Some((expression.into(), ttl, true));
         self
     }
 
