@@ -5,13 +5,14 @@
 # event, stdin-EOF exit), embedded_check.py (check g: Hatchet.from_embedded()) and
 # virtual_time.py (check v1: an SDK durable task's hour of sleep on --virtual-time, ours only),
 # rust_interop.py (checks h-i: our Rust example worker runs SDK-triggered runs, our Rust
-# example client runs a task on the SDK worker), parity.py (checks p1-p14: on_failure, cancel,
+# example client runs a task on the SDK worker), parity.py (checks p1-p16: on_failure, cancel,
 # replay, bulk, priority, logs, strict REST reads, task context, pauses, events, metrics,
-# webhooks, batch tasks, durable reset, traces with the SDK's OpenTelemetry instrumentor) and
+# webhooks, batch tasks, durable reset, traces with the SDK's OpenTelemetry instrumentor,
+# durable eviction and restore, durable children) and
 # placement.py (checks
 # q1-q5: worker labels, sticky, DAG conditions, durable OR waits, event filters); then the
 # TypeScript suite ts/suite.mjs
-# (checks t1-t13 with the official TypeScript SDK, npm @hatchet-dev/typescript-sdk pinned in
+# (checks t1-t21 with the official TypeScript SDK, npm @hatchet-dev/typescript-sdk pinned in
 # ts/package.json and ts/package-lock.json; `npm ci` there when node_modules lacks that
 # version) and ts/placement.mjs (checks u1a-u5c: worker labels, sticky, DAG conditions, durable
 # OR waits, event filters). Needs node >= 20 and npm; INTEROP_SKIP_TS=1 skips both. Then the Go

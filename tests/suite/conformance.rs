@@ -2396,8 +2396,8 @@ fn differences(path: &str, ours: &Value, real: &Value, out: &mut Vec<String>) {
 }
 
 /// The same requests on one engine: a one-task run, a DAG and a failed run, then the REST reads
-/// of each (run details, task details, status, run lists with and without payloads, workers,
-/// workflows, crons and schedules). Answers by name, each as its skeleton.
+/// of each (run details, task details, status, run lists with and without payloads, task events,
+/// logs, workers, workflows, events, metrics, webhooks). Answers by name, each as its skeleton.
 async fn answers(t: &Target) -> Vec<(String, Value)> {
     let one = Workflow::new("one").task("only", |i: Value, c: Context| async move {
         c.log("hello");

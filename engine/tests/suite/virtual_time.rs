@@ -1,6 +1,7 @@
 //! A worked test of time you can skip: the development engine on virtual time runs a workflow
-//! that sleeps an hour, retries after ten minutes and waits a day for a schedule, in well under
-//! a second of wall time. Copy it into your service's tests and change the workflows.
+//! that sleeps an hour, retries after ten minutes and waits a day for a schedule, and another
+//! whose task waits on a condition's hour beside an hourly cron, each in well under a second of
+//! wall time. Copy it into your service's tests and change the workflows.
 //!
 //! With `DevEngineOptions::virtual_time()`, whenever all the engine does is wait on a timer while
 //! your test waits on a result, its clock jumps to that timer. `DevEngine::advance` jumps by
@@ -128,5 +129,117 @@ async fn an_hour_of_sleep_a_retry_backoff_and_a_schedule_pass_in_milliseconds() 
         .expect("the scheduled run finishes");
     assert_eq!(out["wait"]["slept"], true, "{out}");
     // The worker's own clock is not skipped: `ctx.now()` in a handler reads the wall clock.
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_s_hour_of_sleep_and_an_hourly_cron_pass_in_milliseconds() {
+    let engine = DevEngine::start(DevEngineOptions::default().virtual_time())
+        .await
+        .expect("the engine starts");
+    let rt = Runtime::spawn(engine.client_config())
+        .await
+        .expect("the runtime starts");
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let t = ticks.clone();
+    rt.register(
+        Workflow::new("gated")
+            .task("first", |_: Value, _c: Context| async move {
+                Ok::<_, TaskError>(json!({ "first": true }))
+            })
+            // A DAG condition: "later" starts an hour after "first" completes.
+            .task_with(
+                "later",
+                TaskOptions::default()
+                    .parents(["first"])
+                    .wait_for(hatchet_runtime::Condition::sleep(HOUR)),
+                |_: Value, _c: Context| async move { Ok::<_, TaskError>(json!({ "later": true })) },
+            ),
+    )
+    .await
+    .expect("register");
+    rt.register(Workflow::new("hourly").on_crons(["0 * * * *"], None).task(
+        "tick",
+        move |_: Value, _c: Context| {
+            t.fetch_add(1, Ordering::SeqCst);
+            async move { Ok::<_, TaskError>(json!({})) }
+        },
+    ))
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("virtual", 4))
+        .await
+        .expect("the worker starts");
+
+    // 1. A condition's hour, awaited: the clock jumps by itself.
+    let wall = std::time::Instant::now();
+    let skipped = engine.skipped();
+    let out: Value = rt
+        .run_no_wait("gated", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within(BOUND)
+        .await
+        .expect("the run finishes");
+    assert_eq!(out["later"]["later"], true, "{out}");
+    assert!(
+        engine.skipped() + wall.elapsed() >= skipped + HOUR,
+        "skipped {:?}",
+        engine.skipped()
+    );
+    assert!(
+        wall.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        wall.elapsed()
+    );
+
+    // 2. An hourly cron: the hour skipped above held one full hour, so one tick fired in it
+    // (the clock stops at every timer on its way, the cron's tick too). Nobody awaits the next
+    // tick's run, so jump by hand past it.
+    let runs_of_hourly = || async {
+        let q = hatchet_runtime::RunQuery::new(hatchet_runtime::RunFilter::since(
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1),
+        ));
+        rt.api()
+            .list_runs(&q)
+            .await
+            .expect("runs")
+            .rows
+            .into_iter()
+            .filter(|r| r.workflow_name.as_deref() == Some("hourly"))
+            .map(|r| r.workflow_run_external_id)
+            .collect::<Vec<_>>()
+    };
+    let ticks_listed = |n: usize| async move {
+        let mut listed = Vec::new();
+        for _ in 0..250 {
+            listed = runs_of_hourly().await;
+            if listed.len() >= n {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        listed
+    };
+    assert_eq!(
+        ticks_listed(1).await.len(),
+        1,
+        "one tick in the condition's hour"
+    );
+    engine.advance(HOUR);
+    let fired = ticks_listed(2).await;
+    assert_eq!(
+        fired.len(),
+        2,
+        "one more tick in the hour skipped by hand: {fired:?}"
+    );
+    for run in fired {
+        let _: Value = rt
+            .run_handle(run)
+            .result_within(BOUND)
+            .await
+            .expect("each cron run finishes");
+    }
+    assert_eq!(ticks.load(Ordering::SeqCst), 2, "each tick executed once");
     rt.shutdown(Duration::from_secs(5)).await;
 }
