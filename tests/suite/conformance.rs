@@ -275,6 +275,7 @@ async fn conf_a_task_reads_its_attempt_lineage_trigger_and_worker() {
             "event_key": c.triggering_event_key(), "event_id": c.triggering_event_id(),
             "workflow_id": c.workflow_id().is_some(), "version_id": c.workflow_version_id().is_some(),
             "zone_a": c.worker_labels().get("zone") == Some(&hatchet_runtime::LabelValue::from("a")),
+            "team": c.metadata().get("team"),
         })
     }
     let t = Target::new("about").await;
@@ -292,7 +293,22 @@ async fn conf_a_task_reads_its_attempt_lineage_trigger_and_worker() {
                 return Err(TaskError::new("the first attempt fails"));
             }
             let h = c
-                .spawn_child_with_options("about-child", &json!({}), ChildOptions::new().key("k1"))
+                .spawn_child_with_options(
+                    "about-child",
+                    &json!({}),
+                    // Every child option: its key, metadata, priority (the parent's is 3) and a
+                    // label this worker has.
+                    ChildOptions::new()
+                        .key("k1")
+                        .metadata(
+                            json!({"team": "billing"})
+                                .as_object()
+                                .cloned()
+                                .unwrap_or_default(),
+                        )
+                        .priority(1)
+                        .desired_label("zone", DesiredLabel::equals("a").required()),
+                )
                 .await?;
             let out: Value = h.result().await?;
             let missing = c
@@ -372,6 +388,11 @@ async fn conf_a_task_reads_its_attempt_lineage_trigger_and_worker() {
         ),
         (&json!("c"), &json!("about-child"), &json!(0), &json!("k1")),
         "{child_seen}"
+    );
+    assert_eq!(
+        (&child_seen["priority"], &child_seen["team"]),
+        (&json!(1), &json!("billing")),
+        "the child's own priority and metadata: {child_seen}"
     );
     assert_eq!(
         child_seen["parent"], out["task_run"],
