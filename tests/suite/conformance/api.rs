@@ -946,6 +946,85 @@ async fn conf_a_durable_task_evicted_while_waiting_frees_its_slot_and_resumes() 
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Eviction and restore by hand (issue 26): a durable parent waiting on its child is evicted by
+/// its policy while the child runs; the REST restore brings it back while the child still runs
+/// (a second invocation, which only the restore can start), and its replay finds the same child
+/// in its durable log; the child's end then finishes it. Counted where they run: one child
+/// execution, one child run at the engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_parent_evicted_while_its_child_runs_is_restored_by_hand_and_finds_its_child() {
+    let t = Target::new("restore").await;
+    let (invocations, child_runs) = (counter(), counter());
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (g, c) = (gate.clone(), child_runs.clone());
+    let child = Workflow::new("held-child").task("c", move |_: Value, _c: Context| {
+        let g = g.clone();
+        c.fetch_add(1, Ordering::SeqCst);
+        async move {
+            let _ = g.acquire().await.map(|p| p.forget());
+            Ok::<_, TaskError>(json!({"child": true}))
+        }
+    });
+    let i = invocations.clone();
+    let parent = Workflow::new("waiting-parent").durable_task(
+        "p",
+        hatchet_runtime::TaskOptions::default().evict_while_waiting(Duration::from_millis(300)),
+        move |_: Value, ctx: Context| {
+            i.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let out: Value = ctx.run_child("held-child", &json!({})).await?;
+                Ok::<_, TaskError>(json!({"got": out}))
+            }
+        },
+    );
+    let rt = t.worker(4, vec![child, parent]).await;
+    let h = rt
+        .run_no_wait("waiting-parent", &json!({}))
+        .await
+        .expect("trigger");
+    until("the child runs", || child_runs.load(Ordering::SeqCst) == 1).await;
+    let path = format!("/api/v1/stable/workflow-runs/{}", h.run_id());
+    let read = until_read(
+        "the parent evicted by its policy",
+        || t.rest_read(&path),
+        |v| {
+            v.as_ref()
+                .is_some_and(|v| v["tasks"][0]["isEvicted"] == json!(true))
+        },
+    )
+    .await
+    .expect("the run's details");
+    assert_eq!(
+        invocations.load(Ordering::SeqCst),
+        1,
+        "evicted, not yet back"
+    );
+    let task = read["tasks"][0]["taskExternalId"]
+        .as_str()
+        .expect("the parent's task id")
+        .to_string();
+    rt.api().restore_task(&task).await.expect("restore");
+    until("a second invocation, started by the restore", || {
+        invocations.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    assert_eq!(gate.available_permits(), 0, "the child still runs");
+    gate.add_permits(1);
+    let out: Value = h.result_within(RESULT).await.expect("the parent finishes");
+    assert_eq!(out, json!({"got": {"child": true}}));
+    assert_eq!(
+        child_runs.load(Ordering::SeqCst),
+        1,
+        "the replay spawned nothing"
+    );
+    let n = invocations.load(Ordering::SeqCst);
+    assert!(
+        (2..=3).contains(&n),
+        "the restore's invocation, and one more if it was evicted again before the child ended: {n}"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 /// Durable reset (issue 26, the SDKs' `reset_durable_task`): a durable task's two memos run
 /// once each; reset from node 2 of branch 1, the engine answers branch 2 and the task runs
 /// again with its first memo replayed from the log and its second run anew; reset from node 1
