@@ -770,7 +770,8 @@ async fn conf_a_durable_task_s_children_are_entries_of_its_log() {
 
 /// An incoming webhook (issue 26): created with an API-key scheme and a static payload, a
 /// request without the key is refused, one with it becomes an event that starts the workflow
-/// listening for its CEL-computed key; updated to answer 204; deleted, it is a 404.
+/// listening for its CEL-computed key; updated to answer 204; deleted, it is a 404. A second
+/// one with basic auth refuses a request without or with wrong credentials (403).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_webhook_turns_an_authenticated_request_into_an_event() {
     use hatchet_runtime::{NewWebhook, WebhookAuth, WebhookUpdate};
@@ -879,6 +880,51 @@ async fn conf_a_webhook_turns_an_authenticated_request_into_an_event() {
         404
     );
     until("both accepted requests ran", || seen.lock().len() == 2).await;
+
+    // Basic auth: no credentials and wrong ones are refused; the right ones push the event.
+    let basic = format!("{name}-basic");
+    api.create_webhook(&NewWebhook::new(
+        &basic,
+        format!("'{prefix}' + input.kind"),
+        WebhookAuth::basic("hook-user", "hook-pw"),
+    ))
+    .await
+    .expect("create a basic-auth webhook");
+    let url = api.webhook_url(&basic);
+    let send = |creds: Option<(&'static str, &'static str)>| {
+        let mut r = http.post(&url).json(&json!({"kind": "paid", "amount": 6}));
+        if let Some((u, p)) = creds {
+            r = r.basic_auth(u, Some(p));
+        }
+        r.send()
+    };
+    let statuses = [
+        send(None).await.expect("send").status().as_u16(),
+        send(Some(("hook-user", "nope")))
+            .await
+            .expect("send")
+            .status()
+            .as_u16(),
+    ];
+    assert_eq!(
+        statuses,
+        [403, 403],
+        "refused without and with wrong credentials"
+    );
+    assert_eq!(
+        send(Some(("hook-user", "hook-pw")))
+            .await
+            .expect("send")
+            .status()
+            .as_u16(),
+        200
+    );
+    until("the basic-auth request ran the workflow", || {
+        seen.lock().len() == 3
+    })
+    .await;
+    assert_eq!(seen.lock()[2], json!({"kind": "paid", "amount": 6}));
+    api.delete_webhook(&basic).await.expect("delete");
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
