@@ -45,6 +45,12 @@
 //       runs): the parent (evictionPolicy ttl 1 s) is evicted while its 4 s child runs, the
 //       child's completion restores it, the replay finds the child in the durable log; each
 //       child runs once, the engine lists four child runs of the parent, the outputs arrive
+//   t22 onSuccess: a DAG's onSuccess task runs once after both tasks completed; a run whose
+//       first task fails ends FAILED and its onSuccess task never runs
+//   t23 workflows.get / workflows.list find a registered workflow by name; metrics
+//       getTaskStatusMetrics counts this suite's completed runs; a task-level concurrency
+//       limit (GROUP_ROUND_ROBIN, one per group) runs three runs of a group one at a time
+//       while another group's run overlaps them
 //   t15 workers.pause: a run of a task only the paused 1-slot worker serves stays QUEUED, and
 //       workers.unpause lets it complete (isPaused reads each state)
 // With HATCHET_REAL_ENGINE=1 (scripts/real-engine.sh's client env) the checks run against the
@@ -892,6 +898,55 @@ async function runChecks() {
       500,
     );
     expect(free === 'free', 'a completed run still holds its key');
+  });
+
+  await check('t22', 'onSuccess runs once after every task completed, and is skipped when a task fails', 60000, async () => {
+    const [ok, bad] = [nonce(), nonce()];
+    const out = await bounded(t.succeeding.run({ nonce: ok, n: 1 }), 40000, 'the run');
+    expect(out?.b?.n === 20, `the run's output ${JSON.stringify(out)}`);
+    const ran = await waitUntil(
+      'the onSuccess marker',
+      async () => seen(`onsuccess-${ok}`) && readMarker(`onsuccess-${ok}`).trim().split('\n'),
+      30000,
+    );
+    expect(ran.length === 1, `onSuccess ran ${ran.length} times`);
+    const badRef = await bounded(t.succeeding.runNoWait({ nonce: bad, n: -1 }), 20000, 'runNoWait');
+    const badId = await badRef.getWorkflowRunId();
+    await waitUntil('the failing run FAILED', async () => (await statusOf(t, badId)).endsWith('FAILED'), 30000, 200);
+    expect(!seen(`onsuccess-${bad}`), 'onSuccess ran for a run whose task failed');
+  });
+
+  await check('t23', 'workflows.get/list and task metrics; a task-level concurrency limit runs a group one at a time', 90000, async () => {
+    const since = new Date(Date.now() - 3600_000).toISOString();
+    const wf = await bounded(hatchet.workflows.get('ts-echo'), 20000, 'workflows.get');
+    expect(wf?.name === 'ts-echo' && wf?.metadata?.id, `workflows.get: ${JSON.stringify(wf)?.slice(0, 200)}`);
+    const listed = await bounded(hatchet.workflows.list(), 20000, 'workflows.list');
+    expect((listed.rows || []).some((r) => r.metadata?.id === wf.metadata.id), 'workflows.list lacks ts-echo');
+    const n = nonce();
+    const groups = ['g', 'g', 'g', 'h'];
+    const refs = await Promise.all(groups.map((group) => bounded(t.limited.runNoWait({ nonce: n, group }), 20000, 'runNoWait')));
+    await Promise.all(refs.map((r) => bounded(r.output, 60000, 'a limited run')));
+    const rows = readMarker(`limited-${n}`).trim().split('\n').map((l) => l.split(' '));
+    expect(rows.length === 4, `${rows.length} executions for 4 runs`);
+    const spans = (g) => rows.filter((r) => r[0] === g).map((r) => [Number(r[1]), Number(r[2])]).sort((a, b) => a[0] - b[0]);
+    const g = spans('g');
+    for (let i = 1; i < g.length; i++) {
+      expect(g[i][0] >= g[i - 1][1], `two runs of group g overlapped: ${JSON.stringify(g)}`);
+    }
+    const [h] = spans('h');
+    expect(h[0] < g[g.length - 1][1], `group h waited for group g: h ${JSON.stringify(h)}, g ${JSON.stringify(g)}`);
+    // The four runs just completed: the tenant's task metrics count them (the real engine's
+    // read model trails by a moment).
+    const counts = await waitUntil(
+      'task status metrics counting the four runs',
+      async () => {
+        const c = await hatchet.metrics.getTaskStatusMetrics({ since });
+        return c.completed >= 4 ? c : undefined;
+      },
+      30000,
+      500,
+    );
+    expect(counts.completed >= 4, `task status metrics ${JSON.stringify(counts)}`);
   });
 
   await check('t21', 'durable children over the durable stream: evicted while a child runs, replayed without a re-spawn', 120000, async () => {

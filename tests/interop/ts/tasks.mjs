@@ -10,7 +10,7 @@ import { appendFileSync, existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import sdk from '@hatchet-dev/typescript-sdk';
 
-const { HatchetClient } = sdk;
+const { HatchetClient, ConcurrencyLimitStrategy } = sdk;
 
 export const hatchet = HatchetClient.init();
 
@@ -262,10 +262,52 @@ export const keyed = hatchet.task({
   },
 });
 
+/** t22: a DAG with an onSuccess task, which runs once both tasks completed; a negative n fails
+ * `a`, and the onSuccess task is skipped. */
+export const succeeding = hatchet.workflow({ name: 'ts-on-success' });
+const sa = succeeding.task({
+  name: 'a',
+  retries: 0,
+  fn: async (input) => {
+    if (Number(input.n) < 0) throw new Error(`a negative n fails (${input.nonce})`);
+    return { n: Number(input.n) + 1 };
+  },
+});
+succeeding.task({
+  name: 'b',
+  parents: [sa],
+  fn: async (_input, ctx) => ({ n: (await ctx.parentOutput(sa)).n * 10 }),
+});
+succeeding.onSuccess({
+  name: 'celebrate',
+  fn: async (input, ctx) => {
+    appendFileSync(marker(`onsuccess-${input.nonce}`), `${ctx.workflowRunId()}\n`);
+    return { celebrated: true };
+  },
+});
+
+/** t23: a task-level concurrency limit (one run per `input.group` at a time); each run
+ * records its group, start and end (ms) so the suite sees whether two of a group overlapped. */
+export const limited = hatchet.task({
+  name: 'ts-limited',
+  retries: 0,
+  concurrency: {
+    expression: 'input.group',
+    maxRuns: 1,
+    limitStrategy: ConcurrencyLimitStrategy.GROUP_ROUND_ROBIN,
+  },
+  fn: async (input) => {
+    const start = Date.now();
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    appendFileSync(marker(`limited-${input.nonce}`), `${input.group} ${start} ${Date.now()}\n`);
+    return { group: input.group };
+  },
+});
+
 /** What each worker process (worker.mjs INTEROP_TS_SET=...) registers. */
 export const SETS = {
   main: [echo, dag, failing, slow, flaky, logger, batch, resettable, evictable, retriedDag,
-    keyed, kid, durableParent],
+    keyed, kid, durableParent, succeeding, limited],
   registrar: [orphan, prio],
   prio: [prio],
   otel: [traced],
