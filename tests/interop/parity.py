@@ -55,6 +55,8 @@ hatchet-dev-engine, one counted check each:
       while the first child runs, the child's completion restores it, the replay finds that
       child in the durable log: each child runs once, the engine holds four child runs of the
       parent, and the parent reads every child's output;
+  p17. on_success: a DAG's `on_success_task` runs once after both tasks completed; a run whose
+      first task fails ends FAILED and its on_success task never runs;
   p9. task context: `ctx.refresh_timeout` lets a 2 s-timeout task run 4 s (a twin without the
       refresh is timed out); on a 1-slot worker a task that keeps its slot delays the next run,
       and so does one that calls `ctx.release_slot()`: the call is accepted and the task
@@ -900,6 +902,18 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
             log(f"p15 {'restore' if by_hand else 'the event'}: {invocations(n)} invocations")
         expect(not problems, "; ".join(problems))
 
+    # ----- p17 -----
+    def p17_on_success() -> None:
+        ok, bad = uuid.uuid4().hex, uuid.uuid4().hex
+        out = bounded(lambda: trigger(t.on_success_wf, t.Num(nonce=ok, n=1)).result(), 60)
+        expect(out.get("second_step", {}).get("n") == 20, f"the run's output {out}")
+        wait_until("the on_success marker", mark(f"onsuccess-{ok}").exists, 30)
+        ran = mark(f"onsuccess-{ok}").read_text().split()
+        expect(len(ran) == 1, f"on_success ran {len(ran)} times")
+        failing = trigger(t.on_success_wf, t.Num(nonce=bad, n=-1))
+        wait_status(failing.workflow_run_id, "FAILED", 30)
+        expect(not mark(f"onsuccess-{bad}").exists(), "on_success ran for a run whose task failed")
+
     # ----- p16 -----
     def p16_durable_children() -> None:
         problems: list[str] = []
@@ -1077,6 +1091,8 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
          p15_eviction_and_restore),
         ("p16", "p16 durable children over the durable stream; evicted while waiting, replayed "
                 "without a re-spawn", p16_durable_children),
+        ("p17", "p17 on_success runs once after every task, skipped when a task fails",
+         p17_on_success),
     ]
     for key, name, fn in checks:
         if not only or key in only:

@@ -308,7 +308,31 @@ async def traced_parent(input: Traced, ctx: Context) -> dict[str, object]:
     return {"child": out}
 
 
-MAIN_WORKFLOWS = [on_failure_wf, slow, flaky, double, on_bulk, logs, refresh, no_refresh, batch,
+# ----- p17: on_success runs once after every task completed, and is skipped when one fails -----
+
+on_success_wf = hatchet.workflow(name="parity-on-success", input_validator=Num)
+
+
+@on_success_wf.task(retries=0)
+def first_step(input: Num, ctx: Context) -> dict[str, int]:
+    if input.n < 0:
+        raise NonRetryableException(f"a negative n fails ({input.nonce})")
+    return {"n": input.n + 1}
+
+
+@on_success_wf.task(parents=[first_step])
+def second_step(input: Num, ctx: Context) -> dict[str, int]:
+    return {"n": ctx.task_output(first_step)["n"] * 10}
+
+
+@on_success_wf.on_success_task()
+def celebrate(input: Num, ctx: Context) -> dict[str, bool]:
+    with open(marker_dir() / f"onsuccess-{input.nonce}", "a") as f:
+        f.write(ctx.workflow_run_id + "\n")
+    return {"celebrated": True}
+
+
+MAIN_WORKFLOWS = [on_failure_wf, on_success_wf, slow, flaky, double, on_bulk, logs, refresh, no_refresh, batch,
                   evictable, durable_kid, durable_parent,
                   batch_sum, reset_me]
 OTEL_WORKFLOWS = [traced, traced_parent]

@@ -5,7 +5,7 @@
 # event, stdin-EOF exit), embedded_check.py (check g: Hatchet.from_embedded()) and
 # virtual_time.py (check v1: an SDK durable task's hour of sleep on --virtual-time, ours only),
 # rust_interop.py (checks h-i: our Rust example worker runs SDK-triggered runs, our Rust
-# example client runs a task on the SDK worker), parity.py (checks p1-p16: on_failure, cancel,
+# example client runs a task on the SDK worker), parity.py (checks p1-p17: on_failure, on_success, cancel,
 # replay, bulk, priority, logs, strict REST reads, task context, pauses, events, metrics,
 # webhooks, batch tasks, durable reset, traces with the SDK's OpenTelemetry instrumentor,
 # durable eviction and restore, durable children) and
