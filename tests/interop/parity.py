@@ -57,6 +57,9 @@ hatchet-dev-engine, one counted check each:
       parent, and the parent reads every child's output;
   p17. on_success: a DAG's `on_success_task` runs once after both tasks completed; a run whose
       first task fails ends FAILED and its on_success task never runs;
+  p18. trigger a cron now: `cron.create` with a yearly expression, then the SDK's generated
+      REST client (`WorkflowApi.workflow_cron_trigger`; no SDK method has it) starts a run
+      with the cron's input at once, and the cron stays;
   p9. task context: `ctx.refresh_timeout` lets a 2 s-timeout task run 4 s (a twin without the
       refresh is timed out); on a 1-slot worker a task that keeps its slot delays the next run,
       and so does one that calls `ctx.release_slot()`: the call is accepted and the task
@@ -914,6 +917,30 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
         wait_status(failing.workflow_run_id, "FAILED", 30)
         expect(not mark(f"onsuccess-{bad}").exists(), "on_success ran for a run whose task failed")
 
+    # ----- p18 -----
+    def p18_trigger_cron_now() -> None:
+        # Neither SDK has a method for it; the Python SDK's generated REST client does
+        # (WorkflowApi.workflow_cron_trigger), as p15 reaches the restore through TaskApi.
+        from hatchet_sdk.clients.rest.api.workflow_api import WorkflowApi
+
+        n = uuid.uuid4().hex
+        cron = bounded(lambda: h.cron.create(
+            t.on_success_wf.name, f"parity-now-{n}", "0 0 1 1 *", {"nonce": n, "n": 2}, {}), 15)
+        try:
+            with h.cron.client() as client:
+                started = bounded(lambda: WorkflowApi(client).workflow_cron_trigger(
+                    h.tenant_id, cron.metadata.id), 15)
+            run_id = started.external_id
+            wait_status(run_id, "COMPLETED", 60)
+            out = output_of(run_id)
+            expect(out.get("second_step", {}).get("n") == 30, f"the cron's run output {out}")
+            expect(mark(f"onsuccess-{n}").exists(), "the cron's run did not run on_success")
+            still = [c for c in bounded(lambda: h.cron.list(), 15).rows or []
+                     if c.metadata.id == cron.metadata.id]
+            expect(len(still) == 1, "triggering the cron now consumed it")
+        finally:
+            bounded(lambda: h.cron.delete(cron.metadata.id), 15)
+
     # ----- p16 -----
     def p16_durable_children() -> None:
         problems: list[str] = []
@@ -1093,6 +1120,8 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
                 "without a re-spawn", p16_durable_children),
         ("p17", "p17 on_success runs once after every task, skipped when a task fails",
          p17_on_success),
+        ("p18", "p18 a cron triggered now (the SDK's REST client) runs with its input",
+         p18_trigger_cron_now),
     ]
     for key, name, fn in checks:
         if not only or key in only:
