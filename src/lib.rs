@@ -28,10 +28,10 @@ mod worker;
 
 pub use client::api::filters::{Filter, FilterUpdate};
 pub use client::api::{
-    Api, Cron, EventInfo, EventQuery, HmacAlgorithm, LogLine, LogQuery, Meta, NewWebhook, Page,
-    Pagination, RateLimitInfo, RunQuery, RunStatus, Schedule, SignatureEncoding, SlotCapacity,
-    TaskMetrics, TaskSummary, TraceSpan, TriggeredRun, WebhookAuth, WebhookInfo, WebhookSource,
-    WebhookUpdate, WorkerInfo, WorkflowInfo, WorkflowPause,
+    Api, AttemptEvent, Cron, EventInfo, EventQuery, HmacAlgorithm, LogLine, LogQuery, Meta,
+    NewWebhook, Page, Pagination, RateLimitInfo, RunQuery, RunStatus, Schedule, SignatureEncoding,
+    SlotCapacity, TaskMetrics, TaskSummary, TraceSpan, TriggeredRun, WebhookAuth, WebhookInfo,
+    WebhookSource, WebhookUpdate, WorkerInfo, WorkflowInfo, WorkflowPause,
 };
 pub use client::bulk::{BulkEvent, BulkRun};
 pub use client::control::RunFilter;

@@ -33,7 +33,7 @@ mod workflows;
 
 pub use events::{EventInfo, EventQuery, TriggeredRun};
 pub use metrics::{RateLimitInfo, TaskMetrics};
-pub use runs::{LogLine, LogQuery, RunQuery, TaskSummary};
+pub use runs::{AttemptEvent, LogLine, LogQuery, RunQuery, TaskSummary};
 pub use schedules::{Cron, Schedule};
 pub use traces::TraceSpan;
 pub use webhooks::{

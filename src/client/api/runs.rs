@@ -222,6 +222,38 @@ pub struct LogLine {
     pub metadata: Value,
 }
 
+/// One event of a task's attempts, as the engine keeps them (one per attempt and kind).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct AttemptEvent {
+    /// When it happened (RFC 3339).
+    pub timestamp: String,
+    /// What happened: `QUEUED`, `ASSIGNED`, `SENT_TO_WORKER`, `STARTED`, then how the attempt
+    /// ended (`FINISHED`, `FAILED`, `TIMED_OUT`, `CANCELLED`) and what started the next one
+    /// (`RETRYING`, `RETRIED_BY_USER`, `REASSIGNED`), among others the engine may add.
+    pub event_type: String,
+    /// The attempt it belongs to (1 for the first).
+    pub attempt: i32,
+    /// The engine's words about it (a timeout's, a retry's), empty when it has none.
+    #[serde(default)]
+    pub message: String,
+    /// The handler's error, on a `FAILED` event.
+    #[serde(default, deserialize_with = "empty_as_none")]
+    pub error_message: Option<String>,
+    /// The worker the attempt ran on, on the events of an attempt that had one.
+    #[serde(default)]
+    pub worker_id: Option<String>,
+}
+
+fn empty_as_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let s: Option<String> = Option::deserialize(d)?;
+    Ok(s.filter(|s| !s.is_empty()))
+}
+
+/// Events per read of a task's attempt events: the engine reads none without a limit.
+const ATTEMPT_EVENTS: usize = 1_000;
+
 /// Which log lines of a task a read answers: oldest first, up to 1,000 unless told.
 #[derive(Debug, Clone)]
 pub struct LogQuery {
@@ -429,6 +461,28 @@ impl Api {
             )
             .await?;
         Ok(b.branch_id)
+    }
+
+    /// A task's events, every attempt's, newest first (by its task run id, not its run's id):
+    /// when each attempt was queued, started and how it ended, with the handler's error on a
+    /// failure. The engine writes them as the task goes, shortly after the task's status.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe (a read).
+    pub async fn task_events(&self, task_run_id: &str) -> Result<Vec<AttemptEvent>, Error> {
+        let p: Page<AttemptEvent> = self
+            .json(
+                reqwest::Method::GET,
+                "GET /api/v1/stable/tasks/{task}/task-events",
+                &format!(
+                    "/api/v1/stable/tasks/{}/task-events?limit={ATTEMPT_EVENTS}",
+                    encode(task_run_id)
+                ),
+                None,
+            )
+            .await?;
+        Ok(p.rows)
     }
 
     /// A task's log lines (by its task run id, not its run's id).

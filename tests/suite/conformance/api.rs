@@ -1071,6 +1071,75 @@ async fn conf_a_parent_evicted_while_its_child_runs_is_restored_by_hand_and_find
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// A task's events per attempt (issue 26, the SDKs' task events): a task that fails once and
+/// passes its retry reads, newest first, attempt 2's FINISHED, attempt 1's FAILED with the
+/// handler's error, and what started attempt 2 counted to it (RETRYING, in the engine's words).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_task_s_events_tell_each_attempt() {
+    let t = Target::new("attempts").await;
+    let tries = counter();
+    let n = tries.clone();
+    let wf = Workflow::new("twice").task_with(
+        "t",
+        hatchet_runtime::TaskOptions::default().retries(1),
+        move |_: Value, _c: Context| {
+            let first = n.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                if first {
+                    return Err(TaskError::new("the first attempt fails"));
+                }
+                Ok::<_, TaskError>(json!({"ok": true}))
+            }
+        },
+    );
+    let rt = t.worker(2, vec![wf]).await;
+    let h = rt.run_no_wait("twice", &json!({})).await.expect("trigger");
+    let _: Value = h.result_within(RESULT).await.expect("the retry passes");
+    assert_eq!(tries.load(Ordering::SeqCst), 2);
+    let task = rt.run_details(h.run_id()).await.expect("details").tasks["t"]
+        .task_run_id
+        .clone();
+    let api = rt.api();
+    let events = until_read(
+        "attempt 2's FINISHED event",
+        || api.task_events(&task),
+        |e| {
+            e.as_ref()
+                .is_ok_and(|e| e.iter().any(|e| e.event_type == "FINISHED"))
+        },
+    )
+    .await
+    .expect("task events");
+    let by = |kind: &str, attempt: i32| {
+        events
+            .iter()
+            .find(|e| e.event_type == kind && e.attempt == attempt)
+    };
+    let failed = by("FAILED", 1).expect("attempt 1 FAILED");
+    assert!(
+        failed
+            .error_message
+            .as_deref()
+            .is_some_and(|m| m.contains("the first attempt fails")),
+        "{failed:?}"
+    );
+    assert!(
+        by("RETRYING", 2).is_some_and(|e| e.message == "This is retry number 1."),
+        "what started attempt 2, counted to it: {events:?}"
+    );
+    let finished = by("FINISHED", 2).expect("attempt 2 FINISHED");
+    assert_eq!(finished.error_message, None);
+    assert!(
+        by("STARTED", 2).is_some_and(|e| e.worker_id.is_some()),
+        "attempt 2 started on a worker: {events:?}"
+    );
+    assert!(
+        events.windows(2).all(|w| w[0].timestamp >= w[1].timestamp),
+        "newest first: {events:?}"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 /// Durable reset (issue 26, the SDKs' `reset_durable_task`): a durable task's two memos run
 /// once each; reset from node 2 of branch 1, the engine answers branch 2 and the task runs
 /// again with its first memo replayed from the log and its second run anew; reset from node 1
