@@ -2562,6 +2562,10 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
         ),
         ("workers", format!("/api/v1/tenants/{tenant}/worker")),
         (
+            "worker",
+            format!("/api/v1/workers/{}", rt.worker_id().unwrap_or_default()),
+        ),
+        (
             "events list",
             format!("/api/v1/stable/tenants/{tenant}/events?since={since}&eventIds={event}"),
         ),

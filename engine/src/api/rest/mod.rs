@@ -356,8 +356,8 @@ fn label_id(worker: &str, key: &str) -> String {
     .to_string()
 }
 
-/// A worker as the real engine shows it (its status: [`crate::store::model::Worker::status`]).
-fn worker_json(w: &crate::store::model::Worker, tenant: &str, now: tokio::time::Instant) -> Value {
+/// A worker as the real engine lists it (its status: [`crate::store::model::Worker::status`]).
+fn worker_json(w: &crate::store::model::Worker, now: tokio::time::Instant) -> Value {
     let status = w.status(now);
     let slot_config: serde_json::Map<String, Value> = w
         .slot_limits
@@ -370,12 +370,31 @@ fn worker_json(w: &crate::store::model::Worker, tenant: &str, now: tokio::time::
         })
         .collect();
     json!({"metadata": meta(&w.id, w.created_at), "name": w.name, "type": "SELFHOSTED", "status": status,
-        "lastHeartbeatAt": rfc3339(w.last_heartbeat_at), "lastListenerEstablished": w.last_listener_established.map(rfc3339),
-        "actions": w.actions.iter().collect::<Vec<_>>(), "registeredWorkflows": [], "slots": [], "slotConfig": slot_config,
+        "lastHeartbeatAt": rfc3339(w.last_heartbeat_at),
+        "actions": w.actions.iter().collect::<Vec<_>>(), "slotConfig": slot_config,
         "dispatcherId": DISPATCHER_ID,
         "labels": w.labels.iter().map(|(k, v)| json!({"metadata": meta(&label_id(&w.id, k), w.created_at), "key": k, "value": v.to_string()})).collect::<Vec<_>>(),
-        "runtimeInfo": w.runtime_info.as_ref().map(|r| json!({"sdkVersion": r.sdk_version, "languageVersion": r.language_version, "os": r.os, "runtimeExtra": r.extra.clone().unwrap_or_default()})),
-        "tenantId": tenant})
+        "runtimeInfo": w.runtime_info.as_ref().map(|r| json!({"sdkVersion": r.sdk_version, "languageVersion": r.language_version, "os": r.os, "runtimeExtra": r.extra.clone().unwrap_or_default()}))})
+}
+
+/// One worker as the real engine reads it (`GET` and `PATCH /api/v1/workers/{id}`): its list
+/// row, plus the live workflows it registered actions of (`{id, name}`) and `recentStepRuns`,
+/// which v0.104.9 answers empty.
+fn worker_read(st: &View<'_>, w: &crate::store::model::Worker, now: tokio::time::Instant) -> Value {
+    let mut v = worker_json(w, now);
+    let registered: Vec<Value> = st
+        .workflows()
+        .filter(|wf| !wf.deleted)
+        .filter(|wf| {
+            wf.tasks.iter().any(|t| {
+                w.actions.contains(&t.action.to_lowercase()) || w.actions.contains(&t.action)
+            })
+        })
+        .map(|wf| json!({"id": wf.id, "name": wf.name}))
+        .collect();
+    v["registeredWorkflows"] = json!(registered);
+    v["recentStepRuns"] = json!([]);
+    v
 }
 
 /// `v` without `keys`: where the real engine's answer leaves fields out (a list row, say) that
@@ -389,20 +408,6 @@ pub(crate) fn without(mut v: Value, keys: &[&str]) -> Value {
     v
 }
 
-/// A worker as the list shows it: the real engine's list rows leave out what a read of one
-/// worker carries (its tenant, slots, registered workflows, last listener time).
-fn worker_row(v: Value) -> Value {
-    without(
-        v,
-        &[
-            "tenantId",
-            "slots",
-            "registeredWorkflows",
-            "lastListenerEstablished",
-        ],
-    )
-}
-
 async fn list_workers(
     AxState(s): AxState<Rest>,
     Path(tenant): Path<String>,
@@ -414,10 +419,7 @@ async fn list_workers(
     let (offset, limit) = page(&q);
     let now = s.engine.clock.now();
     let st = s.engine.view();
-    let rows: Vec<Value> = st
-        .workers()
-        .map(|w| worker_row(worker_json(w, &s.engine.tenant_id, now)))
-        .collect();
+    let rows: Vec<Value> = st.workers().map(|w| worker_json(w, now)).collect();
     paged(rows, offset, limit)
 }
 
@@ -425,7 +427,7 @@ async fn get_worker(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Respon
     let now = s.engine.clock.now();
     let st = s.engine.view();
     match st.worker(&id) {
-        Some(w) => Json(worker_json(w, &s.engine.tenant_id, now)).into_response(),
+        Some(w) => Json(worker_read(&st, w, now)).into_response(),
         None => bad_id_or_missing(&id, "worker"),
     }
 }
@@ -438,20 +440,17 @@ async fn patch_worker(
     let Some(Json(b)) = body else {
         return err(StatusCode::BAD_REQUEST, "body must be a JSON object");
     };
-    let tenant = s.engine.tenant_id.clone();
-    let now = s.engine.clock.now();
-    let answer = s.engine.update_worker(&id, |w| {
+    let found = s.engine.update_worker(&id, |w| {
         if let Some(p) = b.get("isPaused").and_then(Value::as_bool) {
             w.paused = p;
         }
-        worker_json(w, &tenant, now)
     });
-    let Some(answer) = answer else {
+    if found.is_none() {
         return bad_id_or_missing(&id, "worker");
-    };
+    }
     // An unpaused worker takes what waited for it at once.
     s.engine.wake.notify_one();
-    Json(answer).into_response()
+    get_worker(AxState(s), Path(id)).await
 }
 
 async fn list_rate_limits(
@@ -679,7 +678,7 @@ mod tests {
     #[test]
     fn a_worker_s_status_is_inactive_once_its_heartbeat_is_old_paused_or_not() {
         let t0 = Instant::now();
-        let status = |w: &Worker, now: Instant| super::worker_json(w, "t", now)["status"].clone();
+        let status = |w: &Worker, now: Instant| super::worker_json(w, now)["status"].clone();
         let fresh = t0 + Duration::from_secs(1);
         let stale = t0 + Duration::from_secs(6);
         assert_eq!(status(&worker(false, t0, 1), fresh), "ACTIVE");
