@@ -1140,6 +1140,133 @@ async fn conf_a_task_s_events_tell_each_attempt() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// The cron and schedule lists as the SDKs read them (their `cron.list`, `scheduled.list`
+/// filters): by workflow id, workflow name and cron name, newest first unless ordered, paged;
+/// schedules latest trigger first, `statuses=SCHEDULED` matching those not fired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_cron_and_schedule_lists_filter_order_and_page() {
+    let t = Target::new("callists").await;
+    let noop = |name: &str| {
+        Workflow::new(name).task("t", |_: Value, _c: Context| async move {
+            Ok::<_, TaskError>(json!({}))
+        })
+    };
+    let rt = t.worker(2, vec![noop("cal-a"), noop("cal-b")]).await;
+    let api = rt.api();
+    let a = api.workflow_id("cal-a").await.expect("id");
+    // A yearly cron never fires during the test; created apart, so their times differ.
+    let mut made = Vec::new();
+    for (wf, name) in [("cal-a", "n1"), ("cal-a", "n2"), ("cal-b", "n1")] {
+        made.push(
+            api.create_cron(wf, name, "0 0 1 1 *", &json!({}))
+                .await
+                .expect("create a cron")
+                .metadata
+                .id,
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let tenant = t
+        .config()
+        .env_lines()
+        .into_iter()
+        .find(|(k, _)| k == "HATCHET_CLIENT_TENANT_ID")
+        .map(|(_, v)| v)
+        .unwrap_or_default();
+    let list = |what: &'static str, query: String| {
+        let path = format!("/api/v1/tenants/{tenant}/workflows/{what}?{query}");
+        let t = &t;
+        async move {
+            let v = t.rest_read(&path).await.expect("a list");
+            let ids: Vec<String> = v["rows"]
+                .as_array()
+                .map(|rows| {
+                    rows.iter()
+                        .filter_map(|r| r["metadata"]["id"].as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (ids, v["pagination"]["num_pages"].clone())
+        }
+    };
+    let (a1, a2, b1) = (made[0].clone(), made[1].clone(), made[2].clone());
+    assert_eq!(
+        list("crons", format!("workflowId={a}")).await.0,
+        [a2.clone(), a1.clone()],
+        "newest first"
+    );
+    assert_eq!(
+        list(
+            "crons",
+            format!("workflowId={a}&orderByField=createdAt&orderByDirection=ASC")
+        )
+        .await
+        .0,
+        [a1.clone(), a2.clone()]
+    );
+    assert_eq!(
+        list("crons", format!("workflowId={a}&cronName=n1")).await.0,
+        std::slice::from_ref(&a1)
+    );
+    assert_eq!(
+        list(
+            "crons",
+            format!("workflowName={}", t.config().namespaced("cal-b"))
+        )
+        .await
+        .0,
+        std::slice::from_ref(&b1)
+    );
+    assert_eq!(
+        list("crons", format!("workflowId={a}&limit=1&offset=1")).await,
+        (vec![a1.clone()], json!(2)),
+        "the second of two pages"
+    );
+    // Schedules a day and two days out.
+    let now = SystemTime::now();
+    let mut at = Vec::new();
+    for days in [1, 2] {
+        at.push(
+            api.create_schedule(
+                "cal-a",
+                now + Duration::from_secs(86_400 * days),
+                &json!({}),
+            )
+            .await
+            .expect("create a schedule")
+            .metadata
+            .id,
+        );
+    }
+    let (d1, d2) = (at[0].clone(), at[1].clone());
+    assert_eq!(
+        list("scheduled", format!("workflowId={a}")).await.0,
+        [d2.clone(), d1.clone()],
+        "latest trigger first"
+    );
+    assert_eq!(
+        list("scheduled", format!("workflowId={a}&orderByDirection=ASC"))
+            .await
+            .0,
+        [d1.clone(), d2.clone()]
+    );
+    assert_eq!(
+        list("scheduled", format!("workflowId={a}&statuses=SCHEDULED"))
+            .await
+            .0
+            .len(),
+        2,
+        "neither has fired"
+    );
+    for id in &made {
+        api.delete_cron(id).await.expect("delete a cron");
+    }
+    for id in &at {
+        api.delete_schedule(id).await.expect("delete a schedule");
+    }
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 /// Durable reset (issue 26, the SDKs' `reset_durable_task`): a durable task's two memos run
 /// once each; reset from node 2 of branch 1, the engine answers branch 2 and the task runs
 /// again with its first memo replayed from the log and its second run anew; reset from node 1

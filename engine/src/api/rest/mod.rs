@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
+mod calendar;
 mod events;
 mod filters;
 mod metrics;
@@ -172,17 +173,30 @@ fn planned(s: &Rest, workflow: &str, body: &Value) -> crate::time::schedules::Pl
 async fn list_crons(
     AxState(s): AxState<Rest>,
     Path(tenant): Path<String>,
-    Query(q): Query<Value>,
+    Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
     if let Some(r) = tenant_ok(&s, &tenant) {
         return r;
     }
-    let (offset, limit) = page(&q);
+    let p = Params(q);
     let st = s.engine.view();
-    let crons = st.calendar().crons();
-    let rows: Vec<Value> = crons.iter().skip(offset).take(limit).cloned().collect();
-    Json(json!({"rows": rows, "pagination": pagination(crons.len(), offset, limit)}))
-        .into_response()
+    let rows = st.calendar().crons().iter().cloned();
+    calendar_page(calendar::select(calendar::Kind::Crons, rows, &p), &p)
+}
+
+/// A cron or schedule list's answer (`calendar.rs`).
+fn calendar_page(selected: Result<(Vec<Value>, usize), String>, p: &Params) -> Response {
+    match selected {
+        Ok((rows, total)) => {
+            let (offset, limit) = (
+                p.number("offset", 0).unwrap_or(0),
+                p.number("limit", 50).unwrap_or(50),
+            );
+            Json(json!({"rows": rows, "pagination": pagination(total, offset, limit)}))
+                .into_response()
+        }
+        Err(e) => err(StatusCode::BAD_REQUEST, &e),
+    }
 }
 
 async fn create_cron(
@@ -216,21 +230,19 @@ async fn create_cron(
 async fn list_scheduled(
     AxState(s): AxState<Rest>,
     Path(tenant): Path<String>,
-    Query(q): Query<Value>,
+    Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
     if let Some(r) = tenant_ok(&s, &tenant) {
         return r;
     }
-    let (offset, limit) = page(&q);
+    let p = Params(q);
     let st = s.engine.view();
-    let all = st.calendar().schedules();
-    let rows: Vec<Value> = all
+    let rows = st
+        .calendar()
+        .schedules()
         .iter()
-        .skip(offset)
-        .take(limit)
-        .map(|r| st.scheduled_view(r))
-        .collect();
-    Json(json!({"rows": rows, "pagination": pagination(all.len(), offset, limit)})).into_response()
+        .map(|r| st.scheduled_view(r));
+    calendar_page(calendar::select(calendar::Kind::Schedules, rows, &p), &p)
 }
 
 async fn create_scheduled(
