@@ -378,6 +378,7 @@ impl DevEngine {
             faults: self.faults.clone(),
             token,
             dashboard_key: Arc::from(self.dashboard_key.expose()),
+            server_url: Arc::from(self.api_url()),
         };
         let api_listener = io::FaultyListener {
             inner: api,

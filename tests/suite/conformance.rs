@@ -2655,6 +2655,61 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
         "task events by attempt (retried DAG)".to_string(),
         by_attempt(&details),
     ));
+    // The calendar, a rate limit, the tenant and one event, as read.
+    let cron = api
+        .create_cron("one", "diff-cron", "0 0 1 1 *", &json!({"c": 1}))
+        .await
+        .expect("create a cron")
+        .metadata
+        .id;
+    let schedule = api
+        .create_schedule(
+            "one",
+            SystemTime::now() + Duration::from_secs(86_400),
+            &json!({"s": 1}),
+        )
+        .await
+        .expect("create a schedule")
+        .metadata
+        .id;
+    let limit_key = format!("diff-limit-{}", &one_id[..8]);
+    rt.put_rate_limit(&limit_key, 5, hatchet_runtime::RateLimitWindow::Minute)
+        .await
+        .expect("a rate limit");
+    for (name, path) in [
+        (
+            "cron",
+            format!("/api/v1/tenants/{tenant}/workflows/crons/{cron}"),
+        ),
+        (
+            "crons",
+            format!("/api/v1/tenants/{tenant}/workflows/crons?workflowId={one_id}"),
+        ),
+        (
+            "schedule",
+            format!("/api/v1/tenants/{tenant}/workflows/scheduled/{schedule}"),
+        ),
+        (
+            "schedules",
+            format!("/api/v1/tenants/{tenant}/workflows/scheduled?workflowId={one_id}"),
+        ),
+        (
+            "rate limits",
+            format!("/api/v1/tenants/{tenant}/rate-limits?search={limit_key}"),
+        ),
+        ("tenant", format!("/api/v1/tenants/{tenant}")),
+        (
+            "event",
+            format!("/api/v1/stable/tenants/{tenant}/events/{event}"),
+        ),
+    ] {
+        let v = t.rest_read(&path).await.unwrap_or_default();
+        out.push((name.to_string(), skeleton("", &v)));
+    }
+    api.delete_cron(&cron).await.expect("delete the cron");
+    api.delete_schedule(&schedule)
+        .await
+        .expect("delete the schedule");
     // A webhook as read, and a request to it as answered.
     let hook = format!("diff-hook-{}", &one_id[..8]);
     api.create_webhook(&hatchet_runtime::NewWebhook::new(

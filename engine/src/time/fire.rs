@@ -70,6 +70,10 @@ impl State {
             row["workflowRunStatus"] = json!(run.status.workflow_run());
             row["workflowRunCreatedAt"] = json!(format_rfc3339(run.created_at));
             row["workflowRunName"] = json!(run.workflow_name);
+        } else {
+            // No run yet: the real engine reads the missing run's columns as Go's zero values.
+            row["workflowRunCreatedAt"] = json!("0001-01-01T00:00:00Z");
+            row["workflowRunName"] = json!("");
         }
         row
     }

@@ -107,6 +107,21 @@ pub(crate) fn select(
     Ok((picked.into_iter().skip(offset).take(limit).collect(), total))
 }
 
+/// A cron or schedule list's pagination, as the real engine's handlers compute it: pages
+/// `ceil(total / limit)` (0 for an empty list), the current `1 + ceil(offset / limit)`, the next
+/// one more unless the current is the last.
+pub(crate) fn pagination(total: usize, offset: usize, limit: usize) -> Value {
+    let limit = limit.max(1);
+    let pages = total.div_ceil(limit);
+    let current = 1 + offset.div_ceil(limit);
+    let next = if current == pages {
+        current
+    } else {
+        current + 1
+    };
+    serde_json::json!({"current_page": current, "next_page": next, "num_pages": pages})
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -175,6 +190,23 @@ mod tests {
         assert_eq!(
             refused.err().as_deref(),
             Some("Additional metadata filters must be in the format key:value.")
+        );
+    }
+
+    #[test]
+    fn pages_are_counted_as_the_real_engine_counts_them() {
+        // Read off v0.104.9: an empty list of limit 2, and one row of limit 1.
+        assert_eq!(
+            pagination(0, 0, 2),
+            json!({"current_page": 1, "next_page": 2, "num_pages": 0})
+        );
+        assert_eq!(
+            pagination(1, 0, 1),
+            json!({"current_page": 1, "next_page": 1, "num_pages": 1})
+        );
+        assert_eq!(
+            pagination(3, 1, 2),
+            json!({"current_page": 2, "next_page": 2, "num_pages": 2})
         );
     }
 

@@ -183,7 +183,15 @@ async fn get_event(
     }
     let st = s.engine.view();
     match st.events().get(&id) {
-        Some(e) => Json(event_json(&st, e)).into_response(),
+        Some(e) => {
+            // A single read names the webhook always ("" for a pushed event); a list row only
+            // when there is one, as v0.104.9 answers them.
+            let mut v = event_json(&st, e);
+            if v.get("triggeringWebhookName").is_none() {
+                v["triggeringWebhookName"] = json!("");
+            }
+            Json(v).into_response()
+        }
         None => bad_id_or_missing(&id, "event"),
     }
 }

@@ -38,6 +38,8 @@ pub struct Rest {
     pub token: Arc<str>,
     /// Reads the dashboard's data and nothing else (see `api::dashboard`, invariant 1).
     pub dashboard_key: Arc<str>,
+    /// The REST API's own URL (the tenant's `serverUrl`).
+    pub server_url: Arc<str>,
 }
 
 impl std::fmt::Debug for Rest {
@@ -154,7 +156,8 @@ async fn get_tenant(AxState(s): AxState<Rest>, Path(tenant): Path<String>) -> Re
     }
     let id = &s.engine.tenant_id;
     Json(json!({"metadata": meta(id, SystemTime::UNIX_EPOCH), "name": "development", "slug": "development",
-                "analyticsOptOut": true, "alertMemberEmails": false, "version": "V1"}))
+                "analyticsOptOut": true, "alertMemberEmails": false, "version": "V1",
+                "environment": "development", "serverUrl": &*s.server_url}))
     .into_response()
 }
 
@@ -192,7 +195,7 @@ fn calendar_page(selected: Result<(Vec<Value>, usize), String>, p: &Params) -> R
                 p.number("offset", 0).unwrap_or(0),
                 p.number("limit", 50).unwrap_or(50),
             );
-            Json(json!({"rows": rows, "pagination": pagination(total, offset, limit)}))
+            Json(json!({"rows": rows, "pagination": calendar::pagination(total, offset, limit)}))
                 .into_response()
         }
         Err(e) => err(StatusCode::BAD_REQUEST, &e),
@@ -267,7 +270,7 @@ async fn create_scheduled(
     };
     let added = s.engine.add_schedules(&planned(&s, &wf, &b), [at]);
     match added.map(|mut rows| rows.pop()) {
-        Ok(Some(row)) => Json(row).into_response(),
+        Ok(Some(row)) => Json(s.engine.view().scheduled_view(&row)).into_response(),
         Ok(None) => err(StatusCode::INTERNAL_SERVER_ERROR, "no schedule was added"),
         Err(e) => err(StatusCode::NOT_FOUND, &e),
     }
