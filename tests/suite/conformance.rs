@@ -206,6 +206,26 @@ impl Target {
         assert!(resp.status().is_success(), "GET {path}: {}", resp.status());
         Some(resp.json().await.expect("JSON"))
     }
+
+    /// A `GET` as answered, whatever its status: the status and the body (`null` when it is
+    /// not JSON).
+    pub(crate) async fn rest_answer(&self, path: &str) -> (u16, Value) {
+        let env: Vec<(String, String)> = self.config.env_lines();
+        let get = |k: &str| {
+            env.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
+        let resp = reqwest::Client::new()
+            .get(format!("{}{}", get("HATCHET_CLIENT_SERVER_URL"), path))
+            .bearer_auth(get("HATCHET_CLIENT_TOKEN"))
+            .send()
+            .await
+            .expect("REST answer");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
 }
 
 /// Polls `cond` every 50 ms for up to 90 s.
@@ -2710,6 +2730,79 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
     api.delete_schedule(&schedule)
         .await
         .expect("delete the schedule");
+    // An event filter, and the external ids of this test's runs.
+    let filter = api
+        .create_filter(
+            &one_id,
+            &format!("diff-scope-{}", &one_id[..8]),
+            "true",
+            json!({"f": 1}),
+        )
+        .await
+        .expect("create a filter")
+        .metadata
+        .id;
+    for (name, path) in [
+        (
+            "filter",
+            format!("/api/v1/stable/tenants/{tenant}/filters/{filter}"),
+        ),
+        (
+            "filters",
+            format!("/api/v1/stable/tenants/{tenant}/filters?workflowIds={one_id}"),
+        ),
+        (
+            "run external ids",
+            format!(
+                "/api/v1/stable/tenants/{tenant}/workflow-runs/external-ids?since={since}&workflow_ids={one_id}"
+            ),
+        ),
+    ] {
+        let v = t.rest_read(&path).await.unwrap_or_default();
+        out.push((name.to_string(), skeleton("", &v)));
+    }
+    api.delete_filter(&filter).await.expect("delete the filter");
+    // What an unknown or malformed id is answered with: status by value, body by shape.
+    let nobody = "00000000-0000-4000-8000-000000000000";
+    for (name, path) in [
+        (
+            "unknown run",
+            format!("/api/v1/stable/workflow-runs/{nobody}"),
+        ),
+        (
+            "malformed run id",
+            "/api/v1/stable/workflow-runs/nope".to_string(),
+        ),
+        ("unknown task", format!("/api/v1/stable/tasks/{nobody}")),
+        ("unknown workflow", format!("/api/v1/workflows/{nobody}")),
+        ("unknown worker", format!("/api/v1/workers/{nobody}")),
+        (
+            "unknown cron",
+            format!("/api/v1/tenants/{tenant}/workflows/crons/{nobody}"),
+        ),
+        (
+            "unknown schedule",
+            format!("/api/v1/tenants/{tenant}/workflows/scheduled/{nobody}"),
+        ),
+        (
+            "malformed cron id",
+            format!("/api/v1/tenants/{tenant}/workflows/crons/nope"),
+        ),
+        (
+            "malformed schedule id",
+            format!("/api/v1/tenants/{tenant}/workflows/scheduled/nope"),
+        ),
+        (
+            "unknown event",
+            format!("/api/v1/stable/tenants/{tenant}/events/{nobody}"),
+        ),
+    ] {
+        let (status, body) = t.rest_answer(&path).await;
+        out.push((
+            name.to_string(),
+            json!({"status": status, "body": skeleton("", &body)}),
+        ));
+    }
     // A webhook as read, and a request to it as answered.
     let hook = format!("diff-hook-{}", &one_id[..8]);
     api.create_webhook(&hatchet_runtime::NewWebhook::new(

@@ -95,7 +95,9 @@ impl Api {
         .await
     }
 
-    /// Deletes a cron trigger.
+    /// Deletes a cron trigger. An id no cron has is the engine's failure, not a not-found:
+    /// the real engine (v0.104.9) answers its cron lookup's error with a bare 500, and the
+    /// development engine does the same ([`Outcome::Rejected`](crate::Outcome::Rejected)).
     ///
     /// # Cancel safety
     ///

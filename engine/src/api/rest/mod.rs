@@ -276,12 +276,40 @@ async fn create_scheduled(
     }
 }
 
-/// One stored row by id (`None` when it is not there).
-/// Answers a GET of one row: the row `view` makes, or 404 naming `what`.
+/// How the real engine answers a calendar row's id it cannot use: a malformed one (400) and an
+/// unknown one (v0.104.9: a cron's lookup error is a bare 500, a schedule's a 404).
+struct Misses {
+    malformed: &'static str,
+    unknown: (StatusCode, &'static str),
+}
+
+impl Misses {
+    /// The answer for `id` when no row has it.
+    fn answer(&self, id: &str) -> Response {
+        if uuid::Uuid::parse_str(id).is_err() {
+            message(StatusCode::BAD_REQUEST, self.malformed)
+        } else {
+            message(self.unknown.0, self.unknown.1)
+        }
+    }
+}
+
+const CRON: Misses = Misses {
+    malformed: "invalid cron workflow id",
+    unknown: (StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
+};
+
+const SCHEDULE: Misses = Misses {
+    malformed: "invalid scheduled workflow run id",
+    unknown: (StatusCode::NOT_FOUND, "scheduled workflow run not found"),
+};
+
+/// Answers a GET of one calendar row: the row `view` makes, or what `misses` says.
 fn get_row(
     s: &Rest,
     tenant: &str,
-    what: &str,
+    id: &str,
+    misses: &Misses,
     view: impl FnOnce(&View<'_>) -> Option<Value>,
 ) -> Response {
     if let Some(r) = tenant_ok(s, tenant) {
@@ -289,23 +317,24 @@ fn get_row(
     }
     match view(&s.engine.view()) {
         Some(row) => Json(row).into_response(),
-        None => err(StatusCode::NOT_FOUND, &format!("{what} not found")),
+        None => misses.answer(id),
     }
 }
 
-/// Answers a DELETE of one row (`remove` says whether there was one): 204, or 404 naming
-/// `what`.
+/// Answers a DELETE of one calendar row (`remove` says whether there was one): 204, or what
+/// `misses` says.
 fn delete_row(
     s: &Rest,
     tenant: &str,
-    what: &str,
+    id: &str,
+    misses: &Misses,
     remove: impl FnOnce(&Engine) -> bool,
 ) -> Response {
     if let Some(r) = tenant_ok(s, tenant) {
         return r;
     }
     if !remove(&s.engine) {
-        err(StatusCode::NOT_FOUND, &format!("{what} not found"))
+        misses.answer(id)
     } else {
         StatusCode::NO_CONTENT.into_response()
     }
@@ -315,18 +344,19 @@ async fn get_cron(
     AxState(s): AxState<Rest>,
     Path((tenant, id)): Path<(String, String)>,
 ) -> Response {
-    get_row(&s, &tenant, "cron", |st| st.calendar().cron(&id).cloned())
+    get_row(&s, &tenant, &id, &CRON, |st| {
+        st.calendar().cron(&id).cloned()
+    })
 }
 
 async fn delete_cron(
     AxState(s): AxState<Rest>,
     Path((tenant, id)): Path<(String, String)>,
 ) -> Response {
-    delete_row(&s, &tenant, "cron", |e| e.remove_cron(&id))
+    delete_row(&s, &tenant, &id, &CRON, |e| e.remove_cron(&id))
 }
 
-/// `POST .../workflows/crons/{id}`: runs the cron now; answers the run's id. An unknown cron
-/// is the real engine's bare 500 (its lookup error is not a "no rows").
+/// `POST .../workflows/crons/{id}`: runs the cron now; answers the run's id.
 async fn trigger_cron(
     AxState(s): AxState<Rest>,
     Path((tenant, id)): Path<(String, String)>,
@@ -334,13 +364,10 @@ async fn trigger_cron(
     if let Some(r) = tenant_ok(&s, &tenant) {
         return r;
     }
-    if uuid::Uuid::parse_str(&id).is_err() {
-        return message(StatusCode::BAD_REQUEST, "invalid cron workflow id");
-    }
     match s.engine.trigger_cron(&id) {
         Some(Ok(run)) => Json(json!({ "externalId": run })).into_response(),
         Some(Err(why)) => err(StatusCode::INTERNAL_SERVER_ERROR, &why),
-        None => message(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
+        None => CRON.answer(&id),
     }
 }
 
@@ -348,7 +375,7 @@ async fn get_scheduled(
     AxState(s): AxState<Rest>,
     Path((tenant, id)): Path<(String, String)>,
 ) -> Response {
-    get_row(&s, &tenant, "scheduled run", |st| {
+    get_row(&s, &tenant, &id, &SCHEDULE, |st| {
         st.calendar().schedule(&id).map(|r| st.scheduled_view(r))
     })
 }
@@ -357,7 +384,7 @@ async fn delete_scheduled(
     AxState(s): AxState<Rest>,
     Path((tenant, id)): Path<(String, String)>,
 ) -> Response {
-    delete_row(&s, &tenant, "scheduled run", |e| e.remove_schedule(&id))
+    delete_row(&s, &tenant, &id, &SCHEDULE, |e| e.remove_schedule(&id))
 }
 
 /// The development engine's one dispatcher (the REST models require a UUID).
