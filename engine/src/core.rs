@@ -30,24 +30,29 @@ use crate::store::subscriptions::EventFilter;
 use hatchet_protocol::{self as proto, v1};
 
 /// A run or event priority must be 1–3.
-fn check_priority(p: Option<i32>) -> Result<(), GrpcStatus> {
+/// A priority outside 1–3, refused in the real engine's words (`prefix`: a trigger's answer
+/// starts "Invalid request: ", an event's does not).
+fn check_priority(p: Option<i32>, prefix: &str) -> Result<(), GrpcStatus> {
     match p {
-        Some(p) if !crate::sched::queue::PRIORITY_RANGE.contains(&p) => Err(
-            GrpcStatus::invalid_argument(format!("priority must be between 1 and 3, got {p}")),
-        ),
+        Some(p) if !crate::sched::queue::PRIORITY_RANGE.contains(&p) => {
+            Err(GrpcStatus::invalid_argument(format!(
+                "{prefix}priority must be between 1 and 3, got {p}"
+            )))
+        }
         _ => Ok(()),
     }
 }
+
+/// What a trigger's priority is refused with first.
+const TRIGGER: &str = "Invalid request: ";
 
 /// An event's key, payload, metadata and priority, checked; returns the decoded payload and
 /// metadata.
 fn check_event(
     req: &proto::PushEventRequest,
 ) -> Result<(Value, serde_json::Map<String, Value>), GrpcStatus> {
-    if req.key.is_empty() {
-        return Err(GrpcStatus::invalid_argument("event key is required"));
-    }
-    check_priority(req.priority)?;
+    // An empty key is accepted, as the real engine accepts it (no workflow listens for it).
+    check_priority(req.priority, "")?;
     let payload = parse_json("payload", &req.payload)?;
     let meta = parse_metadata(req.additional_metadata.as_deref())?;
     Ok((payload, meta))
@@ -141,33 +146,21 @@ impl Engine {
         &self,
         mut req: v1::CreateWorkflowVersionRequest,
     ) -> Result<v1::CreateWorkflowVersionResponse, GrpcStatus> {
-        if req.name.trim().is_empty() {
-            return Err(GrpcStatus::invalid_argument("workflow name is required"));
+        // The real engine's validator first, then the DAG's shape, in its words (v0.104.9).
+        let problems = crate::store::definition::validation_problems(&req);
+        if !problems.is_empty() {
+            return Err(GrpcStatus::invalid_argument(validation_failed(&problems)));
+        }
+        if let Some(why) = crate::store::definition::shape_problem(&req) {
+            tracing::warn!(workflow = %req.name, %why, "refusing a workflow");
+            return Err(GrpcStatus::internal("An internal error occurred."));
         }
         let config = crate::store::definition::workflow_config(&req);
-        if req.tasks.is_empty() {
-            return Err(GrpcStatus::invalid_argument(
-                "a workflow needs at least one task",
-            ));
-        }
         let task_limits: Vec<v1::Concurrency> = req
             .tasks
             .iter()
             .flat_map(|t| t.concurrency.iter().cloned())
             .collect();
-        if let Some(p) = req.default_priority
-            && !crate::sched::queue::PRIORITY_RANGE.contains(&p)
-        {
-            return Err(GrpcStatus::invalid_argument(format!(
-                "default priority must be between 1 and 3, got {p}"
-            )));
-        }
-        if let Some(i) = &req.idempotency {
-            let problems = crate::store::workflows::idempotency_config_problems(i);
-            if !problems.is_empty() {
-                return Err(GrpcStatus::invalid_argument(validation_failed(&problems)));
-            }
-        }
         let mut tasks = Vec::with_capacity(req.tasks.len() + 1);
         let ids: HashSet<&str> = req.tasks.iter().map(|t| t.readable_id.as_str()).collect();
         let on_failure = req.on_failure_task.take();
@@ -177,15 +170,10 @@ impl Engine {
             .map(|t| (t, false))
             .chain(on_failure.iter().map(|t| (t, true)))
         {
-            if t.readable_id.is_empty() || t.action.is_empty() {
-                return Err(GrpcStatus::invalid_argument(
-                    "every task needs readable_id and action",
-                ));
-            }
             for p in &t.parents {
                 if is_on_failure || !ids.contains(p.as_str()) {
                     return Err(GrpcStatus::invalid_argument(format!(
-                        "task {} names unknown parent {p}",
+                        "dag parent not found: parent step '{p}' not found for step '{}'",
                         t.readable_id
                     )));
                 }
@@ -486,9 +474,9 @@ impl Engine {
 
     /// Creates a run of `req.name` (TriggerWorkflow, the DurableTask stream's trigger_runs).
     pub fn trigger(&self, req: &v1::TriggerWorkflowRequest) -> Result<String, GrpcStatus> {
-        let input = parse_json("input", &req.input)?;
+        let input = parse_json("payload", &req.input)?;
         let meta = parse_metadata(req.additional_metadata.as_deref())?;
-        check_priority(req.priority)?;
+        check_priority(req.priority, TRIGGER)?;
         let mut st = self.state.lock();
         let id = st.create_run(
             &self.tenant_id,
@@ -519,29 +507,20 @@ impl Engine {
     }
 
     /// `EventsService/Push`: stores the event and starts every workflow it triggers.
-    /// `WorkflowService/BulkTriggerWorkflow`: every item is checked first (JSON, priority,
-    /// workflow name), so one bad item refuses the whole call and creates nothing, as the real
-    /// engine does.
+    /// `WorkflowService/BulkTriggerWorkflow`: every item is checked first (JSON, priority), so
+    /// one bad item refuses the whole call and creates nothing, as the real engine does; an
+    /// item of a workflow the engine does not know is answered with an id, as a single trigger.
     pub fn bulk_trigger(
         &self,
         reqs: &[v1::TriggerWorkflowRequest],
     ) -> Result<Vec<String>, GrpcStatus> {
-        {
-            let st = self.state.lock();
-            for (i, r) in reqs.iter().enumerate() {
-                let item = |e: GrpcStatus| {
-                    GrpcStatus::invalid_argument(format!("workflow {i}: {}", e.message()))
-                };
-                parse_json("input", &r.input).map_err(item)?;
-                parse_metadata(r.additional_metadata.as_deref()).map_err(item)?;
-                check_priority(r.priority).map_err(item)?;
-                if st.workflows.live(&r.name).is_none() {
-                    return Err(GrpcStatus::invalid_argument(format!(
-                        "workflow {i}: workflow names not found: {}",
-                        r.name
-                    )));
-                }
-            }
+        for (i, r) in reqs.iter().enumerate() {
+            let item = |e: GrpcStatus| {
+                GrpcStatus::invalid_argument(format!("workflow {i}: {}", e.message()))
+            };
+            parse_json("payload", &r.input).map_err(item)?;
+            parse_metadata(r.additional_metadata.as_deref()).map_err(item)?;
+            check_priority(r.priority, TRIGGER).map_err(item)?;
         }
         // Every item is triggered; items that collide on the workflow's idempotency key are
         // answered together afterwards, as the real engine does.
@@ -939,10 +918,14 @@ impl Engine {
         let st = self.state.lock();
         // A client polling an unfinished run waits on it (virtual time skips for it).
         st.clock.polled(run_id);
-        let run = st
-            .runs
-            .get(run_id)
-            .ok_or_else(|| GrpcStatus::not_found("run not found"))?;
+        let run = st.runs.get(run_id).ok_or_else(|| {
+            // In the real engine's words: a malformed id is refused, an unknown one not found.
+            if uuid::Uuid::parse_str(run_id).is_err() {
+                GrpcStatus::invalid_argument("invalid external id")
+            } else {
+                GrpcStatus::not_found("workflow run not found")
+            }
+        })?;
         // Like the real engine: until the run is finalized, a task reads QUEUED or RUNNING
         // (or EVICTED), without output or error, whether or not it finished; per-task progress
         // is the REST read's.

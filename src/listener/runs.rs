@@ -193,7 +193,7 @@ pub(crate) async fn sweep_unknown(
 pub(crate) fn unknown_run_error(run_id: &str) -> Error {
     Error::new(Outcome::Rejected, "wait for run")
         .with_detail(format!(
-            "the engine does not know run {run_id} (not found in two reads {}s apart): check the id, or the workflow name it was triggered with",
+            "the engine does not know run {run_id} (not found in two reads {}s apart): check the id, the workflow name it was triggered with, or that workflow's idempotency key expression (the engine answers a trigger with an id and creates no run when either gives it nothing)",
             UNKNOWN_SWEEP_EVERY.as_secs()
         ))
         .with_cause(Cause::Status(tonic::Status::not_found(format!(

@@ -93,6 +93,15 @@ async fn register_workflow(core: &WorkerCore, wf: Workflow) -> Result<(), Error>
             format!("workflow {} has no tasks", wf.name),
         ));
     }
+    if let Some(why) = crate::worker::task::dag_problem(&wf.tasks) {
+        return Err(Error::invalid(
+            PATH,
+            format!(
+                "workflow {}: {why}; fix its tasks and register it again",
+                wf.name
+            ),
+        ));
+    }
     if let Some((expression, ttl, _)) = &wf.idempotency
         && (expression.trim().is_empty() || *ttl < std::time::Duration::from_millis(1))
     {

@@ -276,3 +276,38 @@ async fn an_idempotency_key_without_expression_or_ttl_is_refused_before_anything
         .await
         .expect("1 ms is enough");
 }
+
+#[tokio::test]
+async fn tasks_that_make_no_dag_are_refused_before_anything_is_sent() {
+    let (e, rt) = setup().await;
+    let t = |name: &str, parents: &[&str]| {
+        let parents: Vec<String> = parents.iter().map(|p| p.to_string()).collect();
+        (name.to_string(), parents)
+    };
+    let before = e.faults().attempts("/v1.AdminService/PutWorkflow");
+    for (tasks, says) in [
+        (vec![t("a", &[]), t("a", &[])], "two tasks are named \"a\""),
+        (vec![t("a", &["nope"])], "names a parent \"nope\""),
+        (
+            vec![t("a", &["b"]), t("b", &["a"]), t("c", &[])],
+            "make a cycle",
+        ),
+    ] {
+        let mut wf = Workflow::new("not-a-dag");
+        for (name, parents) in tasks {
+            wf = wf.task_with(
+                &name,
+                TaskOptions::default().parents(parents),
+                |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+            );
+        }
+        let err = rt.register(wf).await.expect_err("refused");
+        assert_eq!(err.outcome(), Outcome::Invalid, "{err}");
+        assert!(err.to_string().contains(says), "{err}");
+    }
+    assert_eq!(
+        e.faults().attempts("/v1.AdminService/PutWorkflow"),
+        before,
+        "nothing sent: the real engine answers these with a bare internal error"
+    );
+}

@@ -2292,17 +2292,16 @@ async fn conf_a_wait_on_an_unknown_run_ends_not_found() {
         "{:?}",
         started.elapsed()
     );
-    // A trigger of a workflow nobody registered fails at the trigger (ours) or at the wait (the
-    // real engine): never a wait without end.
-    let res = async {
-        rt.run_no_wait("nobody-registered-this", &json!({}))
-            .await?
-            .result_within::<Value>(Duration::from_secs(60))
-            .await
-    }
-    .await;
-    let err = res.expect_err("no such workflow");
-    assert_ne!(err.outcome(), Outcome::DeadlineExceeded, "{err}");
+    // A trigger of a workflow nobody registered is answered with an id (both engines), and
+    // the wait on it ends not found: never a wait without end.
+    let err = rt
+        .run_no_wait("nobody-registered-this", &json!({}))
+        .await
+        .expect("answered with an id")
+        .result_within::<Value>(Duration::from_secs(60))
+        .await
+        .expect_err("no such workflow");
+    assert!(err.to_string().contains("does not know run"), "{err}");
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
@@ -2830,6 +2829,498 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
     api.delete_webhook(&hook).await.expect("delete webhook");
     rt.shutdown(Duration::from_secs(5)).await;
     out
+}
+
+/// The gRPC answers the runtime and the SDKs meet when a request is wrong or names nothing: the
+/// same requests to one engine, each answered as `OK ...` or its code and message.
+async fn grpc_answers(raw: &hatchet_dev_engine::clients::RawClients) -> Vec<String> {
+    use hatchet_protocol::{self as proto, v1};
+    let mut out = Vec::new();
+    let show = |r: Result<String, tonic::Status>| match r {
+        Ok(v) => format!("OK {v}"),
+        Err(e) => format!("{:?} {:?}", e.code(), e.message()),
+    };
+    let nobody = "00000000-0000-4000-8000-000000000000";
+    let trig = |name: &str, input: &str| v1::TriggerWorkflowRequest {
+        name: name.into(),
+        input: input.into(),
+        ..Default::default()
+    };
+    out.push(format!(
+        "trigger unknown: {}",
+        show(
+            raw.workflows()
+                .trigger_workflow(trig("no-such-wf-x", "{}"))
+                .await
+                .map(|r| format!("id len {}", r.into_inner().workflow_run_id.len()))
+        )
+    ));
+    out.push(format!(
+        "trigger bad json: {}",
+        show(
+            raw.workflows()
+                .trigger_workflow(trig("no-such-wf-x", "{nope"))
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "trigger input array: {}",
+        show(
+            raw.workflows()
+                .trigger_workflow(trig("no-such-wf-x", "[1]"))
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "bulk unknown: {}",
+        show(
+            raw.workflows()
+                .bulk_trigger_workflow(proto::BulkTriggerWorkflowRequest {
+                    workflows: vec![trig("no-such-wf-x", "{}")]
+                })
+                .await
+                .map(|r| format!("{} ids", r.into_inner().workflow_run_ids.len()))
+        )
+    ));
+    out.push(format!(
+        "bulk empty: {}",
+        show(
+            raw.workflows()
+                .bulk_trigger_workflow(proto::BulkTriggerWorkflowRequest { workflows: vec![] })
+                .await
+                .map(|r| format!("{} ids", r.into_inner().workflow_run_ids.len()))
+        )
+    ));
+    out.push(format!(
+        "details unknown: {}",
+        show(
+            raw.admin()
+                .get_run_details(v1::GetRunDetailsRequest {
+                    external_id: nobody.into()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "details malformed: {}",
+        show(
+            raw.admin()
+                .get_run_details(v1::GetRunDetailsRequest {
+                    external_id: "nope".into()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "cancel unknown: {}",
+        show(
+            raw.admin()
+                .cancel_tasks(v1::CancelTasksRequest {
+                    external_ids: vec![nobody.into()],
+                    ..Default::default()
+                })
+                .await
+                .map(|r| format!("{:?}", r.into_inner()))
+        )
+    ));
+    out.push(format!(
+        "replay unknown: {}",
+        show(
+            raw.admin()
+                .replay_tasks(v1::ReplayTasksRequest {
+                    external_ids: vec![nobody.into()],
+                    ..Default::default()
+                })
+                .await
+                .map(|r| format!("{:?}", r.into_inner()))
+        )
+    ));
+    out.push(format!(
+        "v1 trigger unknown: {}",
+        show(
+            raw.admin()
+                .trigger_workflow_run(v1::TriggerWorkflowRunRequest {
+                    workflow_name: "no-such-wf-x".into(),
+                    input: b"{}".to_vec(),
+                    ..Default::default()
+                })
+                .await
+                .map(|r| format!("id len {}", r.into_inner().external_id.len()))
+        )
+    ));
+    out.push(format!(
+        "push bad json: {}",
+        show(
+            raw.events()
+                .push(proto::PushEventRequest {
+                    key: "k".into(),
+                    payload: "{nope".into(),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "push empty key: {}",
+        show(
+            raw.events()
+                .push(proto::PushEventRequest {
+                    key: "".into(),
+                    payload: "{}".into(),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "push bad meta: {}",
+        show(
+            raw.events()
+                .push(proto::PushEventRequest {
+                    key: "k".into(),
+                    payload: "{}".into(),
+                    additional_metadata: Some("[1]".into()),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "push priority 9: {}",
+        show(
+            raw.events()
+                .push(proto::PushEventRequest {
+                    key: "k".into(),
+                    payload: "{}".into(),
+                    priority: Some(9),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "schedule unknown: {}",
+        show(
+            raw.workflows()
+                .schedule_workflow(proto::ScheduleWorkflowRequest {
+                    name: "no-such-wf-x".into(),
+                    input: "{}".into(),
+                    schedules: vec![prost_types::Timestamp {
+                        seconds: 4_000_000_000,
+                        nanos: 0
+                    }],
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "put wf no tasks: {}",
+        show(
+            raw.admin()
+                .put_workflow(v1::CreateWorkflowVersionRequest {
+                    name: "probe-empty".into(),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "put wf unknown parent: {}",
+        show(
+            raw.admin()
+                .put_workflow(v1::CreateWorkflowVersionRequest {
+                    name: "probe-parent".into(),
+                    tasks: vec![v1::CreateTaskOpts {
+                        readable_id: "a".into(),
+                        action: "probe:a".into(),
+                        parents: vec!["zz".into()],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "put wf cycle: {}",
+        show(
+            raw.admin()
+                .put_workflow(v1::CreateWorkflowVersionRequest {
+                    name: "probe-cycle".into(),
+                    tasks: vec![
+                        v1::CreateTaskOpts {
+                            readable_id: "a".into(),
+                            action: "probe:a".into(),
+                            parents: vec!["b".into()],
+                            ..Default::default()
+                        },
+                        v1::CreateTaskOpts {
+                            readable_id: "b".into(),
+                            action: "probe:b".into(),
+                            parents: vec!["a".into()],
+                            ..Default::default()
+                        }
+                    ],
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "put wf bad priority: {}",
+        show(
+            raw.admin()
+                .put_workflow(v1::CreateWorkflowVersionRequest {
+                    name: "probe-prio".into(),
+                    default_priority: Some(7),
+                    tasks: vec![v1::CreateTaskOpts {
+                        readable_id: "a".into(),
+                        action: "probe:a".into(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    let mut t = trig("no-such-wf-x", "{}");
+    t.additional_metadata = Some("{nope".into());
+    out.push(format!(
+        "trigger bad meta json: {}",
+        show(
+            raw.workflows()
+                .trigger_workflow(t)
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    let mut t = trig("no-such-wf-x", "{}");
+    t.additional_metadata = Some("[1]".into());
+    out.push(format!(
+        "trigger meta array: {}",
+        show(
+            raw.workflows()
+                .trigger_workflow(t)
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    let mut t = trig("no-such-wf-x", "{}");
+    t.priority = Some(9);
+    out.push(format!(
+        "trigger priority 9: {}",
+        show(
+            raw.workflows()
+                .trigger_workflow(t)
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "push bad meta json: {}",
+        show(
+            raw.events()
+                .push(proto::PushEventRequest {
+                    key: "k".into(),
+                    payload: "{}".into(),
+                    additional_metadata: Some("{nope".into()),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "push payload array: {}",
+        show(
+            raw.events()
+                .push(proto::PushEventRequest {
+                    key: "k".into(),
+                    payload: "[1]".into(),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "details empty: {}",
+        show(
+            raw.admin()
+                .get_run_details(v1::GetRunDetailsRequest {
+                    external_id: "".into()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "put wf priority 0: {}",
+        show(
+            raw.admin()
+                .put_workflow(v1::CreateWorkflowVersionRequest {
+                    name: "probe-prio0".into(),
+                    default_priority: Some(0),
+                    tasks: vec![v1::CreateTaskOpts {
+                        readable_id: "a".into(),
+                        action: "probe:a".into(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "put wf empty name: {}",
+        show(
+            raw.admin()
+                .put_workflow(v1::CreateWorkflowVersionRequest {
+                    name: "".into(),
+                    tasks: vec![v1::CreateTaskOpts {
+                        readable_id: "a".into(),
+                        action: "probe:a".into(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "put wf no action: {}",
+        show(
+            raw.admin()
+                .put_workflow(v1::CreateWorkflowVersionRequest {
+                    name: "probe-noaction".into(),
+                    tasks: vec![v1::CreateTaskOpts {
+                        readable_id: "a".into(),
+                        action: "".into(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "put wf no readable id: {}",
+        show(
+            raw.admin()
+                .put_workflow(v1::CreateWorkflowVersionRequest {
+                    name: "probe-noid".into(),
+                    tasks: vec![v1::CreateTaskOpts {
+                        readable_id: "".into(),
+                        action: "probe:a".into(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "put wf dup ids: {}",
+        show(
+            raw.admin()
+                .put_workflow(v1::CreateWorkflowVersionRequest {
+                    name: "probe-dup".into(),
+                    tasks: vec![
+                        v1::CreateTaskOpts {
+                            readable_id: "a".into(),
+                            action: "probe:a".into(),
+                            ..Default::default()
+                        },
+                        v1::CreateTaskOpts {
+                            readable_id: "a".into(),
+                            action: "probe:a".into(),
+                            ..Default::default()
+                        }
+                    ],
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out.push(format!(
+        "put wf bad cron: {}",
+        show(
+            raw.admin()
+                .put_workflow(v1::CreateWorkflowVersionRequest {
+                    name: "probe-cron".into(),
+                    cron_triggers: vec!["nope".into()],
+                    tasks: vec![v1::CreateTaskOpts {
+                        readable_id: "a".into(),
+                        action: "probe:a".into(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new())
+        )
+    ));
+    out
+}
+
+/// Our engine's gRPC answers to bad or empty requests read like the real engine's, code and
+/// message by value: an unknown workflow's trigger answered with an id no run has (single, bulk
+/// and v1), JSON and priority refused in its words, an unknown or malformed run id, an event
+/// of an empty key or metadata that is not an object accepted, an unknown workflow's schedule
+/// not found, a registration refused by its validator (numbered lines) or, for a DAG that is
+/// not one (no task, no id or action, two tasks of one id, a cycle), with a bare `Internal`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_differential_grpc_answers_read_like_the_real_engine() {
+    if !Target::real_from_env() {
+        eprintln!("conformance: the gRPC differential needs the real engine too; skipped");
+        return;
+    }
+    let real = Target::new("grpc_diff_real").await;
+    let ours = Target::ours("grpc_diff_ours").await;
+    let raw = |t: &Target| {
+        let env = t.config().env_lines();
+        let token = env
+            .iter()
+            .find(|(k, _)| k == "HATCHET_CLIENT_TOKEN")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        hatchet_dev_engine::clients::RawClients::new(&t.config().grpc_uri(), &token)
+            .expect("raw clients")
+    };
+    let (r, o) = (
+        grpc_answers(&raw(&real)).await,
+        grpc_answers(&raw(&ours)).await,
+    );
+    let differences: Vec<String> = r
+        .iter()
+        .zip(&o)
+        .filter(|(r, o)| r != o)
+        .map(|(r, o)| format!("real: {r}\n  ours: {o}"))
+        .collect();
+    assert!(
+        differences.is_empty(),
+        "our engine answers unlike the real one:\n  {}",
+        differences.join("\n  ")
+    );
 }
 
 /// Our engine's answers match the real engine's, shape for shape. Runs where both are present

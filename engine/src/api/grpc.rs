@@ -277,6 +277,9 @@ impl proto::workflow_service_server::WorkflowService for Svc {
     ) -> R<proto::WorkflowVersion> {
         let r = r.into_inner();
         let name = r.name.clone();
+        if self.engine.view().workflow(&name).is_none_or(|w| w.deleted) {
+            return Err(Status::not_found("workflow not found"));
+        }
         let input = parse_json("input", &r.input)?;
         let metadata = parse_metadata(r.additional_metadata.as_deref())?;
         let planned = Planned {

@@ -16,6 +16,89 @@ use serde_json::{Map, Value, json};
 
 use hatchet_protocol::v1;
 
+/// What the real engine's validator finds wrong with a registration, `(field, condition)` in
+/// its field order (`Name`, `CronTriggers[i]`, `DefaultPriority`, `Idempotency.*`); empty when
+/// nothing is. Answered as `InvalidArgument` in its words (`rules::validation_failed`).
+pub fn validation_problems(req: &v1::CreateWorkflowVersionRequest) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if req.name.is_empty() {
+        out.push(("Name".into(), "on condition 'required'".into()));
+    }
+    for (i, c) in req.cron_triggers.iter().enumerate() {
+        if crate::time::cron::Cron::parse(c).is_err() {
+            out.push((
+                format!("CronTriggers[{i}]"),
+                "Invalid cron expression".into(),
+            ));
+        }
+    }
+    match req.default_priority {
+        Some(p) if p < 1 => out.push((
+            "DefaultPriority".into(),
+            "on condition 'min' [ 1 ]: got invalid type".into(),
+        )),
+        Some(p) if p > 3 => out.push((
+            "DefaultPriority".into(),
+            "on condition 'max' [ 3 ]: got invalid type".into(),
+        )),
+        _ => {}
+    }
+    if let Some(i) = &req.idempotency {
+        out.extend(crate::store::workflows::idempotency_config_problems(i));
+    }
+    out
+}
+
+/// A registration whose tasks do not make a DAG, which the real engine fails past its
+/// validator with a bare `Internal` ("An internal error occurred."): no task, a task without
+/// a readable id or action, two tasks of one id, or a cycle of parents. The reason, for the log.
+pub fn shape_problem(req: &v1::CreateWorkflowVersionRequest) -> Option<String> {
+    if req.tasks.is_empty() {
+        return Some("a workflow needs at least one task".into());
+    }
+    let mut seen = std::collections::HashSet::new();
+    for t in req.tasks.iter().chain(req.on_failure_task.as_ref()) {
+        if t.readable_id.is_empty() || t.action.is_empty() {
+            return Some("every task needs readable_id and action".into());
+        }
+    }
+    for t in &req.tasks {
+        if !seen.insert(t.readable_id.as_str()) {
+            return Some(format!("two tasks are named {}", t.readable_id));
+        }
+    }
+    // A cycle: a task reached again while its own parents are being walked.
+    let parents: std::collections::HashMap<&str, &[String]> = req
+        .tasks
+        .iter()
+        .map(|t| (t.readable_id.as_str(), t.parents.as_slice()))
+        .collect();
+    fn walk<'a>(
+        t: &'a str,
+        parents: &std::collections::HashMap<&'a str, &'a [String]>,
+        on_path: &mut Vec<&'a str>,
+        done: &mut std::collections::HashSet<&'a str>,
+    ) -> bool {
+        if on_path.contains(&t) {
+            return true;
+        }
+        if !done.insert(t) {
+            return false;
+        }
+        on_path.push(t);
+        let cyclic = parents
+            .get(t)
+            .is_some_and(|ps| ps.iter().any(|p| walk(p, parents, on_path, done)));
+        on_path.pop();
+        cyclic
+    }
+    let mut done = std::collections::HashSet::new();
+    req.tasks
+        .iter()
+        .any(|t| walk(&t.readable_id, &parents, &mut Vec::new(), &mut done))
+        .then(|| "the tasks' parents make a cycle".to_string())
+}
+
 /// The `workflowConfig` of a registration.
 pub fn workflow_config(req: &v1::CreateWorkflowVersionRequest) -> Value {
     let list = |v: &[String]| {

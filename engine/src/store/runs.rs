@@ -23,9 +23,13 @@ impl State {
         opts: TriggerOpts,
     ) -> Result<String, GrpcStatus> {
         let _ = tenant;
-        let wf = self.workflows.live(name).cloned().ok_or_else(|| {
-            GrpcStatus::invalid_argument(format!("workflow names not found: {name}"))
-        })?;
+        // The real engine answers a trigger of a workflow it does not know with an id no run
+        // will have (a skipped trigger here: see `rules::skipped_trigger`).
+        let wf = self
+            .workflows
+            .live(name)
+            .cloned()
+            .ok_or_else(|| skipped_trigger(&format!("workflow names not found: {name}")))?;
         // Child dedupe: the same parent and index/key returns the existing run.
         let child_slot = match (&opts.parent_task, &opts.child_key, opts.child_index) {
             (Some(p), Some(k), _) => Some((p.clone(), format!("key:{k}"))),

@@ -15,4 +15,5 @@ pub(crate) use def::{TaskDef, TaskTypes};
 pub(crate) use erased::TaskFn;
 pub use error::TaskError;
 pub use options::TaskOptions;
+pub(crate) use workflow::dag_problem;
 pub use workflow::{ConcurrencyStrategy, RateLimitWindow, Workflow};

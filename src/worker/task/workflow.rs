@@ -22,6 +22,52 @@ fn leaf_tasks(tasks: &[TaskDef]) -> Vec<String> {
         .collect()
 }
 
+/// What keeps `tasks` from being a DAG the engine takes, in words a caller can act on: two
+/// tasks of one name, a parent no task has, or parents that make a cycle. The real engine
+/// answers the first and last with a bare "An internal error occurred.", so they are caught
+/// before anything is sent.
+pub(crate) fn dag_problem(tasks: &[TaskDef]) -> Option<String> {
+    let mut names = std::collections::HashSet::new();
+    for t in tasks {
+        if !names.insert(t.name.as_str()) {
+            return Some(format!("two tasks are named {:?}", t.name));
+        }
+    }
+    for t in tasks {
+        if let Some(p) = t
+            .options
+            .parents
+            .iter()
+            .find(|p| !names.contains(p.as_str()))
+        {
+            return Some(format!(
+                "task {:?} names a parent {p:?} that no task of the workflow has",
+                t.name
+            ));
+        }
+    }
+    // Kahn's order: a task whose parents all came before it comes next; any left form a cycle.
+    let mut placed: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    while placed.len() < tasks.len() {
+        let Some(next) = tasks.iter().find(|t| {
+            !placed.contains(t.name.as_str())
+                && t.options
+                    .parents
+                    .iter()
+                    .all(|p| placed.contains(p.as_str()))
+        }) else {
+            let cycle: Vec<&str> = tasks
+                .iter()
+                .map(|t| t.name.as_str())
+                .filter(|n| !placed.contains(n))
+                .collect();
+            return Some(format!("the parents of tasks {cycle:?} make a cycle"));
+        };
+        placed.insert(next.name.as_str());
+    }
+    None
+}
+
 /// A workflow: one task, or a DAG of tasks with parents.
 #[derive(Debug, Clone)]
 pub struct Workflow {
