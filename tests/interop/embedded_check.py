@@ -58,18 +58,20 @@ def main() -> int:
         remember_pid(f"-{worker.pid}")
         nonce = uuid.uuid4().hex
 
-        async def run_when_registered() -> dict:
-            # the run is refused until the worker has registered the workflow: retry briefly
-            for _ in range(60):
-                try:
-                    return await t.echo.aio_run(t.Msg(nonce=nonce))
-                except Exception as e:  # noqa: BLE001
-                    if "not found" not in str(e) or worker.poll() is not None:
-                        raise
-                    await asyncio.sleep(0.5)
-            raise TimeoutError("workflow never registered")
+        # A trigger before the worker registered the workflow would be answered with an id no
+        # run ever has (both engines answer an unknown workflow's trigger so): wait for the
+        # worker, which registers only after its workflows are put.
+        def registered() -> bool:
+            try:
+                rows = t.hatchet.workers.list().rows or []
+            except Exception:  # noqa: BLE001 - the engine may still be starting
+                return False
+            if worker.poll() is not None:
+                raise AssertionError(f"the worker exited with {worker.returncode}")
+            return any(w.name == "interop-embedded-worker" for w in rows)
 
-        out = bounded(lambda: asyncio.run(run_when_registered()), 40)
+        wait_until("the embedded worker to register", registered, 30, 0.3)
+        out = bounded(lambda: asyncio.run(t.echo.aio_run(t.Msg(nonce=nonce))), 40)
         expect(out == {"nonce": nonce, "mark": t.ECHO_MARK}, f"unexpected output {out!r}")
         stop(worker, "worker", grace=15)
         t.hatchet.stop_embedded()

@@ -3279,6 +3279,122 @@ async fn grpc_answers(raw: &hatchet_dev_engine::clients::RawClients) -> Vec<Stri
                 .map(|_| String::new())
         )
     ));
+    // The worker's side: what a worker or task the engine does not know is answered with.
+    let d = || raw.dispatcher();
+    let step = |id: &str| proto::StepActionEvent {
+        task_run_external_id: id.into(),
+        event_type: proto::StepActionEventType::StepEventTypeCompleted as i32,
+        event_payload: "{}".into(),
+        ..Default::default()
+    };
+    let answers = [
+        (
+            "heartbeat unknown worker",
+            d().heartbeat(proto::HeartbeatRequest {
+                worker_id: nobody.into(),
+                heartbeat_at: None,
+            })
+            .await
+            .map(|_| String::new()),
+        ),
+        (
+            "heartbeat malformed worker",
+            d().heartbeat(proto::HeartbeatRequest {
+                worker_id: "nope".into(),
+                heartbeat_at: None,
+            })
+            .await
+            .map(|_| String::new()),
+        ),
+        (
+            "step event unknown task",
+            d().send_step_action_event(step(nobody))
+                .await
+                .map(|_| String::new()),
+        ),
+        (
+            "step event malformed task",
+            d().send_step_action_event(step("zzz"))
+                .await
+                .map(|_| String::new()),
+        ),
+        (
+            "refresh unknown task",
+            d().refresh_timeout(proto::RefreshTimeoutRequest {
+                task_run_external_id: nobody.into(),
+                increment_timeout_by: "10s".into(),
+            })
+            .await
+            .map(|_| String::new()),
+        ),
+        (
+            "release unknown task",
+            d().release_slot(proto::ReleaseSlotRequest {
+                task_run_external_id: nobody.into(),
+            })
+            .await
+            .map(|_| String::new()),
+        ),
+        (
+            "labels unknown worker",
+            d().upsert_worker_labels(proto::UpsertWorkerLabelsRequest {
+                worker_id: nobody.into(),
+                labels: Default::default(),
+            })
+            .await
+            .map(|_| String::new()),
+        ),
+        (
+            "register no actions",
+            d().register(proto::WorkerRegisterRequest {
+                worker_name: "probe".into(),
+                ..Default::default()
+            })
+            .await
+            .map(|_| String::new()),
+        ),
+        (
+            "log unknown task",
+            raw.events()
+                .put_log(proto::PutLogRequest {
+                    task_run_external_id: nobody.into(),
+                    message: "hello".into(),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| String::new()),
+        ),
+        (
+            "bulk push empty",
+            raw.events()
+                .bulk_push(proto::BulkPushEventRequest { events: vec![] })
+                .await
+                .map(|r| format!("{} events", r.into_inner().events.len())),
+        ),
+        (
+            "replay unknown event",
+            raw.events()
+                .replay_single_event(proto::ReplayEventRequest {
+                    event_id: nobody.into(),
+                })
+                .await
+                .map(|_| String::new()),
+        ),
+        (
+            "rate limit empty key",
+            raw.workflows()
+                .put_rate_limit(proto::PutRateLimitRequest {
+                    key: "".into(),
+                    limit: 5,
+                    duration: 0,
+                })
+                .await
+                .map(|_| String::new()),
+        ),
+    ];
+    for (name, r) in answers {
+        out.push(format!("{name}: {}", show(r)));
+    }
     out
 }
 
