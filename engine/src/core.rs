@@ -58,6 +58,28 @@ fn check_event(
     Ok((payload, meta))
 }
 
+/// Why Go's `uuid.Parse` refuses `s` (the real engine quotes it): the lengths it takes are 36,
+/// 38 (braced), 45 (`urn:uuid:`) and 32 (bare hex); `None` when it would take `s`.
+fn go_uuid_error(s: &str) -> Option<String> {
+    if uuid::Uuid::parse_str(s).is_ok() {
+        return None;
+    }
+    Some(match s.len() {
+        32 | 36 | 38 | 45 => "invalid UUID format".to_string(),
+        n => format!("invalid UUID length: {n}"),
+    })
+}
+
+/// A worker id the engine does not know, in the real engine's words.
+fn unknown_worker(id: &str) -> GrpcStatus {
+    GrpcStatus::not_found(format!("worker not found: {id}"))
+}
+
+/// A task run id the engine does not know, in the real engine's words.
+fn unknown_task_run(id: &str) -> GrpcStatus {
+    GrpcStatus::not_found(format!("task run not found: {id}"))
+}
+
 fn check_uuid(field: &str, s: &str) -> Result<(), GrpcStatus> {
     uuid::Uuid::parse_str(s)
         .map(|_| ())
@@ -424,12 +446,16 @@ impl Engine {
 
     /// `Dispatcher/Heartbeat`.
     pub fn heartbeat(&self, worker_id: &str) -> Result<(), GrpcStatus> {
-        check_uuid("worker_id", worker_id)?;
+        if go_uuid_error(worker_id).is_some() {
+            return Err(GrpcStatus::invalid_argument(format!(
+                "invalid worker ID format: {worker_id}"
+            )));
+        }
         let mut st = self.state.lock();
         let w = st
             .workers
             .get_mut(worker_id)
-            .ok_or_else(|| GrpcStatus::not_found("worker not found"))?;
+            .ok_or_else(|| unknown_worker(worker_id))?;
         if w.ever_listened && w.sessions.is_empty() {
             return Err(GrpcStatus::failed_precondition(
                 "Heartbeat rejected: worker stream is not active",
@@ -461,7 +487,7 @@ impl Engine {
         let w = st
             .workers
             .get_mut(worker_id)
-            .ok_or_else(|| GrpcStatus::not_found("worker not found"))?;
+            .ok_or_else(|| unknown_worker(worker_id))?;
         // Per-key upsert: other keys are kept; there is no delete.
         w.labels
             .extend(crate::sched::placement::worker_labels(labels));
@@ -649,14 +675,21 @@ impl Engine {
         ev: &proto::StepActionEvent,
     ) -> Result<proto::ActionEventResponse, GrpcStatus> {
         use proto::StepActionEventType as E;
-        check_uuid("task_run_external_id", &ev.task_run_external_id)?;
+        // The real engine's words: its lookup quotes the id and the parse or query error.
+        let task_id = &ev.task_run_external_id;
+        if let Some(why) = go_uuid_error(task_id) {
+            return Err(GrpcStatus::invalid_argument(format!(
+                "invalid task external run id {task_id}: {why}"
+            )));
+        }
         let kind = E::try_from(ev.event_type)
             .map_err(|_| GrpcStatus::invalid_argument("unknown event_type"))?;
         let mut st = self.state.lock();
-        let task = st
-            .tasks
-            .get(&ev.task_run_external_id)
-            .ok_or_else(|| GrpcStatus::invalid_argument("task not found for this tenant"))?;
+        let task = st.tasks.get(&ev.task_run_external_id).ok_or_else(|| {
+            GrpcStatus::invalid_argument(format!(
+                "invalid task external run id {task_id}: no rows in result set"
+            ))
+        })?;
         let retry_count = ev.retry_count.unwrap_or(task.retry_count);
         let stale = retry_count != task.retry_count || task.status.is_terminal();
         match kind {
@@ -731,8 +764,10 @@ impl Engine {
         let t = st
             .tasks
             .get_mut(task_id)
-            .filter(|t| t.status == Status::Running)
-            .ok_or_else(|| GrpcStatus::not_found("task is not running"))?;
+            .ok_or_else(|| unknown_task_run(task_id))?;
+        if t.status != Status::Running {
+            return Err(GrpcStatus::not_found("task is not running"));
+        }
         let base = t.deadline.unwrap_or_else(|| self.clock.now());
         let at = base + inc;
         t.deadline = Some(at);
@@ -747,7 +782,7 @@ impl Engine {
     pub fn release_slot(&self, task_id: &str) -> Result<(), GrpcStatus> {
         let mut st = self.state.lock();
         let Some(t) = st.tasks.get_mut(task_id) else {
-            return Err(GrpcStatus::not_found("task not found"));
+            return Err(unknown_task_run(task_id));
         };
         if t.status == Status::Running {
             t.unlinked = true;
@@ -793,7 +828,7 @@ impl Engine {
         let t = st
             .tasks
             .get_mut(&req.task_run_external_id)
-            .ok_or_else(|| GrpcStatus::not_found("task run not found"))?;
+            .ok_or_else(|| unknown_task_run(&req.task_run_external_id))?;
         if t.logs.len() < MAX_LOG_LINES_PER_TASK {
             let retry_count = req.task_retry_count.unwrap_or(t.retry_count);
             // The sender's time when it names one (the real engine's too): lines read back
@@ -988,7 +1023,7 @@ impl Engine {
     /// `WorkflowService/PutRateLimit`.
     pub fn put_rate_limit(&self, req: &proto::PutRateLimitRequest) -> Result<(), GrpcStatus> {
         if req.key.is_empty() {
-            return Err(GrpcStatus::invalid_argument("rate limit key is required"));
+            return Err(GrpcStatus::invalid_argument("key is required"));
         }
         let duration = v1::RateLimitDuration::try_from(req.duration)
             .map_err(|_| GrpcStatus::invalid_argument("unknown rate limit duration"))?;

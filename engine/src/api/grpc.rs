@@ -245,7 +245,9 @@ impl proto::events_service_server::EventsService for Svc {
     }
 
     async fn replay_single_event(&self, _: Request<proto::ReplayEventRequest>) -> R<proto::Event> {
-        Err(Status::unimplemented("event replay is not implemented"))
+        Err(Status::unimplemented(
+            "ReplaySingleEvent is not implemented",
+        ))
     }
 
     async fn put_log(&self, r: Request<proto::PutLogRequest>) -> R<proto::PutLogResponse> {
