@@ -1241,6 +1241,72 @@ async fn conf_idempotency_keys_are_the_tenant_s_and_a_status_key_ends_with_a_roo
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// A concurrency group is the string the limit's CEL expression gives (a composite one here:
+/// `'user-' + input.user`), one run of a group at a time while another group runs beside it;
+/// a run whose input the expression fails on fails at once with the real engine's reason, and
+/// its task never runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_concurrency_group_is_its_expression_s_string_and_a_failing_one_fails_the_run() {
+    let t = Target::new("cgroups").await;
+    let spans: Arc<Mutex<Vec<(String, std::time::Instant, std::time::Instant)>>> = Arc::default();
+    let s = spans.clone();
+    let wf = Workflow::new("grouped")
+        .task("t", move |i: Value, _c: Context| {
+            let s = s.clone();
+            async move {
+                let start = std::time::Instant::now();
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                let user = i["user"].as_str().unwrap_or("?").to_string();
+                s.lock().push((user, start, std::time::Instant::now()));
+                Ok::<_, TaskError>(json!({}))
+            }
+        })
+        .concurrency(
+            "'user-' + input.user",
+            1,
+            hatchet_runtime::ConcurrencyStrategy::GroupRoundRobin,
+        );
+    let rt = t.worker(8, vec![wf]).await;
+    let mut runs = Vec::new();
+    for user in ["a", "a", "b"] {
+        runs.push(
+            rt.run_no_wait("grouped", &json!({ "user": user }))
+                .await
+                .expect("trigger"),
+        );
+    }
+    for h in &runs {
+        let _: Value = h.result_within(RESULT).await.expect("each run finishes");
+    }
+    let done = spans.lock().clone();
+    assert_eq!(done.len(), 3, "each run once");
+    let a: Vec<_> = done.iter().filter(|(u, ..)| u == "a").collect();
+    let b = done.iter().find(|(u, ..)| u == "b").expect("b ran");
+    let (first, second) = if a[0].1 <= a[1].1 {
+        (a[0], a[1])
+    } else {
+        (a[1], a[0])
+    };
+    assert!(second.1 >= first.2, "two runs of group user-a overlapped");
+    assert!(b.1 < second.2, "group user-b waited for group user-a");
+    // No `user`: the expression fails on this input, so the run fails and nothing executes.
+    let err = rt
+        .run_no_wait("grouped", &json!({ "other": 1 }))
+        .await
+        .expect("trigger")
+        .result_within::<Value>(RESULT)
+        .await
+        .expect_err("fails");
+    assert_eq!(err.outcome(), Outcome::RunFailed, "{err}");
+    assert!(
+        err.to_string()
+            .contains("failed to parse step expression ('user-' + input.user)"),
+        "{err}"
+    );
+    assert_eq!(spans.lock().len(), 3, "the failed run's task never ran");
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_priority_orders_queued_runs() {
     let t = Target::new("prio").await;

@@ -3,7 +3,6 @@
 //! `concurrency.rs`.
 
 use crate::core::State;
-use crate::rules::key_of_expression;
 use crate::sched::concurrency::*;
 use crate::store::model::Status;
 use hatchet_protocol::{self as proto, v1::ConcurrencyLimitStrategy as Strategy};
@@ -52,16 +51,34 @@ impl State {
         if limits.is_empty() {
             return;
         }
-        let groups: Vec<(usize, String)> = limits
+        let groups: Result<Vec<(usize, String)>, String> = limits
             .iter()
             .enumerate()
             .map(|(i, l)| {
-                (
-                    i,
-                    key_of_expression(&l.expression, &run.input, &run.additional_metadata),
-                )
+                group_key(&l.expression, &run.input, &run.additional_metadata, run_id)
+                    .map(|k| (i, k))
             })
             .collect();
+        let groups = match groups {
+            Ok(groups) => groups,
+            // The real engine creates such tasks FAILED (concurrency.rs invariant 5).
+            Err(why) => {
+                let roots: Vec<String> = run
+                    .tasks
+                    .iter()
+                    .filter(|t| {
+                        self.tasks
+                            .get(*t)
+                            .is_some_and(|t| t.status == Status::Queued)
+                    })
+                    .cloned()
+                    .collect();
+                for tid in roots {
+                    self.fail_attempt(&tid, why.clone(), true);
+                }
+                return;
+            }
+        };
         if let Some(r) = self.runs.get_mut(run_id) {
             r.groups = groups;
         }
@@ -222,9 +239,9 @@ mod tests {
     fn a_run_cancelled_while_held_is_skipped_when_its_turn_comes() {
         let mut st = state(&[("input.g", Strategy::GroupRoundRobin)]);
         let (a, b, c) = (
-            run(&mut st, json!({"g": 1})),
-            run(&mut st, json!({"g": 1})),
-            run(&mut st, json!({"g": 1})),
+            run(&mut st, json!({"g": "1"})),
+            run(&mut st, json!({"g": "1"})),
+            run(&mut st, json!({"g": "1"})),
         );
         assert!(queued(&st, &a) && st.runs[&b].held && st.runs[&c].held);
         let b_task = st.runs[&b].tasks[0].clone();

@@ -12,8 +12,42 @@
 //! 3. With several limits, a run is admitted only when every group it belongs to has room.
 //!    Task-level limits count per run too (exact for one-task workflows, stricter for a DAG).
 //! 4. A held run that is cancelled (CancelTasks) is skipped when its turn comes.
+//! 5. A group is the string the limit's CEL expression gives over `input`,
+//!    `additional_metadata` and `workflow_run_id` ([`group_key`]). An expression that fails
+//!    on a run's input, or gives anything but a string, fails the run's root tasks at once with
+//!    the real engine's reason ("failed to parse step expression (...): ..."), as the real
+//!    engine creates such a task FAILED; it joins no group.
+
+use serde_json::{Map, Value};
 
 use hatchet_protocol::{self as proto, v1::ConcurrencyLimitStrategy as Strategy};
+
+/// The group a run belongs to under a limit's `expression` (invariant 5), or the reason its
+/// tasks fail, in the real engine's words.
+pub fn group_key(
+    expression: &str,
+    input: &Value,
+    meta: &Map<String, Value>,
+    run_id: &str,
+) -> Result<String, String> {
+    let failed = |why: String| format!("failed to parse step expression ({expression}): {why}");
+    let mut vars = Map::new();
+    vars.insert("input".into(), input.clone());
+    vars.insert("additional_metadata".into(), Value::Object(meta.clone()));
+    vars.insert("workflow_run_id".into(), Value::String(run_id.into()));
+    let value = crate::dag::expr::Expr::parse(expression)
+        .and_then(|e| e.eval(&vars))
+        .map_err(|e| failed(e.0))?;
+    match value {
+        Value::String(s) => Ok(s),
+        Value::Number(n) if n.is_i64() || n.is_u64() => Err(failed(
+            "expected string output for concurrency key, got int".into(),
+        )),
+        _ => Err(failed(
+            "expected string output for concurrency key, got unknown type".into(),
+        )),
+    }
+}
 
 /// One limit of a workflow.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,5 +111,34 @@ impl Held {
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.lines.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod group_key_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_group_is_the_expression_s_string_and_anything_else_fails_the_run() {
+        let meta = json!({"team": "a"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let input = json!({"user": "u1", "n": 3});
+        let key = |e: &str| group_key(e, &input, &meta, "run-1");
+        assert_eq!(key("input.user"), Ok("u1".into()));
+        assert_eq!(key("'user-' + input.user"), Ok("user-u1".into()));
+        assert_eq!(key("additional_metadata.team"), Ok("a".into()));
+        assert_eq!(key("workflow_run_id"), Ok("run-1".into()));
+        assert_eq!(
+            key("input.n"),
+            Err("failed to parse step expression (input.n): expected string output for concurrency key, got int".into())
+        );
+        assert!(
+            key("input.missing")
+                .is_err_and(|e| e.starts_with("failed to parse step expression (input.missing): "))
+        );
     }
 }
