@@ -525,7 +525,11 @@ impl Workflow {
         self
     }
 
-    /// Limits how many runs of a group (by `expression`) run at once.
+    /// Limits how many runs of a group run at once: the group is the string `expression` (CEL
+    /// over `input`, `additional_metadata` and `workflow_run_id`: `input.user_id`,
+    /// `'user-' + input.user_id`) gives. An expression that fails on a run's input (a missing
+    /// field) or gives anything but a string (a number) fails that run at once, on either
+    /// engine, with the engine's "failed to parse step expression" reason.
     pub fn concurrency(
         mut self,
         expression: impl Into<String>,
