@@ -2902,565 +2902,298 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
 async fn grpc_answers(raw: &hatchet_dev_engine::clients::RawClients) -> Vec<String> {
     use hatchet_protocol::{self as proto, v1};
     let mut out = Vec::new();
-    let show = |r: Result<String, tonic::Status>| match r {
-        Ok(v) => format!("OK {v}"),
-        Err(e) => format!("{:?} {:?}", e.code(), e.message()),
-    };
+    // Each answer as `OK <what>` or its code and message.
+    macro_rules! probe {
+        ($name:expr, $call:expr, $ok:expr) => {
+            out.push(format!(
+                "{}: {}",
+                $name,
+                match $call.await {
+                    Ok(r) => format!("OK {}", $ok(r.into_inner())),
+                    Err(e) => format!("{:?} {:?}", e.code(), e.message()),
+                }
+            ))
+        };
+        ($name:expr, $call:expr) => {
+            probe!($name, $call, |_| String::new())
+        };
+    }
     let nobody = "00000000-0000-4000-8000-000000000000";
-    let trig = |name: &str, input: &str| v1::TriggerWorkflowRequest {
-        name: name.into(),
-        input: input.into(),
+    let unknown = "no-such-wf-x";
+    let trig = |input: &str, f: fn(&mut v1::TriggerWorkflowRequest)| {
+        let mut r = v1::TriggerWorkflowRequest {
+            name: unknown.into(),
+            input: input.into(),
+            ..Default::default()
+        };
+        f(&mut r);
+        r
+    };
+    let task = |id: &str, parents: &[&str]| v1::CreateTaskOpts {
+        readable_id: id.into(),
+        action: if id.is_empty() {
+            "probe:a".into()
+        } else {
+            format!("probe:{id}")
+        },
+        parents: parents.iter().map(|p| p.to_string()).collect(),
         ..Default::default()
     };
-    out.push(format!(
-        "trigger unknown: {}",
-        show(
-            raw.workflows()
-                .trigger_workflow(trig("no-such-wf-x", "{}"))
-                .await
-                .map(|r| format!("id len {}", r.into_inner().workflow_run_id.len()))
-        )
-    ));
-    out.push(format!(
-        "trigger bad json: {}",
-        show(
-            raw.workflows()
-                .trigger_workflow(trig("no-such-wf-x", "{nope"))
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "trigger input array: {}",
-        show(
-            raw.workflows()
-                .trigger_workflow(trig("no-such-wf-x", "[1]"))
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "bulk unknown: {}",
-        show(
-            raw.workflows()
-                .bulk_trigger_workflow(proto::BulkTriggerWorkflowRequest {
-                    workflows: vec![trig("no-such-wf-x", "{}")]
-                })
-                .await
-                .map(|r| format!("{} ids", r.into_inner().workflow_run_ids.len()))
-        )
-    ));
-    out.push(format!(
-        "bulk empty: {}",
-        show(
-            raw.workflows()
-                .bulk_trigger_workflow(proto::BulkTriggerWorkflowRequest { workflows: vec![] })
-                .await
-                .map(|r| format!("{} ids", r.into_inner().workflow_run_ids.len()))
-        )
-    ));
-    out.push(format!(
-        "details unknown: {}",
-        show(
-            raw.admin()
-                .get_run_details(v1::GetRunDetailsRequest {
-                    external_id: nobody.into()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "details malformed: {}",
-        show(
-            raw.admin()
-                .get_run_details(v1::GetRunDetailsRequest {
-                    external_id: "nope".into()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "cancel unknown: {}",
-        show(
-            raw.admin()
-                .cancel_tasks(v1::CancelTasksRequest {
-                    external_ids: vec![nobody.into()],
-                    ..Default::default()
-                })
-                .await
-                .map(|r| format!("{:?}", r.into_inner()))
-        )
-    ));
-    out.push(format!(
-        "replay unknown: {}",
-        show(
-            raw.admin()
-                .replay_tasks(v1::ReplayTasksRequest {
-                    external_ids: vec![nobody.into()],
-                    ..Default::default()
-                })
-                .await
-                .map(|r| format!("{:?}", r.into_inner()))
-        )
-    ));
-    out.push(format!(
-        "v1 trigger unknown: {}",
-        show(
-            raw.admin()
-                .trigger_workflow_run(v1::TriggerWorkflowRunRequest {
-                    workflow_name: "no-such-wf-x".into(),
-                    input: b"{}".to_vec(),
-                    ..Default::default()
-                })
-                .await
-                .map(|r| format!("id len {}", r.into_inner().external_id.len()))
-        )
-    ));
-    out.push(format!(
-        "push bad json: {}",
-        show(
-            raw.events()
-                .push(proto::PushEventRequest {
-                    key: "k".into(),
-                    payload: "{nope".into(),
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "push empty key: {}",
-        show(
-            raw.events()
-                .push(proto::PushEventRequest {
-                    key: "".into(),
-                    payload: "{}".into(),
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "push bad meta: {}",
-        show(
-            raw.events()
-                .push(proto::PushEventRequest {
-                    key: "k".into(),
-                    payload: "{}".into(),
-                    additional_metadata: Some("[1]".into()),
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "push priority 9: {}",
-        show(
-            raw.events()
-                .push(proto::PushEventRequest {
-                    key: "k".into(),
-                    payload: "{}".into(),
-                    priority: Some(9),
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "schedule unknown: {}",
-        show(
-            raw.workflows()
-                .schedule_workflow(proto::ScheduleWorkflowRequest {
-                    name: "no-such-wf-x".into(),
-                    input: "{}".into(),
-                    schedules: vec![prost_types::Timestamp {
-                        seconds: 4_000_000_000,
-                        nanos: 0
-                    }],
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "put wf no tasks: {}",
-        show(
-            raw.admin()
-                .put_workflow(v1::CreateWorkflowVersionRequest {
-                    name: "probe-empty".into(),
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "put wf unknown parent: {}",
-        show(
-            raw.admin()
-                .put_workflow(v1::CreateWorkflowVersionRequest {
-                    name: "probe-parent".into(),
-                    tasks: vec![v1::CreateTaskOpts {
-                        readable_id: "a".into(),
-                        action: "probe:a".into(),
-                        parents: vec!["zz".into()],
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "put wf cycle: {}",
-        show(
-            raw.admin()
-                .put_workflow(v1::CreateWorkflowVersionRequest {
-                    name: "probe-cycle".into(),
-                    tasks: vec![
-                        v1::CreateTaskOpts {
-                            readable_id: "a".into(),
-                            action: "probe:a".into(),
-                            parents: vec!["b".into()],
-                            ..Default::default()
-                        },
-                        v1::CreateTaskOpts {
-                            readable_id: "b".into(),
-                            action: "probe:b".into(),
-                            parents: vec!["a".into()],
-                            ..Default::default()
-                        }
-                    ],
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "put wf bad priority: {}",
-        show(
-            raw.admin()
-                .put_workflow(v1::CreateWorkflowVersionRequest {
-                    name: "probe-prio".into(),
-                    default_priority: Some(7),
-                    tasks: vec![v1::CreateTaskOpts {
-                        readable_id: "a".into(),
-                        action: "probe:a".into(),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    let mut t = trig("no-such-wf-x", "{}");
-    t.additional_metadata = Some("{nope".into());
-    out.push(format!(
-        "trigger bad meta json: {}",
-        show(
-            raw.workflows()
-                .trigger_workflow(t)
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    let mut t = trig("no-such-wf-x", "{}");
-    t.additional_metadata = Some("[1]".into());
-    out.push(format!(
-        "trigger meta array: {}",
-        show(
-            raw.workflows()
-                .trigger_workflow(t)
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    let mut t = trig("no-such-wf-x", "{}");
-    t.priority = Some(9);
-    out.push(format!(
-        "trigger priority 9: {}",
-        show(
-            raw.workflows()
-                .trigger_workflow(t)
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "push bad meta json: {}",
-        show(
-            raw.events()
-                .push(proto::PushEventRequest {
-                    key: "k".into(),
-                    payload: "{}".into(),
-                    additional_metadata: Some("{nope".into()),
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "push payload array: {}",
-        show(
-            raw.events()
-                .push(proto::PushEventRequest {
-                    key: "k".into(),
-                    payload: "[1]".into(),
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "details empty: {}",
-        show(
-            raw.admin()
-                .get_run_details(v1::GetRunDetailsRequest {
-                    external_id: "".into()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "put wf priority 0: {}",
-        show(
-            raw.admin()
-                .put_workflow(v1::CreateWorkflowVersionRequest {
-                    name: "probe-prio0".into(),
-                    default_priority: Some(0),
-                    tasks: vec![v1::CreateTaskOpts {
-                        readable_id: "a".into(),
-                        action: "probe:a".into(),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "put wf empty name: {}",
-        show(
-            raw.admin()
-                .put_workflow(v1::CreateWorkflowVersionRequest {
-                    name: "".into(),
-                    tasks: vec![v1::CreateTaskOpts {
-                        readable_id: "a".into(),
-                        action: "probe:a".into(),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "put wf no action: {}",
-        show(
-            raw.admin()
-                .put_workflow(v1::CreateWorkflowVersionRequest {
-                    name: "probe-noaction".into(),
-                    tasks: vec![v1::CreateTaskOpts {
-                        readable_id: "a".into(),
-                        action: "".into(),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "put wf no readable id: {}",
-        show(
-            raw.admin()
-                .put_workflow(v1::CreateWorkflowVersionRequest {
-                    name: "probe-noid".into(),
-                    tasks: vec![v1::CreateTaskOpts {
-                        readable_id: "".into(),
-                        action: "probe:a".into(),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "put wf dup ids: {}",
-        show(
-            raw.admin()
-                .put_workflow(v1::CreateWorkflowVersionRequest {
-                    name: "probe-dup".into(),
-                    tasks: vec![
-                        v1::CreateTaskOpts {
-                            readable_id: "a".into(),
-                            action: "probe:a".into(),
-                            ..Default::default()
-                        },
-                        v1::CreateTaskOpts {
-                            readable_id: "a".into(),
-                            action: "probe:a".into(),
-                            ..Default::default()
-                        }
-                    ],
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    out.push(format!(
-        "put wf bad cron: {}",
-        show(
-            raw.admin()
-                .put_workflow(v1::CreateWorkflowVersionRequest {
-                    name: "probe-cron".into(),
-                    cron_triggers: vec!["nope".into()],
-                    tasks: vec![v1::CreateTaskOpts {
-                        readable_id: "a".into(),
-                        action: "probe:a".into(),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new())
-        )
-    ));
-    // The worker's side: what a worker or task the engine does not know is answered with.
+    let wf = |name: &str, tasks: Vec<v1::CreateTaskOpts>| v1::CreateWorkflowVersionRequest {
+        name: name.into(),
+        tasks,
+        ..Default::default()
+    };
+    let push = |key: &str, payload: &str, meta: Option<&str>, priority: Option<i32>| {
+        proto::PushEventRequest {
+            key: key.into(),
+            payload: payload.into(),
+            additional_metadata: meta.map(str::to_string),
+            priority,
+            ..Default::default()
+        }
+    };
+    let id_len = |r: proto::TriggerWorkflowResponse| format!("id len {}", r.workflow_run_id.len());
+    let ids = |r: proto::BulkTriggerWorkflowResponse| format!("{} ids", r.workflow_run_ids.len());
+    let details = |id: &str| v1::GetRunDetailsRequest {
+        external_id: id.into(),
+    };
+
+    // Triggers, runs and events.
+    probe!(
+        "trigger unknown",
+        raw.workflows().trigger_workflow(trig("{}", |_| ())),
+        id_len
+    );
+    probe!(
+        "trigger bad json",
+        raw.workflows().trigger_workflow(trig("{nope", |_| ()))
+    );
+    probe!(
+        "trigger input array",
+        raw.workflows().trigger_workflow(trig("[1]", |_| ()))
+    );
+    probe!(
+        "bulk unknown",
+        raw.workflows()
+            .bulk_trigger_workflow(proto::BulkTriggerWorkflowRequest {
+                workflows: vec![trig("{}", |_| ())]
+            }),
+        ids
+    );
+    probe!(
+        "bulk empty",
+        raw.workflows()
+            .bulk_trigger_workflow(proto::BulkTriggerWorkflowRequest { workflows: vec![] }),
+        ids
+    );
+    probe!(
+        "details unknown",
+        raw.admin().get_run_details(details(nobody))
+    );
+    probe!(
+        "details malformed",
+        raw.admin().get_run_details(details("nope"))
+    );
+    probe!(
+        "cancel unknown",
+        raw.admin().cancel_tasks(v1::CancelTasksRequest {
+            external_ids: vec![nobody.into()],
+            ..Default::default()
+        }),
+        |r| format!("{r:?}")
+    );
+    probe!(
+        "replay unknown",
+        raw.admin().replay_tasks(v1::ReplayTasksRequest {
+            external_ids: vec![nobody.into()],
+            ..Default::default()
+        }),
+        |r| format!("{r:?}")
+    );
+    probe!(
+        "v1 trigger unknown",
+        raw.admin()
+            .trigger_workflow_run(v1::TriggerWorkflowRunRequest {
+                workflow_name: unknown.into(),
+                input: b"{}".to_vec(),
+                ..Default::default()
+            }),
+        |r: v1::TriggerWorkflowRunResponse| format!("id len {}", r.external_id.len())
+    );
+    probe!(
+        "push bad json",
+        raw.events().push(push("k", "{nope", None, None))
+    );
+    probe!(
+        "push empty key",
+        raw.events().push(push("", "{}", None, None))
+    );
+    probe!(
+        "push bad meta",
+        raw.events().push(push("k", "{}", Some("[1]"), None))
+    );
+    probe!(
+        "push priority 9",
+        raw.events().push(push("k", "{}", None, Some(9)))
+    );
+    probe!(
+        "schedule unknown",
+        raw.workflows()
+            .schedule_workflow(proto::ScheduleWorkflowRequest {
+                name: unknown.into(),
+                input: "{}".into(),
+                schedules: vec![prost_types::Timestamp {
+                    seconds: 4_000_000_000,
+                    nanos: 0
+                }],
+                ..Default::default()
+            })
+    );
+
+    // Registrations.
+    let put = |r: v1::CreateWorkflowVersionRequest| {
+        let mut admin = raw.admin();
+        async move { admin.put_workflow(r).await }
+    };
+    probe!("put wf no tasks", put(wf("probe-empty", vec![])));
+    probe!(
+        "put wf unknown parent",
+        put(wf("probe-parent", vec![task("a", &["zz"])]))
+    );
+    probe!(
+        "put wf cycle",
+        put(wf(
+            "probe-cycle",
+            vec![task("a", &["b"]), task("b", &["a"])]
+        ))
+    );
+    let mut prio = wf("probe-prio", vec![task("a", &[])]);
+    prio.default_priority = Some(7);
+    probe!("put wf bad priority", put(prio));
+    probe!(
+        "trigger bad meta json",
+        raw.workflows()
+            .trigger_workflow(trig("{}", |r| r.additional_metadata = Some("{nope".into())))
+    );
+    probe!(
+        "trigger meta array",
+        raw.workflows()
+            .trigger_workflow(trig("{}", |r| r.additional_metadata = Some("[1]".into())))
+    );
+    probe!(
+        "trigger priority 9",
+        raw.workflows()
+            .trigger_workflow(trig("{}", |r| r.priority = Some(9)))
+    );
+    probe!(
+        "push bad meta json",
+        raw.events().push(push("k", "{}", Some("{nope"), None))
+    );
+    probe!(
+        "push payload array",
+        raw.events().push(push("k", "[1]", None, None))
+    );
+    probe!("details empty", raw.admin().get_run_details(details("")));
+    let mut prio0 = wf("probe-prio0", vec![task("a", &[])]);
+    prio0.default_priority = Some(0);
+    probe!("put wf priority 0", put(prio0));
+    probe!("put wf empty name", put(wf("", vec![task("a", &[])])));
+    let mut no_action = task("a", &[]);
+    no_action.action = String::new();
+    probe!(
+        "put wf no action",
+        put(wf("probe-noaction", vec![no_action]))
+    );
+    probe!(
+        "put wf no readable id",
+        put(wf("probe-noid", vec![task("", &[])]))
+    );
+    probe!(
+        "put wf dup ids",
+        put(wf("probe-dup", vec![task("a", &[]), task("a", &[])]))
+    );
+    let mut cron = wf("probe-cron", vec![task("a", &[])]);
+    cron.cron_triggers = vec!["nope".into()];
+    probe!("put wf bad cron", put(cron));
+
+    // The worker's side: a worker or task the engine does not know.
     let d = || raw.dispatcher();
+    let beat = |id: &str| proto::HeartbeatRequest {
+        worker_id: id.into(),
+        heartbeat_at: None,
+    };
     let step = |id: &str| proto::StepActionEvent {
         task_run_external_id: id.into(),
         event_type: proto::StepActionEventType::StepEventTypeCompleted as i32,
         event_payload: "{}".into(),
         ..Default::default()
     };
-    let answers = [
-        (
-            "heartbeat unknown worker",
-            d().heartbeat(proto::HeartbeatRequest {
-                worker_id: nobody.into(),
-                heartbeat_at: None,
-            })
-            .await
-            .map(|_| String::new()),
-        ),
-        (
-            "heartbeat malformed worker",
-            d().heartbeat(proto::HeartbeatRequest {
-                worker_id: "nope".into(),
-                heartbeat_at: None,
-            })
-            .await
-            .map(|_| String::new()),
-        ),
-        (
-            "step event unknown task",
-            d().send_step_action_event(step(nobody))
-                .await
-                .map(|_| String::new()),
-        ),
-        (
-            "step event malformed task",
-            d().send_step_action_event(step("zzz"))
-                .await
-                .map(|_| String::new()),
-        ),
-        (
-            "refresh unknown task",
-            d().refresh_timeout(proto::RefreshTimeoutRequest {
-                task_run_external_id: nobody.into(),
-                increment_timeout_by: "10s".into(),
-            })
-            .await
-            .map(|_| String::new()),
-        ),
-        (
-            "release unknown task",
-            d().release_slot(proto::ReleaseSlotRequest {
-                task_run_external_id: nobody.into(),
-            })
-            .await
-            .map(|_| String::new()),
-        ),
-        (
-            "labels unknown worker",
-            d().upsert_worker_labels(proto::UpsertWorkerLabelsRequest {
-                worker_id: nobody.into(),
-                labels: Default::default(),
-            })
-            .await
-            .map(|_| String::new()),
-        ),
-        (
-            "register no actions",
-            d().register(proto::WorkerRegisterRequest {
-                worker_name: "probe".into(),
-                ..Default::default()
-            })
-            .await
-            .map(|_| String::new()),
-        ),
-        (
-            "log unknown task",
-            raw.events()
-                .put_log(proto::PutLogRequest {
-                    task_run_external_id: nobody.into(),
-                    message: "hello".into(),
-                    ..Default::default()
-                })
-                .await
-                .map(|_| String::new()),
-        ),
-        (
-            "bulk push empty",
-            raw.events()
-                .bulk_push(proto::BulkPushEventRequest { events: vec![] })
-                .await
-                .map(|r| format!("{} events", r.into_inner().events.len())),
-        ),
-        (
-            "replay unknown event",
-            raw.events()
-                .replay_single_event(proto::ReplayEventRequest {
-                    event_id: nobody.into(),
-                })
-                .await
-                .map(|_| String::new()),
-        ),
-        (
-            "rate limit empty key",
-            raw.workflows()
-                .put_rate_limit(proto::PutRateLimitRequest {
-                    key: "".into(),
-                    limit: 5,
-                    duration: 0,
-                })
-                .await
-                .map(|_| String::new()),
-        ),
-    ];
-    for (name, r) in answers {
-        out.push(format!("{name}: {}", show(r)));
-    }
+    probe!("heartbeat unknown worker", d().heartbeat(beat(nobody)));
+    probe!("heartbeat malformed worker", d().heartbeat(beat("nope")));
+    probe!(
+        "step event unknown task",
+        d().send_step_action_event(step(nobody))
+    );
+    probe!(
+        "step event malformed task",
+        d().send_step_action_event(step("zzz"))
+    );
+    probe!(
+        "refresh unknown task",
+        d().refresh_timeout(proto::RefreshTimeoutRequest {
+            task_run_external_id: nobody.into(),
+            increment_timeout_by: "10s".into(),
+        })
+    );
+    probe!(
+        "release unknown task",
+        d().release_slot(proto::ReleaseSlotRequest {
+            task_run_external_id: nobody.into()
+        })
+    );
+    probe!(
+        "labels unknown worker",
+        d().upsert_worker_labels(proto::UpsertWorkerLabelsRequest {
+            worker_id: nobody.into(),
+            labels: Default::default(),
+        })
+    );
+    probe!(
+        "register no actions",
+        d().register(proto::WorkerRegisterRequest {
+            worker_name: "probe".into(),
+            ..Default::default()
+        })
+    );
+    probe!(
+        "log unknown task",
+        raw.events().put_log(proto::PutLogRequest {
+            task_run_external_id: nobody.into(),
+            message: "hello".into(),
+            ..Default::default()
+        })
+    );
+    probe!(
+        "bulk push empty",
+        raw.events()
+            .bulk_push(proto::BulkPushEventRequest { events: vec![] }),
+        |r: proto::Events| format!("{} events", r.events.len())
+    );
+    probe!(
+        "replay unknown event",
+        raw.events().replay_single_event(proto::ReplayEventRequest {
+            event_id: nobody.into()
+        })
+    );
+    probe!(
+        "rate limit empty key",
+        raw.workflows().put_rate_limit(proto::PutRateLimitRequest {
+            key: "".into(),
+            limit: 5,
+            duration: 0,
+        })
+    );
     out
 }
 
