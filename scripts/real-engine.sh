@@ -7,6 +7,8 @@
 #   scripts/real-engine.sh env       print the HATCHET_CLIENT_* lines (eval "$(... env)" or `source`)
 #   scripts/real-engine.sh restart-engine   kill the engine and API processes and start them again
 #                                    (the conformance suite's "engine restarts mid-run" check)
+#   scripts/real-engine.sh restart-postgres   stop PostgreSQL (fast: sessions ended) and start it
+#   scripts/real-engine.sh psql [ARGS]   psql on the engine's database (its tables as evidence)
 #   scripts/real-engine.sh status    which of its processes are alive
 #
 # Nothing of the engine is copied into this repository: the script installs its commands with the Go
@@ -136,9 +138,10 @@ wait_http() { # url seconds what
 
 start_servers() {
   server_env
-  nohup "$BIN/hatchet-engine" --config "$STATE/config" >"$LOGS/engine.log" 2>&1 &
+  # Appended: a restart keeps what came before it (the chaos suite reads both sides of a kill).
+  nohup "$BIN/hatchet-engine" --config "$STATE/config" >>"$LOGS/engine.log" 2>&1 &
   echo $! >"$STATE/engine.pid"
-  nohup "$BIN/hatchet-api" --config "$STATE/config" >"$LOGS/api.log" 2>&1 &
+  nohup "$BIN/hatchet-api" --config "$STATE/config" >>"$LOGS/api.log" 2>&1 &
   echo $! >"$STATE/api.pid"
   wait_http "http://127.0.0.1:$HEALTH_PORT/ready" 120 ||
     { tail -30 "$LOGS/engine.log" >&2; die "hatchet-engine is not ready after 120 s (log: $LOGS/engine.log)"; }
@@ -213,6 +216,21 @@ cmd_restart_engine() {
   say "engine and API restarted"
 }
 
+cmd_restart_postgres() {
+  [[ -f "$PGDATA/postmaster.pid" ]] || die "PostgreSQL is not running (scripts/real-engine.sh start)"
+  # A fast shutdown (open sessions are ended, the engine's connections break) and a start.
+  as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -m fast -w stop >/dev/null
+  sleep "${HATCHET_REAL_RESTART_GAP:-1}"
+  as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -l "$LOGS/postgres.log" -w -t 60 \
+    -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories=$PGDATA -c timezone=UTC -c max_connections=400 -c fsync=off -c synchronous_commit=off" \
+    start >/dev/null || die "postgres did not start again"
+  say "PostgreSQL restarted"
+}
+
+cmd_psql() { # the engine's database, for reading its tables (the chaos suite's evidence)
+  as_pg "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U hatchet -d hatchet "$@"
+}
+
 cmd_env() {
   [[ -f "$ENV_FILE" ]] || die "no client environment yet (scripts/real-engine.sh start)"
   sed 's/^/export /' "$ENV_FILE"
@@ -229,7 +247,9 @@ case "${1:-}" in
   stop) cmd_stop ;;
   env) cmd_env ;;
   restart-engine) cmd_restart_engine ;;
+  restart-postgres) cmd_restart_postgres ;;
+  psql) shift; cmd_psql "$@" ;;
   status) cmd_status ;;
   install) mkdir -p "$STATE" "$LOGS"; install_engine ;;
-  *) echo "usage: $0 start|stop|env|restart-engine|status|install" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|env|restart-engine|restart-postgres|psql|status|install" >&2; exit 2 ;;
 esac

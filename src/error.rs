@@ -66,6 +66,11 @@ pub enum Outcome {
     /// failures in a row without progress): the work it carried cannot finish in this runtime.
     /// The cause says why; fix it and spawn a new runtime. The run itself may still finish.
     Stopped,
+    /// The engine showed nothing under a run id for a long look: an id given to
+    /// `run_handle` that reads missing for a minute, or a triggered run it never made visible in
+    /// 15 minutes (it may have lost the trigger). Never a claim that the run cannot exist: it
+    /// may still appear, so read it before triggering again.
+    NotFound,
 }
 
 impl Outcome {
@@ -86,6 +91,7 @@ impl Outcome {
             Outcome::Undecodable => "undecodable",
             Outcome::NotFinished => "not_finished",
             Outcome::Stopped => "stopped",
+            Outcome::NotFound => "not_found",
         }
     }
 
@@ -119,6 +125,9 @@ impl Outcome {
             Outcome::NotFinished => "it has not finished yet; wait for the run's result first",
             Outcome::Stopped => {
                 "a listener stopped for good; see the cause, fix it, and spawn a new runtime (the run itself may still finish)"
+            }
+            Outcome::NotFound => {
+                "the engine shows nothing under this id; check the id, and read the run again before triggering it again (it may still appear)"
             }
         }
     }

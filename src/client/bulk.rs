@@ -216,6 +216,11 @@ impl ClientCore {
         items: &[(&I, &TriggerOptions)],
     ) -> Vec<Result<RunHandle, Error>> {
         const PATH: &str = "/WorkflowService/BulkTriggerWorkflow";
+        if !items.is_empty()
+            && let Err(e) = self.ensure_workflow_known(PATH, workflow).await
+        {
+            return items.iter().map(|_| Err(shared(&e, PATH))).collect();
+        }
         let prepared = items
             .iter()
             .map(|(input, opts)| {

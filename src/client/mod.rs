@@ -23,6 +23,7 @@ use serde_json::Value;
 use crate::connection::CallOpts;
 use crate::connection::Connection;
 use crate::error::{Cause, Error, Outcome};
+use crate::listener::keyed::Origin;
 use crate::listener::runs::{RunKey, RunRegistry, RunsKind, outputs_of};
 use crate::listener::stream::Home;
 use crate::proto::{self, v1};
@@ -34,34 +35,55 @@ use crate::retry::class::ClassOverride;
 pub(crate) struct ClientCore {
     pub conn: Connection,
     pub runs: Arc<Home<RunsKind>>,
+    /// Workflow names (namespaced) known to exist at the engine: registered by this process or
+    /// found once by a lookup. The real engine answers a trigger of a name it does not know
+    /// with an id no run will ever have, so a name is checked before its first trigger.
+    pub known_workflows: parking_lot::Mutex<std::collections::HashMap<String, KnownCell>>,
 }
+
+/// One workflow name's lookup, shared by the triggers that wait for it (one lookup per name).
+pub(crate) type KnownCell = Arc<tokio::sync::OnceCell<()>>;
 
 impl ClientCore {
     fn registry(&self) -> &RunRegistry {
         &self.runs.kind.registry
     }
 
-    /// A finished run's outputs (or its failure) read from its REST details, which carry any
-    /// size of output (a gRPC message is bounded by the engine's limit). The real engine's REST
-    /// reads trail its run stream (they come from tables written afterwards), so the read is
-    /// repeated until it shows the run finished, for up to [`DETAILS_SETTLE`].
+    /// A finished run's outputs (or its failure) when its result event came without them: read
+    /// from GetRunDetails, which carries each task's output bytes from the engine's main tables
+    /// (the REST read turns an output that is not a JSON object into `{}`). The read is
+    /// repeated until it shows the run done with every completed task's output written, for
+    /// up to [`DETAILS_SETTLE`]. Only an answer too large for a gRPC message is read over REST,
+    /// and then a `{}` output is not taken for the task's (it may be an output that is not an
+    /// object).
     async fn outputs_from_details(
         &self,
         run_id: &str,
     ) -> Result<serde_json::Map<String, Value>, Error> {
-        let api = api::Api::new(self.conn.clone());
         let give_up = tokio::time::Instant::now() + DETAILS_SETTLE;
         let mut every = Duration::from_millis(100);
         loop {
-            let read = api.run(run_id).await;
+            let read = self.conn.run_details(run_id, None).await;
             match read {
-                Ok(view) if view.is_final() => return outputs_of(run_id, view.into_event()),
+                Ok(d) if details_settled(&d) => {
+                    return outputs_of(
+                        run_id,
+                        crate::listener::runs::event_from_details(run_id, d),
+                    );
+                }
+                Err(e)
+                    if e.status()
+                        .is_some_and(|s| s.code() == tonic::Code::ResourceExhausted) =>
+                {
+                    return self.outputs_from_rest(run_id).await;
+                }
                 Ok(_) | Err(_) if tokio::time::Instant::now() + every < give_up => {}
-                Ok(view) => {
+                Ok(d) => {
                     return Err(Error::new(Outcome::NotFinished, "wait for run")
                         .with_detail(format!(
-                            "the engine reported the run finished without results, and its details still read {:?} after {}s; read it again with RuntimeHandle::run_details",
-                            view.status,
+                            "the engine reported the run finished without results, and its details still read {:?} (done: {}) after {}s; read it again with RuntimeHandle::run_details",
+                            v1::RunStatus::try_from(d.status).unwrap_or(v1::RunStatus::Queued),
+                            d.done,
                             DETAILS_SETTLE.as_secs()
                         ))
                         .with_run_id(run_id));
@@ -70,6 +92,80 @@ impl ClientCore {
             }
             tokio::time::sleep(every).await;
             every = (every * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// [`ClientCore::outputs_from_details`] over REST, for details too large for a gRPC
+    /// message; an output read as `{}` is refused as undecodable rather than reported as the
+    /// task's.
+    async fn outputs_from_rest(
+        &self,
+        run_id: &str,
+    ) -> Result<serde_json::Map<String, Value>, Error> {
+        let view = api::Api::new(self.conn.clone())
+            .run(run_id)
+            .await
+            .map_err(|e| e.with_run_id(run_id))?;
+        let outputs = outputs_of(run_id, view.into_event())?;
+        if let Some((task, _)) = outputs
+            .iter()
+            .find(|(_, v)| v.as_object().is_some_and(|o| o.is_empty()))
+        {
+            return Err(Error::new(Outcome::Undecodable, "wait for run")
+                .with_detail(format!(
+                    "the run's details are too large for a gRPC message, and the REST read shows task {task}'s output as {{}}, which the engine's REST API also shows for an output that is not a JSON object; raise the client's message limit to read the real output with RuntimeHandle::run_details"
+                ))
+                .with_run_id(run_id));
+        }
+        Ok(outputs)
+    }
+
+    /// Notes that `workflow` (as the caller names it) exists at the engine.
+    pub(crate) fn note_workflow(&self, workflow: &str) {
+        let name = self.conn.config().namespaced(workflow);
+        let cell = KnownCell::default();
+        let _ = cell.set(());
+        self.known_workflows.lock().insert(name, cell);
+    }
+
+    /// Refuses a trigger of a workflow the engine does not have (it would answer with an id no
+    /// run will ever have, and the wait would last until its deadline). A name registered by
+    /// this process, or found once, costs a map lookup; an unknown one costs one REST read,
+    /// shared by the triggers that wait for it. When the REST API cannot tell (unreachable,
+    /// refused), the trigger goes ahead and the engine decides.
+    pub(crate) async fn ensure_workflow_known(
+        &self,
+        op: &'static str,
+        workflow: &str,
+    ) -> Result<(), Error> {
+        let name = self.conn.config().namespaced(workflow);
+        let cell = {
+            let mut known = self.known_workflows.lock();
+            match known.get(&name) {
+                Some(c) if c.initialized() => return Ok(()),
+                Some(c) => c.clone(),
+                None => known.entry(name.clone()).or_default().clone(),
+            }
+        };
+        let api = api::Api::new(self.conn.clone());
+        let lookup = cell
+            .get_or_try_init(|| async {
+                match tokio::time::timeout(LOOKUP_WITHIN, api.find_workflow_id(workflow)).await {
+                    Ok(Ok(Some(_))) => Ok(()),
+                    Ok(Ok(None)) => Err(true),
+                    Ok(Err(e)) => {
+                        tracing::debug!(workflow = %name, error = %e, "the workflow lookup could not tell; triggering anyway");
+                        Err(false)
+                    }
+                    Err(_) => Err(false),
+                }
+            })
+            .await;
+        match lookup {
+            Ok(()) | Err(false) => Ok(()),
+            Err(true) => Err(Error::new(Outcome::Rejected, op).with_detail(format!(
+                "the engine has no workflow named {name:?}; nothing was triggered: register it first (a worker's register, or RuntimeHandle::register) and check the name and the namespace"
+            ))),
         }
     }
 
@@ -85,6 +181,7 @@ impl ClientCore {
             return Err(Error::closed(PATH));
         }
         bulk::check_priority(PATH, opts.priority)?;
+        self.ensure_workflow_known(PATH, workflow).await?;
         #[cfg_attr(not(feature = "otel"), allow(unused_mut))]
         let mut metadata = opts.metadata.clone();
         #[cfg(feature = "otel")]
@@ -212,6 +309,20 @@ pub(crate) fn encode(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// How long a workflow-name lookup before a first trigger may take before the trigger goes
+/// ahead without it.
+const LOOKUP_WITHIN: Duration = Duration::from_secs(3);
+
+/// Whether a run's details show it done with every completed task's output written (a task
+/// that completed has an output; one that failed or was cancelled has none): only then are they
+/// its result.
+pub(crate) fn details_settled(d: &v1::GetRunDetailsResponse) -> bool {
+    d.done
+        && d.task_runs
+            .values()
+            .all(|t| t.status != v1::RunStatus::Completed as i32 || t.output.is_some())
 }
 
 /// How long a finished run's details may trail its result on the run stream.
@@ -350,6 +461,9 @@ impl PushOptions {
 pub struct RunHandle {
     run_id: String,
     client: Arc<ClientCore>,
+    /// Whether the engine gave this id to this process (a trigger) or the caller did: the
+    /// unknown-run sweep gives up on a caller's id much sooner (`SweepPlan`).
+    origin: Origin,
 }
 
 impl std::fmt::Debug for RunHandle {
@@ -394,8 +508,22 @@ fn read_event(
 }
 
 impl RunHandle {
+    /// The handle of a run this process triggered (the engine answered with `run_id`).
     pub(crate) fn new(run_id: String, client: Arc<ClientCore>) -> Self {
-        RunHandle { run_id, client }
+        RunHandle {
+            run_id,
+            client,
+            origin: Origin::Triggered,
+        }
+    }
+
+    /// The handle of a run id the caller gave (it may be wrong).
+    pub(crate) fn given(run_id: String, client: Arc<ClientCore>) -> Self {
+        RunHandle {
+            run_id,
+            client,
+            origin: Origin::Given,
+        }
     }
 
     /// The run id.
@@ -414,7 +542,7 @@ impl RunHandle {
     /// theirs), and the run keeps running on the engine.
     pub async fn outputs(&self) -> Result<serde_json::Map<String, Value>, Error> {
         let reg = self.client.registry();
-        let (waiter, arm) = reg.wait(RunKey::new(&self.run_id), || {
+        let (waiter, arm) = reg.wait_swept(RunKey::new(&self.run_id), Some(self.origin), || {
             Error::closed("wait for run").with_run_id(&self.run_id)
         })?;
         if arm {

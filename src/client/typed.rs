@@ -416,7 +416,7 @@ impl<I: Serialize, O: DeserializeOwned> WorkflowRef<I, O> {
 
     /// A typed handle for an existing run of this workflow.
     pub fn run_handle(&self, run_id: impl Into<String>) -> TypedRun<O> {
-        self.typed(RunHandle::new(run_id.into(), self.client.clone()))
+        self.typed(RunHandle::given(run_id.into(), self.client.clone()))
     }
 
     fn typed(&self, handle: RunHandle) -> TypedRun<O> {

@@ -93,6 +93,17 @@ impl<P: Keyed> Slot<P> {
 
 type SlotRef<P> = Arc<Slot<P>>;
 
+/// Where a swept key came from, which decides how long the sweep looks for it before it gives
+/// up ([`crate::listener::runs::SweepPlan`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// The engine answered this process's trigger with it: it is not concluded unknown
+    /// quickly (the engine may create the run later).
+    Triggered,
+    /// The caller gave it (`run_handle(id)`): it may be a wrong id.
+    Given,
+}
+
 struct Inner<P: Keyed> {
     /// Every registered waiter's slot, by its key's hash (a key with several waiters has a slot
     /// for each): a pointer per waiter, where a map of keys to lists held the key, the list and
@@ -100,10 +111,17 @@ struct Inner<P: Keyed> {
     slots: HashTable<SlotRef<P>>,
     /// Keys with at least one waiter.
     keys: usize,
-    /// First waiters of keys not yet checked by the sweep ([`Keyed::SWEPT`]), oldest first;
-    /// entries whose key is no longer pending are skipped when taken and compacted away past
-    /// twice the pending count, so the queue stays within a few words per waiter.
-    unchecked: VecDeque<SlotRef<P>>,
+    /// Keys the sweep ([`Keyed::SWEPT`]) checks at its next pass, each with its [`Origin`]:
+    /// given ids at once, triggered ones once they have waited [`SweepPlan::first_check`], and
+    /// keys the sweep asked to see again.
+    due: VecDeque<(SlotRef<P>, Origin)>,
+    /// First waiters of triggered keys not yet due, oldest first, with the second (since
+    /// `epoch`) they were added. Entries whose key is no longer pending are skipped when taken
+    /// and compacted away past twice the pending count, so the queue stays within two words per
+    /// waiter.
+    later: VecDeque<(SlotRef<P>, u32)>,
+    /// When the registry was made: `later`'s seconds count from it.
+    epoch: tokio::time::Instant,
     sink: Option<(u64, mpsc::UnboundedSender<P::Req>)>,
     closed: bool,
     refused: Option<String>,
@@ -154,7 +172,9 @@ impl<P: Keyed> Default for KeyedRegistry<P> {
             inner: Mutex::new(Inner {
                 slots: HashTable::new(),
                 keys: 0,
-                unchecked: VecDeque::new(),
+                due: VecDeque::new(),
+                later: VecDeque::new(),
+                epoch: tokio::time::Instant::now(),
                 sink: None,
                 closed: false,
                 refused: None,
@@ -241,7 +261,12 @@ type Added<P> = (SlotRef<P>, bool);
 
 impl<P: Keyed> KeyedRegistry<P> {
     /// Adds a waiter for `key`; `closed` makes the error when the runtime is shut down.
-    fn add(&self, key: P::Key, closed: impl FnOnce() -> Error) -> Result<Added<P>, Error> {
+    fn add(
+        &self,
+        key: P::Key,
+        origin: Option<Origin>,
+        closed: impl FnOnce() -> Error,
+    ) -> Result<Added<P>, Error> {
         let hash = self.hasher.hash_one(&key);
         let slot = Arc::new(Slot {
             key,
@@ -260,16 +285,24 @@ impl<P: Keyed> KeyedRegistry<P> {
             .insert_unique(hash, slot.clone(), |s| self.hasher.hash_one(&s.key));
         if first {
             g.keys += 1;
-            if P::SWEPT {
-                if g.unchecked.len() >= 2 * g.keys.max(32) {
+        }
+        // The first waiter of a key decides how it is swept (a triggered id is never swept as
+        // a given one).
+        match origin {
+            Some(_) if !P::SWEPT || !first => {}
+            None => {}
+            Some(Origin::Given) => g.due.push_back((slot.clone(), Origin::Given)),
+            Some(Origin::Triggered) => {
+                if g.later.len() >= 2 * g.keys.max(32) {
                     let (slots, hasher) = (&g.slots, &self.hasher);
-                    g.unchecked.retain(|s| {
+                    g.later.retain(|(s, _)| {
                         slots
                             .find(hasher.hash_one(&s.key), |o| o.key == s.key)
                             .is_some()
                     });
                 }
-                g.unchecked.push_back(slot.clone());
+                let at = g.epoch.elapsed().as_secs().min(u64::from(u32::MAX)) as u32;
+                g.later.push_back((slot.clone(), at));
             }
         }
         let need_stream = match &g.sink {
@@ -286,7 +319,18 @@ impl<P: Keyed> KeyedRegistry<P> {
         key: P::Key,
         closed: impl FnOnce() -> Error,
     ) -> Result<(Waiter<'_, P>, bool), Error> {
-        let (slot, arm) = self.add(key, closed)?;
+        self.wait_swept(key, None, closed)
+    }
+
+    /// [`KeyedRegistry::wait`], the key queued for the sweep as `origin` says (a registry
+    /// that is not [`Keyed::SWEPT`] queues nothing).
+    pub(crate) fn wait_swept(
+        &self,
+        key: P::Key,
+        origin: Option<Origin>,
+        closed: impl FnOnce() -> Error,
+    ) -> Result<(Waiter<'_, P>, bool), Error> {
+        let (slot, arm) = self.add(key, origin, closed)?;
         Ok((
             Waiter {
                 registry: self,
@@ -414,29 +458,45 @@ impl<P: Keyed> KeyedRegistry<P> {
             .collect()
     }
 
-    /// Takes up to `max` keys not yet checked, oldest first, that are still pending (O(`max`)
-    /// plus the stale entries skipped, under the lock: no copy of the whole registry).
-    pub(crate) fn take_unchecked(&self, max: usize) -> Vec<P::Key> {
+    /// Takes up to `max` keys due for the sweep that are still pending, with their origin:
+    /// first the due queue, then triggered keys that have waited `first_check`, oldest first
+    /// (O(`max`) plus the stale entries skipped, under the lock: no copy of the registry).
+    pub(crate) fn take_unchecked(
+        &self,
+        max: usize,
+        first_check: std::time::Duration,
+    ) -> Vec<(P::Key, Origin)> {
         let mut g = self.inner.lock();
         let g = &mut *g;
-        let mut out = Vec::with_capacity(max.min(g.unchecked.len()));
+        let now = g.epoch.elapsed().as_secs();
+        let mut out = Vec::with_capacity(max.min(g.due.len() + g.later.len()));
         while out.len() < max {
-            let Some(s) = g.unchecked.pop_front() else {
-                break;
+            let (s, origin) = match g.due.pop_front() {
+                Some(e) => e,
+                None => match g.later.front() {
+                    Some((_, at)) if u64::from(*at) + first_check.as_secs() <= now => {
+                        match g.later.pop_front() {
+                            Some((s, _)) => (s, Origin::Triggered),
+                            None => break,
+                        }
+                    }
+                    _ => break,
+                },
             };
             if g.has(self.hasher.hash_one(&s.key), &s.key) {
-                out.push(s.key.clone());
+                out.push((s.key.clone(), origin));
             }
         }
         out
     }
 
-    /// Queues `key` to be checked again (a sweep that could not tell), if it is still pending.
-    pub(crate) fn check_again(&self, key: P::Key) {
+    /// Queues `key` to be checked again at the next sweep (missing once more, or a read that
+    /// could not tell), if it is still pending.
+    pub(crate) fn check_again(&self, key: P::Key, origin: Origin) {
         let hash = self.hasher.hash_one(&key);
         let mut g = self.inner.lock();
         if let Some(s) = g.slots.find(hash, |s| s.key == key).cloned() {
-            g.unchecked.push_back(s);
+            g.due.push_back((s, origin));
         }
     }
 
@@ -448,7 +508,8 @@ impl<P: Keyed> KeyedRegistry<P> {
     /// Keys queued for the sweep (tests check the queue stays bounded).
     #[cfg(test)]
     pub(crate) fn unchecked_len(&self) -> usize {
-        self.inner.lock().unchecked.len()
+        let g = self.inner.lock();
+        g.due.len() + g.later.len()
     }
 
     /// Whether anyone waits.
@@ -494,39 +555,69 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_sweep_takes_each_new_key_once_skips_delivered_ones_and_its_queue_stays_bounded() {
+    #[tokio::test(start_paused = true)]
+    async fn the_sweep_takes_given_keys_at_once_triggered_ones_late_each_once_and_stays_bounded() {
+        use std::time::Duration;
         let r = KeyedRegistry::<Swept>::default();
         let closed = || Error::closed("t");
+        let first = Duration::from_secs(60);
         let mut held = Vec::new();
         for k in ["a", "b", "c"] {
-            held.push(r.wait(k.to_string(), closed).expect("add"));
+            held.push(
+                r.wait_swept(k.to_string(), Some(Origin::Triggered), closed)
+                    .expect("add"),
+            );
         }
-        let _second = r.wait("a".to_string(), closed).expect("add");
+        held.push(
+            r.wait_swept("g".to_string(), Some(Origin::Given), closed)
+                .expect("add"),
+        );
+        // A second waiter of a triggered key does not make it a given one.
+        let _second = r
+            .wait_swept("a".to_string(), Some(Origin::Given), closed)
+            .expect("add");
         r.deliver("b".to_string());
         assert_eq!(
-            r.take_unchecked(2),
-            ["a", "c"],
+            r.take_unchecked(5, first),
+            [("g".to_string(), Origin::Given)],
+            "a given id at once, triggered ones not before they have waited"
+        );
+        tokio::time::advance(first).await;
+        assert_eq!(
+            r.take_unchecked(5, first),
+            [
+                ("a".to_string(), Origin::Triggered),
+                ("c".to_string(), Origin::Triggered)
+            ],
             "oldest first, delivered skipped, once per key"
         );
-        assert!(r.take_unchecked(2).is_empty(), "each key is taken once");
-        r.check_again("c".to_string());
-        r.check_again("b".to_string());
+        assert!(
+            r.take_unchecked(5, first).is_empty(),
+            "each key is taken once"
+        );
+        r.check_again("c".to_string(), Origin::Triggered);
+        r.check_again("b".to_string(), Origin::Triggered);
         assert_eq!(
-            r.take_unchecked(5),
-            ["c"],
-            "a key checked again if still pending"
+            r.take_unchecked(5, first),
+            [("c".to_string(), Origin::Triggered)],
+            "a key checked again if still pending, with its origin"
         );
         let unswept = KeyedRegistry::<Ids>::default();
-        let _w = unswept.wait("x".to_string(), closed).expect("add");
+        let _w = unswept
+            .wait_swept("x".to_string(), Some(Origin::Given), closed)
+            .expect("add");
+        let _v = r.wait("plain".to_string(), closed).expect("add");
         assert!(
-            unswept.take_unchecked(1).is_empty(),
-            "a registry that is not swept queues nothing"
+            unswept.take_unchecked(1, Duration::ZERO).is_empty()
+                && r.take_unchecked(5, Duration::ZERO).is_empty(),
+            "a registry that is not swept, or a wait without an origin, queues nothing"
         );
         // Many short waits: delivered keys never pile up past twice the pending count.
         for i in 0..10_000 {
             let k = format!("k{i}");
-            let _w = r.wait(k.clone(), closed).expect("add");
+            let _w = r
+                .wait_swept(k.clone(), Some(Origin::Triggered), closed)
+                .expect("add");
             r.deliver(k);
         }
         assert!(

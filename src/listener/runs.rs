@@ -7,7 +7,7 @@
 //! 4. While waiters are pending the reconnect delay is capped at 5 s; after 30 s without a stream
 //!    the waiters are also polled with GetRunDetails every 2 s, until the stream returns.
 
-use super::keyed::{Keyed, KeyedRegistry};
+use super::keyed::{Keyed, KeyedRegistry, Origin};
 use super::run_event::{RunEvent, RunEventCodec};
 pub(crate) use super::run_key::RunKey;
 use super::subscriptions::{KeyedKind, KeyedStream};
@@ -96,7 +96,7 @@ async fn poll_once(conn: &Connection, registry: &RunRegistry) {
     for key in registry.pending_keys() {
         let run_id = key.to_string();
         match conn.run_details(&run_id, Some(deadline)).await {
-            Ok(d) if d.done => {
+            Ok(d) if crate::client::details_settled(&d) => {
                 registry.deliver(RunEvent::from_event(&event_from_details(&run_id, d)))
             }
             Ok(_) => {}
@@ -116,13 +116,45 @@ fn about_this_run(e: &Error) -> bool {
     })
 }
 
-/// How often pending waits are checked for runs the engine does not know.
+/// How often pending waits are checked for runs the engine does not show.
 pub(crate) const UNKNOWN_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 /// Runs checked per sweep at most (a million pending waits cost the engine no burst of reads).
 pub(crate) const UNKNOWN_SWEEP_MAX: usize = 64;
-/// Sweeps in a row that must find a run missing before its waiters are failed (a fresh trigger
-/// is written asynchronously on the real engine).
-pub(crate) const UNKNOWN_AFTER_MISSES: u8 = 2;
+
+/// How the unknown-run sweep treats a run by where its id came from (a pure table). The real
+/// engine answers GetRunDetails NotFound for a live run it has not made visible yet: a run whose
+/// root tasks wait on a condition, a trigger it queued for its task controller (load, restarts),
+/// a durable child acknowledged before it is created. So an id the engine gave this process is
+/// never concluded unknown quickly: it is first read after [`SweepPlan::FIRST_CHECK`] (most runs
+/// have finished by then, and cost no read), and only a run missing for
+/// [`SweepPlan::window`] ends its waits, with [`Outcome::NotFound`] and words that say it may
+/// still appear.
+pub(crate) struct SweepPlan;
+
+impl SweepPlan {
+    /// How long a triggered run is waited on before its first read.
+    pub(crate) const FIRST_CHECK: std::time::Duration = std::time::Duration::from_secs(60);
+
+    /// How long a run must read missing, from its first miss, before its waits end.
+    pub(crate) const fn window(origin: Origin) -> std::time::Duration {
+        match origin {
+            // A caller's id may be wrong: a minute is long enough for a slow write to land.
+            Origin::Given => std::time::Duration::from_secs(60),
+            // The engine answered this process with it: only a run lost at the engine (or
+            // never made, see `unknown_run_error`) stays missing this long.
+            Origin::Triggered => std::time::Duration::from_secs(15 * 60),
+        }
+    }
+
+    /// Whether a run missing since `first_miss` and missing again `now` ends its waits.
+    pub(crate) fn gives_up(
+        origin: Origin,
+        first_miss: tokio::time::Instant,
+        now: tokio::time::Instant,
+    ) -> bool {
+        now.saturating_duration_since(first_miss) >= Self::window(origin)
+    }
+}
 
 /// What a sweep does with one key (a pure decision): `Some(true)` the run exists (never check it
 /// again), `Some(false)` it is missing once more, `None` the read said nothing about it.
@@ -139,21 +171,22 @@ pub(crate) fn sweep_verdict(read: &Result<v1::GetRunDetailsResponse, Error>) -> 
     }
 }
 
-/// Fails the waits on runs the engine does not know, which would otherwise wait forever: the real
-/// engine ignores unknown ids on the run stream (and accepts a trigger of an unknown workflow
-/// name, returning an id no run will ever have). Every [`UNKNOWN_SWEEP_EVERY`], up to
-/// [`UNKNOWN_SWEEP_MAX`] pending runs not yet checked are read, oldest first (the registry queues
-/// each new key once, so a sweep costs O([`UNKNOWN_SWEEP_MAX`]) however many wait); one found is
-/// never read again, one missing [`UNKNOWN_AFTER_MISSES`] sweeps in a row fails its waiters with
-/// a not-found error, and one the read could not tell about is checked again later. Ends with
-/// the runtime's lifecycle.
+/// Ends the waits on runs the engine does not show for a long time, which would otherwise wait
+/// forever: the real engine ignores unknown ids on the run stream. Every
+/// [`UNKNOWN_SWEEP_EVERY`], up to [`UNKNOWN_SWEEP_MAX`] pending runs that are due are read
+/// (given ids at once, triggered ones after [`SweepPlan::FIRST_CHECK`]; the registry queues each
+/// key once, so a sweep costs O([`UNKNOWN_SWEEP_MAX`]) however many wait); one found is never
+/// read again, one missing is read again at each sweep until it has been missing for
+/// [`SweepPlan::window`], and then its waiters get [`unknown_run_error`]; one the read could not
+/// tell about is read again later. Ends with the runtime's lifecycle.
 pub(crate) async fn sweep_unknown(
     conn: Connection,
     registry: std::sync::Arc<RunRegistry>,
     life: tokio_util::sync::CancellationToken,
 ) {
-    // Only keys found missing once are remembered (an unknown id is rare).
-    let mut misses: std::collections::HashMap<RunKey, u8> = std::collections::HashMap::new();
+    // Only keys found missing are remembered, with their first miss (a missing id is rare).
+    let mut misses: std::collections::HashMap<RunKey, tokio::time::Instant> =
+        std::collections::HashMap::new();
     loop {
         tokio::select! {
             _ = life.cancelled() => return,
@@ -162,9 +195,9 @@ pub(crate) async fn sweep_unknown(
         if !registry.has_waiters() {
             misses.clear();
         }
-        let batch = registry.take_unchecked(UNKNOWN_SWEEP_MAX);
+        let batch = registry.take_unchecked(UNKNOWN_SWEEP_MAX, SweepPlan::FIRST_CHECK);
         misses.retain(|k, _| registry.is_pending(k));
-        for key in batch {
+        for (key, origin) in batch {
             let run_id = key.to_string();
             let read = conn
                 .run_details(&run_id, Some(std::time::Duration::from_secs(2)))
@@ -174,28 +207,35 @@ pub(crate) async fn sweep_unknown(
                     misses.remove(&key);
                 }
                 Some(false) => {
-                    let n = misses.entry(key.clone()).or_insert(0);
-                    *n += 1;
-                    if *n >= UNKNOWN_AFTER_MISSES {
+                    let now = tokio::time::Instant::now();
+                    let first = *misses.entry(key.clone()).or_insert(now);
+                    if SweepPlan::gives_up(origin, first, now) {
                         misses.remove(&key);
-                        registry.fail_key(&key, || unknown_run_error(&run_id));
+                        registry.fail_key(&key, || unknown_run_error(&run_id, origin));
                     } else {
-                        registry.check_again(key);
+                        registry.check_again(key, origin);
                     }
                 }
-                None => registry.check_again(key),
+                None => registry.check_again(key, origin),
             }
         }
     }
 }
 
-/// The error of a wait on a run the engine does not know.
-pub(crate) fn unknown_run_error(run_id: &str) -> Error {
-    Error::new(Outcome::Rejected, "wait for run")
-        .with_detail(format!(
-            "the engine does not know run {run_id} (not found in two reads {}s apart): check the id, the workflow name it was triggered with, or that workflow's idempotency key expression (the engine answers a trigger with an id and creates no run when either gives it nothing)",
-            UNKNOWN_SWEEP_EVERY.as_secs()
-        ))
+/// The error of a wait on a run the engine has not shown for [`SweepPlan::window`]: never a
+/// claim that the run does not exist, since it may still appear.
+pub(crate) fn unknown_run_error(run_id: &str, origin: Origin) -> Error {
+    let secs = SweepPlan::window(origin).as_secs();
+    let detail = match origin {
+        Origin::Given => format!(
+            "the engine shows no run {run_id} (missing in every read for {secs}s): check the id; if it came from a trigger just made, the run may still appear (read it with run_status before triggering again)"
+        ),
+        Origin::Triggered => format!(
+            "the engine answered the trigger with run {run_id} but has shown no run under that id for {secs}s: it may have lost the trigger (it stopped right after answering), or the workflow's idempotency key expression gave no key for this input (the engine then answers with an id and creates no run). The run may still appear: read it with run_status before triggering again; a trigger with an idempotency key is safe to send again"
+        ),
+    };
+    Error::new(Outcome::NotFound, "wait for run")
+        .with_detail(detail)
         .with_cause(Cause::Status(tonic::Status::not_found(format!(
             "run {run_id} not found"
         ))))
@@ -292,6 +332,26 @@ mod tests {
             error: error.map(Into::into),
             output: output.map(Into::into),
         }
+    }
+
+    #[test]
+    fn an_id_the_engine_gave_is_looked_for_fifteen_minutes_and_a_caller_s_one_minute() {
+        let t0 = tokio::time::Instant::now();
+        let at = |s: u64| t0 + std::time::Duration::from_secs(s);
+        // The old sweep ended a wait after two misses 5 s apart: a live run the engine had not
+        // made visible yet (a gated root task, a queued trigger) was told it did not exist.
+        assert!(!SweepPlan::gives_up(Origin::Triggered, t0, at(5)));
+        assert!(!SweepPlan::gives_up(Origin::Triggered, t0, at(14 * 60)));
+        assert!(SweepPlan::gives_up(Origin::Triggered, t0, at(15 * 60)));
+        assert!(!SweepPlan::gives_up(Origin::Given, t0, at(59)));
+        assert!(SweepPlan::gives_up(Origin::Given, t0, at(60)));
+        let err = unknown_run_error("r", Origin::Triggered);
+        assert_eq!(err.outcome(), Outcome::NotFound, "{err}");
+        assert!(
+            err.to_string().contains("may still appear")
+                && !err.to_string().contains("does not know"),
+            "never a claim that the run cannot exist: {err}"
+        );
     }
 
     #[test]

@@ -212,6 +212,7 @@ impl Runtime {
         let client = Arc::new(ClientCore {
             conn: conn.clone(),
             runs: listeners.runs.clone(),
+            known_workflows: Default::default(),
         });
         tokio::spawn(crate::listener::runs::sweep_unknown(
             conn.clone(),

@@ -130,7 +130,7 @@ impl RuntimeHandle {
 
     /// A handle for an existing run id.
     pub fn run_handle(&self, run_id: impl Into<String>) -> RunHandle {
-        RunHandle::new(run_id.into(), self.inner.client.clone())
+        RunHandle::given(run_id.into(), self.inner.client.clone())
     }
 
     /// Pushes an event (triggers every workflow listening for `key`).

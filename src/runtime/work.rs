@@ -52,13 +52,17 @@ impl RuntimeHandle {
         workflow.apply_task_defaults();
         let worker = self.worker("register")?;
         let registered = Registered::new(&workflow, self.inner.client.clone());
+        let name = workflow.name().to_string();
         let static_keys: Vec<String> = workflow.static_rate_limit_keys();
         let (tx, rx) = tokio::sync::oneshot::channel();
         worker
             .cast(WorkerMsg::Register(Box::new(workflow), tx))
             .map_err(|_| Error::closed("register"))?;
         match rx.await.map_err(|_| Error::closed("register"))? {
-            Ok(()) => Ok(registered),
+            Ok(()) => {
+                self.inner.client.note_workflow(&name);
+                Ok(registered)
+            }
             // The real engine refuses a workflow naming a static rate limit that does not exist
             // with a bare INTERNAL: say what is the likely cause.
             Err(e)

@@ -147,27 +147,35 @@ impl Api {
     ///
     /// Cancel safe (a read).
     pub async fn workflow_id(&self, name: &str) -> Result<String, Error> {
-        const ROUTE: &str = "GET /api/v1/tenants/{t}/workflows";
+        let full = self.namespaced(name);
+        self.find_workflow_id(name).await?.ok_or_else(|| {
+            Error::new(crate::Outcome::Rejected, WORKFLOWS_ROUTE)
+                .with_detail(format!("no workflow named {full:?}; register it first"))
+        })
+    }
+
+    /// The id of the workflow named `name` (namespaced), or `None` when the engine has none.
+    pub(crate) async fn find_workflow_id(&self, name: &str) -> Result<Option<String>, Error> {
         let name = self.namespaced(name);
         let path = format!(
             "/api/v1/tenants/{}/workflows?name={}",
             self.tenant(),
             super::encode(&name)
         );
-        let v: Value = self.json(reqwest::Method::GET, ROUTE, &path, None).await?;
-        v["rows"]
+        let v: Value = self
+            .json(reqwest::Method::GET, WORKFLOWS_ROUTE, &path, None)
+            .await?;
+        Ok(v["rows"]
             .as_array()
             .into_iter()
             .flatten()
             .find(|w| w["name"] == name.as_str())
             .and_then(|w| w["metadata"]["id"].as_str())
-            .map(str::to_string)
-            .ok_or_else(|| {
-                Error::new(crate::Outcome::Rejected, ROUTE)
-                    .with_detail(format!("no workflow named {name:?}; register it first"))
-            })
+            .map(str::to_string))
     }
 }
+
+const WORKFLOWS_ROUTE: &str = "GET /api/v1/tenants/{t}/workflows";
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The chaos suite: a worker process and a client process (examples/chaos_suite.rs, the public API
+# only) work through DAG, single-task and durable runs while faults are injected on loopback: the
+# engine SIGKILLed and started again, its PostgreSQL restarted, connections frozen (half-open) or
+# cut by a TCP proxy of our own in front of the gRPC port, the worker SIGKILLed mid-task and
+# started again. The client counts results right, wrong and lost, the runs the engine holds per
+# trigger key and the executions per task in the handlers, and prints one summary line; for every
+# run that did not come back right the engine's own tables are dumped as evidence.
+#
+#   scripts/chaos-real.sh [short|long]     on the real engine of scripts/real-engine.sh (started
+#                                          if it is not running)
+#   CHAOS_ENGINE=dev scripts/chaos-real.sh short
+#                                          on our development engine (hatchet-dev-engine): the
+#                                          engine "kill" drops every connection at the engine
+#                                          (its state is in memory), PostgreSQL is not there
+#
+# Another deployment: export its HATCHET_CLIENT_* variables, set CHAOS_ENGINE=external and
+# CHAOS_KILL_ENGINE / CHAOS_RESTART_POSTGRES to commands that do those (or `true` to skip them).
+# Knobs: CHAOS_RUNS, CHAOS_RATE (runs a second), CHAOS_WAIT (seconds a result may take),
+# CHAOS_FAULTS ("SECONDS:KIND ..." from the client's start; kinds engine, postgres, freeze, cut,
+# worker), CHAOS_FREEZE_SECS. Output in target/chaos/<tag>/.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+MODE="${1:-short}"
+ENGINE="${CHAOS_ENGINE:-real}"
+case "$MODE" in
+  short)
+    RUNS="${CHAOS_RUNS:-200}" RATE="${CHAOS_RATE:-8}" WAIT="${CHAOS_WAIT:-300}"
+    FAULTS="${CHAOS_FAULTS:-4:engine 9:freeze 13:worker 18:postgres 22:cut}"
+    ;;
+  long)
+    RUNS="${CHAOS_RUNS:-1000}" RATE="${CHAOS_RATE:-5}" WAIT="${CHAOS_WAIT:-420}"
+    FAULTS="${CHAOS_FAULTS:-15:engine 40:freeze 60:worker 80:engine 100:postgres 125:cut 150:engine 175:freeze}"
+    ;;
+  *) echo "usage: $0 [short|long]" >&2; exit 2 ;;
+esac
+FREEZE_SECS="${CHAOS_FREEZE_SECS:-25}"
+TAG="${CHAOS_TAG:-$MODE-$(date +%s)}"
+OUT="$ROOT/target/chaos/$TAG"
+mkdir -p "$OUT"
+say() { printf 'chaos: %s\n' "$*" >&2; }
+
+cargo build --quiet --example chaos_suite --bin hatchet-dev-engine 2>&1 | tail -20
+BIN="$ROOT/target/debug/examples/chaos_suite"
+
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  [[ -n "${WORKER_PID:-}" ]] && kill -TERM "$WORKER_PID" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# ---- the engine ----
+dev_drop_connections() {
+  curl -fsS -X POST -H "Authorization: Bearer $HATCHET_CLIENT_TOKEN" "$HATCHET_CLIENT_SERVER_URL/_dev/drop-connections"
+}
+case "$ENGINE" in
+  real)
+    if [[ "$(scripts/real-engine.sh status)" != *"engine: running"* ]]; then
+      scripts/real-engine.sh start >/dev/null
+    fi
+    eval "$(scripts/real-engine.sh env)"
+    KILL_ENGINE="${CHAOS_KILL_ENGINE:-scripts/real-engine.sh restart-engine}"
+    RESTART_POSTGRES="${CHAOS_RESTART_POSTGRES:-scripts/real-engine.sh restart-postgres}"
+    ;;
+  dev)
+    "$ROOT/target/debug/hatchet-dev-engine" >"$OUT/engine.out" 2>"$OUT/engine.log" &
+    pids+=($!)
+    for _ in $(seq 1 100); do grep -q HATCHET_CLIENT_TOKEN "$OUT/engine.out" 2>/dev/null && break; sleep 0.1; done
+    eval "$(grep '^export ' "$OUT/engine.out")"
+    KILL_ENGINE="${CHAOS_KILL_ENGINE:-dev_drop_connections}"
+    RESTART_POSTGRES="${CHAOS_RESTART_POSTGRES:-true}"
+    ;;
+  external)
+    KILL_ENGINE="${CHAOS_KILL_ENGINE:-true}"
+    RESTART_POSTGRES="${CHAOS_RESTART_POSTGRES:-true}"
+    ;;
+  *) echo "CHAOS_ENGINE is real, dev or external" >&2; exit 2 ;;
+esac
+: "${HATCHET_CLIENT_HOST_PORT:?set the HATCHET_CLIENT_ variables of the engine}"
+
+# ---- the proxy in front of the gRPC port ----
+PROXY_ADDR="127.0.0.1:${CHAOS_PROXY_PORT:-17178}"
+"$BIN" proxy --listen "$PROXY_ADDR" --upstream "$HATCHET_CLIENT_HOST_PORT" --freeze-secs "$FREEZE_SECS" 2>>"$OUT/proxy.log" &
+PROXY_PID=$!
+pids+=("$PROXY_PID")
+export HATCHET_CLIENT_HOST_PORT="$PROXY_ADDR"
+export RUST_LOG="${RUST_LOG:-hatchet_runtime=info}"
+
+start_worker() {
+  "$BIN" worker --dir "$OUT" --slots 16 >>"$OUT/worker.log" 2>&1 &
+  WORKER_PID=$!
+}
+start_worker
+for _ in $(seq 1 300); do grep -q 'serving' "$OUT/worker.log" 2>/dev/null && break; sleep 0.1; done
+grep -q 'serving' "$OUT/worker.log" || { tail -20 "$OUT/worker.log" >&2; say "the worker did not start"; exit 1; }
+
+say "$RUNS runs at $RATE/s on the $ENGINE engine; faults: $FAULTS; output in $OUT"
+"$BIN" client --dir "$OUT" --runs "$RUNS" --rate "$RATE" --wait "$WAIT" --tag "$TAG" >"$OUT/client.out" 2>"$OUT/client.log" &
+CLIENT_PID=$!
+T0=$(date +%s)
+
+# ---- the faults, in order ----
+for f in $FAULTS; do
+  at="${f%%:*}" kind="${f#*:}"
+  now=$(($(date +%s) - T0))
+  ((at > now)) && sleep $((at - now))
+  kill -0 "$CLIENT_PID" 2>/dev/null || break
+  say "+$(($(date +%s) - T0))s $kind"
+  echo "$(date -u +%FT%T.%3NZ) $kind" >>"$OUT/faults.log"
+  case "$kind" in
+    engine) eval "$KILL_ENGINE" >>"$OUT/faults.log" 2>&1 || say "the engine kill failed" ;;
+    postgres) eval "$RESTART_POSTGRES" >>"$OUT/faults.log" 2>&1 || say "the PostgreSQL restart failed" ;;
+    freeze) kill -USR1 "$PROXY_PID" ;;
+    cut) kill -USR2 "$PROXY_PID" ;;
+    worker)
+      kill -KILL "$WORKER_PID" 2>/dev/null || true
+      wait "$WORKER_PID" 2>/dev/null || true
+      sleep 2
+      start_worker
+      ;;
+    *) say "unknown fault kind $kind" ;;
+  esac
+done
+
+rc=0
+wait "$CLIENT_PID" || rc=$?
+kill -TERM "$WORKER_PID" 2>/dev/null || true
+cat "$OUT/client.out"
+grep -h 'chaos summary' "$OUT/client.out" >"$OUT/summary.txt" || true
+
+# ---- evidence from the engine's tables for each run that did not come back right ----
+if [[ "$ENGINE" == real && -s "$OUT/problems.tsv" ]]; then
+  scripts/chaos-evidence.sh "$OUT" >"$OUT/evidence.txt" 2>&1 || true
+  say "evidence from the engine's tables: $OUT/evidence.txt"
+fi
+[[ -s "$OUT/problems.tsv" ]] && { say "runs that did not come back right:"; cut -c1-300 "$OUT/problems.tsv" >&2; }
+[[ "$rc" -eq 0 ]] || { tail -30 "$OUT/client.log" >&2; say "FAILED (exit $rc)"; }
+exit "$rc"
