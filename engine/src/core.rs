@@ -968,7 +968,13 @@ impl Engine {
         let mut any_running = false;
         let mut task_runs = HashMap::new();
         for tid in &run.tasks {
-            if let Some(t) = st.tasks.get(tid) {
+            // Only the tasks that exist: the real engine creates a DAG's task when its parents
+            // have completed (or its condition holds), and lists none before.
+            if let Some(t) = st
+                .tasks
+                .get(tid)
+                .filter(|t| done || t.status != Status::Pending)
+            {
                 let (status, error, output) = if done {
                     (
                         t.status.v1(),

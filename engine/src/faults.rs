@@ -53,6 +53,12 @@ pub struct Switches {
     pub duplicate_assignments: u32,
     /// Send the next this many assignments again 300 ms later.
     pub late_duplicates: u32,
+    /// Task completions whose follow-up is lost, as the real engine loses it when it is
+    /// killed right after recording a completion (seen in the chaos suite: the task's
+    /// COMPLETED event is written and its runtime row gone, but the DAG match that creates the
+    /// next task stays unsatisfied): the task reads COMPLETED, its dependents are never created
+    /// and its run never finishes, until a replay.
+    pub lose_completion_followups: std::sync::atomic::AtomicU32,
     /// Durable completions to lose before they reach a stream (as a cluster can);
     /// `worker_status` recovers them.
     pub lose_durable_completions: std::sync::atomic::AtomicU32,

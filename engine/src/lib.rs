@@ -541,6 +541,19 @@ impl DevEngine {
             });
     }
 
+    /// Fault injection, as the real engine does when it is killed right after recording a
+    /// completion: the next `n` task completions are recorded (the task reads COMPLETED with
+    /// its output) and their follow-up is lost: the tasks that wait on them are never created
+    /// and the run never finishes, until it is replayed.
+    pub fn lose_next_completion_followups(&self, n: u32) {
+        self.engine
+            .state
+            .lock()
+            .switches
+            .lose_completion_followups
+            .store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Fault injection: lose the next `n` durable completions before they reach a stream, as
     /// a cluster can; a worker's `worker_status` recovers them.
     pub fn lose_next_durable_completions(&self, n: u32) {

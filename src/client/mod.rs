@@ -120,6 +120,18 @@ impl ClientCore {
         Ok(outputs)
     }
 
+    /// What the engine's read shows of a run whose wait ran out (one REST read, bounded), as a
+    /// clause for the error: its tasks and their states, and, when it has tasks that finished
+    /// and none queued or running, what that means ([`stall_hint`]). Empty when the read fails.
+    async fn describe_pending(&self, run_id: &str) -> String {
+        let api = api::Api::new(self.conn.clone());
+        match tokio::time::timeout(LOOKUP_WITHIN, api.run(run_id)).await {
+            Ok(Ok(view)) => stall_hint(&view),
+            Ok(Err(e)) if e.is_not_found() => "; the engine shows no run under this id yet (it may still be creating it, or it lost the trigger: read it again before triggering again)".to_string(),
+            _ => String::new(),
+        }
+    }
+
     /// Notes that `workflow` (as the caller names it) exists at the engine.
     pub(crate) fn note_workflow(&self, workflow: &str) {
         let name = self.conn.config().namespaced(workflow);
@@ -314,6 +326,37 @@ pub(crate) fn encode(s: &str) -> String {
 /// How long a workflow-name lookup before a first trigger may take before the trigger goes
 /// ahead without it.
 const LOOKUP_WITHIN: Duration = Duration::from_secs(3);
+
+/// What a run's read says about a wait that ran out (a pure decision): its tasks' states, and,
+/// when some finished and none is queued or running while the run is not final, that the
+/// engine may have lost the step that starts the next task. Seen on the real engine: a crash
+/// right after it recorded a task's completion leaves the next task's trigger unsatisfied
+/// (`v1_match`), the run RUNNING forever; a replay finishes it.
+pub(crate) fn stall_hint(view: &crate::RunView) -> String {
+    use crate::RunStatus as S;
+    if view.is_final() {
+        return "; the engine reads it finished now: wait again to take its result".to_string();
+    }
+    let tasks: Vec<String> = view
+        .tasks
+        .iter()
+        .map(|(name, t)| format!("{name} {:?}", t.status))
+        .collect();
+    let mut out = format!(
+        "; the engine reads it {:?} with tasks [{}]",
+        view.status,
+        tasks.join(", ")
+    );
+    let active = view
+        .tasks
+        .values()
+        .any(|t| matches!(t.status, S::Queued | S::Running));
+    let finished = view.tasks.values().any(|t| t.status == S::Completed);
+    if finished && !active {
+        out.push_str(": no task is queued or running. Unless a task waits on a condition (a sleep, an event) this long, the engine lost the step that starts the next task (it does when it stops right after recording a completion); replay the run (RuntimeHandle::replay_runs) to finish it, which runs its tasks again");
+    }
+    out
+}
 
 /// Whether a run's details show it done with every completed task's output written (a task
 /// that completed has an output; one that failed or was cancelled has none): only then are they
@@ -598,9 +641,14 @@ impl RunHandle {
     pub async fn result_within<O: DeserializeOwned>(&self, timeout: Duration) -> Result<O, Error> {
         match tokio::time::timeout(timeout, self.result()).await {
             Ok(r) => r,
-            Err(_) => Err(Error::new(Outcome::DeadlineExceeded, "wait for run")
-                .with_detail(format!("no result within {timeout:?}; the run goes on"))
-                .with_run_id(&self.run_id)),
+            Err(_) => {
+                let seen = Box::pin(self.client.describe_pending(&self.run_id)).await;
+                Err(Error::new(Outcome::DeadlineExceeded, "wait for run")
+                    .with_detail(format!(
+                        "no result within {timeout:?}; the run goes on{seen}"
+                    ))
+                    .with_run_id(&self.run_id))
+            }
         }
     }
 }

@@ -2438,6 +2438,75 @@ async fn conf_a_wait_outlives_a_gated_run_the_engine_does_not_show_yet() {
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
+/// A run the engine stalls (it recorded `a`'s completion and lost the step that creates `b`:
+/// the real engine does this when it is killed right after the completion, found by the chaos
+/// suite, `scripts/chaos-evidence.sh` shows the unsatisfied match) ends its wait at the deadline
+/// with what the engine shows and the way out, not a bare timeout; a replay finishes it, and
+/// `a` runs again (counted in the handler). The real engine's case is the chaos suite's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_ours_only_a_run_stalled_by_a_lost_followup_is_named_at_its_deadline() {
+    let t = Target::new("stalled").await;
+    let Some(e) = t.ours_only("a completion whose follow-up the engine loses") else {
+        return;
+    };
+    let runs: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let (ra, rb) = (runs.clone(), runs.clone());
+    let wf = Workflow::new("stalled")
+        .task("a", move |_: Value, _c: Context| {
+            let runs = ra.clone();
+            async move {
+                runs.lock().push("a");
+                Ok::<_, TaskError>(json!({"a": 1}))
+            }
+        })
+        .task_with(
+            "b",
+            TaskOptions::default().parents(["a"]),
+            move |_: Value, _c: Context| {
+                let runs = rb.clone();
+                async move {
+                    runs.lock().push("b");
+                    Ok::<_, TaskError>(json!({"b": 2}))
+                }
+            },
+        );
+    let rt = t.worker(2, vec![wf]).await;
+    e.lose_next_completion_followups(1);
+    let h = rt
+        .run_no_wait("stalled", &json!({}))
+        .await
+        .expect("trigger");
+    let err = h
+        .result_within::<Value>(Duration::from_secs(4))
+        .await
+        .expect_err("the run is stalled");
+    assert_eq!(err.outcome(), Outcome::DeadlineExceeded, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("a Completed") && !text.contains("b Queued"),
+        "what the engine shows, only the tasks it created: {text}"
+    );
+    assert!(
+        text.contains("no task is queued or running") && text.contains("replay_runs"),
+        "{text}"
+    );
+    assert_eq!(*runs.lock(), ["a"], "b was never created");
+    rt.replay_runs(&[h.run_id().to_string()])
+        .await
+        .expect("replay");
+    let out: Value = h
+        .result_within(RESULT)
+        .await
+        .expect("the replayed run's result");
+    assert_eq!(out, json!({"a": {"a": 1}, "b": {"b": 2}}));
+    assert_eq!(
+        *runs.lock(),
+        ["a", "a", "b"],
+        "the replay runs a again, then b"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
 /// A static rate-limit key must exist before a workflow that names it is registered (the real
 /// engine's step rate limit references the key).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

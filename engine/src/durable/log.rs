@@ -45,15 +45,7 @@ impl State {
         let Some((payload, failure, err)) = &n.result else {
             return;
         };
-        let lose = &self.switches.lose_durable_completions;
-        let lost = lose
-            .fetch_update(
-                std::sync::atomic::Ordering::Relaxed,
-                std::sync::atomic::Ordering::Relaxed,
-                |n| n.checked_sub(1),
-            )
-            .is_ok();
-        if lost {
+        if crate::store::runs::take_one(&self.switches.lose_durable_completions) {
             return;
         }
         if let Some(stream) = self.durable.routes.get(task) {

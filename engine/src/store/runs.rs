@@ -289,6 +289,9 @@ impl State {
         };
         self.emit_task_event(tid, proto::ResourceEventType::Completed, output);
         self.durable_task_finished(tid);
+        if take_one(&self.switches.lose_completion_followups) {
+            return;
+        }
         // Its dependents decide (queued, skipped or cancelled: matches.rs).
         self.settle_dependents(tid);
         self.maybe_finish_run(&run_id);
@@ -661,4 +664,14 @@ mod tests {
         // Still over once the errors are replaced: none.
         assert!(fit_results(vec![r(Some(90), None), r(None, Some(200))], 100).is_empty());
     }
+}
+
+/// Takes one from a fault's counter; whether there was one to take.
+pub(crate) fn take_one(n: &std::sync::atomic::AtomicU32) -> bool {
+    n.fetch_update(
+        std::sync::atomic::Ordering::Relaxed,
+        std::sync::atomic::Ordering::Relaxed,
+        |n| n.checked_sub(1),
+    )
+    .is_ok()
 }

@@ -288,8 +288,11 @@ async fn run_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Respo
         })
         .collect();
     let events = run_task_events(&tasks);
+    // Only the tasks that exist: the real engine creates a DAG's task when its parents have
+    // completed (or its condition holds), and reads none before.
     let task_rows: Vec<Value> = tasks
         .iter()
+        .filter(|t| t.status != crate::store::model::Status::Pending)
         .map(|t| read_row(task_json(&st, t, run, tenant, true)))
         .collect();
     Json(json!({
