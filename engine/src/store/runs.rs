@@ -633,6 +633,16 @@ pub fn fit_results(
     results
 }
 
+/// Takes one from a fault's counter; whether there was one to take.
+pub(crate) fn take_one(n: &std::sync::atomic::AtomicU32) -> bool {
+    n.fetch_update(
+        std::sync::atomic::Ordering::Relaxed,
+        std::sync::atomic::Ordering::Relaxed,
+        |n| n.checked_sub(1),
+    )
+    .is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -664,14 +674,4 @@ mod tests {
         // Still over once the errors are replaced: none.
         assert!(fit_results(vec![r(Some(90), None), r(None, Some(200))], 100).is_empty());
     }
-}
-
-/// Takes one from a fault's counter; whether there was one to take.
-pub(crate) fn take_one(n: &std::sync::atomic::AtomicU32) -> bool {
-    n.fetch_update(
-        std::sync::atomic::Ordering::Relaxed,
-        std::sync::atomic::Ordering::Relaxed,
-        |n| n.checked_sub(1),
-    )
-    .is_ok()
 }
