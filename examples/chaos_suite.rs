@@ -41,6 +41,10 @@ fn workflow_of(i: usize) -> &'static str {
     }
 }
 
+/// How long a result may take before the run is checked for a stall (its tasks take under a
+/// second, so this is far past any queue the faults make).
+const STALL_CHECK: Duration = Duration::from_secs(90);
+
 /// What a right result is, per workflow and key.
 fn expected(workflow: &str, k: &str) -> Value {
     match workflow {
@@ -273,6 +277,7 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
     let rt = Runtime::spawn(hatchet_runtime::ClientConfig::from_env()?).await?;
     let sends = Arc::new(Mutex::new(0u64));
     let retriggers = Arc::new(Mutex::new(0u64));
+    let replays = Arc::new(Mutex::new(0u64));
     let ends: Arc<Mutex<BTreeMap<usize, Ended>>> = Arc::default();
     let mut waits = Vec::new();
     let chunk = 25usize;
@@ -302,8 +307,13 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
             *sends.lock() += 1;
             let answers = rt.run_many_with(wf, &items).await;
             for (&i, answer) in idx.iter().zip(answers) {
-                let (rt, ends, sends, retriggers) =
-                    (rt.clone(), ends.clone(), sends.clone(), retriggers.clone());
+                let (rt, ends, sends, retriggers, replays) = (
+                    rt.clone(),
+                    ends.clone(),
+                    sends.clone(),
+                    retriggers.clone(),
+                    replays.clone(),
+                );
                 let (k, wait) = (key_of(i), o.wait);
                 let opts = opts(i);
                 waits.push(tokio::spawn(async move {
@@ -325,17 +335,35 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
                         Err(e) => End::Other(format!("trigger: {e}")),
                         Ok(h) => {
                             run = h.run_id().to_string();
-                            let left = give_up.saturating_duration_since(Instant::now());
-                            match h.result_within::<Value>(left).await {
-                                Ok(v) if v == expected(wf, &k) => End::Right,
-                                Ok(v) => End::Wrong(format!("{run}\t{v}")),
-                                Err(e) if e.outcome() == Outcome::DeadlineExceeded => {
-                                    End::Lost(format!("{run}\t{e}"))
+                            // Waited in rounds: a run the engine stalled (it lost the step that
+                            // starts the next task, which the deadline's error says) is
+                            // replayed, as the error advises, and waited on again.
+                            loop {
+                                let left = give_up.saturating_duration_since(Instant::now());
+                                match h.result_within::<Value>(left.min(STALL_CHECK)).await {
+                                    Ok(v) if v == expected(wf, &k) => break End::Right,
+                                    Ok(v) => break End::Wrong(format!("{run}\t{v}")),
+                                    Err(e)
+                                        if e.outcome() == Outcome::DeadlineExceeded
+                                            && e.to_string()
+                                                .contains("no task is queued or running")
+                                            && Instant::now() < give_up =>
+                                    {
+                                        eprintln!("chaos client: replaying stalled run {run}: {e}");
+                                        *replays.lock() += 1;
+                                        let _ = rt.replay_runs(std::slice::from_ref(&run)).await;
+                                    }
+                                    Err(e)
+                                        if e.outcome() == Outcome::DeadlineExceeded
+                                            && Instant::now() < give_up => {}
+                                    Err(e) if e.outcome() == Outcome::DeadlineExceeded => {
+                                        break End::Lost(format!("{run}\t{e}"));
+                                    }
+                                    Err(e) if e.outcome() == Outcome::RunFailed => {
+                                        break End::Failed(format!("{run}\t{e}"));
+                                    }
+                                    Err(e) => break End::Other(format!("{run}\t{e}")),
                                 }
-                                Err(e) if e.outcome() == Outcome::RunFailed => {
-                                    End::Failed(format!("{run}\t{e}"))
-                                }
-                                Err(e) => End::Other(format!("{run}\t{e}")),
                             }
                         }
                     };
@@ -414,7 +442,7 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
     let extra: usize = execs.values().map(|n| n.saturating_sub(1)).sum();
     let c = |n: &str| counts.get(n).copied().unwrap_or(0);
     println!(
-        "chaos summary: runs {} right {} wrong {} lost {} failed {} refused {} errors {} | engine runs {} ({engine_read}; {} not in its run list) duplicate keys {} keys without a run {} | executions {} for {} tasks, beyond one {} | trigger sends {} re-sent {} | reconnects {:?} | {:.1}s",
+        "chaos summary: runs {} right {} wrong {} lost {} failed {} refused {} errors {} | engine runs {} ({engine_read}; {} not in its run list) duplicate keys {} keys without a run {} | executions {} for {} tasks, beyond one {} | trigger sends {} re-sent {} | stalled runs replayed {} | reconnects {:?} | {:.1}s",
         o.runs,
         c("right"),
         c("wrong"),
@@ -431,6 +459,7 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
         extra,
         *sends.lock(),
         *retriggers.lock(),
+        *replays.lock(),
         rt.reconnects()
             .into_iter()
             .filter(|(_, n)| *n > 0)

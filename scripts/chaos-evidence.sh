@@ -45,5 +45,6 @@ echo "== runs in the main tables missing from the read model (the REST run list)
 q "select t.workflow_run_id, t.additional_metadata->>'k' k, t.inserted_at from v1_task t
     where t.additional_metadata->>'chaos' = '$TAG' and t.step_readable_id in ('a', 't', 'd')
       and not exists (select 1 from v1_runs_olap o where o.external_id = t.workflow_run_id)"
-echo "== the message queue's items not yet consumed"
-q "select \"queueId\", status, count(*) from \"MessageQueueItem\" group by 1, 2"
+echo "== the message queue's items not yet consumed (ASSIGNED ones were read by a process that died"
+echo "   before acking them: the engine never reads them again, and deletes them 5 minutes on)"
+q "select \"queueId\", status, payload->>'id' as message, count(*), min(\"expiresAt\") from \"MessageQueueItem\" group by 1, 2, 3"

@@ -702,6 +702,9 @@ impl Engine {
                     t.answered = true;
                 }
             }
+            E::StepEventTypeCompleted
+                if !stale
+                    && crate::store::runs::take_one(&st.switches.lose_answered_completions) => {}
             E::StepEventTypeCompleted if !stale => {
                 let payload = if ev.event_payload.trim().is_empty() {
                     "{}"

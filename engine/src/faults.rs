@@ -53,6 +53,10 @@ pub struct Switches {
     pub duplicate_assignments: u32,
     /// Send the next this many assignments again 300 ms later.
     pub late_duplicates: u32,
+    /// Task completions answered and never recorded, as the real engine loses one whose message
+    /// its controller had read when it was killed (the chaos suite saw it): the worker is told
+    /// OK, the attempt stays running until its timeout fails it.
+    pub lose_answered_completions: std::sync::atomic::AtomicU32,
     /// Task completions whose follow-up is lost, as the real engine loses it when it is
     /// killed right after recording a completion (seen in the chaos suite: the task's
     /// COMPLETED event is written and its runtime row gone, but the DAG match that creates the

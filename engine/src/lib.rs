@@ -541,6 +541,18 @@ impl DevEngine {
             });
     }
 
+    /// Fault injection, as the real engine does when it is killed after answering a completion
+    /// and before its controller records it: the next `n` COMPLETED step events are answered OK
+    /// and dropped; their attempts stay running until their timeout.
+    pub fn lose_next_answered_completions(&self, n: u32) {
+        self.engine
+            .state
+            .lock()
+            .switches
+            .lose_answered_completions
+            .store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Fault injection, as the real engine does when it is killed right after recording a
     /// completion: the next `n` task completions are recorded (the task reads COMPLETED with
     /// its output) and their follow-up is lost: the tasks that wait on them are never created

@@ -71,10 +71,7 @@ impl ClientCore {
                         crate::listener::runs::event_from_details(run_id, d),
                     );
                 }
-                Err(e)
-                    if e.status()
-                        .is_some_and(|s| s.code() == tonic::Code::ResourceExhausted) =>
-                {
+                Err(e) if too_large(&e) => {
                     return self.outputs_from_rest(run_id).await;
                 }
                 Ok(_) | Err(_) if tokio::time::Instant::now() + every < give_up => {}
@@ -130,6 +127,23 @@ impl ClientCore {
             Ok(Err(e)) if e.is_not_found() => "; the engine shows no run under this id yet (it may still be creating it, or it lost the trigger: read it again before triggering again)".to_string(),
             _ => String::new(),
         }
+    }
+
+    /// Reads a run's details once, in the background, and delivers its result to its waiters if
+    /// it has finished (a late wait on a finished run answers at once, where the run stream
+    /// would tell it at the engine's next tick). Spawned: a dropped wait does not cancel it, and
+    /// a delivery finds only the waiters still there.
+    fn read_if_finished(self: &Arc<Self>, run_id: &str) {
+        let (me, run_id) = (self.clone(), run_id.to_string());
+        tokio::spawn(async move {
+            if let Ok(d) = me.conn.run_details(&run_id, Some(LOOKUP_WITHIN)).await
+                && details_settled(&d)
+            {
+                let ev = crate::listener::runs::event_from_details(&run_id, d);
+                me.registry()
+                    .deliver(crate::listener::run_event::RunEvent::from_event(&ev));
+            }
+        });
     }
 
     /// Notes that `workflow` (as the caller names it) exists at the engine.
@@ -358,6 +372,27 @@ pub(crate) fn stall_hint(view: &crate::RunView) -> String {
     out
 }
 
+/// Whether a call failed on a message over a gRPC size limit: the engine's (ResourceExhausted)
+/// or this client's decoder's (OutOfRange).
+fn too_large(e: &Error) -> bool {
+    e.status().is_some_and(|s| {
+        matches!(
+            s.code(),
+            tonic::Code::ResourceExhausted | tonic::Code::OutOfRange
+        )
+    })
+}
+
+/// How long after its trigger a wait still counts as the trigger's own (a pure decision): one
+/// that starts within it costs no read (the run stream carries the result); a later one, or a
+/// wait on an id the caller gave, reads the run once ([`ClientCore::read_if_finished`]).
+pub(crate) const FRESH_FOR: Duration = Duration::from_secs(1);
+
+/// Whether a wait reads its run once first ([`FRESH_FOR`]).
+pub(crate) fn late_wait(origin: Origin, since_trigger: Duration) -> bool {
+    origin == Origin::Given || since_trigger >= FRESH_FOR
+}
+
 /// Whether a run's details show it done with every completed task's output written (a task
 /// that completed has an output; one that failed or was cancelled has none): only then are they
 /// its result.
@@ -507,6 +542,10 @@ pub struct RunHandle {
     /// Whether the engine gave this id to this process (a trigger) or the caller did: the
     /// unknown-run sweep gives up on a caller's id much sooner (`SweepPlan`).
     origin: Origin,
+    /// When the handle was made: a wait that starts later reads the run once (it may have
+    /// finished already, and the engine's run stream tells of a finished run only at its next
+    /// tick, a second on the real engine).
+    born: tokio::time::Instant,
 }
 
 impl std::fmt::Debug for RunHandle {
@@ -557,6 +596,7 @@ impl RunHandle {
             run_id,
             client,
             origin: Origin::Triggered,
+            born: tokio::time::Instant::now(),
         }
     }
 
@@ -566,6 +606,7 @@ impl RunHandle {
             run_id,
             client,
             origin: Origin::Given,
+            born: tokio::time::Instant::now(),
         }
     }
 
@@ -590,6 +631,9 @@ impl RunHandle {
         })?;
         if arm {
             self.client.runs.ensure();
+        }
+        if late_wait(self.origin, self.born.elapsed()) {
+            self.client.read_if_finished(&self.run_id);
         }
         let ev = match waiter.await {
             Some(r) => r?,

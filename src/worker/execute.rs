@@ -285,24 +285,42 @@ async fn send_event(
     no_retry: bool,
     until_delivered: bool,
 ) {
+    let req = proto::StepActionEvent {
+        worker_id: String::new(),
+        job_id: String::new(),
+        job_run_id: a.job_run_id.clone(),
+        task_id: a.task_id.clone(),
+        task_run_external_id: a.task_run_external_id.clone(),
+        action_id: a.action_id.clone(),
+        event_timestamp: None,
+        event_type: kind as i32,
+        event_payload: payload,
+        retry_count: Some(a.retry_count),
+        should_not_retry: no_retry.then_some(true),
+    };
+    let delivered = send_step_event(core, &req, until_delivered).await;
+    // A final event the engine answered may still be lost by it (see `resend`): kept a while.
+    if delivered && matches!(kind, E::StepEventTypeCompleted | E::StepEventTypeFailed) {
+        core.recent_finals.record(req);
+    }
+}
+
+/// Sends `req` (its worker id and timestamp set at each attempt); whether it was delivered.
+async fn send_step_event(
+    core: &WorkerCore,
+    req: &proto::StepActionEvent,
+    until_delivered: bool,
+) -> bool {
     const PATH: &str = "/Dispatcher/SendStepActionEvent";
     deliver(
         core,
-        &a.task_run_external_id,
+        &req.task_run_external_id,
         until_delivered,
         |worker_id| {
             let req = proto::StepActionEvent {
                 worker_id,
-                job_id: String::new(),
-                job_run_id: a.job_run_id.clone(),
-                task_id: a.task_id.clone(),
-                task_run_external_id: a.task_run_external_id.clone(),
-                action_id: a.action_id.clone(),
                 event_timestamp: Some(proto::timestamp_now()),
-                event_type: kind as i32,
-                event_payload: payload.clone(),
-                retry_count: Some(a.retry_count),
-                should_not_retry: no_retry.then_some(true),
+                ..req.clone()
             };
             async move {
                 let client = core.conn.dispatcher();
@@ -315,7 +333,15 @@ async fn send_event(
             }
         },
     )
-    .await;
+    .await
+}
+
+/// Sends a final event once more after the action stream came back (see `resend`): once, as
+/// the first attempt at it; an engine that recorded it records it again harmlessly.
+pub(crate) async fn resend_final(core: &WorkerCore, req: proto::StepActionEvent) {
+    if !send_step_event(core, &req, false).await {
+        tracing::debug!(task = %req.task_run_external_id, "a final event sent again was not delivered");
+    }
 }
 
 /// Sends one event for members of a batch (`items`: task run id and payload). With
@@ -333,7 +359,7 @@ async fn send_batch_event(
         return;
     }
     let batch = a.batch_id.clone().unwrap_or_default();
-    deliver(core, &batch, until_delivered, |worker_id| {
+    let _ = deliver(core, &batch, until_delivered, |worker_id| {
         let req = proto::BatchActionEvent {
             worker_id,
             job_id: String::new(),
@@ -367,7 +393,7 @@ async fn send_batch_event(
 /// Sends with `send` (given the worker id). With `until_delivered`, keeps trying through
 /// outages until it lands, the engine refuses it, or the attempt is stale (no heartbeat for
 /// [`STALE_AFTER`]: the engine has reassigned it); `what` names it in the log.
-async fn deliver<F, Fut>(core: &WorkerCore, what: &str, until_delivered: bool, mut send: F)
+async fn deliver<F, Fut>(core: &WorkerCore, what: &str, until_delivered: bool, mut send: F) -> bool
 where
     F: FnMut(String) -> Fut,
     Fut: std::future::Future<Output = Result<(), Error>>,
@@ -376,7 +402,7 @@ where
     loop {
         let worker_id = core.identity.get().unwrap_or_default();
         let e = match send(worker_id).await {
-            Ok(()) => return,
+            Ok(()) => return true,
             Err(e) => e,
         };
         if !until_delivered
@@ -388,7 +414,7 @@ where
             if until_delivered {
                 tracing::warn!(task = %what, error = %e, "step event not delivered");
             }
-            return;
+            return false;
         }
         let last_ok = *core.identity.last_heartbeat_ok.lock();
         let silent_for = last_ok
@@ -396,11 +422,11 @@ where
             .unwrap_or_else(|| started.elapsed());
         if silent_for >= STALE_AFTER && started.elapsed() >= STALE_AFTER {
             tracing::warn!(task = %what, "giving up a step event: no heartbeat for 30 s, the engine has reassigned the attempt");
-            return;
+            return false;
         }
         tokio::select! {
             _ = tokio::time::sleep(REDELIVER_PAUSE) => {}
-            _ = core.conn.lifecycle().cancelled() => return,
+            _ = core.conn.lifecycle().cancelled() => return false,
         }
     }
 }

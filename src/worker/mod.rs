@@ -33,6 +33,7 @@ pub(crate) mod heartbeat;
 mod labels;
 pub(crate) mod logs;
 pub(crate) mod placement;
+mod resend;
 pub(crate) mod standalone;
 mod state;
 pub(crate) mod task;
@@ -189,6 +190,8 @@ pub(crate) struct WorkerCore {
     running: Mutex<HashMap<RunningKey, CancellationToken>>,
     /// Attempts that ran here (invariant 5: the same attempt offered again does not run again).
     finished: finished::Finished<RunningKey>,
+    /// Final events answered lately, sent again when the action stream comes back.
+    pub(crate) recent_finals: resend::RecentFinals,
     /// Signalled whenever a running attempt ends (the drain waits on it).
     attempt_ended: Notify,
     tracker: TaskTracker,
@@ -245,6 +248,7 @@ impl WorkerCore {
             running: Mutex::default(),
             finished: finished::Finished::default(),
             attempt_ended: Notify::new(),
+            recent_finals: resend::RecentFinals::default(),
             tracker: TaskTracker::new(),
             stop,
             heartbeat_stop,

@@ -2507,6 +2507,99 @@ async fn conf_ours_only_a_run_stalled_by_a_lost_followup_is_named_at_its_deadlin
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
+/// A wait on a run that has already finished answers from one read of the run (the engine's
+/// run stream tells of a finished run only at its next tick, a second on the real engine),
+/// while a wait that starts with its trigger costs no read (issue 48). Reads are counted at our
+/// engine; both engines give the same result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_wait_on_a_finished_run_reads_it_once_and_a_fresh_wait_not_at_all() {
+    let t = Target::new("finished_wait").await;
+    let wf = Workflow::new("finished-wait").task("t", |i: Value, _c: Context| async move {
+        Ok::<_, TaskError>(json!({"n": i["n"]}))
+    });
+    let rt = t.worker(2, vec![wf]).await;
+    const READ: &str = "/v1.AdminService/GetRunDetails";
+    let reads = || t.ours.as_ref().map(|e| e.faults().attempts(READ));
+    let before = reads();
+    let h = rt
+        .run_no_wait("finished-wait", &json!({"n": 1}))
+        .await
+        .expect("trigger");
+    let out: Value = h.result_within(RESULT).await.expect("result");
+    assert_eq!(out, json!({"n": 1}));
+    assert_eq!(
+        reads(),
+        before,
+        "a wait that starts with its trigger reads nothing"
+    );
+    for _ in 0..3 {
+        let again: Value = rt
+            .run_handle(h.run_id())
+            .result_within(RESULT)
+            .await
+            .expect("the finished run's result");
+        assert_eq!(again, json!({"n": 1}));
+    }
+    // The reads are spawned (our engine may answer first on the stream): wait for them.
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while reads() < before.map(|n| n + 3) && std::time::Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        reads(),
+        before.map(|n| n + 3),
+        "each late wait reads the run once"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+/// A completion the engine answered and then lost (the real engine does when it is killed after
+/// answering and before its controller records it: the chaos suite's attempts that ran twice,
+/// `TIMED_OUT` after a `FINISHED` the worker had sent) is sent again when the action stream
+/// comes back, so the attempt completes without waiting out its timeout and runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_ours_only_a_completion_the_engine_lost_is_sent_again_after_it_restarts() {
+    let t = Target::new("lost_completion").await;
+    let Some(e) = t.ours_only("an answered completion the engine loses") else {
+        return;
+    };
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = ran.clone();
+    let wf = Workflow::new("lost-completion").task_with(
+        "t",
+        TaskOptions::default()
+            .retries(1)
+            .timeout(Duration::from_secs(120)),
+        move |_: Value, _c: Context| {
+            let ran = r.clone();
+            async move {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, TaskError>(json!({"done": true}))
+            }
+        },
+    );
+    let rt = t.worker(2, vec![wf]).await;
+    e.lose_next_answered_completions(1);
+    let h = rt
+        .run_no_wait("lost-completion", &json!({}))
+        .await
+        .expect("trigger");
+    // The handler ran and its completion was answered, and lost.
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while ran.load(Ordering::SeqCst) == 0 && std::time::Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    t.restart_engine().await;
+    let out: Value = h
+        .result_within(Duration::from_secs(20))
+        .await
+        .expect("the completion sent again completes the attempt, long before its timeout");
+    assert_eq!(out, json!({"done": true}));
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "the task ran once");
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
 /// A static rate-limit key must exist before a workflow that names it is registered (the real
 /// engine's step rate limit references the key).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

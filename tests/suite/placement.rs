@@ -262,9 +262,14 @@ async fn dag_conditions_wait_skip_and_cancel_as_the_engine_decides() {
         .expect("push");
     rt.push("abort", &json!({})).await.expect("push");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(
-        view().await.tasks["approve"].status,
-        RunStatus::Queued,
+    // Not created yet (the real engine creates a DAG task when its condition holds, and a
+    // read lists none before), or queued.
+    assert!(
+        view()
+            .await
+            .tasks
+            .get("approve")
+            .is_none_or(|t| t.status == RunStatus::Queued),
         "a false expression does not release it"
     );
     rt.push("approval", &json!({"ok": true}))
