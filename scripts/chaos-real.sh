@@ -68,7 +68,7 @@ case "$ENGINE" in
     "$ROOT/target/debug/hatchet-dev-engine" >"$OUT/engine.out" 2>"$OUT/engine.log" &
     pids+=($!)
     for _ in $(seq 1 100); do grep -q HATCHET_CLIENT_TOKEN "$OUT/engine.out" 2>/dev/null && break; sleep 0.1; done
-    eval "$(grep '^export ' "$OUT/engine.out")"
+    eval "$(grep '^export [A-Z_]*=' "$OUT/engine.out")"
     KILL_ENGINE="${CHAOS_KILL_ENGINE:-dev_drop_connections}"
     RESTART_POSTGRES="${CHAOS_RESTART_POSTGRES:-true}"
     ;;

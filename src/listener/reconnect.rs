@@ -35,6 +35,19 @@ pub(crate) const PERMANENT_STREAM_CODES: [Code; 3] = [
     Code::InvalidArgument,
 ];
 
+/// UNAUTHENTICATED from an engine that has accepted the token before is not taken as a
+/// permanent refusal (a pure decision): the real engine answers it for any error of its token
+/// check, a database it cannot reach included (`grpc/middleware/auth.go`), so a restart of its
+/// PostgreSQL would otherwise stop every listener for good. It ends as a code that is neither
+/// transient nor permanent: the listener reconnects with backoff and stops after
+/// [`MAX_NO_PROGRESS`] such ends in a row (a revoked token).
+pub(crate) fn end_after_acceptance(end: StreamEnd, token_accepted: bool) -> StreamEnd {
+    match end {
+        StreamEnd::Code(Code::Unauthenticated) if token_accepted => StreamEnd::Code(Code::Aborted),
+        other => other,
+    }
+}
+
 /// Consecutive ends without progress after which a non-transient error stops the listener.
 pub(crate) const MAX_NO_PROGRESS: u32 = 10;
 
@@ -123,6 +136,24 @@ pub(crate) fn decide<R: rand::Rng + ?Sized>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn unauthenticated_stops_at_once_only_for_a_token_never_accepted() {
+        let refused = StreamEnd::Code(Code::Unauthenticated);
+        assert_eq!(end_after_acceptance(refused, false), refused);
+        let later = end_after_acceptance(refused, true);
+        assert!(
+            !PERMANENT_STREAM_CODES.contains(&Code::Aborted)
+                && !TRANSIENT_STREAM_CODES.contains(&Code::Aborted)
+                && later == StreamEnd::Code(Code::Aborted),
+            "bounded by MAX_NO_PROGRESS, not at once and not forever"
+        );
+        assert_eq!(
+            end_after_acceptance(StreamEnd::Eof, true),
+            StreamEnd::Eof,
+            "other ends unchanged"
+        );
+    }
+
     use super::*;
     use crate::retry::backoff::STREAM_BACKOFF;
     use rand::SeedableRng;

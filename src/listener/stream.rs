@@ -496,6 +496,7 @@ impl<K: StreamKind> StreamActor<K> {
                     if let Some(h) = &home.health {
                         h.connected();
                     }
+                    conn.grpc_core().note_token_accepted();
                     match pump(&*home.kind, &mut stream, &token).await {
                         Some(read) => read,
                         None => return,
@@ -563,6 +564,7 @@ impl<K: StreamKind> StreamActor<K> {
             }
             Judged::Decide(end) => end,
         };
+        let end = reconnect::end_after_acceptance(end, st.conn.grpc_core().token_accepted());
         let wanted = st.home.kind.wanted();
         let alive = !st.home.token.is_cancelled();
         let backoff = st.home.kind.backoff(&st.conn);

@@ -64,6 +64,26 @@ impl AttemptError {
     }
 }
 
+/// Whether a failure is an UNAUTHENTICATED answer to a token the engine has accepted before (a
+/// pure decision): it is then retried as a request that never ran (the engine's auth check
+/// answers before any handler). The real engine answers `invalid auth token` for any error of
+/// its token check, a database it cannot reach included (`grpc/middleware/auth.go`): the chaos
+/// suite saw every trigger of a PostgreSQL restart refused so. A token refused from the start
+/// stays a refusal.
+pub(crate) fn refusal_after_acceptance(failure: &Failure, token_accepted: bool) -> bool {
+    token_accepted
+        && matches!(
+            failure,
+            Failure::Status {
+                code: tonic::Code::Unauthenticated,
+                ..
+            }
+        )
+}
+
+/// What an error says when the engine kept refusing a token it had accepted before.
+pub(crate) const REFUSED_AFTER_ACCEPTANCE: &str = "the engine refused the token it had accepted before, on every attempt: it does so while it cannot read its database (a restart of its PostgreSQL), or the token was revoked; nothing ran, so trying again is safe";
+
 /// A logical operation to run.
 #[derive(Debug, Clone)]
 pub(crate) struct Operation<'a> {
@@ -114,6 +134,10 @@ pub(crate) struct RetryCore {
     budget: RetryBudget,
     ledger: Arc<Ledger>,
     rng: Mutex<StdRng>,
+    /// Set once the engine has accepted the token (a call answered, a stream opened): from then
+    /// on an UNAUTHENTICATED answer is taken for what the real engine also means by it, a
+    /// token check that could not read its database ([`refusal_after_acceptance`]).
+    token_accepted: AtomicBool,
 }
 
 impl RetryCore {
@@ -134,7 +158,20 @@ impl RetryCore {
             budget: RetryBudget::new(budget),
             ledger,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            token_accepted: AtomicBool::new(false),
         }
+    }
+
+    /// Records that the engine accepted the token (a stream opened with it).
+    pub(crate) fn note_token_accepted(&self) {
+        if !self.token_accepted.load(Ordering::Relaxed) {
+            self.token_accepted.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the engine has accepted the token before.
+    pub(crate) fn token_accepted(&self) -> bool {
+        self.token_accepted.load(Ordering::Relaxed)
     }
 
     /// The ledger.
@@ -238,8 +275,11 @@ impl RetryCore {
                 }
                 r = tokio::time::timeout(timeout, attempt_fn(timeout)) => r,
             };
-            let err = match res {
-                Ok(Ok(v)) => return Ok((v, n)),
+            let mut err = match res {
+                Ok(Ok(v)) => {
+                    self.note_token_accepted();
+                    return Ok((v, n));
+                }
                 Ok(Err(e)) => e,
                 Err(_) => AttemptError {
                     failure: Failure::Status {
@@ -255,6 +295,11 @@ impl RetryCore {
             };
             let code = err.code_name();
             counters.failure(&code);
+            let refused_after_acceptance =
+                refusal_after_acceptance(&err.failure, self.token_accepted());
+            if refused_after_acceptance {
+                err.failure = Failure::NotSent;
+            }
             let now = Instant::now();
             let decision = {
                 let mut rng = self.rng.lock();
@@ -271,9 +316,14 @@ impl RetryCore {
             match decision {
                 Decision::Stop { outcome, reason } => {
                     tracing::debug!(attempt = n, code = %code, reason, "attempt failed; stopping");
-                    return Err(Error::new(outcome, op.method.to_string())
+                    let e = Error::new(outcome, op.method.to_string())
                         .with_attempts(n)
-                        .with_cause(err.cause));
+                        .with_cause(err.cause);
+                    return Err(if refused_after_acceptance {
+                        e.with_detail(REFUSED_AFTER_ACCEPTANCE)
+                    } else {
+                        e
+                    });
                 }
                 Decision::Retry {
                     delay,

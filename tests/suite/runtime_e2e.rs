@@ -525,3 +525,52 @@ async fn register_after_start_worker_is_refused_and_sends_nothing() {
     assert_eq!(out, Num { n: 4 });
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+/// The real engine answers UNAUTHENTICATED `invalid auth token` for any error of its token
+/// check, its database being unreachable included (the chaos suite saw a PostgreSQL restart
+/// refuse every trigger so). Once the engine has accepted the token, such an answer is retried
+/// as a request that never ran (the check answers before any handler), and a refusal that
+/// lasts ends `NotSent` saying what it may be; a token never accepted stays refused at once.
+#[tokio::test]
+async fn a_token_refused_after_the_engine_accepted_it_is_retried_as_never_sent() {
+    const TRIGGER: &str = "/WorkflowService/TriggerWorkflow";
+    let (engine, rt) = setup().await;
+    let faults = engine.faults();
+    rt.register(echo()).await.expect("register");
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let _: Num = rt.run("echo", &Num { n: 1 }).await.expect("accepted");
+    let refuse = |times| {
+        faults.inject(
+            TRIGGER,
+            times,
+            hatchet_dev_engine::Fault::Fail {
+                code: 16,
+                message: "invalid auth token".into(),
+                pushback_ms: None,
+            },
+        )
+    };
+    refuse(2);
+    let before = faults.attempts(TRIGGER);
+    let out: Num = rt
+        .run("echo", &Num { n: 2 })
+        .await
+        .expect("retried through two refusals");
+    assert_eq!(out.n, 4);
+    assert_eq!(
+        faults.attempts(TRIGGER) - before,
+        3,
+        "two refusals, then the run"
+    );
+    refuse(100);
+    let err = rt
+        .run_no_wait("echo", &Num { n: 3 })
+        .await
+        .expect_err("refused on every attempt");
+    assert_eq!(err.outcome(), Outcome::NotSent, "{err}");
+    assert!(err.to_string().contains("accepted before"), "{err}");
+    faults.clear();
+    rt.shutdown(Duration::from_secs(1)).await;
+}
