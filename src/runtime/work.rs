@@ -41,13 +41,15 @@ impl RuntimeHandle {
             .returning::<I, O>(&name)
     }
 
-    /// Registers a workflow with the engine (PutWorkflow) and with this runtime's worker.
+    /// Registers a workflow with the engine (PutWorkflow) and with this runtime's worker. A
+    /// name this runtime has already registered is refused (`Invalid`, nothing sent): a second
+    /// registration would silently replace the first one's handlers.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: once the first poll has handed the workflow to the worker, dropping the
     /// future only loses the answer; PutWorkflow goes on, and a later `start_worker` waits for
-    /// it and includes the workflow. PutWorkflow is idempotent, so registering again is safe.
+    /// it and includes the workflow (a second `register` of it is then refused as above).
     pub async fn register(&self, mut workflow: Workflow) -> Result<Registered, Error> {
         workflow.apply_task_defaults();
         let worker = self.worker("register")?;

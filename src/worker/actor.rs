@@ -114,6 +114,16 @@ async fn register_workflow(core: &WorkerCore, wf: Workflow) -> Result<(), Error>
         ));
     }
     let name = core.conn.config().namespaced(&wf.name);
+    let prefix = Workflow::action_id(&name, "");
+    if core.handlers.lock().keys().any(|k| k.starts_with(&prefix)) {
+        return Err(Error::invalid(
+            PATH,
+            format!(
+                "workflow {} is already registered in this runtime: a second registration under the same name would silently replace the first one's handlers; give it another name, or register it once",
+                wf.name
+            ),
+        ));
+    }
     let req = wf.to_proto_in(&name, &core.conn.config().namespace);
     let client = core.conn.admin();
     core.conn

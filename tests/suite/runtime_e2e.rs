@@ -574,3 +574,29 @@ async fn a_token_refused_after_the_engine_accepted_it_is_retried_as_never_sent()
     faults.clear();
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+/// Registering a second workflow under a name this runtime already holds is refused before
+/// anything is sent (it would silently replace the first one's handlers); runs go to the first.
+#[tokio::test]
+async fn a_second_workflow_under_a_registered_name_is_refused() {
+    let (engine, rt) = setup().await;
+    rt.register(echo()).await.expect("register");
+    let puts = engine.faults().attempts("/v1.AdminService/PutWorkflow");
+    let other = Workflow::new("echo").task("triple", |i: Num, _c: Context| async move {
+        Ok::<_, TaskError>(Num { n: i.n * 3 })
+    });
+    let err = rt.register(other).await.expect_err("the name is taken");
+    assert_eq!(err.outcome(), Outcome::Invalid, "{err}");
+    assert!(err.to_string().contains("already registered"), "{err}");
+    assert_eq!(
+        engine.faults().attempts("/v1.AdminService/PutWorkflow"),
+        puts,
+        "nothing sent"
+    );
+    rt.start_worker(WorkerOptions::new("w", 2))
+        .await
+        .expect("start");
+    let out: Num = rt.run("echo", &Num { n: 2 }).await.expect("run");
+    assert_eq!(out.n, 4, "the first registration's handler");
+    rt.shutdown(Duration::from_secs(1)).await;
+}
