@@ -145,11 +145,15 @@ impl Connection {
     /// A `Dispatcher` client.
     pub(crate) fn dispatcher(&self) -> proto::dispatcher_client::DispatcherClient<AuthChannel> {
         proto::dispatcher_client::DispatcherClient::new(self.authed())
+            .max_decoding_message_size(self.config().max_recv_message_bytes)
+            .max_encoding_message_size(self.config().max_send_message_bytes)
     }
 
     /// A `v1.AdminService` client.
     pub(crate) fn admin(&self) -> v1::admin_service_client::AdminServiceClient<AuthChannel> {
         v1::admin_service_client::AdminServiceClient::new(self.authed())
+            .max_decoding_message_size(self.config().max_recv_message_bytes)
+            .max_encoding_message_size(self.config().max_send_message_bytes)
     }
 
     /// A `v1.V1Dispatcher` client.
@@ -157,6 +161,8 @@ impl Connection {
         &self,
     ) -> v1::v1_dispatcher_client::V1DispatcherClient<AuthChannel> {
         v1::v1_dispatcher_client::V1DispatcherClient::new(self.authed())
+            .max_decoding_message_size(self.config().max_recv_message_bytes)
+            .max_encoding_message_size(self.config().max_send_message_bytes)
     }
 
     /// A `WorkflowService` client.
@@ -164,6 +170,8 @@ impl Connection {
         &self,
     ) -> proto::workflow_service_client::WorkflowServiceClient<AuthChannel> {
         proto::workflow_service_client::WorkflowServiceClient::new(self.authed())
+            .max_decoding_message_size(self.config().max_recv_message_bytes)
+            .max_encoding_message_size(self.config().max_send_message_bytes)
     }
 
     /// The engine's OTLP trace collector.
@@ -177,6 +185,8 @@ impl Connection {
     /// An `EventsService` client.
     pub(crate) fn events(&self) -> proto::events_service_client::EventsServiceClient<AuthChannel> {
         proto::events_service_client::EventsServiceClient::new(self.authed())
+            .max_decoding_message_size(self.config().max_recv_message_bytes)
+            .max_encoding_message_size(self.config().max_send_message_bytes)
     }
 
     /// Runs one unary call under the gRPC retry core (invariant 1), made as `opts` says:
@@ -197,10 +207,21 @@ impl Connection {
     ) -> Result<Resp, Error>
     where
         C: Clone,
-        Req: Clone,
+        Req: Clone + prost::Message,
         F: Fn(C, tonic::Request<Req>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
+        let max = self.config().max_send_message_bytes;
+        let size = req.encoded_len();
+        if size > max {
+            // The engine would refuse it unread (RESOURCE_EXHAUSTED): nothing would run.
+            return Err(Error::invalid(
+                path,
+                format!(
+                    "the request is {size} bytes, over the {max} byte message limit (HATCHET_CLIENT_GRPC_MAX_SEND_MESSAGE_LENGTH, which the engine's own limit bounds); nothing was sent: send less (keep large data in storage and pass a reference)"
+                ),
+            ));
+        }
         let deadline = opts.deadline();
         call_unary(self.grpc_core(), path, &opts, &self.inner.lifecycle, |t| {
             // Only the caller's deadline goes on the wire (CONTRACT.md §1, Timing): the 30 s
@@ -233,7 +254,7 @@ impl Connection {
     ) -> Result<Resp, Error>
     where
         C: Clone,
-        Req: Clone,
+        Req: Clone + prost::Message,
         F: Fn(C, tonic::Request<Req>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {

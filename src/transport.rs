@@ -26,7 +26,6 @@ pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// TCP connect timeout: a dial that takes longer is as good as refused.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-pub(crate) use hatchet_protocol::MAX_MESSAGE_BYTES;
 
 fn read_file(var: &'static str, path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
     std::fs::read(path).map_err(|e| ConfigError::UnreadableFile {

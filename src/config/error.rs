@@ -81,6 +81,16 @@ pub enum ConfigError {
         /// Its value.
         value: String,
     },
+    /// A size variable has a value that is not a byte count.
+    #[error(
+        "{var} = {value:?} is not a message size: use a whole number of bytes, 1024 or more (4194304 is the engine's default)"
+    )]
+    InvalidSize {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
     /// A boolean variable has a value that is neither true nor false.
     #[error("{var} = {value:?} is not a boolean: use true or false")]
     InvalidBool {

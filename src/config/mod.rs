@@ -53,10 +53,17 @@ pub mod vars {
     pub const WORKER_HEALTHCHECK_ENABLED: &str = "HATCHET_CLIENT_WORKER_HEALTHCHECK_ENABLED";
     /// Their port (8001 by default).
     pub const WORKER_HEALTHCHECK_PORT: &str = "HATCHET_CLIENT_WORKER_HEALTHCHECK_PORT";
+    /// The largest gRPC message the client reads, in bytes (the official SDKs' name).
+    pub const GRPC_MAX_RECV_MESSAGE_LENGTH: &str = "HATCHET_CLIENT_GRPC_MAX_RECV_MESSAGE_LENGTH";
+    /// The largest gRPC message the client sends, in bytes (the official SDKs' name).
+    pub const GRPC_MAX_SEND_MESSAGE_LENGTH: &str = "HATCHET_CLIENT_GRPC_MAX_SEND_MESSAGE_LENGTH";
 }
 
 /// The health and metrics port when none is given (the Python SDK's).
 pub const DEFAULT_HEALTHCHECK_PORT: u16 = 8001;
+/// The gRPC message limit both ways when unset: what the real engine reads and sends by default
+/// (4 MiB), as the official SDKs default.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = hatchet_protocol::MAX_MESSAGE_BYTES;
 
 const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
 
@@ -87,6 +94,12 @@ pub struct ClientConfig {
     /// (`HATCHET_CLIENT_WORKER_HEALTHCHECK_ENABLED=true`: all interfaces, port
     /// `HATCHET_CLIENT_WORKER_HEALTHCHECK_PORT` or 8001; or [`ClientConfigBuilder::healthcheck`]).
     pub healthcheck: Option<std::net::SocketAddr>,
+    /// The largest gRPC message read from the engine (`HATCHET_CLIENT_GRPC_MAX_RECV_MESSAGE_LENGTH`,
+    /// default [`DEFAULT_MAX_MESSAGE_BYTES`]): raise it with the engine's own limit.
+    pub max_recv_message_bytes: usize,
+    /// The largest gRPC message sent to the engine (`HATCHET_CLIENT_GRPC_MAX_SEND_MESSAGE_LENGTH`,
+    /// default [`DEFAULT_MAX_MESSAGE_BYTES`]): a larger request is refused before it is sent.
+    pub max_send_message_bytes: usize,
 }
 
 impl ClientConfig {
@@ -119,6 +132,20 @@ impl ClientConfig {
         }
         if let Some(v) = get(vars::NO_GRPC_RETRY) {
             b.no_grpc_retry = parse_bool(vars::NO_GRPC_RETRY, &v)?;
+        }
+        for (var, slot) in [
+            (
+                vars::GRPC_MAX_RECV_MESSAGE_LENGTH,
+                &mut b.max_recv_message_bytes,
+            ),
+            (
+                vars::GRPC_MAX_SEND_MESSAGE_LENGTH,
+                &mut b.max_send_message_bytes,
+            ),
+        ] {
+            if let Some(v) = get(var) {
+                *slot = Some(parse_size(var, &v)?);
+            }
         }
         let enabled = match get(vars::WORKER_HEALTHCHECK_ENABLED) {
             Some(v) => parse_bool(vars::WORKER_HEALTHCHECK_ENABLED, &v)?,
@@ -202,9 +229,23 @@ pub struct ClientConfigBuilder {
     no_retry: bool,
     no_grpc_retry: bool,
     healthcheck: Option<std::net::SocketAddr>,
+    max_recv_message_bytes: Option<usize>,
+    max_send_message_bytes: Option<usize>,
 }
 
 impl ClientConfigBuilder {
+    /// The largest gRPC message read from the engine, in bytes (default 4 MiB).
+    pub fn max_recv_message_bytes(mut self, n: usize) -> Self {
+        self.max_recv_message_bytes = Some(n);
+        self
+    }
+
+    /// The largest gRPC message sent to the engine, in bytes (default 4 MiB).
+    pub fn max_send_message_bytes(mut self, n: usize) -> Self {
+        self.max_send_message_bytes = Some(n);
+        self
+    }
+
     /// The API token.
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(SecretToken::new(token));
@@ -351,8 +392,26 @@ impl ClientConfigBuilder {
             no_grpc_retry: self.no_grpc_retry,
             token_expires_at: claims.expires_at,
             healthcheck: self.healthcheck,
+            max_recv_message_bytes: self
+                .max_recv_message_bytes
+                .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES),
+            max_send_message_bytes: self
+                .max_send_message_bytes
+                .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES),
         })
     }
+}
+
+/// A message size in bytes: a whole number of at least 1 KiB.
+fn parse_size(var: &'static str, v: &str) -> Result<usize, ConfigError> {
+    v.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|n| *n >= 1024)
+        .ok_or_else(|| ConfigError::InvalidSize {
+            var,
+            value: v.to_string(),
+        })
 }
 
 /// Lower-cases and appends `_` unless empty or already there (both SDKs do this).

@@ -54,7 +54,8 @@ impl KeyedStream for RunsStream {
         requests: tokio_stream::wrappers::UnboundedReceiverStream<Self::Req>,
     ) -> Result<tonic::Response<tonic::Streaming<Self::Resp>>, tonic::Status> {
         // The generated client decodes every event in full; this one keeps the bytes.
-        let mut grpc = tonic::client::Grpc::new(conn.authed());
+        let mut grpc = tonic::client::Grpc::new(conn.authed())
+            .max_decoding_message_size(conn.config().max_recv_message_bytes);
         grpc.ready().await.map_err(|e| {
             tonic::Status::unavailable(format!("the channel to the engine is not ready: {e}"))
         })?;

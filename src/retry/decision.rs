@@ -123,6 +123,9 @@ pub(crate) enum Failure {
     NotSent,
     /// The connection broke after the request may have been sent.
     Lost,
+    /// The server's transport refused the request unread (a message over its size limit):
+    /// nothing ran, and the same request is refused again.
+    RefusedUnread,
     /// The server (or tonic) answered with a gRPC status.
     Status {
         /// The code.
@@ -177,6 +180,7 @@ fn classify(
     match *failure {
         Failure::NotSent => (true, Outcome::NotSent),
         Failure::Lost => (class.retries_after_send(), sent_outcome),
+        Failure::RefusedUnread => (false, Outcome::Rejected),
         Failure::Status {
             code,
             attempt_timed_out,

@@ -58,6 +58,7 @@ impl AttemptError {
         match self.failure {
             Failure::NotSent => "not_sent".into(),
             Failure::Lost => "lost".into(),
+            Failure::RefusedUnread => "refused_unread".into(),
             Failure::Status { code, .. } => format!("{code:?}"),
             Failure::Http { status, .. } => format!("http_{status}"),
         }

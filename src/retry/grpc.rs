@@ -11,7 +11,9 @@
 //!    reset: any client-side transport error) is [`Failure::Lost`]: the request may have been sent, so writes are *maybe executed*
 //!    and idempotent calls retry. Only a CANCELLED the server itself sent (no transport source)
 //!    is the never-retried CANCELLED of the contract.
-//! 3. Streams never come here: [`super::class::class_of`] has no entry for them, and
+//! 3. RESOURCE_EXHAUSTED with grpc-go's words for a message over the server's receive limit is
+//!    [`Failure::RefusedUnread`]: nothing ran, so a write is rejected, never *maybe executed*.
+//! 4. Streams never come here: [`super::class::class_of`] has no entry for them, and
 //!    [`call_unary`] refuses paths it cannot classify.
 
 use std::error::Error as _;
@@ -76,6 +78,17 @@ pub(crate) fn status_connection_lost(status: &tonic::Status) -> bool {
     false
 }
 
+/// Whether the server's gRPC layer refused the request before reading it: RESOURCE_EXHAUSTED
+/// with grpc-go's words for a message over its receive limit (`grpc: received message larger
+/// than max (N vs. M)`). Nothing ran, and the same request is refused again: a rejection, not
+/// a "maybe executed".
+pub(crate) fn status_refused_unread(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::ResourceExhausted
+        && status
+            .message()
+            .contains("received message larger than max")
+}
+
 /// The [`Failure`] a status represents.
 pub(crate) fn failure_of_status(status: &tonic::Status) -> Failure {
     if status_not_sent(status) {
@@ -90,6 +103,9 @@ pub(crate) fn failure_of_status(status: &tonic::Status) -> Failure {
     }
     if status_connection_lost(status) {
         return Failure::Lost;
+    }
+    if status_refused_unread(status) {
+        return Failure::RefusedUnread;
     }
     Failure::Status {
         code: status.code(),

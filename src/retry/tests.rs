@@ -496,3 +496,51 @@ fn cost_per_call() {
         }
     });
 }
+
+/// The real engine's gRPC layer refuses a message over its receive limit before reading it
+/// (RESOURCE_EXHAUSTED, `grpc: received message larger than max (N vs. M)`): nothing ran, so a
+/// write is rejected after one attempt, never "maybe executed" (issue 48).
+#[tokio::test(start_paused = true)]
+async fn a_message_the_server_refused_unread_is_rejected_once() {
+    let c = core(Policy::default());
+    let (err, times) = run_failing(
+        &c,
+        Operation::new("/WorkflowService/TriggerWorkflow", RequestClass::Write),
+        || {
+            grpc::attempt_error(tonic::Status::resource_exhausted(
+                "grpc: received message larger than max (5242905 vs. 4194304)",
+            ))
+        },
+    )
+    .await;
+    assert_eq!(err.outcome(), Outcome::Rejected, "{err}");
+    assert_eq!(times.len(), 1, "not retried");
+    // Any other RESOURCE_EXHAUSTED stays transient: a write may have run.
+    let (err, _) = run_failing(
+        &c,
+        Operation::new("/WorkflowService/TriggerWorkflow", RequestClass::Write),
+        || status_err(Code::ResourceExhausted),
+    )
+    .await;
+    assert_eq!(err.outcome(), Outcome::MaybeExecuted, "{err}");
+}
+
+/// UNAUTHENTICATED is a refusal until the engine has accepted the token once; afterwards it is
+/// retried as a request that never ran (the real engine's token check answers it whenever its
+/// database is unreachable).
+#[tokio::test(start_paused = true)]
+async fn unauthenticated_is_retried_only_after_the_token_was_accepted() {
+    let c = core(Policy::default());
+    let write = || Operation::new("/WorkflowService/TriggerWorkflow", RequestClass::Write);
+    let (err, times) = run_failing(&c, write(), || status_err(Code::Unauthenticated)).await;
+    assert_eq!(
+        (err.outcome(), times.len()),
+        (Outcome::Rejected, 1),
+        "{err}"
+    );
+    c.note_token_accepted();
+    let (err, times) = run_failing(&c, write(), || status_err(Code::Unauthenticated)).await;
+    assert_eq!(err.outcome(), Outcome::NotSent, "{err}");
+    assert!(times.len() > 1, "retried: {times:?}");
+    assert!(err.to_string().contains("accepted before"), "{err}");
+}

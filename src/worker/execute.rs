@@ -159,11 +159,11 @@ async fn execute(
     let (kind, payload, no_retry) = match result {
         Ok(v) => {
             let out = v.to_string();
-            if out.len() > MAX_OUTPUT_BYTES {
+            let max = super::max_output_bytes(core.conn.config());
+            if out.len() > max {
                 let msg = format!(
-                    "the task's output is {} bytes, over the {} byte limit of a message; return less, or store it elsewhere and return a reference",
+                    "the task's output is {} bytes, over the {max} byte limit of a message (HATCHET_CLIENT_GRPC_MAX_SEND_MESSAGE_LENGTH, which the engine's own limit bounds); return less, or store it elsewhere and return a reference",
                     out.len(),
-                    MAX_OUTPUT_BYTES
                 );
                 (E::StepEventTypeFailed, msg, true)
             } else {
@@ -524,11 +524,12 @@ async fn execute_batch(
         Ok(serde_json::Value::Array(outs)) if outs.len() == members.len() => {
             for ((id, _, _), out) in members.iter().zip(outs) {
                 let out = out.to_string();
-                if out.len() > MAX_OUTPUT_BYTES {
+                let max = super::max_output_bytes(core.conn.config());
+                if out.len() > max {
                     // Not retried: the same input gives the same output.
                     no_retry = true;
                     failed.push((id.clone(), format!(
-                        "the task's output is {} bytes, over the {MAX_OUTPUT_BYTES} byte limit of a message; return less, or store it elsewhere and return a reference",
+                        "the task's output is {} bytes, over the {max} byte limit of a message; return less, or store it elsewhere and return a reference",
                         out.len()
                     )));
                 } else {

@@ -67,9 +67,11 @@ use crate::proto::{self, ActionType, StepActionEventType as E};
 
 /// After this long without a successful heartbeat, the engine has reassigned our attempts.
 pub(crate) const STALE_AFTER: Duration = Duration::from_secs(30);
-/// Largest output a task may return: a step event must fit in one 4 MiB message, with room for
-/// its other fields.
-pub(crate) const MAX_OUTPUT_BYTES: usize = crate::transport::MAX_MESSAGE_BYTES - 64 * 1024;
+/// Largest output a task may return: a step event must fit in one message of the configured
+/// send limit (4 MiB by default), with room for its other fields.
+pub(crate) fn max_output_bytes(config: &crate::ClientConfig) -> usize {
+    config.max_send_message_bytes.saturating_sub(64 * 1024)
+}
 /// Pause between delivery rounds of a final step event.
 const REDELIVER_PAUSE: Duration = Duration::from_secs(1);
 

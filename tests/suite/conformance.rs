@@ -2600,6 +2600,42 @@ async fn conf_ours_only_a_completion_the_engine_lost_is_sent_again_after_it_rest
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
+/// An input over the message limit is refused before it is sent (nothing can run), and when the
+/// client's limit is raised past the engine's, the engine's own refusal is a rejection, not a
+/// "maybe executed": its gRPC layer refuses the message unread (issue 48).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_an_input_over_the_message_limit_is_refused_and_never_maybe_executed() {
+    let t = Target::new("too_big").await;
+    let wf = Workflow::new("too-big").task("t", |_: Value, _c: Context| async move {
+        Ok::<_, TaskError>(json!({}))
+    });
+    let rt = t.worker(2, vec![wf]).await;
+    let input = json!({"blob": "x".repeat(5 * 1024 * 1024)});
+    let err = rt
+        .run_no_wait("too-big", &input)
+        .await
+        .expect_err("over the limit");
+    assert_eq!(err.outcome(), Outcome::Invalid, "{err}");
+    assert!(
+        err.to_string().contains("nothing was sent")
+            && err
+                .to_string()
+                .contains("HATCHET_CLIENT_GRPC_MAX_SEND_MESSAGE_LENGTH"),
+        "{err}"
+    );
+    let mut config = t.config();
+    config.max_send_message_bytes = 16 * 1024 * 1024;
+    let raised = Runtime::spawn(config).await.expect("runtime");
+    let err = raised
+        .run_no_wait("too-big", &input)
+        .await
+        .expect_err("the engine refuses it");
+    assert_eq!(err.outcome(), Outcome::Rejected, "{err}");
+    assert!(!err.outcome().may_have_executed());
+    raised.shutdown(Duration::from_secs(1)).await;
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
 /// A static rate-limit key must exist before a workflow that names it is registered (the real
 /// engine's step rate limit references the key).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
