@@ -22,7 +22,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use crate::config::ClientConfig;
-use crate::error::Error;
+use crate::error::{Cause, Error, Outcome};
 use crate::proto::{self, v1};
 pub(crate) use crate::retry::grpc::CallOpts;
 use crate::retry::grpc::{call_unary, request_with_timeout};
@@ -223,7 +223,7 @@ impl Connection {
             ));
         }
         let deadline = opts.deadline();
-        call_unary(self.grpc_core(), path, &opts, &self.inner.lifecycle, |t| {
+        let result = call_unary(self.grpc_core(), path, &opts, &self.inner.lifecycle, |t| {
             // Only the caller's deadline goes on the wire (CONTRACT.md §1, Timing): the 30 s
             // backstop is enforced here, and sending it would only arm two more timers per call
             // (tonic's client side and the server's) for a bound nobody asked the server to keep.
@@ -236,7 +236,45 @@ impl Connection {
             let fut = Box::pin(call(client.clone(), request));
             async move { fut.await.map(tonic::Response::into_inner) }
         })
-        .await
+        .await;
+        match result {
+            Ok(v) => Ok(v),
+            Err(e) => Err(Box::pin(self.explain_first_contact(path, e)).await),
+        }
+    }
+
+    /// Says what a failed first contact with the engine means, before the engine has ever
+    /// answered this runtime: a refused connection names the address and the setting; a
+    /// transport failure is checked for a TLS mismatch (one short probe of what the address
+    /// speaks), which ends as `Invalid` naming the address and the setting to change. Later
+    /// failures are left as they are (the address worked).
+    async fn explain_first_contact(&self, path: &'static str, e: Error) -> Error {
+        if self.grpc_core().token_accepted() {
+            return e;
+        }
+        let Some(status) = e.status().cloned() else {
+            return e;
+        };
+        let addr = &self.config().host_port;
+        if crate::retry::grpc::status_connection_refused(&status) {
+            return e.with_detail(format!(
+                "cannot connect to the engine at {addr} (connection refused): check {} (or the token's grpc_broadcast_address) and that the engine is running there",
+                crate::config::vars::HOST_PORT
+            ));
+        }
+        let transport = crate::retry::grpc::status_tls_garbled(&status)
+            || crate::retry::grpc::status_connection_lost(&status);
+        if !transport {
+            return e;
+        }
+        let speaks = crate::transport::probe(addr).await;
+        match crate::transport::mismatch(self.config(), speaks) {
+            Some(why) => Error::new(Outcome::Invalid, path)
+                .with_attempts(e.attempts())
+                .with_detail(why)
+                .with_cause(Cause::Status(status)),
+            None => e,
+        }
     }
 
     /// [`Connection::unary`] with [`CallOpts::new`]: the method's own class, no deadline of

@@ -27,6 +27,72 @@ pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// TCP connect timeout: a dial that takes longer is as good as refused.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What the server at the engine's address speaks, read from its first bytes (a pure decision):
+/// a TLS server answers bytes that are not a ClientHello with a TLS alert record (content type
+/// 21, version 3.x); an HTTP/2 server answers the connection preface with a SETTINGS frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Speaks {
+    Tls,
+    Plaintext,
+    Unknown,
+}
+
+/// Reads what `first` bytes from the server say it speaks.
+pub(crate) fn speaks(first: &[u8]) -> Speaks {
+    match first {
+        [21, 3, ..] => Speaks::Tls,
+        // An HTTP/2 frame header: 3 bytes of length, then type 4 (SETTINGS).
+        [_, _, _, 4, ..] => Speaks::Plaintext,
+        _ => Speaks::Unknown,
+    }
+}
+
+/// Whether the engine's address speaks TLS or plaintext: one short probe (connect, the HTTP/2
+/// preface, the first bytes of the answer), bounded by a second. Used only to explain a first
+/// contact that failed, never on a working connection.
+pub(crate) async fn probe(host_port: &str) -> Speaks {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let attempt = async {
+        let mut s = tokio::net::TcpStream::connect(host_port).await.ok()?;
+        s.set_nodelay(true).ok()?;
+        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+            .await
+            .ok()?;
+        let mut buf = [0u8; 8];
+        let n = s.read(&mut buf).await.ok()?;
+        Some(speaks(&buf[..n]))
+    };
+    tokio::time::timeout(Duration::from_secs(1), attempt)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(Speaks::Unknown)
+}
+
+/// The words for a TLS mismatch between the configuration and what the engine speaks, if any.
+pub(crate) fn mismatch(cfg: &ClientConfig, speaks: Speaks) -> Option<String> {
+    let addr = &cfg.host_port;
+    match (cfg.tls.strategy, speaks) {
+        (TlsStrategy::Tls | TlsStrategy::Mtls, Speaks::Plaintext) => Some(format!(
+            "TLS mismatch: the engine at {addr} speaks plaintext, and {} is {} (tls is the default when it is unset); set {}=none for a plaintext engine, or point {} at its TLS port",
+            vars::TLS_STRATEGY,
+            if cfg.tls.strategy == TlsStrategy::Mtls {
+                "mtls"
+            } else {
+                "tls"
+            },
+            vars::TLS_STRATEGY,
+            vars::HOST_PORT
+        )),
+        (TlsStrategy::None, Speaks::Tls) => Some(format!(
+            "TLS mismatch: the engine at {addr} speaks TLS, and {}=none; set it to tls (and {} if its certificate is not from a public CA)",
+            vars::TLS_STRATEGY,
+            vars::TLS_ROOT_CA_FILE
+        )),
+        _ => None,
+    }
+}
+
 fn read_file(var: &'static str, path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
     std::fs::read(path).map_err(|e| ConfigError::UnreadableFile {
         var,

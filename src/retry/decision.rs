@@ -126,6 +126,9 @@ pub(crate) enum Failure {
     /// The server's transport refused the request unread (a message over its size limit):
     /// nothing ran, and the same request is refused again.
     RefusedUnread,
+    /// The connection could not be made as configured (the server does not speak TLS where
+    /// TLS was asked for): nothing ran, and trying again never helps.
+    Misconfigured,
     /// The server (or tonic) answered with a gRPC status.
     Status {
         /// The code.
@@ -181,6 +184,7 @@ fn classify(
         Failure::NotSent => (true, Outcome::NotSent),
         Failure::Lost => (class.retries_after_send(), sent_outcome),
         Failure::RefusedUnread => (false, Outcome::Rejected),
+        Failure::Misconfigured => (false, Outcome::Invalid),
         Failure::Status {
             code,
             attempt_timed_out,

@@ -59,6 +59,7 @@ impl AttemptError {
             Failure::NotSent => "not_sent".into(),
             Failure::Lost => "lost".into(),
             Failure::RefusedUnread => "refused_unread".into(),
+            Failure::Misconfigured => "misconfigured".into(),
             Failure::Status { code, .. } => format!("{code:?}"),
             Failure::Http { status, .. } => format!("http_{status}"),
         }

@@ -11,9 +11,11 @@
 //!    reset: any client-side transport error) is [`Failure::Lost`]: the request may have been sent, so writes are *maybe executed*
 //!    and idempotent calls retry. Only a CANCELLED the server itself sent (no transport source)
 //!    is the never-retried CANCELLED of the contract.
-//! 3. RESOURCE_EXHAUSTED with grpc-go's words for a message over the server's receive limit is
+//! 3. A TLS handshake that read bytes that are not TLS is [`Failure::Misconfigured`]: the
+//!    server speaks plaintext there; nothing ran and trying again never helps.
+//! 4. RESOURCE_EXHAUSTED with grpc-go's words for a message over the server's receive limit is
 //!    [`Failure::RefusedUnread`]: nothing ran, so a write is rejected, never *maybe executed*.
-//! 4. Streams never come here: [`super::class::class_of`] has no entry for them, and
+//! 5. Streams never come here: [`super::class::class_of`] has no entry for them, and
 //!    [`call_unary`] refuses paths it cannot classify.
 
 use std::error::Error as _;
@@ -37,6 +39,33 @@ pub(crate) fn status_not_sent(status: &tonic::Status) -> bool {
         {
             return true;
         }
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        src = e.source();
+    }
+    false
+}
+
+/// Whether the TLS handshake read bytes that are not TLS (rustls's `InvalidMessage`): the server
+/// speaks something else on that port, plaintext most likely. Nothing was sent over TLS.
+pub(crate) fn status_tls_garbled(status: &tonic::Status) -> bool {
+    let mut src = status.source();
+    while let Some(e) = src {
+        if let Some(rustls::Error::InvalidMessage(_)) = e.downcast_ref::<rustls::Error>() {
+            return true;
+        }
+        src = e.source();
+    }
+    false
+}
+
+/// Whether the status's source chain is a refused TCP connection.
+pub(crate) fn status_connection_refused(status: &tonic::Status) -> bool {
+    let mut src = status.source();
+    while let Some(e) = src {
         if let Some(io) = e.downcast_ref::<std::io::Error>()
             && io.kind() == std::io::ErrorKind::ConnectionRefused
         {
@@ -91,6 +120,9 @@ pub(crate) fn status_refused_unread(status: &tonic::Status) -> bool {
 
 /// The [`Failure`] a status represents.
 pub(crate) fn failure_of_status(status: &tonic::Status) -> Failure {
+    if status_tls_garbled(status) {
+        return Failure::Misconfigured;
+    }
     if status_not_sent(status) {
         return Failure::NotSent;
     }

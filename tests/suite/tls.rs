@@ -312,3 +312,46 @@ async fn grpc_and_rest_trust_the_same_roots_and_both_verify_tls_server_name() {
     );
     rt.shutdown(Duration::from_millis(100)).await;
 }
+
+/// A TLS mismatch says so (issue 48): TLS against a plaintext engine, or plaintext against a
+/// TLS one, ends as a configuration error (`Invalid`: nothing ran, and trying again never
+/// helps) that names the address and the setting to change; a refused connection names its
+/// address in `Display`.
+#[tokio::test]
+async fn a_tls_mismatch_and_a_refused_connection_say_what_to_change() {
+    let plain = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    let ca = Ca::new();
+    let tls = tls_engine(&ca, None).await;
+    for (engine, strategy) in [(&plain, TlsStrategy::Tls), (&tls, TlsStrategy::None)] {
+        let cfg = client(engine, strategy, &ca, "localhost", None);
+        let addr = cfg.host_port.clone();
+        let err = version(cfg).await.expect_err("a mismatch");
+        let text = err.to_string();
+        assert_eq!(err.outcome(), hatchet_runtime::Outcome::Invalid, "{text}");
+        assert!(
+            text.contains("TLS mismatch")
+                && text.contains(&addr)
+                && text.contains("HATCHET_CLIENT_TLS_STRATEGY"),
+            "{text}"
+        );
+    }
+    // Nothing listens: the address is in what a user prints.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = free.local_addr().expect("addr").port();
+    drop(free);
+    let token = plain.client_config().env_lines()[0].1.clone();
+    let cfg = ClientConfig::builder()
+        .token(token)
+        .host_port(format!("127.0.0.1:{port}"))
+        .tls_strategy(TlsStrategy::None)
+        .build()
+        .expect("config");
+    let err = version(cfg).await.expect_err("nothing listens");
+    assert_eq!(err.outcome(), hatchet_runtime::Outcome::NotSent, "{err}");
+    assert!(
+        err.to_string().contains(&format!("127.0.0.1:{port}")),
+        "{err}"
+    );
+}
