@@ -251,12 +251,20 @@ pub(crate) fn event_from_details(
     let mut results: Vec<proto::StepRunResult> = d
         .task_runs
         .into_iter()
-        .map(|(name, t)| proto::StepRunResult {
-            task_run_external_id: t.external_id.clone(),
-            task_name: name,
-            job_run_id: t.external_id,
-            error: t.error,
-            output: t.output.map(|o| String::from_utf8_lossy(&o).into_owned()),
+        .map(|(name, t)| {
+            // The real engine sends an empty error beside a completed task's output: a task
+            // that completed has no error, and one that did not has no output.
+            let completed = t.status == v1::RunStatus::Completed as i32;
+            proto::StepRunResult {
+                task_run_external_id: t.external_id.clone(),
+                task_name: name,
+                job_run_id: t.external_id,
+                error: t.error.filter(|_| !completed),
+                output: t
+                    .output
+                    .filter(|_| completed)
+                    .map(|o| String::from_utf8_lossy(&o).into_owned()),
+            }
         })
         .collect();
     results.sort_by(|a, b| a.task_name.cmp(&b.task_name));
@@ -353,6 +361,29 @@ mod tests {
                 && !err.to_string().contains("does not know"),
             "never a claim that the run cannot exist: {err}"
         );
+    }
+
+    #[test]
+    fn details_of_a_completed_task_with_the_real_engine_s_empty_error_are_its_output() {
+        let d = v1::GetRunDetailsResponse {
+            status: v1::RunStatus::Completed as i32,
+            done: true,
+            task_runs: [(
+                "t".to_string(),
+                v1::TaskRunDetail {
+                    external_id: "x".into(),
+                    status: v1::RunStatus::Completed as i32,
+                    error: Some(String::new()),
+                    output: Some(b"{\"n\":1}".to_vec()),
+                    readable_id: "t".into(),
+                    is_evicted: false,
+                },
+            )]
+            .into(),
+            ..Default::default()
+        };
+        let out = outputs_of("r", event_from_details("r", d)).expect("completed");
+        assert_eq!(out["t"], serde_json::json!({"n": 1}));
     }
 
     #[test]
