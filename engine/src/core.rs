@@ -703,8 +703,7 @@ impl Engine {
                 }
             }
             E::StepEventTypeCompleted
-                if !stale
-                    && crate::store::runs::take_one(&st.switches.lose_answered_completions) => {}
+                if !stale && crate::faults::take_one(&st.switches.lose_answered_completions) => {}
             E::StepEventTypeCompleted if !stale => {
                 let payload = if ev.event_payload.trim().is_empty() {
                     "{}"

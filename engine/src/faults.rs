@@ -339,6 +339,16 @@ impl Faults {
     }
 }
 
+/// Takes one from a fault's counter; whether there was one to take.
+pub(crate) fn take_one(n: &std::sync::atomic::AtomicU32) -> bool {
+    n.fetch_update(
+        std::sync::atomic::Ordering::Relaxed,
+        std::sync::atomic::Ordering::Relaxed,
+        |n| n.checked_sub(1),
+    )
+    .is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::TimerPoll;

@@ -63,7 +63,7 @@ pub mod vars {
 pub const DEFAULT_HEALTHCHECK_PORT: u16 = 8001;
 /// The gRPC message limit both ways when unset: what the real engine reads and sends by default
 /// (4 MiB), as the official SDKs default.
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = hatchet_protocol::MAX_MESSAGE_BYTES;
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
 
 const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
 
@@ -483,4 +483,31 @@ fn validate_url(var: &'static str, value: &str) -> Result<(), ConfigError> {
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    #[test]
+    fn the_default_message_limit_is_the_protocol_s_and_the_sdk_variables_set_it() {
+        assert_eq!(
+            DEFAULT_MAX_MESSAGE_BYTES,
+            hatchet_protocol::MAX_MESSAGE_BYTES
+        );
+        assert_eq!(
+            parse_size(vars::GRPC_MAX_RECV_MESSAGE_LENGTH, "8388608").ok(),
+            Some(8 << 20)
+        );
+        let err = parse_size(vars::GRPC_MAX_SEND_MESSAGE_LENGTH, "4MB").expect_err("not bytes");
+        assert!(
+            err.to_string()
+                .contains("HATCHET_CLIENT_GRPC_MAX_SEND_MESSAGE_LENGTH"),
+            "{err}"
+        );
+        assert!(
+            parse_size(vars::GRPC_MAX_SEND_MESSAGE_LENGTH, "10").is_err(),
+            "under 1 KiB"
+        );
+    }
 }

@@ -35,15 +35,16 @@ pub(crate) const PERMANENT_STREAM_CODES: [Code; 3] = [
     Code::InvalidArgument,
 ];
 
-/// UNAUTHENTICATED from an engine that has accepted the token before is not taken as a
-/// permanent refusal (a pure decision): the real engine answers it for any error of its token
-/// check, a database it cannot reach included (`grpc/middleware/auth.go`), so a restart of its
-/// PostgreSQL would otherwise stop every listener for good. It ends as a code that is neither
+/// The real engine's ambiguous UNAUTHENTICATED (`invalid auth token`, answered for any error of
+/// its token check, a database it cannot reach included: `grpc/middleware/auth.go`) from an
+/// engine that has accepted the token before is not taken as a permanent refusal (a pure
+/// decision; `ambiguous` says both hold), or a restart of its PostgreSQL would stop every
+/// listener for good. It ends as a code that is neither
 /// transient nor permanent: the listener reconnects with backoff and stops after
 /// [`MAX_NO_PROGRESS`] such ends in a row (a revoked token).
-pub(crate) fn end_after_acceptance(end: StreamEnd, token_accepted: bool) -> StreamEnd {
+pub(crate) fn end_after_acceptance(end: StreamEnd, ambiguous: bool) -> StreamEnd {
     match end {
-        StreamEnd::Code(Code::Unauthenticated) if token_accepted => StreamEnd::Code(Code::Aborted),
+        StreamEnd::Code(Code::Unauthenticated) if ambiguous => StreamEnd::Code(Code::Aborted),
         other => other,
     }
 }
@@ -137,7 +138,7 @@ pub(crate) fn decide<R: rand::Rng + ?Sized>(
 #[cfg(test)]
 mod tests {
     #[test]
-    fn unauthenticated_stops_at_once_only_for_a_token_never_accepted() {
+    fn the_ambiguous_unauthenticated_after_acceptance_does_not_stop_at_once() {
         let refused = StreamEnd::Code(Code::Unauthenticated);
         assert_eq!(end_after_acceptance(refused, false), refused);
         let later = end_after_acceptance(refused, true);

@@ -564,7 +564,11 @@ impl<K: StreamKind> StreamActor<K> {
             }
             Judged::Decide(end) => end,
         };
-        let end = reconnect::end_after_acceptance(end, st.conn.grpc_core().token_accepted());
+        let ambiguous = st.conn.grpc_core().token_accepted()
+            && report
+                .error
+                .contains(crate::retry::executor::AMBIGUOUS_REFUSAL);
+        let end = reconnect::end_after_acceptance(end, ambiguous);
         let wanted = st.home.kind.wanted();
         let alive = !st.home.token.is_cancelled();
         let backoff = st.home.kind.backoff(&st.conn);

@@ -66,14 +66,19 @@ impl AttemptError {
     }
 }
 
-/// Whether a failure is an UNAUTHENTICATED answer to a token the engine has accepted before (a
-/// pure decision): it is then retried as a request that never ran (the engine's auth check
+/// Whether a failure is the real engine's ambiguous UNAUTHENTICATED ([`AMBIGUOUS_REFUSAL`]) to a
+/// token it has accepted before (a pure decision): it is then retried as a request that never ran (the engine's auth check
 /// answers before any handler). The real engine answers `invalid auth token` for any error of
 /// its token check, a database it cannot reach included (`grpc/middleware/auth.go`): the chaos
 /// suite saw every trigger of a PostgreSQL restart refused so. A token refused from the start
 /// stays a refusal.
-pub(crate) fn refusal_after_acceptance(failure: &Failure, token_accepted: bool) -> bool {
+pub(crate) fn refusal_after_acceptance(
+    failure: &Failure,
+    message: &str,
+    token_accepted: bool,
+) -> bool {
     token_accepted
+        && message == AMBIGUOUS_REFUSAL
         && matches!(
             failure,
             Failure::Status {
@@ -82,6 +87,11 @@ pub(crate) fn refusal_after_acceptance(failure: &Failure, token_accepted: bool) 
             }
         )
 }
+
+/// The real engine's words for every failure of its token check, a database it cannot reach
+/// included: the one UNAUTHENTICATED answer that is not taken as final once the token has been
+/// accepted (any other refusal is).
+pub(crate) const AMBIGUOUS_REFUSAL: &str = "invalid auth token";
 
 /// What an error says when the engine kept refusing a token it had accepted before.
 pub(crate) const REFUSED_AFTER_ACCEPTANCE: &str = "the engine refused the token it had accepted before, on every attempt: it does so while it cannot read its database (a restart of its PostgreSQL), or the token was revoked; nothing ran, so trying again is safe";
@@ -297,8 +307,12 @@ impl RetryCore {
             };
             let code = err.code_name();
             counters.failure(&code);
+            let message = match &err.cause {
+                Cause::Status(st) => st.message(),
+                _ => "",
+            };
             let refused_after_acceptance =
-                refusal_after_acceptance(&err.failure, self.token_accepted());
+                refusal_after_acceptance(&err.failure, message, self.token_accepted());
             if refused_after_acceptance {
                 err.failure = Failure::NotSent;
             }

@@ -532,15 +532,23 @@ async fn a_message_the_server_refused_unread_is_rejected_once() {
 async fn unauthenticated_is_retried_only_after_the_token_was_accepted() {
     let c = core(Policy::default());
     let write = || Operation::new("/WorkflowService/TriggerWorkflow", RequestClass::Write);
-    let (err, times) = run_failing(&c, write(), || status_err(Code::Unauthenticated)).await;
+    let ambiguous = || grpc::attempt_error(tonic::Status::unauthenticated("invalid auth token"));
+    let (err, times) = run_failing(&c, write(), ambiguous).await;
     assert_eq!(
         (err.outcome(), times.len()),
         (Outcome::Rejected, 1),
         "{err}"
     );
     c.note_token_accepted();
-    let (err, times) = run_failing(&c, write(), || status_err(Code::Unauthenticated)).await;
+    let (err, times) = run_failing(&c, write(), ambiguous).await;
     assert_eq!(err.outcome(), Outcome::NotSent, "{err}");
     assert!(times.len() > 1, "retried: {times:?}");
     assert!(err.to_string().contains("accepted before"), "{err}");
+    // Any other refusal stays final.
+    let (err, times) = run_failing(&c, write(), || status_err(Code::Unauthenticated)).await;
+    assert_eq!(
+        (err.outcome(), times.len()),
+        (Outcome::Rejected, 1),
+        "{err}"
+    );
 }

@@ -102,6 +102,20 @@ async fn register_workflow(core: &WorkerCore, wf: Workflow) -> Result<(), Error>
             ),
         ));
     }
+    if let Some(t) = wf.tasks.iter().find(|t| {
+        t.options
+            .conditions
+            .iter()
+            .any(|(_, g)| g.0.iter().any(|c| c.has_lookback()))
+    }) {
+        return Err(Error::invalid(
+            PATH,
+            format!(
+                "workflow {}: task {} has an event condition with a lookback; a lookback applies to a durable wait (Context::wait_for, wait_for_event_with), measured from the moment it is registered: drop it from the task's wait_for",
+                wf.name, t.name
+            ),
+        ));
+    }
     if let Some((expression, ttl, _)) = &wf.idempotency
         && (expression.trim().is_empty() || *ttl < std::time::Duration::from_millis(1))
     {

@@ -32,7 +32,11 @@ pub struct Condition {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Kind {
     Sleep(Duration),
-    Event { key: String, scope: Option<String> },
+    Event {
+        key: String,
+        scope: Option<String>,
+        lookback: Option<Duration>,
+    },
     Parent(String),
 }
 
@@ -53,6 +57,7 @@ impl Condition {
             kind: Kind::Event {
                 key: key.into(),
                 scope: None,
+                lookback: None,
             },
             expression: String::new(),
             key: None,
@@ -87,6 +92,52 @@ impl Condition {
             *s = Some(scope.into());
         }
         self
+    }
+
+    /// A durable wait on this event also takes one pushed up to `window` before the wait is
+    /// registered (measured by the task's durable clock, so a replay asks the same instant):
+    /// an event pushed while the task was still sleeping, or before a replay reached the wait,
+    /// is not missed. The engine looks back only for a scoped event, so a lookback needs
+    /// [`Condition::scope`] (the wait refuses one without it). Durable waits only; a task's
+    /// `wait_for` refuses it.
+    pub fn lookback(mut self, window: Duration) -> Self {
+        if let Kind::Event { lookback, .. } = &mut self.kind {
+            *lookback = Some(window);
+        }
+        self
+    }
+
+    /// Whether a lookback is set.
+    pub(crate) fn has_lookback(&self) -> bool {
+        matches!(
+            &self.kind,
+            Kind::Event {
+                lookback: Some(_),
+                ..
+            }
+        )
+    }
+
+    /// Why this condition cannot be sent, if it cannot: a lookback without a scope.
+    pub(crate) fn problem(&self) -> Option<String> {
+        match &self.kind {
+            Kind::Event {
+                key,
+                scope: None,
+                lookback: Some(_),
+            } => Some(format!(
+                "the wait on event {key:?} has a lookback and no scope: the engine looks back only for scoped events, so give it Condition::scope (and push the event with PushOptions::scope)"
+            )),
+            _ => None,
+        }
+    }
+
+    /// The event key, when this is an event condition.
+    pub(crate) fn event_key(&self) -> Option<&str> {
+        match &self.kind {
+            Kind::Event { key, .. } => Some(key),
+            _ => None,
+        }
     }
 
     /// The key the engine reports this condition under (invariant 1).
@@ -154,10 +205,10 @@ fn push_group(
     out: &mut v1::TaskConditions,
     sleeps_out: Option<&mut Vec<v1::SleepMatchCondition>>,
     events_out: Option<&mut Vec<v1::UserEventMatchCondition>>,
-    action: v1::Action,
-    group_id: &str,
+    (action, group_id): (v1::Action, &str),
     group: &AnyOf,
     namespaced: &dyn Fn(&str) -> String,
+    now: Option<std::time::SystemTime>,
 ) {
     let (mut sleeps, mut events) = (Vec::new(), Vec::new());
     for c in &group.0 {
@@ -172,11 +223,18 @@ fn push_group(
                 base,
                 sleep_for: wire_duration(*d),
             }),
-            Kind::Event { key, scope } => events.push(v1::UserEventMatchCondition {
+            Kind::Event {
+                key,
+                scope,
+                lookback,
+            } => events.push(v1::UserEventMatchCondition {
                 base,
                 user_event_key: namespaced(key),
                 event_scope: scope.clone(),
-                consider_events_since: None,
+                consider_events_since: lookback
+                    .zip(now)
+                    .and_then(|(back, now)| now.checked_sub(back))
+                    .map(crate::proto::timestamp),
             }),
             Kind::Parent(task) => {
                 out.parent_override_conditions
@@ -218,19 +276,21 @@ pub(crate) fn task_conditions(
             &mut out,
             None,
             None,
-            action.to_proto(),
-            &id,
+            (action.to_proto(), &id),
             group,
             namespaced,
+            None,
         );
     }
     Some(out)
 }
 
-/// A durable wait's conditions (every action CREATE; fresh group ids).
+/// A durable wait's conditions (every action CREATE; fresh group ids); an event's lookback is
+/// measured back from `now` (the task's durable clock).
 pub(crate) fn durable_conditions(
     groups: &[AnyOf],
     namespaced: &dyn Fn(&str) -> String,
+    now: Option<std::time::SystemTime>,
 ) -> v1::DurableEventListenerConditions {
     let mut scratch = v1::TaskConditions::default();
     let (mut sleeps, mut events) = (Vec::new(), Vec::new());
@@ -240,10 +300,10 @@ pub(crate) fn durable_conditions(
             &mut scratch,
             Some(&mut sleeps),
             Some(&mut events),
-            v1::Action::Create,
-            &id,
+            (v1::Action::Create, &id),
             group,
             namespaced,
+            now,
         );
     }
     v1::DurableEventListenerConditions {
@@ -358,12 +418,21 @@ mod tests {
         let c = durable_conditions(
             &[any_of([
                 Condition::sleep(Duration::from_secs(5)),
-                Condition::event("wake").key("woken").scope("tenant-a"),
+                Condition::event("wake")
+                    .key("woken")
+                    .scope("tenant-a")
+                    .lookback(Duration::from_secs(60)),
             ])],
             &ns,
+            Some(std::time::UNIX_EPOCH + Duration::from_secs(1_000)),
         );
         let e = &c.user_event_conditions[0];
         assert_eq!(e.event_scope.as_deref(), Some("tenant-a"));
+        assert_eq!(
+            e.consider_events_since.as_ref().map(|t| t.seconds),
+            Some(940),
+            "the lookback counts back from the durable clock's instant"
+        );
         assert_eq!(
             e.base.as_ref().map(|b| b.action),
             Some(v1::Action::Create as i32)

@@ -579,13 +579,16 @@ async fn conf_registering_the_same_workflow_again_keeps_its_version() {
     let again = t.runtime().await;
     again.register(workflow(0)).await.expect("register again");
     assert_eq!(latest_version(&t, &id).await, first, "the same version");
-    again
+    again.shutdown(Duration::from_secs(5)).await;
+    // A change comes from another runtime (one runtime refuses a name it already holds).
+    let changed = t.runtime().await;
+    changed
         .register(workflow(2))
         .await
         .expect("register a change");
     let second = latest_version(&t, &id).await;
     assert_ne!(second, first, "a changed definition is a new version");
-    again.shutdown(Duration::from_secs(5)).await;
+    changed.shutdown(Duration::from_secs(5)).await;
 }
 
 // --- run, DAG, retries, non-retryable errors, timeouts --------------------------------------
@@ -2646,6 +2649,73 @@ async fn conf_an_input_over_the_message_limit_is_refused_and_never_maybe_execute
     assert_eq!(err.outcome(), Outcome::Rejected, "{err}");
     assert!(!err.outcome().may_have_executed());
     raised.shutdown(Duration::from_secs(1)).await;
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+/// A durable event wait with a scope and a lookback takes an event pushed (with that scope)
+/// while the task was still in its durable sleep, before the wait was registered; a lookback
+/// without a scope is refused with what to add (issue 48). The real engine looks back only for a
+/// scoped event, from `consider_events_since`, which the runtime counts back from the durable
+/// clock so a replay asks the same instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_durable_event_wait_with_a_lookback_takes_an_event_pushed_before_it() {
+    let t = Target::new("lookback").await;
+    let key = format!("approval-{}", std::process::id());
+    let k = key.clone();
+    let wf = Workflow::new("lookback").durable_task(
+        "d",
+        TaskOptions::default(),
+        move |i: Value, c: Context| {
+            let key = k.clone();
+            async move {
+                c.sleep_for(Duration::from_secs(3)).await?;
+                if i["unscoped"] == true {
+                    let e = c
+                        .wait_for_event_with(
+                            Condition::event(key).lookback(Duration::from_secs(60)),
+                        )
+                        .await
+                        .expect_err("a lookback needs a scope");
+                    return Ok::<_, TaskError>(json!({"refused": e.to_string()}));
+                }
+                let scope = i["scope"].as_str().unwrap_or_default().to_string();
+                let got = c
+                    .wait_for_event_with(
+                        Condition::event(key)
+                            .scope(scope)
+                            .lookback(Duration::from_secs(60)),
+                    )
+                    .await?;
+                Ok::<_, TaskError>(json!({"got": got}))
+            }
+        },
+    );
+    let rt = t.worker(4, vec![wf]).await;
+    let scope = format!("order-{}", std::process::id());
+    let h = rt
+        .run_no_wait("lookback", &json!({"scope": scope}))
+        .await
+        .expect("trigger");
+    // Pushed while the task sleeps: before its wait exists.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    rt.push_with(
+        &key,
+        &json!({"ok": true}),
+        hatchet_runtime::PushOptions::new().scope(scope.clone()),
+    )
+    .await
+    .expect("push");
+    let out: Value = h.result_within(RESULT).await.expect("the early event");
+    assert_eq!(out["got"], json!({"ok": true}), "{out}");
+    let refused: Value = rt
+        .run("lookback", &json!({"unscoped": true}))
+        .await
+        .expect("run");
+    let text = refused["refused"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("no scope") && text.contains("Condition::scope"),
+        "{text}"
+    );
     rt.shutdown(Duration::from_secs(1)).await;
 }
 

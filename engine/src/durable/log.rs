@@ -45,7 +45,7 @@ impl State {
         let Some((payload, failure, err)) = &n.result else {
             return;
         };
-        if crate::store::runs::take_one(&self.switches.lose_durable_completions) {
+        if crate::faults::take_one(&self.switches.lose_durable_completions) {
             return;
         }
         if let Some(stream) = self.durable.routes.get(task) {
@@ -144,7 +144,7 @@ impl State {
             msg,
             Req::WaitFor(_) | Req::Memo(_) | Req::TriggerRuns(_) | Req::EvictInvocation(_)
         );
-        if expects_ack && take_one(&self.switches.lose_durable_acks) {
+        if expects_ack && crate::faults::take_one(&self.switches.lose_durable_acks) {
             // The stream ends now; the request is still recorded, its answers go nowhere.
             if let Some(tx) = self.durable.streams.get(&stream) {
                 let _ = tx.send(Err(GrpcStatus::unavailable(

@@ -377,13 +377,6 @@ fn eref(task: &str, invocation: i32, node: i64, branch: i64) -> v1::DurableEvent
     }
 }
 
-/// Takes one from a fault counter; whether there was one.
-fn take_one(n: &std::sync::atomic::AtomicU32) -> bool {
-    use std::sync::atomic::Ordering;
-    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1))
-        .is_ok()
-}
-
 fn resp(m: Resp) -> Result<v1::DurableTaskResponse, GrpcStatus> {
     Ok(v1::DurableTaskResponse { message: Some(m) })
 }

@@ -289,7 +289,7 @@ impl State {
         };
         self.emit_task_event(tid, proto::ResourceEventType::Completed, output);
         self.durable_task_finished(tid);
-        if take_one(&self.switches.lose_completion_followups) {
+        if crate::faults::take_one(&self.switches.lose_completion_followups) {
             return;
         }
         // Its dependents decide (queued, skipped or cancelled: matches.rs).
@@ -631,16 +631,6 @@ pub fn fit_results(
         return Vec::new();
     }
     results
-}
-
-/// Takes one from a fault's counter; whether there was one to take.
-pub(crate) fn take_one(n: &std::sync::atomic::AtomicU32) -> bool {
-    n.fetch_update(
-        std::sync::atomic::Ordering::Relaxed,
-        std::sync::atomic::Ordering::Relaxed,
-        |n| n.checked_sub(1),
-    )
-    .is_ok()
 }
 
 #[cfg(test)]

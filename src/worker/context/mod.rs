@@ -355,7 +355,44 @@ impl Context {
         self.wait(d, inv, cond).await.map(|_| ())
     }
 
-    /// Waits durably for an event with `key`; returns its payload.
+    /// Waits durably for an event: `event` is a [`crate::Condition::event`], with its scope,
+    /// lookback and CEL expression; returns the payload of the event that satisfied it. With a
+    /// scope and a lookback, an event pushed (with that scope) while the task was still
+    /// sleeping, or before a replay reached this wait, is not missed:
+    ///
+    /// ```no_run
+    /// # async fn f(ctx: hatchet_runtime::Context) -> Result<(), hatchet_runtime::Error> {
+    /// use hatchet_runtime::Condition;
+    /// use std::time::Duration;
+    /// let approval = ctx
+    ///     .wait_for_event_with(
+    ///         Condition::event("approval").scope("order-7").lookback(Duration::from_secs(300)),
+    ///     )
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a replay finds the same wait (and asks the same lookback instant).
+    pub async fn wait_for_event_with(&self, event: crate::Condition) -> Result<Value, Error> {
+        if event.event_key().is_none() {
+            return Err(Error::invalid(
+                "durable wait",
+                "wait_for_event_with takes an event condition (Condition::event); use wait_for for sleeps",
+            ));
+        }
+        let fired = self.wait_for([crate::AnyOf(vec![event])]).await?;
+        Ok(fired
+            .fired
+            .into_values()
+            .next()
+            .and_then(|mut v| (!v.is_empty()).then(|| v.swap_remove(0)))
+            .unwrap_or(Value::Null))
+    }
+
+    /// Waits durably for an event with `key` (pushed after the wait is registered: see
+    /// [`Context::wait_for_event_with`] for a scope and a lookback); returns its payload.
     ///
     /// # Cancel safety
     ///

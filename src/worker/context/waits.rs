@@ -54,9 +54,19 @@ impl Context {
                 "a durable wait takes sleeps and events; parent conditions belong to DAG tasks (TaskOptions::wait_for)",
             ));
         }
+        if let Some(why) = groups.iter().flat_map(|g| &g.0).find_map(|c| c.problem()) {
+            return Err(Error::invalid("durable wait", why));
+        }
         let (d, inv) = self.durable()?;
         let config = self.inner.core.conn().config().clone();
-        let cond = durable_conditions(&groups, &|k| config.namespaced(k));
+        // A lookback counts back from the durable clock (a node of the log, asked only when a
+        // condition has one): a replay sends the same instant.
+        let now = if groups.iter().flat_map(|g| &g.0).any(|c| c.has_lookback()) {
+            Some(self.now().await?)
+        } else {
+            None
+        };
+        let cond = durable_conditions(&groups, &|k| config.namespaced(k), now);
         let payload = self.wait(d, inv, cond).await?;
         Ok(WaitResult::from_payload_keyed(&payload, &|k| {
             config.unnamespaced(k).to_string()

@@ -458,14 +458,18 @@ async fn conf_workflows_list_read_and_delete() {
         let read = rt.run_details(ghost.run_id()).await.expect_err("no run");
         assert!(read.is_not_found(), "{read}");
     }
-    // The name is free again: a new workflow, with a new id.
-    rt.register(
-        Workflow::new("shelf-a").task("t", |_: Value, _c: Context| async move {
-            Ok::<_, TaskError>(json!({}))
-        }),
-    )
-    .await
-    .expect("register again");
+    // The name is free again: a new workflow, with a new id (from another runtime: one
+    // runtime refuses a name it already holds).
+    let other = t.runtime().await;
+    other
+        .register(
+            Workflow::new("shelf-a").task("t", |_: Value, _c: Context| async move {
+                Ok::<_, TaskError>(json!({}))
+            }),
+        )
+        .await
+        .expect("register again");
+    other.shutdown(Duration::from_secs(1)).await;
     let again = api.workflow_id("shelf-a").await.expect("id");
     assert_ne!(again, a.metadata.id);
     rt.shutdown(Duration::from_secs(5)).await;
