@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
-use hatchet_runtime::{Context, Runtime, TaskError, TaskOptions, WorkerOptions, Workflow};
+use hatchet_runtime::{
+    Condition, Context, PushOptions, Runtime, TaskError, TaskOptions, WorkerOptions, Workflow,
+};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -84,7 +86,14 @@ fn approval() -> Workflow {
         TaskOptions::default(),
         |o: Order, c: Context| async move {
             c.sleep_for(Duration::from_secs(1)).await?;
-            let decision = c.wait_for_event(&format!("approval:{}", o.id)).await?;
+            // Scoped, with a lookback: the approval may be pushed while the task still sleeps.
+            let decision = c
+                .wait_for_event_with(
+                    Condition::event("approval")
+                        .scope(format!("order-{}", o.id))
+                        .lookback(Duration::from_secs(600)),
+                )
+                .await?;
             Ok::<_, TaskError>(json!({"order": o.id, "decision": decision}))
         },
     )
@@ -186,20 +195,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 failed.fetch_add(1, Ordering::Relaxed);
                 return;
             };
-            // Approve until the run finishes (the wait may register after a first push).
-            let pusher = {
-                let rt = rt.clone();
-                tokio::spawn(async move {
-                    loop {
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                        let _ = rt
-                            .push(&format!("approval:{id}"), &json!({"approved": true}))
-                            .await;
-                    }
-                })
-            };
+            // Approved at once, while the task sleeps: its wait looks back for the event. A
+            // push lost to the engine's restart is sent again until it lands.
+            let approval = PushOptions::new().scope(format!("order-{id}"));
+            while rt
+                .push_with("approval", &json!({"approved": true}), approval.clone())
+                .await
+                .is_err()
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
             let r = h.result_within::<Value>(Duration::from_secs(120)).await;
-            pusher.abort();
             match r {
                 Ok(_) => {
                     *received.lock().entry(h.run_id().to_string()).or_default() += 1;
