@@ -647,6 +647,9 @@ impl Engine {
                 match run {
                     Ok(run) => started.push(run),
                     Err(e) if crate::rules::is_skipped_trigger(&e) => {}
+                    // A run whose idempotency key is taken is not created, and the push is
+                    // accepted: the real engine stores the event and answers it (one run).
+                    Err(e) if e.code() == tonic::Code::AlreadyExists => {}
                     Err(e) => return Err(e),
                 }
             }
@@ -984,7 +987,10 @@ impl Engine {
                         t.output.clone().map(String::into_bytes),
                     )
                 } else if t.evicted {
-                    (v1::RunStatus::Evicted as i32, None, None)
+                    // The real engine says RUNNING for an evicted task, in the task's and the
+                    // run's status, and says it only in `is_evicted` (its `ToProto`).
+                    any_running = true;
+                    (v1::RunStatus::Running as i32, None, None)
                 } else if t.status == Status::Running {
                     any_running = true;
                     (v1::RunStatus::Running as i32, None, None)

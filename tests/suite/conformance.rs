@@ -2719,6 +2719,55 @@ async fn conf_a_durable_event_wait_with_a_lookback_takes_an_event_pushed_before_
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
+/// An event push whose triggered run collides on the workflow's idempotency key is accepted:
+/// the event is stored and one run exists (issue 45; ours answered ALREADY_EXISTS to the push).
+/// Executions are counted in the handler, and the second push is read back from the events list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_an_event_push_whose_run_collides_on_an_idempotency_key_is_accepted() {
+    let t = Target::new("event_key").await;
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = ran.clone();
+    let key = format!("evkey-{}", std::process::id());
+    let wf = Workflow::new("event-key")
+        .on_events([key.clone()])
+        .task("t", move |_: Value, _c: Context| {
+            let ran = r.clone();
+            async move {
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, TaskError>(json!({}))
+            }
+        })
+        .idempotency("input.k", Duration::from_secs(600));
+    let rt = t.worker(2, vec![wf]).await;
+    let k = format!("k-{}", std::process::id());
+    let first = rt.push(&key, &json!({"k": k})).await.expect("first push");
+    let second = rt
+        .push(&key, &json!({"k": k}))
+        .await
+        .expect("the colliding push is accepted");
+    assert_ne!(first, second, "two events stored");
+    until_read(
+        "the one run executed",
+        || async { ran.load(Ordering::SeqCst) },
+        |n| *n >= 1,
+    )
+    .await;
+    // Both events are stored; a run the collision had created would have executed by the time
+    // they are read back (and, on the real engine, a scheduler period later).
+    let api = rt.api();
+    let q = hatchet_runtime::EventQuery::new().key(key.clone());
+    until_read(
+        "both events listed",
+        || api.list_events(&q),
+        |r| r.as_ref().is_ok_and(|p| p.rows.len() >= 2),
+    )
+    .await
+    .expect("events");
+    tokio::time::sleep(t.real_engine_period(Duration::from_secs(3))).await;
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "one run");
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
 /// A static rate-limit key must exist before a workflow that names it is registered (the real
 /// engine's step rate limit references the key).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -228,7 +228,18 @@ impl Svc {
         let (sid, rx) = self.engine.open_session(&worker_id, legacy)?;
         let engine = self.engine.clone();
         let guard = OnDrop::new(move || engine.close_session(&worker_id, sid));
-        ok(guarded(ReceiverStream::new(rx), guard, plan))
+        // Every assignment names its tenant, as the real engine's dispatcher sends it (the
+        // SDKs put it on their spans as `hatchet.tenant_id`).
+        let tenant = self.engine.tenant_id.clone();
+        let actions = tokio_stream::StreamExt::map(ReceiverStream::new(rx), move |m| {
+            m.map(|mut a| {
+                if a.tenant_id.is_empty() {
+                    a.tenant_id.clone_from(&tenant);
+                }
+                a
+            })
+        });
+        ok(guarded(actions, guard, plan))
     }
 }
 
