@@ -1,5 +1,6 @@
-//! Five-field cron expressions (`minute hour day-of-month month day-of-week`, UTC), as the
-//! engine's cron triggers use them: `*`, numbers, ranges `a-b`, steps `*/n` and `a-b/n`, lists,
+//! Cron expressions as the real engine's validator takes them (`cron.SecondOptional | Minute |
+//! Hour | Dom | Month | Dow`): five fields (`minute hour day-of-month month day-of-week`, UTC),
+//! or six with a leading seconds field. Each field: `*`, numbers, ranges `a-b`, steps `*/n` and `a-b/n`, lists,
 //! month and weekday names (`JAN`, `MON`), and `7` for Sunday. When both day fields are
 //! restricted, a day matches if either does (classic cron).
 
@@ -8,6 +9,7 @@ use hatchet_protocol::calendar::{civil, days_from_civil};
 /// A parsed cron expression.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cron {
+    seconds: u64,
     minutes: u64,
     hours: u64,
     days: u64,
@@ -76,12 +78,17 @@ impl Cron {
     /// Parses an expression; the error says which field is wrong and why.
     pub fn parse(expr: &str) -> Result<Cron, String> {
         let fields: Vec<&str> = expr.split_whitespace().collect();
-        let [m, h, dom, mon, dow] = fields[..] else {
-            return Err(format!(
-                "cron expression {expr:?} must have 5 fields (minute hour day-of-month month day-of-week), not {}",
+        let (sec, [m, h, dom, mon, dow]) = (match fields[..] {
+            [m, h, dom, mon, dow] => Some((None, [m, h, dom, mon, dow])),
+            [sec, m, h, dom, mon, dow] => Some((Some(sec), [m, h, dom, mon, dow])),
+            _ => None,
+        })
+        .ok_or_else(|| {
+            format!(
+                "cron expression {expr:?} must have 5 fields (minute hour day-of-month month day-of-week) or 6 (a leading second), not {}",
                 fields.len()
-            ));
-        };
+            )
+        })?;
         let named = |what: &str, r: Result<u64, String>| {
             r.map_err(|e| format!("cron expression {expr:?}: {what}: {e}"))
         };
@@ -90,6 +97,10 @@ impl Cron {
             weekdays = (weekdays | 1) & !(1 << 7); // 7 is Sunday too
         }
         Ok(Cron {
+            seconds: match sec {
+                Some(sec) => named("second", field(sec, 0, 59, &[], 0))?,
+                None => 1,
+            },
             minutes: named("minute", field(m, 0, 59, &[], 0))?,
             hours: named("hour", field(h, 0, 23, &[], 0))?,
             days: named("day of month", field(dom, 1, 31, &[], 0))?,
@@ -112,10 +123,22 @@ impl Cron {
         }
     }
 
-    /// The first whole minute strictly after `secs` (Unix seconds, UTC) that matches, or `None`
-    /// when nothing matches within eight years.
+    /// The first second strictly after `secs` (Unix seconds, UTC) that matches, or `None` when
+    /// nothing matches within eight years.
     pub fn next_after(&self, secs: i64) -> Option<i64> {
-        let start = secs.div_euclid(60) * 60 + 60;
+        let minute = secs.div_euclid(60) * 60;
+        if self.first_minute_from(minute) == Some(minute)
+            && let Some(s) = (secs - minute + 1..60).find(|s| self.seconds & (1 << s) != 0)
+        {
+            return Some(minute + s);
+        }
+        let first_second = i64::from(self.seconds.trailing_zeros());
+        self.first_minute_from(minute + 60)
+            .map(|m| m + first_second)
+    }
+
+    /// The first matching whole minute at or after `start` (a whole minute, Unix seconds).
+    fn first_minute_from(&self, start: i64) -> Option<i64> {
         let first = civil(start);
         let first_day = days_from_civil(first.year, first.month, first.day);
         for day in first_day..first_day + HORIZON_DAYS {
@@ -181,6 +204,23 @@ mod tests {
             "2026-12-04T00:00:00Z",
             "day OR weekday"
         );
+    }
+
+    #[test]
+    fn a_six_field_expression_leads_with_seconds_as_the_real_engine_parses_it() {
+        let at = "2026-11-30T09:30:20Z";
+        assert_eq!(next("* * * * * *", at), "2026-11-30T09:30:21Z");
+        assert_eq!(next("*/15 * * * * *", at), "2026-11-30T09:30:30Z");
+        assert_eq!(next("10 * * * * *", at), "2026-11-30T09:31:10Z");
+        assert_eq!(next("0 0 0 * * *", at), "2026-12-01T00:00:00Z");
+        assert_eq!(next("30 15 9 * * *", at), "2026-12-01T09:15:30Z");
+        for (bad, says) in [
+            ("60 * * * * *", "second"),
+            ("* * * * * * *", "6 (a leading second)"),
+        ] {
+            let e = Cron::parse(bad).expect_err(bad);
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -77,7 +77,8 @@ pub struct Workflow {
     pub(crate) tasks: Vec<TaskDef>,
     /// Event keys that trigger it (`*` wildcards).
     pub(crate) on_events: Vec<String>,
-    /// Cron expressions (5 fields, UTC) the engine runs it on, and their input.
+    /// Cron expressions (5 fields, or 6 with a leading second; UTC) the engine runs it on, and
+    /// their input.
     pub(crate) on_crons: Vec<String>,
     /// The input of cron-triggered runs (JSON; `{}` when unset).
     pub(crate) cron_input: Option<serde_json::Value>,
@@ -482,7 +483,7 @@ impl Workflow {
         self
     }
 
-    /// Runs the workflow on each cron expression (`0 * * * *`: hourly; 5 fields, UTC), with
+    /// Runs the workflow on each cron expression (`0 * * * *`: hourly; 5 fields, or 6 with a leading second; UTC), with
     /// `input` (`{}` when `None`). The engine validates the expressions at registration.
     pub fn on_crons<S: Into<String>>(
         mut self,
