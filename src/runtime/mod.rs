@@ -372,9 +372,17 @@ impl Drop for Inner {
         if self.conn.lifecycle().is_cancelled() {
             return;
         }
-        tracing::warn!(
-            "the last RuntimeHandle was dropped without shutdown(): stopping the runtime now, without a drain"
-        );
+        // A warning only where something is lost: tasks running here (cancelled, reported to
+        // nobody). A client's `main` ending with `?` loses nothing.
+        let running = self.tree.worker.task_counts().running;
+        if running > 0 {
+            tracing::warn!(
+                running,
+                "the last RuntimeHandle was dropped without shutdown(): stopping the runtime now, without a drain; the running tasks are cancelled and the engine will retry them after their timeout (call shutdown(drain) to let them finish)"
+            );
+        } else {
+            tracing::debug!("the last RuntimeHandle was dropped without shutdown(): stopping");
+        }
         stop_now(self);
     }
 }

@@ -249,7 +249,6 @@ async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Er
     *core.listeners.actions.lock() = Some(home);
     (core.spawn_actions)();
     heartbeat::spawn(core.clone());
-    super::resend::spawn(core.clone());
     core.counters
         .slots
         .store((slots + durable_slots) as u64, Ordering::Relaxed);

@@ -298,11 +298,13 @@ async fn send_event(
         retry_count: Some(a.retry_count),
         should_not_retry: no_retry.then_some(true),
     };
-    let delivered = send_step_event(core, &req, until_delivered).await;
-    // A final event the engine answered may still be lost by it (see `resend`): kept a while.
-    if delivered && matches!(kind, E::StepEventTypeCompleted | E::StepEventTypeFailed) {
-        core.recent_finals.record(req);
-    }
+    // Sent until delivered, never again once answered: the real engine v0.104.9 takes a second
+    // COMPLETED of a task whose DAG child exists for a replay, fails it ("could not acquire
+    // advisory lock for replaying tasks") and strands the whole group of queue messages it read
+    // with it (chaos run long4: 113 final events sent again after a PostgreSQL restart, 52 DAG
+    // runs stalled). A completion the engine loses after answering it is its own loss: the
+    // attempt times out and is retried (at-least-once).
+    let _ = send_step_event(core, &req, until_delivered).await;
 }
 
 /// Sends `req` (its worker id and timestamp set at each attempt); whether it was delivered.
@@ -334,14 +336,6 @@ async fn send_step_event(
         },
     )
     .await
-}
-
-/// Sends a final event once more after the action stream came back (see `resend`): once, as
-/// the first attempt at it; an engine that recorded it records it again harmlessly.
-pub(crate) async fn resend_final(core: &WorkerCore, req: proto::StepActionEvent) {
-    if !send_step_event(core, &req, false).await {
-        tracing::debug!(task = %req.task_run_external_id, "a final event sent again was not delivered");
-    }
 }
 
 /// Sends one event for members of a batch (`items`: task run id and payload). With

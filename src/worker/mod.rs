@@ -33,7 +33,6 @@ pub(crate) mod heartbeat;
 mod labels;
 pub(crate) mod logs;
 pub(crate) mod placement;
-mod resend;
 pub(crate) mod standalone;
 mod state;
 pub(crate) mod task;
@@ -192,8 +191,6 @@ pub(crate) struct WorkerCore {
     running: Mutex<HashMap<RunningKey, CancellationToken>>,
     /// Attempts that ran here (invariant 5: the same attempt offered again does not run again).
     finished: finished::Finished<RunningKey>,
-    /// Final events answered lately, sent again when the action stream comes back.
-    pub(crate) recent_finals: resend::RecentFinals,
     /// Signalled whenever a running attempt ends (the drain waits on it).
     attempt_ended: Notify,
     tracker: TaskTracker,
@@ -250,7 +247,6 @@ impl WorkerCore {
             running: Mutex::default(),
             finished: finished::Finished::default(),
             attempt_ended: Notify::new(),
-            recent_finals: resend::RecentFinals::default(),
             tracker: TaskTracker::new(),
             stop,
             heartbeat_stop,
