@@ -12,8 +12,12 @@
 //!   (R a second, in bulk chunks; each workflow has an idempotency key on its input, and a trigger
 //!   in doubt is sent again with it), awaits each result within SECS, reads back from the engine
 //!   the runs it holds per key, counts the executions in `exec.log`, writes every run that did not
-//!   come back right to `D/problems.tsv`, and prints one summary line. It exits 1 when a result is
-//!   wrong, lost (no answer by the bound) or a key has more than one run at the engine.
+//!   come back right to `D/problems.tsv`, and prints one summary line. A run whose wait ran out
+//!   while the engine showed it stalled (a task finished, none queued or running: the engine lost
+//!   the step that creates the next task, and v0.104.9 discards a replay of it) is counted apart,
+//!   with the engine's tables as evidence. It exits 1 when a result is wrong,
+//!   lost without such an explanation (no answer by the bound), or a key has more than one run
+//!   at the engine.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write as _;
@@ -44,6 +48,12 @@ fn workflow_of(i: usize) -> &'static str {
 /// How long a result may take before the run is checked for a stall (its tasks take under a
 /// second, so this is far past any queue the faults make).
 const STALL_CHECK: Duration = Duration::from_secs(90);
+
+/// Whether a wait's deadline error says the engine stalled the run (the runtime's words for a run
+/// with a finished task and none queued or running).
+fn stalled(e: &Error) -> bool {
+    e.to_string().contains("no task is queued or running")
+}
 
 /// What a right result is, per workflow and key.
 fn expected(workflow: &str, k: &str) -> Value {
@@ -230,6 +240,9 @@ enum End {
     Right,
     Wrong(String),
     Lost(String),
+    /// No result by the bound, and the engine shows the run stalled: a task finished and none
+    /// is queued or running (the engine lost the step that creates the next task).
+    Stalled(String),
     Failed(String),
     Refused(String),
     Other(String),
@@ -241,6 +254,7 @@ impl End {
             End::Right => "right",
             End::Wrong(_) => "wrong",
             End::Lost(_) => "lost",
+            End::Stalled(_) => "stalled",
             End::Failed(_) => "failed",
             End::Refused(_) => "refused",
             End::Other(_) => "error",
@@ -277,7 +291,6 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
     let rt = Runtime::spawn(hatchet_runtime::ClientConfig::from_env()?).await?;
     let sends = Arc::new(Mutex::new(0u64));
     let retriggers = Arc::new(Mutex::new(0u64));
-    let replays = Arc::new(Mutex::new(0u64));
     let ends: Arc<Mutex<BTreeMap<usize, Ended>>> = Arc::default();
     let mut waits = Vec::new();
     let chunk = 25usize;
@@ -307,13 +320,8 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
             *sends.lock() += 1;
             let answers = rt.run_many_with(wf, &items).await;
             for (&i, answer) in idx.iter().zip(answers) {
-                let (rt, ends, sends, retriggers, replays) = (
-                    rt.clone(),
-                    ends.clone(),
-                    sends.clone(),
-                    retriggers.clone(),
-                    replays.clone(),
-                );
+                let (rt, ends, sends, retriggers) =
+                    (rt.clone(), ends.clone(), sends.clone(), retriggers.clone());
                 let (k, wait) = (key_of(i), o.wait);
                 let opts = opts(i);
                 waits.push(tokio::spawn(async move {
@@ -345,17 +353,13 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
                                     Ok(v) => break End::Wrong(format!("{run}\t{v}")),
                                     Err(e)
                                         if e.outcome() == Outcome::DeadlineExceeded
-                                            && e.to_string()
-                                                .contains("no task is queued or running")
-                                            && Instant::now() < give_up =>
-                                    {
-                                        eprintln!("chaos client: replaying stalled run {run}: {e}");
-                                        *replays.lock() += 1;
-                                        let _ = rt.replay_runs(std::slice::from_ref(&run)).await;
-                                    }
+                                            && Instant::now() < give_up => {}
                                     Err(e)
                                         if e.outcome() == Outcome::DeadlineExceeded
-                                            && Instant::now() < give_up => {}
+                                            && stalled(&e) =>
+                                    {
+                                        break End::Stalled(format!("{run}\t{e}"));
+                                    }
                                     Err(e) if e.outcome() == Outcome::DeadlineExceeded => {
                                         break End::Lost(format!("{run}\t{e}"));
                                     }
@@ -397,9 +401,12 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
         writeln!(runs, "{k}\t{}\t{run}\t{}", workflow_of(*i), end.name())?;
         if *end != End::Right {
             let detail = match end {
-                End::Wrong(d) | End::Lost(d) | End::Failed(d) | End::Refused(d) | End::Other(d) => {
-                    d.as_str()
-                }
+                End::Wrong(d)
+                | End::Lost(d)
+                | End::Stalled(d)
+                | End::Failed(d)
+                | End::Refused(d)
+                | End::Other(d) => d.as_str(),
                 End::Right => "",
             };
             writeln!(
@@ -442,11 +449,12 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
     let extra: usize = execs.values().map(|n| n.saturating_sub(1)).sum();
     let c = |n: &str| counts.get(n).copied().unwrap_or(0);
     println!(
-        "chaos summary: runs {} right {} wrong {} lost {} failed {} refused {} errors {} | engine runs {} ({engine_read}; {} not in its run list) duplicate keys {} keys without a run {} | executions {} for {} tasks, beyond one {} | trigger sends {} re-sent {} | stalled runs replayed {} | reconnects {:?} | {:.1}s",
+        "chaos summary: runs {} right {} wrong {} lost {} stalled by the engine {} failed {} refused {} errors {} | engine runs {} ({engine_read}; {} not in its run list) duplicate keys {} keys without a run {} | executions {} for {} tasks, beyond one {} | trigger sends {} re-sent {} | reconnects {:?} | {:.1}s",
         o.runs,
         c("right"),
         c("wrong"),
         c("lost"),
+        c("stalled"),
         c("failed"),
         c("refused"),
         c("error"),
@@ -459,7 +467,6 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
         extra,
         *sends.lock(),
         *retriggers.lock(),
-        *replays.lock(),
         rt.reconnects()
             .into_iter()
             .filter(|(_, n)| *n > 0)

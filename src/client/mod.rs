@@ -345,7 +345,7 @@ const LOOKUP_WITHIN: Duration = Duration::from_secs(3);
 /// when some finished and none is queued or running while the run is not final, that the
 /// engine may have lost the step that starts the next task. Seen on the real engine: a crash
 /// right after it recorded a task's completion leaves the next task's trigger unsatisfied
-/// (`v1_match`), the run RUNNING forever; a replay finishes it.
+/// (`v1_match`), the run RUNNING forever, and v0.104.9 discards a replay of it.
 pub(crate) fn stall_hint(view: &crate::RunView) -> String {
     use crate::RunStatus as S;
     if view.is_final() {
@@ -367,7 +367,7 @@ pub(crate) fn stall_hint(view: &crate::RunView) -> String {
         .any(|t| matches!(t.status, S::Queued | S::Running));
     let finished = view.tasks.values().any(|t| t.status == S::Completed);
     if finished && !active {
-        out.push_str(": no task is queued or running. Unless a task waits on a condition (a sleep, an event) this long, the engine lost the step that starts the next task (it does when it stops right after recording a completion); replay the run (RuntimeHandle::replay_runs) to finish it, which runs its tasks again");
+        out.push_str(": no task is queued or running. Unless a task waits on a condition (a sleep, an event) this long, the engine lost the step that starts the next task (it does when it stops right after recording a completion) and the run will not finish; the real engine v0.104.9 discards a replay of such a run ('failed preflight check for DAG'), so trigger the work again as a new run (its finished tasks run again)");
     }
     out
 }

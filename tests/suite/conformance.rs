@@ -2457,8 +2457,9 @@ async fn conf_a_wait_outlives_a_gated_run_the_engine_does_not_show_yet() {
 /// A run the engine stalls (it recorded `a`'s completion and lost the step that creates `b`:
 /// the real engine does this when it is killed right after the completion, found by the chaos
 /// suite, `scripts/chaos-evidence.sh` shows the unsatisfied match) ends its wait at the deadline
-/// with what the engine shows and the way out, not a bare timeout; a replay finishes it, and
-/// `a` runs again (counted in the handler). The real engine's case is the chaos suite's.
+/// with what the engine shows and the way out, not a bare timeout (the real engine v0.104.9
+/// discards a replay of such a run: read in its log, `failed preflight check for DAG`). The real
+/// engine's case is the chaos suite's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_ours_only_a_run_stalled_by_a_lost_followup_is_named_at_its_deadline() {
     let t = Target::new("stalled").await;
@@ -2503,23 +2504,12 @@ async fn conf_ours_only_a_run_stalled_by_a_lost_followup_is_named_at_its_deadlin
         "what the engine shows, only the tasks it created: {text}"
     );
     assert!(
-        text.contains("no task is queued or running") && text.contains("replay_runs"),
+        text.contains("no task is queued or running")
+            && text.contains("will not finish")
+            && text.contains("trigger the work again"),
         "{text}"
     );
     assert_eq!(*runs.lock(), ["a"], "b was never created");
-    rt.replay_runs(&[h.run_id().to_string()])
-        .await
-        .expect("replay");
-    let out: Value = h
-        .result_within(RESULT)
-        .await
-        .expect("the replayed run's result");
-    assert_eq!(out, json!({"a": {"a": 1}, "b": {"b": 2}}));
-    assert_eq!(
-        *runs.lock(),
-        ["a", "a", "b"],
-        "the replay runs a again, then b"
-    );
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
