@@ -356,3 +356,24 @@ pub(crate) fn http_client(cfg: &ClientConfig) -> Result<reqwest::Client, ConfigE
         reason: e.to_string(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_bytes_say_what_the_address_speaks_and_a_mismatch_names_the_setting() {
+        assert_eq!(
+            speaks(&[21, 3, 3, 0, 2, 2, 50]),
+            Speaks::Tls,
+            "a TLS alert record"
+        );
+        assert_eq!(
+            speaks(&[0, 0, 6, 4, 0, 0, 0, 0]),
+            Speaks::Plaintext,
+            "an HTTP/2 SETTINGS frame"
+        );
+        assert_eq!(speaks(&[]), Speaks::Unknown);
+        assert_eq!(speaks(b"HTTP/1.1 400"), Speaks::Unknown);
+    }
+}

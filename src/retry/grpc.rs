@@ -27,84 +27,69 @@ use super::executor::{AttemptError, Operation, RetryCore};
 use super::pushback::grpc_pushback;
 use crate::error::{Cause, Error};
 
-/// Whether the status's source chain proves the request never reached the server.
-pub(crate) fn status_not_sent(status: &tonic::Status) -> bool {
+/// Whether any error of the status's source chain satisfies `hit`.
+fn chain_has(
+    status: &tonic::Status,
+    hit: impl Fn(&(dyn std::error::Error + 'static)) -> bool,
+) -> bool {
     let mut src = status.source();
     while let Some(e) = src {
-        if e.is::<tonic::ConnectError>() {
-            return true;
-        }
-        if let Some(h2) = e.downcast_ref::<h2::Error>()
-            && h2.reason() == Some(h2::Reason::REFUSED_STREAM)
-        {
-            return true;
-        }
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::ConnectionRefused
-        {
+        if hit(e) {
             return true;
         }
         src = e.source();
     }
     false
+}
+
+/// Whether an error is a refused TCP connection.
+fn is_refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+}
+
+/// Whether the status's source chain proves the request never reached the server.
+pub(crate) fn status_not_sent(status: &tonic::Status) -> bool {
+    chain_has(status, |e| {
+        e.is::<tonic::ConnectError>()
+            || e.downcast_ref::<h2::Error>()
+                .is_some_and(|h2| h2.reason() == Some(h2::Reason::REFUSED_STREAM))
+            || is_refused(e)
+    })
 }
 
 /// Whether the TLS handshake read bytes that are not TLS (rustls's `InvalidMessage`): the server
 /// speaks something else on that port, plaintext most likely. Nothing was sent over TLS.
 pub(crate) fn status_tls_garbled(status: &tonic::Status) -> bool {
-    let mut src = status.source();
-    while let Some(e) = src {
-        if let Some(rustls::Error::InvalidMessage(_)) = e.downcast_ref::<rustls::Error>() {
-            return true;
-        }
-        src = e.source();
-    }
-    false
+    chain_has(status, |e| {
+        matches!(
+            e.downcast_ref::<rustls::Error>(),
+            Some(rustls::Error::InvalidMessage(_))
+        )
+    })
 }
 
 /// Whether the status's source chain is a refused TCP connection.
 pub(crate) fn status_connection_refused(status: &tonic::Status) -> bool {
-    let mut src = status.source();
-    while let Some(e) = src {
-        if let Some(io) = e.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::ConnectionRefused
-        {
-            return true;
-        }
-        src = e.source();
-    }
-    false
+    chain_has(status, is_refused)
 }
 
 /// Whether the status is tonic's own client-side timeout (`grpc-timeout` expired locally), which
 /// tonic reports as CANCELLED with a `TimeoutExpired` source.
 pub(crate) fn status_is_local_timeout(status: &tonic::Status) -> bool {
-    let mut src = status.source();
-    while let Some(e) = src {
-        if e.is::<tonic::TimeoutExpired>() {
-            return true;
-        }
-        src = e.source();
-    }
-    false
+    chain_has(status, |e| e.is::<tonic::TimeoutExpired>())
 }
 
 /// Whether the status's source chain shows the connection broke while the request was out: any
 /// client-side transport error (hyper, h2, I/O, tonic transport) under the status. A status the
 /// server sent has no such source.
 pub(crate) fn status_connection_lost(status: &tonic::Status) -> bool {
-    let mut src = status.source();
-    while let Some(e) = src {
-        if e.is::<hyper::Error>()
+    chain_has(status, |e| {
+        e.is::<hyper::Error>()
             || e.is::<h2::Error>()
             || e.is::<std::io::Error>()
             || e.is::<tonic::transport::Error>()
-        {
-            return true;
-        }
-        src = e.source();
-    }
-    false
+    })
 }
 
 /// Whether the server's gRPC layer refused the request before reading it: RESOURCE_EXHAUSTED
