@@ -304,15 +304,11 @@ async fn send_event(
     // with it (chaos run long4: 113 final events sent again after a PostgreSQL restart, 52 DAG
     // runs stalled). A completion the engine loses after answering it is its own loss: the
     // attempt times out and is retried (at-least-once).
-    let _ = send_step_event(core, &req, until_delivered).await;
+    send_step_event(core, &req, until_delivered).await;
 }
 
-/// Sends `req` (its worker id and timestamp set at each attempt); whether it was delivered.
-async fn send_step_event(
-    core: &WorkerCore,
-    req: &proto::StepActionEvent,
-    until_delivered: bool,
-) -> bool {
+/// Sends `req` (its worker id and timestamp set at each attempt).
+async fn send_step_event(core: &WorkerCore, req: &proto::StepActionEvent, until_delivered: bool) {
     const PATH: &str = "/Dispatcher/SendStepActionEvent";
     deliver(
         core,
@@ -353,7 +349,7 @@ async fn send_batch_event(
         return;
     }
     let batch = a.batch_id.clone().unwrap_or_default();
-    let _ = deliver(core, &batch, until_delivered, |worker_id| {
+    deliver(core, &batch, until_delivered, |worker_id| {
         let req = proto::BatchActionEvent {
             worker_id,
             job_id: String::new(),
@@ -387,7 +383,7 @@ async fn send_batch_event(
 /// Sends with `send` (given the worker id). With `until_delivered`, keeps trying through
 /// outages until it lands, the engine refuses it, or the attempt is stale (no heartbeat for
 /// [`STALE_AFTER`]: the engine has reassigned it); `what` names it in the log.
-async fn deliver<F, Fut>(core: &WorkerCore, what: &str, until_delivered: bool, mut send: F) -> bool
+async fn deliver<F, Fut>(core: &WorkerCore, what: &str, until_delivered: bool, mut send: F)
 where
     F: FnMut(String) -> Fut,
     Fut: std::future::Future<Output = Result<(), Error>>,
@@ -396,7 +392,7 @@ where
     loop {
         let worker_id = core.identity.get().unwrap_or_default();
         let e = match send(worker_id).await {
-            Ok(()) => return true,
+            Ok(()) => return,
             Err(e) => e,
         };
         if !until_delivered
@@ -408,7 +404,7 @@ where
             if until_delivered {
                 tracing::warn!(task = %what, error = %e, "step event not delivered");
             }
-            return false;
+            return;
         }
         let last_ok = *core.identity.last_heartbeat_ok.lock();
         let silent_for = last_ok
@@ -416,11 +412,11 @@ where
             .unwrap_or_else(|| started.elapsed());
         if silent_for >= STALE_AFTER && started.elapsed() >= STALE_AFTER {
             tracing::warn!(task = %what, "giving up a step event: no heartbeat for 30 s, the engine has reassigned the attempt");
-            return false;
+            return;
         }
         tokio::select! {
             _ = tokio::time::sleep(REDELIVER_PAUSE) => {}
-            _ = core.conn.lifecycle().cancelled() => return false,
+            _ = core.conn.lifecycle().cancelled() => return,
         }
     }
 }

@@ -2547,10 +2547,12 @@ async fn conf_a_wait_on_a_finished_run_reads_it_once_and_a_fresh_wait_not_at_all
         assert_eq!(again, json!({"n": 1}));
     }
     // The reads are spawned (our engine may answer first on the stream): wait for them.
-    let give_up = std::time::Instant::now() + Duration::from_secs(10);
-    while reads() < before.map(|n| n + 3) && std::time::Instant::now() < give_up {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_read(
+        "the late waits' reads",
+        || async { reads() },
+        |r| *r >= before.map(|n| n + 3),
+    )
+    .await;
     assert_eq!(
         reads(),
         before.map(|n| n + 3),
