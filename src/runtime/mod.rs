@@ -201,7 +201,12 @@ impl Runtime {
                 conn.rng("/v1.V1Dispatcher/ListenForDurableEvent"),
             )),
             durable: Arc::new(Home::new(
-                DurableTaskKind::new(Arc::new(DurableRegistry::default()), identity.clone()),
+                DurableTaskKind::new(
+                    Arc::new(DurableRegistry::with_max_message(
+                        conn.config().max_send_message_bytes,
+                    )),
+                    identity.clone(),
+                ),
                 Some(health[&ListenerKind::DurableTask].clone()),
                 life,
                 conn.rng("durable_task"),

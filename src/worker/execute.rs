@@ -114,6 +114,13 @@ async fn execute(
             ensure: Arc::new(move || home.ensure()),
         }
     });
+    // However the attempt ends (a result, a cancel, a panic), its invocation's doubt goes with
+    // it: a retry is another invocation, so the registry's set stays bounded by running attempts.
+    let _doubt = durable.as_ref().map(|d| InvocationEnds {
+        registry: d.registry.clone(),
+        task: action.task_run_external_id.clone(),
+        invocation: action.durable_task_invocation_count.unwrap_or(1),
+    });
     core.counters.started.fetch_add(1, Ordering::Relaxed);
     // STARTED goes out alongside the handler instead of before it: the task does not wait a
     // round trip to begin, and the engine ignores a STARTED that arrives after the attempt's
@@ -180,6 +187,19 @@ async fn execute(
     counter.fetch_add(1, Ordering::Relaxed);
     send_event(core, &action, kind, payload, no_retry, true).await;
     core.ended(&task_id);
+}
+
+/// Ends a durable attempt's invocation in the registry when the attempt's future goes.
+struct InvocationEnds {
+    registry: Arc<crate::listener::durable_task::DurableRegistry>,
+    task: String,
+    invocation: i32,
+}
+
+impl Drop for InvocationEnds {
+    fn drop(&mut self) {
+        self.registry.attempt_ended(&self.task, self.invocation);
+    }
 }
 
 /// The context and handler for `action`, or why the attempt fails at once (no handler here, a

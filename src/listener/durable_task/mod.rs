@@ -12,7 +12,8 @@
 //!    get each other's answer, in whatever order the engine answers. A request abandoned on the
 //!    wire (its caller gave up, or a timeout) keeps its place until its ack or its stream's end.
 //! 2. Requests are written to a stream only once the engine has answered its `register_worker`
-//!    (or it stayed open [`READY_AFTER_TICKS`] status ticks): a stream that ends before that
+//!    (or it stayed open [`READY_AFTER_TICKS`] status ticks after the engine answered the call;
+//!    ticks while the call is still connecting do not count): a stream that ends before that
 //!    carried none, and they go out on the next one. A request on the wire when its stream ends
 //!    is never sent again (the engine may have recorded it: a second copy would be a second
 //!    node): it fails with [`Outcome::MaybeExecuted`](crate::Outcome::MaybeExecuted), and so does
@@ -111,10 +112,13 @@ impl StreamKind for DurableTaskKind {
         })?;
         let (tx, rx) = mpsc::unbounded_channel();
         self.registry.publish(generation, tx, &worker_id);
-        conn.v1_dispatcher()
+        let stream = conn
+            .v1_dispatcher()
             .durable_task(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
-            .await
-            .map(tonic::Response::into_inner)
+            .await?
+            .into_inner();
+        self.registry.opened(generation);
+        Ok(stream)
     }
 
     async fn on_message(&self, item: v1::DurableTaskResponse) -> Flow {

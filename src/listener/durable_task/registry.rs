@@ -8,8 +8,8 @@
 //! order. One at a time, the node order is the call order (a replay finds the same log) and the
 //! ack of an invocation answers its one request on the wire.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
@@ -132,11 +132,11 @@ struct Published {
     /// (or it stayed open [`READY_AFTER_TICKS`] status ticks): a stream that ends before that
     /// carried none of them, so they go out again on the next one without any doubt.
     ready: bool,
+    /// The engine answered the call (its response headers arrived). Ticks count only from then:
+    /// a call still connecting to an unreachable engine is not a stream that stayed open.
+    opened: bool,
     ticks: u32,
 }
-
-/// How many invocations in doubt are remembered (their later requests are refused).
-const IN_DOUBT_KEPT: usize = 1024;
 
 #[derive(Default)]
 pub(super) struct Inner {
@@ -144,8 +144,10 @@ pub(super) struct Inner {
     lanes: HashMap<Lane, LaneQueue>,
     /// Invocations whose request was on the wire when its stream ended: the engine may have
     /// numbered it, so nothing more of that invocation is written (its node order is unknown);
-    /// the attempt fails and its retry replays onto the log the engine kept.
-    in_doubt: VecDeque<Lane>,
+    /// the attempt fails and its retry replays onto the log the engine kept. A lane leaves when
+    /// its attempt ends ([`DurableRegistry::attempt_ended`]), so the set is bounded by the
+    /// attempts running, and never forgets one of them.
+    in_doubt: HashSet<Lane>,
     waits: HashMap<EntryKey, WaitTx>,
     early: HashMap<EntryKey, (Completion, Instant)>,
     closed: bool,
@@ -207,7 +209,13 @@ pub(crate) struct DurableRegistry {
     inner: Mutex<Inner>,
     next: AtomicU64,
     on_evict: Mutex<Option<EvictHook>>,
+    /// The largest message the stream may carry (the connection's send limit); `0`: the
+    /// default limit.
+    max_message: AtomicUsize,
 }
+
+/// Room left in a `worker_status` message for its worker id and framing.
+const STATUS_HEADROOM: usize = 1024;
 
 impl std::fmt::Debug for DurableRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -285,12 +293,7 @@ impl Inner {
             if self.lanes.get(&lane).is_some_and(LaneQueue::is_empty) {
                 self.lanes.remove(&lane);
             }
-            if !self.in_doubt.contains(&lane) {
-                if self.in_doubt.len() == IN_DOUBT_KEPT {
-                    self.in_doubt.pop_front();
-                }
-                self.in_doubt.push_back(lane);
-            }
+            self.in_doubt.insert(lane);
         }
     }
 
@@ -337,6 +340,21 @@ impl Inner {
 }
 
 impl DurableRegistry {
+    /// A registry whose stream carries messages of at most `max_message` bytes (the
+    /// connection's send limit, `HATCHET_CLIENT_GRPC_MAX_SEND_MESSAGE_LENGTH`).
+    pub(crate) fn with_max_message(max_message: usize) -> Self {
+        let r = Self::default();
+        r.max_message.store(max_message, Ordering::Relaxed);
+        r
+    }
+
+    fn max_message(&self) -> usize {
+        match self.max_message.load(Ordering::Relaxed) {
+            0 => crate::config::DEFAULT_MAX_MESSAGE_BYTES,
+            n => n,
+        }
+    }
+
     /// Requests held (on the wire or queued), lanes and waits (tests check nothing is left).
     #[cfg(test)]
     pub(super) fn pending_counts(&self) -> (usize, usize, usize) {
@@ -347,6 +365,20 @@ impl DurableRegistry {
             .map(|q| q.queued.len() + usize::from(q.on_wire.is_some()))
             .sum();
         (requests, g.lanes.len(), g.waits.len())
+    }
+
+    /// The attempt running `lane` ended: its doubt goes with it (a retry is another invocation).
+    pub(crate) fn attempt_ended(&self, task: &str, invocation: i32) {
+        self.inner
+            .lock()
+            .in_doubt
+            .remove(&(task.to_string(), invocation));
+    }
+
+    /// Invocations in doubt (tests check the set empties as attempts end).
+    #[cfg(test)]
+    pub(super) fn in_doubt_count(&self) -> usize {
+        self.inner.lock().in_doubt.len()
     }
 
     /// Sets what runs when the engine evicts an invocation (the worker cancels it).
@@ -379,6 +411,17 @@ impl DurableRegistry {
             target(&req).ok_or_else(|| Error::invalid(OPERATION, "request has no target"))?;
         let kind = AckKind::of_request(&req)
             .ok_or_else(|| Error::invalid(OPERATION, "request expects no ack"))?;
+        let (size, max) = (prost::Message::encoded_len(&req), self.max_message());
+        if size > max {
+            // On the stream every durable task shares, an oversized message would end it (the
+            // encoder refuses it) and fail every other task's operation in flight.
+            return Err(Error::invalid(
+                OPERATION,
+                format!(
+                    "this durable operation is {size} bytes, over the {max} byte message limit (HATCHET_CLIENT_GRPC_MAX_SEND_MESSAGE_LENGTH, which the engine's own limit bounds); nothing was sent: send less (keep large inputs in storage and pass a reference)"
+                ),
+            ));
+        }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let mut g = self.inner.lock();
@@ -535,27 +578,40 @@ impl DurableRegistry {
         }
     }
 
-    /// The `worker_status` listing every pending wait, or `None` when nothing waits.
-    fn status_request(g: &Inner, worker_id: &str) -> Option<v1::DurableTaskRequest> {
-        if g.waits.is_empty() {
-            return None;
-        }
-        let waiting_entries = g
-            .waits
-            .keys()
-            .map(|(t, i, b, n)| v1::DurableTaskAwaitedCompletedEntry {
-                durable_task_external_id: t.clone(),
-                branch_id: *b,
-                node_id: *n,
-                invocation_count: *i,
-            })
-            .collect();
-        Some(v1::DurableTaskRequest {
+    /// The `worker_status` messages listing every pending wait (none when nothing waits), each
+    /// under the message limit: one oversized message would end the stream every task shares.
+    fn status_requests(&self, g: &Inner, worker_id: &str) -> Vec<v1::DurableTaskRequest> {
+        use prost::Message as _;
+        let limit = self.max_message().saturating_sub(STATUS_HEADROOM);
+        let message = |waiting_entries| v1::DurableTaskRequest {
             message: Some(Req::WorkerStatus(v1::DurableTaskWorkerStatusRequest {
                 worker_id: worker_id.to_string(),
                 waiting_entries,
             })),
-        })
+        };
+        let mut out = Vec::new();
+        let mut batch = Vec::new();
+        let mut size = 0;
+        for (t, i, b, n) in g.waits.keys() {
+            let entry = v1::DurableTaskAwaitedCompletedEntry {
+                durable_task_external_id: t.clone(),
+                branch_id: *b,
+                node_id: *n,
+                invocation_count: *i,
+            };
+            // The entry, its field tag and its length prefix.
+            let len = entry.encoded_len() + 1 + prost::length_delimiter_len(entry.encoded_len());
+            if !batch.is_empty() && size + len > limit {
+                out.push(message(std::mem::take(&mut batch)));
+                size = 0;
+            }
+            size += len;
+            batch.push(entry);
+        }
+        if !batch.is_empty() {
+            out.push(message(batch));
+        }
+        out
     }
 
     /// A status tick: lists the pending waits on the published stream (invariant 6), and makes
@@ -563,17 +619,18 @@ impl DurableRegistry {
     /// `register_worker` answer. Returns whether a status was sent.
     pub(super) fn tick(&self, worker_id: &str) -> bool {
         let mut g = self.inner.lock();
-        if let Some(p) = g.published.as_mut().filter(|p| !p.ready) {
+        if let Some(p) = g.published.as_mut().filter(|p| !p.ready && p.opened) {
             p.ticks += 1;
             if p.ticks >= READY_AFTER_TICKS {
                 p.ready = true;
                 g.pump_all();
             }
         }
-        match (&g.published, Self::status_request(&g, worker_id)) {
-            (Some(p), Some(req)) => p.sink.send(req).is_ok(),
-            _ => false,
-        }
+        let Some(p) = &g.published else {
+            return false;
+        };
+        let statuses = self.status_requests(&g, worker_id);
+        !statuses.is_empty() && statuses.into_iter().all(|req| p.sink.send(req).is_ok())
     }
 
     /// Publishes a new stream: `register_worker` and `worker_status` (replay first) go out at
@@ -588,15 +645,30 @@ impl DurableRegistry {
                 worker_id: worker_id.to_string(),
             })),
         });
-        if let Some(status) = Self::status_request(&g, worker_id) {
+        for status in self.status_requests(&g, worker_id) {
             let _ = sink.send(status);
         }
         g.published = Some(Published {
             generation,
             sink,
             ready: false,
+            opened: false,
             ticks: 0,
         });
+    }
+
+    /// The engine answered the call of stream `generation`: from now its status ticks count
+    /// towards readiness without a `register_worker` answer.
+    pub(super) fn opened(&self, generation: u64) {
+        if let Some(p) = self
+            .inner
+            .lock()
+            .published
+            .as_mut()
+            .filter(|p| p.generation == generation)
+        {
+            p.opened = true;
+        }
     }
 
     /// The stream of `generation` ended: what it carried without an answer is in doubt.
@@ -876,6 +948,14 @@ mod tests {
             "nothing in doubt goes out again"
         );
         drop(next_attempt);
+        assert_eq!(r.in_doubt_count(), 2, "t 1 and u 1");
+        r.attempt_ended("t", 1);
+        r.attempt_ended("u", 1);
+        assert_eq!(
+            r.in_doubt_count(),
+            0,
+            "ended attempts take their doubt along"
+        );
     }
 
     #[tokio::test]
@@ -904,6 +984,7 @@ mod tests {
         let r = DurableRegistry::default();
         let (sink, mut out) = mpsc::unbounded_channel();
         r.publish(1, sink, "w");
+        r.opened(1);
         let (_, _ack, _) = r.send(wait_req("t", 1)).expect("send");
         for _ in 1..READY_AFTER_TICKS {
             r.tick("w");
@@ -911,6 +992,33 @@ mod tests {
         assert_eq!(written(&mut out), ["register"]);
         r.tick("w");
         assert_eq!(written(&mut out), ["wait t 1"]);
+    }
+
+    /// N4: a call still connecting (an unreachable engine) is not a stream that stayed open.
+    /// However many ticks pass, nothing is written to it, and when it fails its requests are
+    /// still queued, never sent, for the next stream: not failed as maybe executed.
+    #[tokio::test]
+    async fn ticks_while_the_call_is_still_connecting_write_nothing_and_put_nothing_in_doubt() {
+        let r = DurableRegistry::default();
+        let (sink, mut out) = mpsc::unbounded_channel();
+        r.publish(1, sink, "w");
+        let (_, mut ack, _) = r.send(wait_req("t", 1)).expect("send");
+        for _ in 0..READY_AFTER_TICKS * 5 {
+            r.tick("w");
+        }
+        assert_eq!(
+            written(&mut out),
+            ["register"],
+            "not opened: nothing written"
+        );
+        r.unpublish(1, "status Unavailable: connection refused");
+        r.stream_ended(false, "status Unavailable: connection refused");
+        assert!(ack.try_recv().is_err(), "still queued, not failed");
+        assert_eq!(r.pending_counts().0, 1);
+        let mut second = ready_stream(&r, 2);
+        assert_eq!(written(&mut second), ["register", "wait t 1"]);
+        r.on_response(wait_ack("t", 1, 1));
+        assert!(matches!(ack.await, Ok(Ok(Ack::Wait(_)))));
     }
 
     #[tokio::test]
@@ -1108,5 +1216,53 @@ mod tests {
         assert_eq!(status.waiting_entries[0].node_id, 1);
         r.forget_wait(&("t".into(), 1, 1, 1));
         assert!(!r.tick("w"), "nothing waits: nothing is sent");
+    }
+
+    /// N5: an oversized durable request is refused before it is written: on the shared stream it
+    /// would end the stream and fail every other task's operation in flight.
+    #[tokio::test]
+    async fn an_oversized_request_is_refused_unsent_and_the_others_ride_on() {
+        let r = DurableRegistry::with_max_message(2048);
+        let mut out = ready_stream(&r, 1);
+        let (_, other, _) = r.send(wait_req("u", 1)).expect("send");
+        let mut big = memo_req("t", 1);
+        if let Some(Req::Memo(m)) = big.message.as_mut() {
+            m.key = vec![b'k'; 4096];
+        }
+        let e = r.send(big).expect_err("over the limit");
+        assert_eq!(e.outcome(), Outcome::Invalid, "{e}");
+        assert!(e.to_string().contains("nothing was sent"), "{e}");
+        assert!(e.to_string().contains("2048 byte"), "{e}");
+        assert_eq!(written(&mut out), ["register", "wait u 1"]);
+        r.on_response(wait_ack("u", 1, 1));
+        assert!(matches!(other.await, Ok(Ok(Ack::Wait(_)))));
+        assert_eq!(r.pending_counts(), (0, 0, 0));
+    }
+
+    /// N5: pending waits past one message's room are listed in several `worker_status`
+    /// messages, each under the limit, every wait in one of them.
+    #[tokio::test]
+    async fn a_status_over_the_message_limit_is_split_and_lists_every_wait() {
+        use prost::Message as _;
+        let limit = 4096;
+        let r = DurableRegistry::with_max_message(limit);
+        let _waits: Vec<_> = (0..500)
+            .map(|n| r.wait((format!("task-{n:04}"), 1, 1, n)))
+            .collect();
+        let mut out = ready_stream(&r, 1);
+        let _ = written(&mut out);
+        assert!(r.tick("w"));
+        let mut listed = std::collections::BTreeSet::new();
+        let mut messages = 0;
+        while let Ok(m) = out.try_recv() {
+            assert!(m.encoded_len() <= limit, "{} bytes", m.encoded_len());
+            let Some(Req::WorkerStatus(status)) = m.message else {
+                panic!("a worker_status")
+            };
+            messages += 1;
+            listed.extend(status.waiting_entries.into_iter().map(|e| e.node_id));
+        }
+        assert!(messages > 1, "split: {messages}");
+        assert_eq!(listed.len(), 500, "every wait listed once or more");
     }
 }
