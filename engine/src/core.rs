@@ -498,8 +498,44 @@ impl Engine {
 
     // ===== triggering =====
 
-    /// Creates a run of `req.name` (TriggerWorkflow, the DurableTask stream's trigger_runs).
-    pub fn trigger(&self, req: &v1::TriggerWorkflowRequest) -> Result<String, GrpcStatus> {
+    /// A single trigger from a client (`TriggerWorkflow`, `TriggerWorkflowRun`): written now,
+    /// or, under the `defer_trigger_writes` fault, answered now and written later.
+    pub fn trigger_from_client(
+        self: &std::sync::Arc<Self>,
+        req: v1::TriggerWorkflowRequest,
+    ) -> Result<String, GrpcStatus> {
+        let deferred = {
+            let st = self.state.lock();
+            st.switches.defer_trigger_writes.filter(|_| {
+                st.workflows
+                    .live(&req.name)
+                    .is_some_and(|wf| wf.idempotency.is_none())
+            })
+        };
+        let Some(after) = deferred else {
+            return self.trigger(&req, None);
+        };
+        parse_json("payload", &req.input)?;
+        parse_metadata(req.additional_metadata.as_deref())?;
+        check_priority(req.priority, TRIGGER)?;
+        let id = new_id();
+        let (engine, run_id) = (self.clone(), id.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            if let Err(e) = engine.trigger(&req, Some(run_id)) {
+                tracing::warn!(workflow = %req.name, error = %e, "a deferred trigger failed");
+            }
+        });
+        Ok(id)
+    }
+
+    /// Creates a run of `req.name` (TriggerWorkflow, the DurableTask stream's trigger_runs),
+    /// under `run_id` when it was answered before (a deferred write).
+    pub fn trigger(
+        &self,
+        req: &v1::TriggerWorkflowRequest,
+        run_id: Option<String>,
+    ) -> Result<String, GrpcStatus> {
         let input = parse_json("payload", &req.input)?;
         let meta = parse_metadata(req.additional_metadata.as_deref())?;
         check_priority(req.priority, TRIGGER)?;
@@ -518,6 +554,7 @@ impl Engine {
                 desired_worker: req.desired_worker_id.clone(),
                 desired_labels: crate::sched::placement::desired_labels(&req.desired_worker_labels),
                 filter_payload: None,
+                run_id,
             },
         );
         drop(st);
@@ -552,7 +589,7 @@ impl Engine {
         // answered together afterwards, as the real engine does.
         let (mut created, mut collisions) = (Vec::with_capacity(reqs.len()), Vec::new());
         for r in reqs {
-            match self.trigger(r) {
+            match self.trigger(r, None) {
                 Ok(id) => created.push(id),
                 Err(e) => match proto::idempotency_collision(&e) {
                     // Named by the id its run would have had, as the real engine names it.

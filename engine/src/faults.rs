@@ -79,6 +79,12 @@ pub struct Switches {
     /// just before they are handled: each wait's completion goes out, then the eviction is
     /// acknowledged (a wait that ends while the eviction is on its way).
     pub complete_waits_on_evict: u32,
+    /// Single triggers (`TriggerWorkflow`, `TriggerWorkflowRun`) of workflows without an
+    /// idempotency key are answered with the run's id at once and written this much later, as
+    /// the real engine does when its optimistic write slots are busy (a load spike, a restart):
+    /// it answers, and its task controller creates the run from a queued message. Until then
+    /// the run reads NotFound.
+    pub defer_trigger_writes: Option<std::time::Duration>,
 }
 
 /// Timers read on a poll instead of when they are due: the real engine's task controller looks

@@ -648,6 +648,15 @@ impl DevEngine {
         self.engine.wake.notify_one();
     }
 
+    /// Fault injection, the real engine's write backlog: single triggers of workflows without
+    /// an idempotency key are answered with their run's id at once and written `after` later
+    /// (reading NotFound until then), as the real engine does when its optimistic write slots
+    /// are busy and its task controller creates the run from a queued message (v0.104.9,
+    /// `AdminService.ingest`). `None` (the default) writes each before answering.
+    pub fn defer_trigger_writes(&self, after: Option<Duration>) {
+        self.engine.state.lock().switches.defer_trigger_writes = after;
+    }
+
     /// Fault injection: assign beyond the workers' slots (a flood of actions).
     pub fn over_assign(&self, on: bool) {
         self.engine.state.lock().switches.over_assign = on;

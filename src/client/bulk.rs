@@ -15,7 +15,13 @@
 //!    collisions): each item gets the run that was created for it or the run it collided with.
 //!    Nothing the engine created is reported as refused. The engine names created runs and
 //!    collisions each in item order but not which items collided, so when both kinds are
-//!    present the created runs are matched to their items by input (read back once).
+//!    present the created runs are matched to their items by input and metadata (read back
+//!    once, waiting for runs the engine creates after answering). When that cannot be done the
+//!    chunk fails as `MaybeExecuted`: every item has a run, only which is unknown.
+//! 5. A chunk is at most [`BULK_CHUNK`] items and at most the message limit in bytes
+//!    (`HATCHET_CLIENT_GRPC_MAX_SEND_MESSAGE_LENGTH`): the engine refuses a larger message
+//!    unread, so a chunk is never sent to be refused whole. An item that alone is over the limit
+//!    fails alone, unsent.
 
 use std::sync::Arc;
 
@@ -84,16 +90,41 @@ fn shared(e: &Error, op: &'static str) -> Error {
     }
 }
 
+/// What the engine's idempotency key can see of an item, compared to tell items apart: its
+/// input and its additional metadata (`{}` when it has none).
+pub(crate) type ItemKey = (Value, Value);
+
+/// The key of a trigger request, as sent.
+fn item_key(req: &proto::v1::TriggerWorkflowRequest) -> ItemKey {
+    let input = serde_json::from_str(&req.input).unwrap_or(Value::Null);
+    (
+        input,
+        metadata_value(req.additional_metadata.as_deref().map(str::as_bytes)),
+    )
+}
+
+/// Additional metadata as JSON: absent or empty is `{}`.
+fn metadata_value(raw: Option<&[u8]>) -> Value {
+    raw.filter(|m| !m.is_empty())
+        .and_then(|m| serde_json::from_slice(m).ok())
+        .unwrap_or_else(|| Value::Object(Default::default()))
+}
+
 /// Which run each item of a partly colliding chunk got (invariant 4), decided from what the
-/// engine said: the runs it `created` (in item order, with their inputs read back when both
-/// kinds are present) and the `existing` runs the others collided with (in item order).
+/// engine said: the runs it `created` (in item order, with their inputs and metadata read back
+/// when both kinds are present) and the `existing` runs the others collided with (in item
+/// order).
+///
+/// Items are told apart by input and metadata, everything the key expression can read: two
+/// items equal in both have the same key, so the first of them is the one created and the
+/// later ones collide, which is the order the match takes.
 fn per_item(
-    inputs: &[Option<Value>],
+    items: &[ItemKey],
     created: &[String],
-    created_inputs: &[Option<Value>],
+    created_keys: &[Option<ItemKey>],
     existing: &[String],
 ) -> Result<Vec<String>, String> {
-    let n = inputs.len();
+    let n = items.len();
     if created.len() + existing.len() != n {
         return Err(format!(
             "the engine named {} created and {} collided runs for {n} items",
@@ -107,25 +138,42 @@ fn per_item(
     if existing.is_empty() {
         return Ok(created.to_vec());
     }
+    // The engine adds metadata of its own (a `traceparent`): a run's metadata is compared on
+    // the keys the items use.
+    let item_keys: std::collections::BTreeSet<&String> = items
+        .iter()
+        .filter_map(|(_, m)| m.as_object())
+        .flat_map(|m| m.keys())
+        .collect();
+    let on_item_keys = |m: &Value| -> Value {
+        Value::Object(
+            m.as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| item_keys.contains(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        )
+    };
     // Created runs, in item order: each takes the first item after the previous one with its
-    // input. Items left over collided, in order.
+    // key. Items left over collided, in order.
     let mut got: Vec<Option<String>> = vec![None; n];
     let mut from = 0;
-    for (id, input) in created.iter().zip(created_inputs) {
-        let Some(input) = input else {
+    for (id, key) in created.iter().zip(created_keys) {
+        let Some((input, metadata)) = key else {
             return Err(format!("run {id} has no readable input"));
         };
+        let metadata = on_item_keys(metadata);
         // The engine reads a one-task run's input back as its task's stored input (the run's
         // input under `input`, beside `parents` and `triggers`).
         let stored = input
             .get("input")
             .filter(|_| input.get("parents").is_some());
         let Some(at) = (from..n).find(|&i| {
-            inputs[i]
-                .as_ref()
-                .is_some_and(|v| v == input || Some(v) == stored)
+            let (want, want_meta) = &items[i];
+            *want_meta == metadata && (want == input || Some(want) == stored)
         }) else {
-            return Err(format!("no item has the input of run {id}"));
+            return Err(format!("no item has the input and metadata of run {id}"));
         };
         got[at] = Some(id.clone());
         from = at + 1;
@@ -142,6 +190,10 @@ fn per_item(
         .collect()
 }
 
+/// How long a created run may read as missing before the match gives up: the engine may
+/// create a run's rows after it answered (its message-queue path under load).
+const CREATED_READABLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// A priority outside 1–3, refused locally.
 pub(crate) fn check_priority(op: &'static str, p: Option<i32>) -> Result<(), Error> {
     match p {
@@ -153,12 +205,49 @@ pub(crate) fn check_priority(op: &'static str, p: Option<i32>) -> Result<(), Err
     }
 }
 
-/// Sends the prepared items in chunks of [`BULK_CHUNK`] and answers one result per item, in
+/// Room a bulk message keeps beside its items (field tags, lengths).
+const CHUNK_HEADROOM: usize = 16 * 1024;
+
+/// The limits a chunk keeps (invariant 5).
+#[derive(Debug, Clone, Copy)]
+struct ChunkLimits {
+    items: usize,
+    bytes: usize,
+}
+
+/// The chunks of `sizes` (each item's encoded bytes), in order: the item indexes each chunk
+/// carries, and the items over the byte limit alone (never sent).
+fn chunk_plan(sizes: &[usize], limits: ChunkLimits) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let mut chunks = Vec::new();
+    let mut oversized = Vec::new();
+    let (mut current, mut bytes) = (Vec::new(), 0usize);
+    for (i, &size) in sizes.iter().enumerate() {
+        // An item's bytes, its field tag and its length prefix.
+        let size = size + 1 + prost::length_delimiter_len(size);
+        if size > limits.bytes {
+            oversized.push(i);
+            continue;
+        }
+        if !current.is_empty() && (current.len() == limits.items || bytes + size > limits.bytes) {
+            chunks.push(std::mem::take(&mut current));
+            bytes = 0;
+        }
+        bytes += size;
+        current.push(i);
+    }
+    if !current.is_empty() {
+        chunks.push(current);
+    }
+    (chunks, oversized)
+}
+
+/// Sends the prepared items in chunks (invariant 5) and answers one result per item, in
 /// order (invariants 1 and 2): an item refused while preparing keeps its own error; a chunk's
 /// error, or an answer of the wrong length, is given to every item of that chunk.
 async fn in_chunks<R, A, F, Fut>(
     op: &'static str,
     prepared: Vec<Result<R, Error>>,
+    (limits, size_of): (ChunkLimits, fn(&R) -> usize),
     send: F,
 ) -> Vec<Result<A, Error>>
 where
@@ -176,9 +265,23 @@ where
             Err(e) => answers.push(Some(Err(e))),
         }
     }
-    let mut ready = ready.into_iter().peekable();
-    while ready.peek().is_some() {
-        let (slots, chunk): (Vec<usize>, Vec<R>) = ready.by_ref().take(BULK_CHUNK).unzip();
+    let sizes: Vec<usize> = ready.iter().map(|(_, r)| size_of(r)).collect();
+    let (plan, oversized) = chunk_plan(&sizes, limits);
+    for at in oversized {
+        let (i, _) = &ready[at];
+        answers[*i] = Some(Err(Error::invalid(
+            op,
+            format!(
+                "this item is {} bytes, over the {} byte message limit (HATCHET_CLIENT_GRPC_MAX_SEND_MESSAGE_LENGTH, which the engine's own limit bounds); nothing was sent for it: send less (keep large data in storage and pass a reference)",
+                sizes[at],
+                limits.bytes + CHUNK_HEADROOM
+            ),
+        )));
+    }
+    let mut items: Vec<Option<(usize, R)>> = ready.into_iter().map(Some).collect();
+    for chunk_at in plan {
+        let (slots, chunk): (Vec<usize>, Vec<R>) =
+            chunk_at.iter().filter_map(|&at| items[at].take()).unzip();
         let sent = chunk.len();
         match send(chunk).await {
             Ok(got) if got.len() == sent => {
@@ -209,7 +312,19 @@ where
 }
 
 impl ClientCore {
-    /// Triggers one run per item (invariants 1–3).
+    /// The chunk limits of this connection (invariant 5).
+    fn chunk_limits(&self) -> ChunkLimits {
+        ChunkLimits {
+            items: BULK_CHUNK,
+            bytes: self
+                .conn
+                .config()
+                .max_send_message_bytes
+                .saturating_sub(CHUNK_HEADROOM),
+        }
+    }
+
+    /// Triggers one run per item (invariants 1–5).
     pub(crate) async fn run_many<I: Serialize>(
         self: &Arc<Self>,
         workflow: &str,
@@ -229,24 +344,29 @@ impl ClientCore {
                     .map(|input| self.trigger_request(workflow, input, opts, opts.metadata.clone()))
             })
             .collect();
-        let ids = in_chunks(PATH, prepared, |workflows| async move {
-            let req = proto::BulkTriggerWorkflowRequest { workflows };
-            let client = self.conn.workflows();
-            let answer = self
-                .conn
-                .call(PATH, &client, &req, |mut c, r| async move {
-                    c.bulk_trigger_workflow(r).await
-                })
-                .await
-                .map(|r| r.workflow_run_ids);
-            match answer {
-                Err(e) => match e.status().and_then(proto::bulk_idempotency_collision) {
-                    Some(c) => self.collided(PATH, &req.workflows, c).await,
-                    None => Err(e),
-                },
-                ok => ok,
-            }
-        })
+        let ids = in_chunks(
+            PATH,
+            prepared,
+            (self.chunk_limits(), prost::Message::encoded_len),
+            |workflows| async move {
+                let req = proto::BulkTriggerWorkflowRequest { workflows };
+                let client = self.conn.workflows();
+                let answer = self
+                    .conn
+                    .call(PATH, &client, &req, |mut c, r| async move {
+                        c.bulk_trigger_workflow(r).await
+                    })
+                    .await
+                    .map(|r| r.workflow_run_ids);
+                match answer {
+                    Err(e) => match e.status().and_then(proto::bulk_idempotency_collision) {
+                        Some(c) => self.collided(PATH, &req.workflows, c).await,
+                        None => Err(e),
+                    },
+                    ok => ok,
+                }
+            },
+        )
         .await;
         ids.into_iter()
             .map(|r| r.map(|id| RunHandle::new(id, self.clone())))
@@ -266,33 +386,59 @@ impl ClientCore {
             .into_iter()
             .map(|c| c.existing_run_external_id)
             .collect();
-        let mut created_inputs = Vec::with_capacity(created.len());
+        let mut created_keys = Vec::with_capacity(created.len());
         if !created.is_empty() && !existing.is_empty() {
             for id in &created {
-                let details = self.conn.run_details(id, None).await.map_err(|e| {
-                    Error::new(crate::Outcome::Rejected, op).with_detail(format!(
-                        "some items collided on the workflow's idempotency key and the others were created ({} runs: {}), but which is which could not be read back ({e}); read the runs before triggering again",
+                let details = self.created_run_details(id).await.map_err(|e| {
+                    // Every item has a run (its own or the one it collided with): only which is
+                    // which is unknown, so triggering again would collide, not run twice.
+                    Error::new(crate::Outcome::MaybeExecuted, op).with_detail(format!(
+                        "some items collided on the workflow's idempotency key and the others were created ({} runs: {}), but which is which could not be read back ({e}); every item has a run: list the workflow's runs before triggering again",
                         created.len(),
                         created.join(", ")
                     ))
                 })?;
-                created_inputs.push(serde_json::from_slice::<Value>(&details.input).ok());
+                created_keys.push(
+                    serde_json::from_slice::<Value>(&details.input)
+                        .ok()
+                        .map(|input| (input, metadata_value(Some(&details.additional_metadata)))),
+                );
             }
         }
-        let inputs: Vec<Option<Value>> = items
-            .iter()
-            .map(|i| serde_json::from_str(&i.input).ok())
-            .collect();
-        per_item(&inputs, &created, &created_inputs, &existing).map_err(|why| {
-            Error::new(crate::Outcome::Rejected, op).with_detail(format!(
-                "some items collided on the workflow's idempotency key and the others were created (runs {}; collided with {}), but {why}; read the runs before triggering again",
+        let keys: Vec<ItemKey> = items.iter().map(item_key).collect();
+        per_item(&keys, &created, &created_keys, &existing).map_err(|why| {
+            Error::new(crate::Outcome::MaybeExecuted, op).with_detail(format!(
+                "some items collided on the workflow's idempotency key and the others were created (runs {}; collided with {}), but {why}; every item has a run: list the workflow's runs before triggering again",
                 created.join(", "),
                 existing.join(", ")
             ))
         })
     }
 
-    /// Pushes one event per item (invariants 1–3); returns event ids.
+    /// A run the engine just said it created: read until its rows exist (it may write them
+    /// after answering), for at most [`CREATED_READABLE_WITHIN`].
+    async fn created_run_details(
+        &self,
+        id: &str,
+    ) -> Result<proto::v1::GetRunDetailsResponse, Error> {
+        let give_up = tokio::time::Instant::now() + CREATED_READABLE_WITHIN;
+        let mut pause = std::time::Duration::from_millis(100);
+        loop {
+            match self.conn.run_details(id, None).await {
+                Err(e)
+                    if e.status()
+                        .is_some_and(|s| s.code() == tonic::Code::NotFound)
+                        && tokio::time::Instant::now() + pause < give_up =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(2));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Pushes one event per item (invariants 1–3, 5); returns event ids.
     pub(crate) async fn push_many<P: Serialize>(
         &self,
         events: &[BulkEvent<P>],
@@ -309,65 +455,73 @@ impl ClientCore {
                 self.push_request(PATH, &ev.key, &ev.payload, &opts)
             })
             .collect();
-        in_chunks(PATH, prepared, |events| async move {
-            let req = proto::BulkPushEventRequest { events };
-            let client = self.conn.events();
-            self.conn
-                .call(PATH, &client, &req, |mut c, r| async move {
-                    c.bulk_push(r).await
-                })
-                .await
-                .map(|r| r.events.into_iter().map(|e| e.event_id).collect())
-        })
+        in_chunks(
+            PATH,
+            prepared,
+            (self.chunk_limits(), prost::Message::encoded_len),
+            |events| async move {
+                let req = proto::BulkPushEventRequest { events };
+                let client = self.conn.events();
+                self.conn
+                    .call(PATH, &client, &req, |mut c, r| async move {
+                        c.bulk_push(r).await
+                    })
+                    .await
+                    .map(|r| r.events.into_iter().map(|e| e.event_id).collect())
+            },
+        )
         .await
     }
 }
 
 #[cfg(test)]
 mod collision_tests {
-    use super::per_item;
+    use super::{ItemKey, per_item};
     use serde_json::{Value, json};
 
     fn ids(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
     }
 
+    fn plain(input: Value) -> ItemKey {
+        (input, json!({}))
+    }
+
     #[test]
     fn each_item_gets_the_run_made_for_it_or_the_one_it_collided_with() {
-        let inputs: Vec<Option<Value>> = [
+        let items: Vec<ItemKey> = [
             json!({"k": 1}),
             json!({"k": 2}),
             json!({"k": 1}),
             json!({"k": 3}),
         ]
         .into_iter()
-        .map(Some)
+        .map(plain)
         .collect();
+        let read = |v: &[Value]| -> Vec<Option<ItemKey>> {
+            v.iter().cloned().map(|v| Some(plain(v))).collect()
+        };
         // Items 0, 1 and 3 were created; item 2 collided with item 0's run.
         let got = per_item(
-            &inputs,
+            &items,
             &ids(&["r0", "r1", "r3"]),
-            &[
-                Some(json!({"k": 1})),
-                Some(json!({"k": 2})),
-                Some(json!({"k": 3})),
-            ],
+            &read(&[json!({"k": 1}), json!({"k": 2}), json!({"k": 3})]),
             &ids(&["r0"]),
         )
         .expect("mapped");
         assert_eq!(got, ids(&["r0", "r1", "r0", "r3"]));
         // Every item collided: in order, no read needed.
         assert_eq!(
-            per_item(&inputs[..2], &[], &[], &ids(&["a", "b"])).expect("mapped"),
+            per_item(&items[..2], &[], &[], &ids(&["a", "b"])).expect("mapped"),
             ids(&["a", "b"])
         );
         // A run's input read back as its task's stored input.
-        let stored = |k: i64| Some(json!({"input": {"k": k}, "parents": {}, "triggers": {}}));
+        let stored = |k: i64| json!({"input": {"k": k}, "parents": {}, "triggers": {}});
         assert_eq!(
             per_item(
-                &inputs,
+                &items,
                 &ids(&["r0", "r1", "r3"]),
-                &[stored(1), stored(2), stored(3)],
+                &read(&[stored(1), stored(2), stored(3)]),
                 &ids(&["r0"])
             )
             .expect("mapped"),
@@ -376,28 +530,94 @@ mod collision_tests {
         // What cannot be matched is said, never guessed.
         assert!(
             per_item(
-                &inputs,
+                &items,
                 &ids(&["r9"]),
-                &[Some(json!({"k": 9}))],
+                &read(&[json!({"k": 9})]),
                 &ids(&["a", "b", "c"])
             )
             .is_err()
         );
         assert!(
             per_item(
-                &inputs,
+                &items,
                 &ids(&["r0"]),
-                &[Some(json!({"k": 1}))],
+                &read(&[json!({"k": 1})]),
                 &ids(&["a"])
             )
             .is_err()
         );
+    }
+
+    /// N6: two items with the same input told apart by their metadata (a key expression that
+    /// reads the metadata): the first collided, the second was created. Matched by input alone,
+    /// the created run went to the first item and the collision to the second.
+    #[test]
+    fn items_with_the_same_input_are_told_apart_by_their_metadata() {
+        let items = vec![
+            (json!({"k": 1}), json!({"order": "a"})),
+            (json!({"k": 1}), json!({"order": "b"})),
+        ];
+        let got = per_item(
+            &items,
+            &ids(&["created-b"]),
+            // The engine adds a key of its own.
+            &[Some((
+                json!({"k": 1}),
+                json!({"order": "b", "traceparent": "00-1"}),
+            ))],
+            &ids(&["existing-a"]),
+        )
+        .expect("mapped");
+        assert_eq!(got, ids(&["existing-a", "created-b"]));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const BY_COUNT: ChunkLimits = ChunkLimits {
+        items: BULK_CHUNK,
+        bytes: usize::MAX / 2,
+    };
+
+    /// N12: chunks are cut by bytes as well as by count, an item over the limit alone fails
+    /// alone and unsent, and every other item is answered in order.
+    #[tokio::test]
+    async fn chunks_are_cut_by_bytes_and_an_oversized_item_fails_alone_unsent() {
+        let limits = ChunkLimits {
+            items: 1_000,
+            bytes: 10_000,
+        };
+        // 30 items of 3,000 bytes (3 per chunk), item 4 of 20,000 bytes.
+        let prepared: Vec<Result<usize, Error>> = (0..30)
+            .map(|i| Ok(if i == 4 { 20_000 } else { 3_000 }))
+            .collect();
+        let sent = std::sync::Mutex::new(Vec::new());
+        let answers = in_chunks(
+            "x",
+            prepared,
+            (limits, |r: &usize| *r),
+            |chunk: Vec<usize>| {
+                sent.lock().unwrap().push(chunk.iter().sum::<usize>());
+                async move { Ok(chunk) }
+            },
+        )
+        .await;
+        let sent = sent.lock().unwrap().clone();
+        assert!(sent.iter().all(|b| *b <= 10_000), "{sent:?}");
+        assert_eq!(
+            sent.iter().sum::<usize>(),
+            29 * 3_000,
+            "every other item sent once"
+        );
+        let e = answers[4].as_ref().expect_err("oversized");
+        assert_eq!(e.outcome(), crate::Outcome::Invalid);
+        assert!(e.to_string().contains("nothing was sent"), "{e}");
+        assert!(answers.iter().enumerate().all(|(i, a)| i == 4 || a.is_ok()));
+        let (plan, over) = chunk_plan(&[3_000; 7], limits);
+        assert_eq!((plan.len(), over.len()), (3, 0), "{plan:?}");
+    }
 
     #[tokio::test]
     async fn chunks_answer_per_item_in_order_and_local_refusals_stay_local() {
@@ -411,7 +631,7 @@ mod tests {
                 }
             })
             .collect();
-        let answers = in_chunks("x", prepared, |chunk: Vec<usize>| {
+        let answers = in_chunks("x", prepared, (BY_COUNT, |_| 1), |chunk: Vec<usize>| {
             sent.lock().unwrap().push(chunk.len());
             async move {
                 if chunk.contains(&2_400) {
@@ -439,9 +659,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_short_answer_fails_its_chunk_as_maybe_executed() {
-        let answers = in_chunks("x", vec![Ok(1), Ok(2)], |_c: Vec<i32>| async {
-            Ok::<Vec<i32>, Error>(vec![1])
-        })
+        let answers = in_chunks(
+            "x",
+            vec![Ok(1), Ok(2)],
+            (BY_COUNT, |_| 1),
+            |_c: Vec<i32>| async { Ok::<Vec<i32>, Error>(vec![1]) },
+        )
         .await;
         assert!(
             answers

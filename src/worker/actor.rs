@@ -232,12 +232,11 @@ async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Er
                 core.cancel_running(task, |inv| inv <= invocation);
             }
         }));
-    // Bounded: a flood of assignments waits in the stream (backpressure), not in memory.
+    // The dispatch loop never waits (execute.rs), so this channel only hands actions over.
     let (tx, rx) = mpsc::channel(slots + durable_slots);
     let slots_held = Slots {
         ordinary: Arc::new(Semaphore::new(slots)),
         durable: Arc::new(Semaphore::new(durable_slots)),
-        waiting: Arc::new(Semaphore::new(slots + durable_slots)),
     };
     let health = core.listeners.health[&ListenerKind::WorkerActions].clone();
     let home = Arc::new(Home::new(

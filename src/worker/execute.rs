@@ -4,13 +4,10 @@
 use super::*;
 
 /// The worker's slot bounds: ordinary tasks and durable tasks each have their own (as the
-/// engine counts them), and STARTs waiting for a permit are bounded too.
+/// engine counts them).
 pub(super) struct Slots {
     pub(super) ordinary: Arc<Semaphore>,
     pub(super) durable: Arc<Semaphore>,
-    /// STARTs received and not yet running. Beyond it (an engine assigning past the slots) the
-    /// stream waits: backpressure, not memory.
-    pub(super) waiting: Arc<Semaphore>,
 }
 
 /// A running attempt's slot permit: held while it runs, given back early by
@@ -19,7 +16,10 @@ pub(crate) type SlotPermit = Arc<parking_lot::Mutex<Option<tokio::sync::OwnedSem
 
 /// Reads the actions and acts on each at once: a START waits for its slot in its own task, so a
 /// CANCEL (or any other action) is never stuck behind it while every slot is busy (the real
-/// engine drops a CANCEL it cannot send).
+/// engine drops a CANCEL it cannot send). The loop itself never waits, however many STARTs wait
+/// over the slots: a bound here would stop the reading, and the CANCEL that frees a slot would
+/// sit unread behind the STARTs waiting for it. What waits is bounded by what the engine
+/// assigns, which it counts against the slots the worker registered.
 pub(super) async fn dispatch(
     core: Arc<WorkerCore>,
     mut rx: mpsc::Receiver<proto::AssignedAction>,
@@ -33,10 +33,6 @@ pub(super) async fn dispatch(
         let kind = ActionType::try_from(action.action_type);
         match kind {
             Ok(kind @ (ActionType::StartStepRun | ActionType::StartBatch)) => {
-                let ticket = tokio::select! {
-                    t = slots.waiting.clone().acquire_owned() => match t { Ok(t) => t, Err(_) => break },
-                    _ = core.stop.cancelled() => break,
-                };
                 let token = core.stop.child_token();
                 let batch = kind == ActionType::StartBatch;
                 let key = if batch {
@@ -72,7 +68,6 @@ pub(super) async fn dispatch(
                         _ = token.cancelled() => None,
                         p = bound.acquire_owned() => p.ok(),
                     };
-                    drop(ticket);
                     let Some(permit) = permit else {
                         // Cancelled (or stopped) before a slot was free: it never ran.
                         core2.counters.cancelled.fetch_add(1, Ordering::Relaxed);

@@ -1095,6 +1095,62 @@ async fn conf_bulk_trigger_partly_colliding_answers_each_item_with_its_run() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Issue 41, N6: two bulk items with the same input, told apart by the metadata the key reads;
+/// the first collides with an earlier run, the second is created. Matched by input alone, the
+/// created run went to the first item. Both engines; the real one adds a `traceparent` to
+/// the metadata it reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_bulk_items_with_the_same_input_get_their_own_runs_by_metadata() {
+    let t = Target::new("bulkmeta").await;
+    let wf = Workflow::new("by-order")
+        .task("o", |_: Value, c: Context| async move {
+            Ok::<_, TaskError>(json!({ "order": c.metadata().get("order").cloned() }))
+        })
+        .idempotency("additional_metadata.order", Duration::from_secs(600));
+    let rt = t.worker(4, vec![wf]).await;
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let meta = |o: &str| {
+        let mut m = serde_json::Map::new();
+        m.insert("order".into(), json!(format!("{o}-{tag}")));
+        m
+    };
+    let first = rt
+        .run_no_wait_with(
+            "by-order",
+            &json!({"k": 1}),
+            TriggerOptions::new().metadata(meta("a")),
+        )
+        .await
+        .expect("first");
+    let items = [
+        BulkRun::new(json!({"k": 1})).metadata(meta("a")),
+        BulkRun::new(json!({"k": 1})).metadata(meta("b")),
+    ];
+    let ids: Vec<String> = rt
+        .run_many_with("by-order", &items)
+        .await
+        .into_iter()
+        .map(|h| h.expect("no item is refused").run_id().to_string())
+        .collect();
+    assert_eq!(
+        ids[0],
+        first.run_id(),
+        "the colliding item gets the existing run"
+    );
+    assert_ne!(ids[1], first.run_id());
+    let out: Value = rt
+        .run_handle(&ids[1])
+        .result_within(RESULT)
+        .await
+        .expect("the created run");
+    assert_eq!(
+        out,
+        json!({ "order": format!("b-{tag}") }),
+        "item b got its own run"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 /// Idempotency keys as both engines keep them: a key is any string the workflow's CEL
 /// expression gives, and it is the tenant's (a trigger of another workflow with the same key
 /// collides with the first workflow's run); an input the expression fails on is answered with
@@ -2387,6 +2443,53 @@ async fn conf_a_wait_on_an_unknown_run_ends_not_found() {
         waited >= Duration::from_secs(60) && waited < Duration::from_secs(90),
         "{waited:?}"
     );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
+/// A trigger the engine answers before it writes the run (issue 41, N1): the real engine does
+/// so when its optimistic write slots (5 by default) are busy, and its task controller creates
+/// the run later from a queued message (v0.104.9, `AdminService.ingest`). On the real engine
+/// 30 triggers at once take that path; on ours a fault writes every trigger 11 s late, past the
+/// old sweep's 10 s verdict. Every wait ends with its own run's output, each run executed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_waits_outlive_triggers_the_engine_writes_after_answering() {
+    let t = Target::new("late_writes").await;
+    let execs = Arc::new(AtomicUsize::new(0));
+    let e = execs.clone();
+    let wf = Workflow::new("late-write").task("t", move |i: Value, _c: Context| {
+        e.fetch_add(1, Ordering::SeqCst);
+        async move { Ok::<_, TaskError>(json!({ "n": i["n"] })) }
+    });
+    let rt = t.worker(8, vec![wf]).await;
+    let late = t.ours_only("triggers written 11 s after they are answered");
+    if let Some(e) = &late {
+        e.defer_trigger_writes(Some(Duration::from_secs(11)));
+    }
+    let n = 30;
+    let inputs: Vec<Value> = (0..n).map(|i| json!({ "n": i })).collect();
+    let handles =
+        futures::future::join_all(inputs.iter().map(|i| rt.run_no_wait("late-write", i))).await;
+    if late.is_some() {
+        let h = handles[0].as_ref().expect("trigger");
+        let read = rt
+            .run_details(h.run_id())
+            .await
+            .expect_err("not written yet");
+        assert!(read.is_not_found(), "the premise: {read}");
+    }
+    let outs = futures::future::join_all(
+        handles
+            .into_iter()
+            .map(|h| async move { h.expect("trigger").result_within::<Value>(RESULT).await }),
+    )
+    .await;
+    for (i, out) in outs.into_iter().enumerate() {
+        assert_eq!(out.expect("each run's result"), json!({ "n": i }));
+    }
+    assert_eq!(execs.load(Ordering::SeqCst), n, "each run executed once");
+    if let Some(e) = &late {
+        e.defer_trigger_writes(None);
+    }
     rt.shutdown(Duration::from_secs(1)).await;
 }
 

@@ -590,15 +590,19 @@ async fn release_slot_lets_a_one_slot_worker_take_other_work() {
     .expect("no deadlock: the slot was released");
 }
 
+/// A CANCEL is acted on while every slot is busy, however many STARTs wait over the slots (the
+/// engine assigns past the worker's one slot here). Issue 41, N10: with more STARTs waiting
+/// than the worker has slots (three runs over a one-slot worker), the dispatch loop used to
+/// wait for room and stop reading, so the CANCEL of the run holding the slot was never read:
+/// all three stuck until their timeouts. The loop never waits now; each START waits for its
+/// slot in its own task.
 #[tokio::test]
-async fn a_cancel_is_acted_on_while_every_slot_is_busy_and_a_start_waits_for_its_slot() {
+async fn a_cancel_is_acted_on_however_many_starts_wait_over_the_slots() {
     let (e, rt) = setup().await;
     let (ran, saw_cancel) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     rt.register(slow("hold", ran.clone(), saw_cancel.clone()))
         .await
         .expect("register");
-    // The engine assigns past the worker's one slot, so a START arrives while the slot is busy
-    // and must wait for it without holding up the stream.
     e.over_assign(true);
     rt.start_worker(WorkerOptions::new("one-slot", 1))
         .await
@@ -608,30 +612,35 @@ async fn a_cancel_is_acted_on_while_every_slot_is_busy_and_a_start_waits_for_its
         ran.load(Ordering::SeqCst) == 1
     })
     .await;
-    let second = rt.run_no_wait("hold", &json!({})).await.expect("trigger");
-    until("the engine to assign the second run", || {
-        e.stats().queued == 0 && e.stats().slots_in_use == 2
+    let mut later = Vec::new();
+    for _ in 0..3 {
+        later.push(rt.run_no_wait("hold", &json!({})).await.expect("trigger"));
+    }
+    until("the engine to assign every run", || {
+        e.stats().queued == 0 && e.stats().slots_in_use == 4
     })
     .await;
     assert_eq!(
         ran.load(Ordering::SeqCst),
         1,
-        "the second run waits for the worker's one slot"
+        "the later runs wait for the worker's one slot"
     );
     first.cancel().await.expect("cancel");
     until("the first run to see its CANCEL", || {
         saw_cancel.load(Ordering::SeqCst) == 1
     })
     .await;
-    until("the second run to take the freed slot", || {
-        ran.load(Ordering::SeqCst) == 2
-    })
-    .await;
-    second.cancel().await.expect("cancel");
-    until("the second run to see its CANCEL", || {
-        saw_cancel.load(Ordering::SeqCst) == 2
-    })
-    .await;
+    for (i, h) in later.iter().enumerate() {
+        until("the next run to take the freed slot", || {
+            ran.load(Ordering::SeqCst) == i + 2
+        })
+        .await;
+        h.cancel().await.expect("cancel");
+        until("that run to see its CANCEL", || {
+            saw_cancel.load(Ordering::SeqCst) == i + 2
+        })
+        .await;
+    }
 }
 
 #[tokio::test]

@@ -330,7 +330,7 @@ impl proto::workflow_service_server::WorkflowService for Svc {
         &self,
         r: Request<v1::TriggerWorkflowRequest>,
     ) -> R<proto::TriggerWorkflowResponse> {
-        let id = self.engine.trigger(&r.into_inner())?;
+        let id = self.engine.trigger_from_client(r.into_inner())?;
         ok(proto::TriggerWorkflowResponse {
             workflow_run_id: id,
         })
@@ -395,7 +395,7 @@ impl v1::admin_service_server::AdminService for Svc {
             ..Default::default()
         };
         ok(v1::TriggerWorkflowRunResponse {
-            external_id: self.engine.trigger(&req)?,
+            external_id: self.engine.trigger_from_client(req)?,
         })
     }
 

@@ -294,6 +294,7 @@ impl State {
                                     &opt.desired_worker_labels,
                                 ),
                                 filter_payload: None,
+                                run_id: None,
                             };
                             match self.create_run(tenant, &opt.name, input, meta, opts) {
                                 Ok(id) => id,

@@ -381,4 +381,7 @@ pub struct TriggerOpts {
     pub filter_payload: Option<serde_json::Value>,
     /// Run-level desired labels: when given, they replace every task's own.
     pub desired_labels: Vec<crate::sched::placement::Desired>,
+    /// The run's id when it was answered before the run was written (a deferred write);
+    /// `None`: a new one.
+    pub run_id: Option<String>,
 }

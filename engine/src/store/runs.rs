@@ -41,7 +41,7 @@ impl State {
         {
             return Ok(existing.clone());
         }
-        let run_id = new_id();
+        let run_id = opts.run_id.clone().unwrap_or_else(new_id);
         // Workflow idempotency (the tenant's keys): a live key collides; a key the expression
         // cannot give skips the trigger (store/workflows.rs invariants 3 and 5).
         let mut idem = None;
