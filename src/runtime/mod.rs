@@ -247,7 +247,7 @@ impl Runtime {
             retry_ref: Arc::default(),
         };
         let (root, done) = supervisor::start(tree.clone()).await?;
-        Ok(RuntimeHandle {
+        let handle = RuntimeHandle {
             inner: Arc::new(Inner {
                 conn,
                 client,
@@ -259,7 +259,14 @@ impl Runtime {
                 ops_addr: Mutex::new(None),
                 tokio: tokio::runtime::Handle::current(),
             }),
-        })
+        };
+        let _ = handle
+            .inner
+            .tree
+            .worker
+            .runtime
+            .set(Arc::downgrade(&handle.inner));
+        Ok(handle)
     }
 }
 
@@ -269,6 +276,11 @@ impl Runtime {
 /// [`RuntimeHandle::shutdown`] stops it at once, without a drain (as a
 /// `tokio::runtime::Runtime` does on drop). Run handles and typed clients taken from it do not
 /// keep it alive: their waits then fail *closed*.
+///
+/// A task handler that needs the runtime (to trigger another workflow, read a run) takes it
+/// from [`Context::runtime`](crate::Context::runtime) while it runs, instead of holding a
+/// handle: the runtime owns its handlers, so a handle captured in one keeps the runtime alive
+/// after the last handle of yours is dropped.
 #[derive(Clone)]
 pub struct RuntimeHandle {
     inner: Arc<Inner>,

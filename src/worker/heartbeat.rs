@@ -9,7 +9,11 @@
 //! 2. It stops only when the worker's heartbeat token is cancelled (the end of a drain, after the
 //!    last final event) or the runtime shuts down; the actions stream's state never stops it.
 //! 3. FAILED_PRECONDITION or NOT_FOUND reopens the actions stream; NOT_FOUND, or a refusal that
-//!    continues after a reopen, makes the worker register again (a new worker id).
+//!    continues after a reopen while no task runs, makes the worker register again (a new worker
+//!    id). While tasks run it only reopens: their assignments are the old id's, a new id would
+//!    stop their heartbeats, and the engine would reassign them after 30 s to run twice. Only
+//!    NOT_FOUND (the worker's row is gone, and its tasks with it) registers again with tasks
+//!    running.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,11 +43,11 @@ pub(crate) enum AfterRefusal {
     Reregister,
 }
 
-/// The rule of invariant 3.
-pub(crate) fn after_refusal(code: Code, refusals: u32) -> AfterRefusal {
+/// The rule of invariant 3; `running`: whether tasks run under the worker's id.
+pub(crate) fn after_refusal(code: Code, refusals: u32, running: bool) -> AfterRefusal {
     match code {
         Code::NotFound => AfterRefusal::Reregister,
-        Code::FailedPrecondition if refusals > 1 => AfterRefusal::Reregister,
+        Code::FailedPrecondition if refusals > 1 && !running => AfterRefusal::Reregister,
         Code::FailedPrecondition => AfterRefusal::Reopen,
         _ => AfterRefusal::Wait,
     }
@@ -77,7 +81,8 @@ pub(crate) fn spawn(core: Arc<WorkerCore>) {
             let Some(actions) = core.listeners.actions() else {
                 continue;
             };
-            match after_refusal(code, refusals) {
+            let running = !core.running.lock().is_empty();
+            match after_refusal(code, refusals, running) {
                 AfterRefusal::Wait => {}
                 AfterRefusal::Reopen => {
                     tracing::warn!(?code, "heartbeat refused; reopening the action stream");
@@ -131,14 +136,38 @@ mod tests {
     #[test]
     fn refusals_reopen_first_and_register_again_when_they_continue() {
         assert_eq!(
-            after_refusal(Code::FailedPrecondition, 1),
+            after_refusal(Code::FailedPrecondition, 1, false),
             AfterRefusal::Reopen
         );
         assert_eq!(
-            after_refusal(Code::FailedPrecondition, 2),
+            after_refusal(Code::FailedPrecondition, 2, false),
             AfterRefusal::Reregister
         );
-        assert_eq!(after_refusal(Code::NotFound, 1), AfterRefusal::Reregister);
-        assert_eq!(after_refusal(Code::Unavailable, 5), AfterRefusal::Wait);
+        assert_eq!(
+            after_refusal(Code::NotFound, 1, false),
+            AfterRefusal::Reregister
+        );
+        assert_eq!(
+            after_refusal(Code::Unavailable, 5, false),
+            AfterRefusal::Wait
+        );
+    }
+
+    /// N11: while tasks run, a worker whose stream the engine calls inactive reopens it however
+    /// often it is refused, and keeps its id: a new one would leave the running tasks without
+    /// heartbeats, and the engine would run them again elsewhere after 30 s.
+    #[test]
+    fn with_tasks_running_a_refused_heartbeat_only_reopens() {
+        for refusals in 1..10 {
+            assert_eq!(
+                after_refusal(Code::FailedPrecondition, refusals, true),
+                AfterRefusal::Reopen
+            );
+        }
+        assert_eq!(
+            after_refusal(Code::NotFound, 1, true),
+            AfterRefusal::Reregister,
+            "the row is gone, and its tasks with it"
+        );
     }
 }

@@ -188,6 +188,9 @@ pub(crate) struct WorkerCore {
     spawn_actions: Box<dyn Fn() + Send + Sync>,
     handlers: Mutex<HashMap<String, Arc<TaskDef>>>,
     pub(crate) identity: Arc<WorkerIdentity>,
+    /// The runtime, held weakly ([`Context::runtime`]): the runtime owns its handlers, so a
+    /// strong handle here would keep it alive forever.
+    pub(crate) runtime: std::sync::OnceLock<std::sync::Weak<crate::runtime::Inner>>,
     running: Mutex<HashMap<RunningKey, CancellationToken>>,
     /// Attempts that ran here (invariant 5: the same attempt offered again does not run again).
     finished: finished::Finished<RunningKey>,
@@ -242,6 +245,7 @@ impl WorkerCore {
             spawn_actions,
             handlers: Mutex::default(),
             identity,
+            runtime: std::sync::OnceLock::new(),
             registration: Mutex::default(),
             state: state::StateMap::default(),
             running: Mutex::default(),

@@ -585,3 +585,55 @@ async fn dropping_the_last_handle_stops_the_runtime_and_fails_its_waits_closed()
     .await
     .expect("the worker's stream closes");
 }
+
+/// Issue 41, N8: a handler that triggers another workflow through `Context::runtime` does not
+/// keep the runtime alive once the user's last handle is dropped: the running task is cancelled
+/// and the wait on it fails closed, as with a handler that holds nothing.
+#[tokio::test]
+async fn a_handler_using_the_context_s_runtime_does_not_keep_the_runtime_alive() {
+    let e = engine(DevEngineOptions::default()).await;
+    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    let (cancelled_tx, mut cancelled) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (triggered_tx, mut triggered) = tokio::sync::mpsc::unbounded_channel::<String>();
+    rt.register(
+        Workflow::new("leaf").task("t", |_i: Value, c: Context| async move {
+            c.cancellation().cancelled().await;
+            Ok::<_, TaskError>(json!({}))
+        }),
+    )
+    .await
+    .expect("register");
+    rt.register(
+        Workflow::new("fanout").task("t", move |_i: Value, c: Context| {
+            let (cancelled_tx, triggered_tx) = (cancelled_tx.clone(), triggered_tx.clone());
+            async move {
+                let leaf = c.runtime()?.run_no_wait("leaf", &json!({})).await?;
+                let _ = triggered_tx.send(leaf.run_id().to_string());
+                c.cancellation().cancelled().await;
+                let _ = cancelled_tx.send(());
+                Ok::<_, TaskError>(json!({}))
+            }
+        }),
+    )
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let h = rt.run_no_wait("fanout", &json!({})).await.expect("trigger");
+    let leaf = triggered
+        .recv()
+        .await
+        .expect("the handler triggered through its context");
+    assert!(!leaf.is_empty());
+    drop(rt);
+    tokio::time::timeout(Duration::from_secs(10), cancelled.recv())
+        .await
+        .expect("the running task is cancelled at once: nothing keeps the runtime alive")
+        .expect("cancelled");
+    let err = tokio::time::timeout(Duration::from_secs(10), h.result::<Value>())
+        .await
+        .expect("the wait ends")
+        .expect_err("nothing delivers it any more");
+    assert_eq!(err.outcome(), hatchet_runtime::Outcome::Closed, "{err}");
+}

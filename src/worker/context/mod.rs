@@ -265,6 +265,24 @@ impl Context {
         &self.inner.cancel
     }
 
+    /// The runtime this task runs in, to trigger other workflows or read runs from a handler.
+    /// Take it here rather than capturing a [`RuntimeHandle`](crate::RuntimeHandle) in the
+    /// handler: the runtime owns its handlers, so a captured handle keeps it alive after your
+    /// last one is dropped; this one lives as long as you hold it in the task.
+    ///
+    /// # Errors
+    ///
+    /// [`Outcome::Closed`](crate::Outcome::Closed) when the runtime is stopping (its last handle
+    /// was dropped).
+    pub fn runtime(&self) -> Result<crate::RuntimeHandle, Error> {
+        self.inner
+            .core
+            .runtime
+            .get()
+            .and_then(crate::RuntimeHandle::upgrade)
+            .ok_or_else(|| Error::closed("Context::runtime"))
+    }
+
     /// Sends a log line to the engine (PutLog), in the background. Never waits: when the engine
     /// falls behind by 1,024 lines, new lines are dropped and
     /// counted ([`crate::RuntimeHandle::logs_dropped`]).
