@@ -87,8 +87,9 @@ pub(crate) type RunRegistry = KeyedRegistry<RunsStream>;
 pub(crate) type RunsKind = KeyedKind<RunsStream>;
 
 /// One polling pass: GetRunDetails (a read, under the retry core, bounded by the poll interval)
-/// for every pending run; finished ones are delivered. A run the engine answers for alone (not
-/// found, a bad id) does not stop the pass; a failing engine ends it.
+/// for every pending run; finished ones are delivered. A read that fails for its own run (not
+/// found, a bad id, too slow, too large) does not stop the pass; a failing engine ends it
+/// ([`pass_goes_on`]).
 async fn poll_once(conn: &Connection, registry: &RunRegistry) {
     let deadline = conn
         .backoff()
@@ -101,26 +102,45 @@ async fn poll_once(conn: &Connection, registry: &RunRegistry) {
                 registry.deliver(RunEvent::from_event(&event_from_details(&run_id, d)))
             }
             Ok(_) => {}
-            Err(e) if about_this_run(&e) => {}
+            Err(e) if pass_goes_on(&e) => {}
             Err(_) => return,
         }
     }
 }
 
-/// Whether a details read failed for its own run (not found, a bad id), not the engine's.
-fn about_this_run(e: &Error) -> bool {
-    e.status().is_some_and(|s| {
-        matches!(
-            s.code(),
-            tonic::Code::NotFound | tonic::Code::InvalidArgument
-        )
-    })
+/// Whether a polling pass goes on past a failed read (a pure decision): yes when the failure is
+/// the run's own (not found, a bad id, an answer over the message limit, a read slower than the
+/// pass allows one run), no when the engine is failing (unreachable, the budget spent, the
+/// runtime closing): the next pass tries again.
+pub(crate) fn pass_goes_on(e: &Error) -> bool {
+    match e.outcome() {
+        Outcome::NotSent
+        | Outcome::BudgetExhausted
+        | Outcome::Exhausted
+        | Outcome::Closed
+        | Outcome::Stopped
+        | Outcome::Cancelled => false,
+        Outcome::DeadlineExceeded => true,
+        _ => {
+            e.status().is_some_and(|s| {
+                matches!(
+                    s.code(),
+                    tonic::Code::NotFound
+                        | tonic::Code::InvalidArgument
+                        | tonic::Code::ResourceExhausted
+                        | tonic::Code::OutOfRange
+                )
+            }) || e.outcome() == Outcome::Undecodable
+        }
+    }
 }
 
 /// How often pending waits are checked for runs the engine does not show.
 pub(crate) const UNKNOWN_SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
-/// Runs checked per sweep at most (a million pending waits cost the engine no burst of reads).
-pub(crate) const UNKNOWN_SWEEP_MAX: usize = 64;
+/// Runs checked per sweep at most: a million pending waits cost the engine no burst of reads,
+/// and the sweep's load is at most 3.2 GetRunDetails a second however many runs are pending
+/// (each run that exists is read once, 60 s after its trigger, and never again).
+pub(crate) const UNKNOWN_SWEEP_MAX: usize = 16;
 
 /// How the unknown-run sweep treats a run by where its id came from (a pure table). The real
 /// engine answers GetRunDetails NotFound for a live run it has not made visible yet: a run whose
@@ -331,6 +351,29 @@ pub(crate) fn outputs_of(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_pass_goes_on_past_a_slow_or_oversized_run_and_stops_for_a_failing_engine() {
+        use super::pass_goes_on;
+        use crate::error::{Cause, Error, Outcome};
+        let status = |code, outcome| {
+            Error::new(outcome, "x").with_cause(Cause::Status(tonic::Status::new(code, "m")))
+        };
+        for (e, goes_on) in [
+            (status(tonic::Code::NotFound, Outcome::Rejected), true),
+            (
+                status(tonic::Code::ResourceExhausted, Outcome::Rejected),
+                true,
+            ),
+            (Error::new(Outcome::DeadlineExceeded, "x"), true),
+            (status(tonic::Code::Unavailable, Outcome::NotSent), false),
+            (status(tonic::Code::Unavailable, Outcome::Exhausted), false),
+            (Error::new(Outcome::BudgetExhausted, "x"), false),
+            (Error::closed("x"), false),
+        ] {
+            assert_eq!(pass_goes_on(&e), goes_on, "{e}");
+        }
+    }
+
     use super::*;
 
     fn result(name: &str, output: Option<&str>, error: Option<&str>) -> proto::StepRunResult {

@@ -193,6 +193,12 @@ pub struct NewWebhook {
 impl NewWebhook {
     /// A generic webhook `name` whose event key is the CEL `event_key_expression` (over
     /// `input` and `headers`, e.g. `"'order:' + input.type"`), authenticated by `auth`.
+    ///
+    /// The key the expression makes is used as it is: the runtime's namespace
+    /// (`HATCHET_CLIENT_NAMESPACE`) is not added, since the engine evaluates the expression,
+    /// while a workflow's event triggers are registered namespaced. With a namespace, put it in
+    /// the expression (`"'myns_order:' + input.type"`), or the events will not reach the
+    /// namespaced workflows.
     pub fn new(
         name: impl Into<String>,
         event_key_expression: impl Into<String>,

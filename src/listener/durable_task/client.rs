@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::registry::{Ack, Completion, DurableRegistry, EntryKey, key_of, target};
-use super::{ACK_TIMEOUT, OPERATION};
+use super::{ACK_TIMEOUT, EVICTION_ACK_TIMEOUT, OPERATION};
 use crate::error::{Error, Outcome};
 use crate::proto::v1::{self, durable_task_request::Message as Req};
 
@@ -25,6 +25,14 @@ impl std::fmt::Debug for DurableClient {
 
 impl DurableClient {
     async fn request(&self, req: v1::DurableTaskRequest) -> Result<Ack, Error> {
+        self.request_within(req, ACK_TIMEOUT).await
+    }
+
+    async fn request_within(
+        &self,
+        req: v1::DurableTaskRequest,
+        within: std::time::Duration,
+    ) -> Result<Ack, Error> {
         let key = target(&req);
         let (id, rx, arm) = self.registry.send(req)?;
         if arm {
@@ -43,13 +51,14 @@ impl DurableClient {
             }
         }
         let mut guard = Abandon(&self.registry, key, id, false);
-        let r = match tokio::time::timeout(ACK_TIMEOUT, rx).await {
+        let r = match tokio::time::timeout(within, rx).await {
             Ok(r) => r.map_err(|_| Error::closed(OPERATION))?,
             // The guard drops the request: no re-send, no slot for a late ack.
             Err(_) => {
-                return Err(Error::new(Outcome::DeadlineExceeded, OPERATION).with_detail(
-                    "the engine did not acknowledge this durable operation within 60 s (it answers nothing for requests it cannot process); the attempt fails so the engine can run it again, and the operation replays by node",
-                ));
+                return Err(Error::new(Outcome::DeadlineExceeded, OPERATION).with_detail(format!(
+                    "the engine did not acknowledge this durable operation within {} s (it answers nothing for requests it cannot process); the attempt fails so the engine can run it again, and the operation replays by node",
+                    within.as_secs()
+                )));
             }
         };
         guard.3 = true;
@@ -116,15 +125,18 @@ impl DurableClient {
         reason: &str,
     ) -> Result<(), Error> {
         let ack = self
-            .request(v1::DurableTaskRequest {
-                message: Some(Req::EvictInvocation(
-                    v1::DurableTaskEvictInvocationRequest {
-                        invocation_count: invocation,
-                        durable_task_external_id: task.to_string(),
-                        reason: Some(reason.to_string()),
-                    },
-                )),
-            })
+            .request_within(
+                v1::DurableTaskRequest {
+                    message: Some(Req::EvictInvocation(
+                        v1::DurableTaskEvictInvocationRequest {
+                            invocation_count: invocation,
+                            durable_task_external_id: task.to_string(),
+                            reason: Some(reason.to_string()),
+                        },
+                    )),
+                },
+                EVICTION_ACK_TIMEOUT,
+            )
             .await?;
         match ack {
             Ack::Evicted => Ok(()),
@@ -323,5 +335,31 @@ mod tests {
         registry.on_response(ack(true));
         assert_eq!(next.await.expect("memo"), b"stored");
         assert_eq!(registry.pending_counts(), (0, 0, 0), "nothing left behind");
+    }
+
+    /// Invariant 4 (CONTRACT.md §3): an eviction not acknowledged in 30 s fails, the stream
+    /// and the other operations untouched.
+    #[tokio::test(start_paused = true)]
+    async fn an_eviction_never_acknowledged_fails_after_thirty_seconds() {
+        let registry = Arc::new(DurableRegistry::default());
+        let (sink, _out) = mpsc::unbounded_channel();
+        registry.publish(1, sink, "w");
+        registry.on_response(v1::DurableTaskResponse {
+            message: Some(Resp::RegisterWorker(
+                v1::DurableTaskResponseRegisterWorker {
+                    worker_id: "w".into(),
+                },
+            )),
+        });
+        let client = DurableClient {
+            registry: registry.clone(),
+            ensure: Arc::new(|| {}),
+        };
+        let started = tokio::time::Instant::now();
+        let err = client.evict("t", 1, "idle").await.expect_err("no ack");
+        assert_eq!(err.outcome(), Outcome::DeadlineExceeded);
+        assert_eq!(started.elapsed(), EVICTION_ACK_TIMEOUT);
+        assert_eq!(EVICTION_ACK_TIMEOUT, std::time::Duration::from_secs(30));
+        assert!(err.to_string().contains("within 30 s"), "{err}");
     }
 }

@@ -61,6 +61,9 @@ pub(crate) const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// How long a request waits for its ack on any stream before it fails (the Python SDK's
 /// 60 s for event acks).
 pub(crate) const ACK_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long an eviction waits for its ack before it fails (that eviction, not the stream:
+/// CONTRACT.md §3).
+pub(crate) const EVICTION_ACK_TIMEOUT: Duration = Duration::from_secs(30);
 /// Consecutive streams without progress a request may ride before it fails (the bound on
 /// synchronous paths, CONTRACT.md §3).
 pub(crate) const MAX_SEND_ATTEMPTS: u32 = 5;

@@ -354,7 +354,11 @@ impl Context {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: a replay finds the same timer.
+    /// Cancel safe here, with a caveat for replays: dropping the future forgets the timer in this
+    /// process only; the engine keeps it (its node is recorded) and the invocation's next
+    /// operation is numbered after it. A replay meets the same node, so drop it only where a
+    /// replay would drop it too: race it against another durable condition (`wait_for` with
+    /// `any_of`), never against a local timer, which a replay does not repeat.
     pub async fn sleep_for(&self, duration: std::time::Duration) -> Result<(), Error> {
         let (d, inv) = self.durable()?;
         let duration = crate::worker::duration::wire_duration(duration);
@@ -392,7 +396,10 @@ impl Context {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: a replay finds the same wait (and asks the same lookback instant).
+    /// Cancel safe here, with a caveat for replays: dropping the future forgets the wait in this
+    /// process only; the engine keeps it (its node is recorded, with the same lookback instant)
+    /// and the invocation's next operation is numbered after it. Drop it only where a replay
+    /// would drop it too (see [`Context::sleep_for`]).
     pub async fn wait_for_event_with(&self, event: crate::Condition) -> Result<Value, Error> {
         if event.event_key().is_none() {
             return Err(Error::invalid(
@@ -414,7 +421,10 @@ impl Context {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: a replay finds the same wait.
+    /// Cancel safe here, with a caveat for replays: dropping the future forgets the wait in this
+    /// process only; the engine keeps it (its node is recorded) and the invocation's next
+    /// operation is numbered after it. Drop it only where a replay would drop it too (see
+    /// [`Context::sleep_for`]).
     pub async fn wait_for_event(&self, key: &str) -> Result<Value, Error> {
         let (d, inv) = self.durable()?;
         let key = self.inner.core.conn().config().namespaced(key);

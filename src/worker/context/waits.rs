@@ -36,7 +36,10 @@ impl Context {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: a replay finds the same wait.
+    /// Cancel safe here, with a caveat for replays: dropping the future forgets the wait in this
+    /// process only; the engine keeps it (its node is recorded) and the invocation's next
+    /// operation is numbered after it. Drop it only where a replay would drop it too (see
+    /// [`Context::sleep_for`]).
     pub async fn wait_for(
         &self,
         groups: impl IntoIterator<Item = AnyOf>,
