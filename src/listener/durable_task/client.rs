@@ -280,11 +280,12 @@ mod tests {
     use crate::proto::v1::durable_task_response::Message as Resp;
     use tokio::sync::mpsc;
 
-    #[tokio::test(start_paused = true)]
-    async fn a_request_never_acknowledged_fails_after_sixty_seconds_and_its_late_ack_wakes_nobody()
-    {
+    type Out = mpsc::UnboundedReceiver<v1::DurableTaskRequest>;
+
+    /// A client on a published stream whose registration the engine answered.
+    fn ready_client() -> (Arc<DurableRegistry>, DurableClient, Out) {
         let registry = Arc::new(DurableRegistry::default());
-        let (sink, _out) = mpsc::unbounded_channel();
+        let (sink, out) = mpsc::unbounded_channel();
         registry.publish(1, sink, "w");
         registry.on_response(v1::DurableTaskResponse {
             message: Some(Resp::RegisterWorker(
@@ -297,6 +298,13 @@ mod tests {
             registry: registry.clone(),
             ensure: Arc::new(|| {}),
         };
+        (registry, client, out)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_never_acknowledged_fails_after_sixty_seconds_and_its_late_ack_wakes_nobody()
+    {
+        let (registry, client, _out) = ready_client();
         let started = tokio::time::Instant::now();
         let err = client
             .wait_for("t", 1, v1::DurableEventListenerConditions::default())
@@ -341,20 +349,7 @@ mod tests {
     /// and the other operations untouched.
     #[tokio::test(start_paused = true)]
     async fn an_eviction_never_acknowledged_fails_after_thirty_seconds() {
-        let registry = Arc::new(DurableRegistry::default());
-        let (sink, _out) = mpsc::unbounded_channel();
-        registry.publish(1, sink, "w");
-        registry.on_response(v1::DurableTaskResponse {
-            message: Some(Resp::RegisterWorker(
-                v1::DurableTaskResponseRegisterWorker {
-                    worker_id: "w".into(),
-                },
-            )),
-        });
-        let client = DurableClient {
-            registry: registry.clone(),
-            ensure: Arc::new(|| {}),
-        };
+        let (_registry, client, _out) = ready_client();
         let started = tokio::time::Instant::now();
         let err = client.evict("t", 1, "idle").await.expect_err("no ack");
         assert_eq!(err.outcome(), Outcome::DeadlineExceeded);
