@@ -85,7 +85,7 @@ pub struct DevEngineOptions {
 }
 
 /// One worker as the engine sees it ([`DevEngine::worker`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WorkerView {
     /// Paused (REST `PATCH /api/v1/workers/{id}`): assigned nothing new.
@@ -96,6 +96,8 @@ pub struct WorkerView {
     pub heartbeats: u64,
     /// It has an open listener session.
     pub listening: bool,
+    /// Its label keys (given at registration or upserted).
+    pub label_keys: Vec<String>,
 }
 
 /// TLS material of the development engine (PEM).
@@ -726,6 +728,7 @@ impl DevEngine {
             assignments: w.assignments,
             heartbeats: w.heartbeats,
             listening: !w.sessions.is_empty(),
+            label_keys: w.labels.keys().cloned().collect(),
         })
     }
 

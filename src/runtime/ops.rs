@@ -358,10 +358,29 @@ pub(crate) async fn serve(
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     tokio::spawn(async move {
+        let mut failures = 0u32;
         loop {
-            let (stream, _) = tokio::select! {
-                r = listener.accept() => match r { Ok(s) => s, Err(_) => continue },
+            let accepted = tokio::select! {
+                r = listener.accept() => r,
                 _ = life.cancelled() => return,
+            };
+            let stream = match accepted {
+                Ok((s, _)) => {
+                    failures = 0;
+                    s
+                }
+                Err(e) => {
+                    // Out of file descriptors, say: accept fails at once, again and again, so
+                    // the loop pauses instead of spinning a core.
+                    failures = failures.saturating_add(1);
+                    if failures == 1 {
+                        tracing::warn!(error = %e, "the ops endpoint cannot accept connections; pausing between tries");
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(accept_pause(failures)) => continue,
+                        _ = life.cancelled() => return,
+                    }
+                }
             };
             let _ = stream.set_nodelay(true);
             let (rt, life) = (rt.clone(), life.clone());
@@ -389,9 +408,23 @@ pub(crate) async fn serve(
     Ok(bound)
 }
 
+/// How long the ops endpoint pauses after `failures` accept errors in a row (a pure rule):
+/// 10 ms, doubling, at most 1 s.
+fn accept_pause(failures: u32) -> std::time::Duration {
+    let ms = 10u64.saturating_mul(1 << failures.saturating_sub(1).min(10));
+    std::time::Duration::from_millis(ms.min(1_000))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn accept_errors_pause_the_loop_longer_each_time_up_to_a_second() {
+        let ms = |n| accept_pause(n).as_millis();
+        assert_eq!([ms(1), ms(2), ms(3), ms(7), ms(8)], [10, 20, 40, 640, 1_000]);
+        assert_eq!(ms(u32::MAX), 1_000);
+    }
 
     fn snapshot(actions: ListenerState, runs: ListenerState) -> Snapshot {
         Snapshot {

@@ -4,7 +4,8 @@
 //!
 //! 1. An upsert changes only the keys it names (the engine has no delete); the worker's
 //!    registration keeps the merged labels, so a re-registration (the engine lost the worker)
-//!    carries them too.
+//!    carries them too. Only an upsert the engine took (or may have taken: no answer) is kept:
+//!    one it refused, or that was never sent, is not carried by a later registration.
 //! 2. Upserting before the worker started is refused locally: there is no worker to label.
 
 use std::collections::HashMap;
@@ -29,17 +30,24 @@ impl WorkerCore {
                 "the worker has not started: call start_worker first, or give the labels in WorkerOptions",
             ));
         };
-        registration.labels.lock().extend(labels.clone());
         let req = proto::UpsertWorkerLabelsRequest {
             worker_id,
             labels: labels_to_proto(&labels),
         };
         let client = self.conn.dispatcher();
-        self.conn
+        let result = self
+            .conn
             .call(PATH, &client, &req, |mut c, r| async move {
                 c.upsert_worker_labels(r).await
             })
-            .await
-            .map(|_| ())
+            .await;
+        let taken = match &result {
+            Ok(_) => true,
+            Err(e) => e.outcome() == crate::Outcome::MaybeExecuted,
+        };
+        if taken {
+            registration.labels.lock().extend(labels);
+        }
+        result.map(|_| ())
     }
 }

@@ -384,6 +384,51 @@ async fn heartbeat_not_found_registers_the_worker_again() {
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
+/// Labels invariant 1: a re-registration carries the labels the engine took, and not an
+/// upsert it refused (the merge used to happen before the call).
+#[tokio::test]
+async fn a_re_registration_carries_the_upserted_labels_the_engine_took_only() {
+    let (e, rt) = setup().await;
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    rt.upsert_labels([("region", "eu")]).await.expect("upsert");
+    e.faults().inject(
+        "/Dispatcher/UpsertWorkerLabels",
+        1,
+        Fault::Fail {
+            code: Code::InvalidArgument as i32,
+            message: "refused".into(),
+            pushback_ms: None,
+        },
+    );
+    rt.upsert_labels([("gpu", "a100")])
+        .await
+        .expect_err("the engine refuses it");
+    let first = rt.worker_id().expect("registered");
+    e.faults().inject(
+        "/Dispatcher/Heartbeat",
+        1,
+        Fault::Fail {
+            code: Code::NotFound as i32,
+            message: "worker gone".into(),
+            pushback_ms: None,
+        },
+    );
+    let mut again = None;
+    for _ in 0..120 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(id) = rt.worker_id().filter(|id| *id != first) {
+            again = Some(id);
+            break;
+        }
+    }
+    let again = again.expect("a new worker id after NOT_FOUND");
+    let keys = e.worker(&again).expect("registered").label_keys;
+    assert_eq!(keys, ["region"], "the refused upsert is not carried");
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
 #[tokio::test]
 async fn heartbeat_failed_precondition_reconnects_the_action_stream() {
     let (e, rt) = setup().await;

@@ -152,6 +152,11 @@ impl Context {
     /// Cancels this task's whole run (CancelTasks with the run id). The engine sends this
     /// attempt a cancellation, so [`Context::cancellation`] fires soon after: return then.
     ///
+    /// The call is bound to this task's cancellation, as every call a task makes: once the task
+    /// is cancelled (by this very call once the engine acts on it, a timeout, a shutdown) its
+    /// retries stop, and it answers [`Outcome::Cancelled`](crate::Outcome::Cancelled). Either
+    /// way the task should return.
+    ///
     /// # Cancel safety
     ///
     /// Cancel safe: cancelling twice is harmless.
@@ -163,9 +168,13 @@ impl Context {
             filter: None,
         };
         let client = conn.admin();
-        conn.call(PATH, &client, &req, |mut c, r| async move {
-            c.cancel_tasks(r).await
-        })
+        conn.unary(
+            PATH,
+            CallOpts::new().cancel(Some(self.inner.cancel.clone())),
+            &client,
+            &req,
+            |mut c, r| async move { c.cancel_tasks(r).await },
+        )
         .await
         .map(|_| ())
     }
