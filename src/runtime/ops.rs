@@ -422,7 +422,10 @@ mod tests {
     #[test]
     fn accept_errors_pause_the_loop_longer_each_time_up_to_a_second() {
         let ms = |n| accept_pause(n).as_millis();
-        assert_eq!([ms(1), ms(2), ms(3), ms(7), ms(8)], [10, 20, 40, 640, 1_000]);
+        assert_eq!(
+            [ms(1), ms(2), ms(3), ms(7), ms(8)],
+            [10, 20, 40, 640, 1_000]
+        );
         assert_eq!(ms(u32::MAX), 1_000);
     }
 

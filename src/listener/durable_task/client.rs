@@ -280,12 +280,12 @@ mod tests {
     use crate::proto::v1::durable_task_response::Message as Resp;
     use tokio::sync::mpsc;
 
-    type Out = mpsc::UnboundedReceiver<v1::DurableTaskRequest>;
+    type Out = mpsc::Receiver<v1::DurableTaskRequest>;
 
     /// A client on a published stream whose registration the engine answered.
     fn ready_client() -> (Arc<DurableRegistry>, DurableClient, Out) {
         let registry = Arc::new(DurableRegistry::default());
-        let (sink, out) = mpsc::unbounded_channel();
+        let (sink, out) = mpsc::channel(crate::listener::durable_task::registry::SINK_CAPACITY);
         registry.publish(1, sink, "w");
         registry.on_response(v1::DurableTaskResponse {
             message: Some(Resp::RegisterWorker(

@@ -113,11 +113,11 @@ impl StreamKind for DurableTaskKind {
         let worker_id = self.identity.get().ok_or_else(|| {
             tonic::Status::unavailable("the worker is not registered with the engine yet")
         })?;
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(registry::SINK_CAPACITY);
         self.registry.publish(generation, tx, &worker_id);
         let stream = conn
             .v1_dispatcher()
-            .durable_task(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+            .durable_task(tokio_stream::wrappers::ReceiverStream::new(rx))
             .await?
             .into_inner();
         self.registry.opened(generation);

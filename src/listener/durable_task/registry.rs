@@ -122,7 +122,12 @@ impl LaneQueue {
 
 /// A request was sent; its id, its ack, and whether a stream must be armed to carry it.
 pub(super) type Sent = (u64, oneshot::Receiver<Result<Ack, Error>>, bool);
-pub(super) type Sink = mpsc::UnboundedSender<v1::DurableTaskRequest>;
+pub(super) type Sink = mpsc::Sender<v1::DurableTaskRequest>;
+
+/// Messages a published stream holds before it is read: a stream that stalls (a frozen link)
+/// stops taking more at this many, instead of piling up a status every second. A request that
+/// finds it full stays queued and goes out once there is room (the next tick looks).
+pub(super) const SINK_CAPACITY: usize = 1024;
 
 /// The published stream.
 struct Published {
@@ -256,10 +261,10 @@ impl Inner {
             if r.tx.as_ref().is_none_or(|tx| tx.is_closed()) {
                 continue; // abandoned before it was written: nothing to send
             }
-            if p.sink.send(r.req.clone()).is_ok() {
+            if p.sink.try_send(r.req.clone()).is_ok() {
                 q.on_wire = Some(r);
             } else {
-                q.queued.push_front(r);
+                q.queued.push_front(r); // full (or closing): it waits for room, never written
             }
             break;
         }
@@ -454,7 +459,7 @@ impl DurableRegistry {
     /// then recomputed on replay).
     pub(super) fn send_no_ack(&self, req: v1::DurableTaskRequest) {
         if let Some(p) = &self.inner.lock().published {
-            let _ = p.sink.send(req);
+            let _ = p.sink.try_send(req);
         }
     }
 
@@ -630,7 +635,13 @@ impl DurableRegistry {
             return false;
         };
         let statuses = self.status_requests(&g, worker_id);
-        !statuses.is_empty() && statuses.into_iter().all(|req| p.sink.send(req).is_ok())
+        // A full stream skips this tick's status: the next tick sends a fresh one.
+        let sent =
+            !statuses.is_empty() && statuses.into_iter().all(|req| p.sink.try_send(req).is_ok());
+        if g.published.as_ref().is_some_and(|p| p.ready) {
+            g.pump_all(); // requests held back by a full stream
+        }
+        sent
     }
 
     /// Publishes a new stream: `register_worker` and `worker_status` (replay first) go out at
@@ -640,13 +651,13 @@ impl DurableRegistry {
         if g.published.is_some() {
             g.cut("a newer stream replaced it");
         }
-        let _ = sink.send(v1::DurableTaskRequest {
+        let _ = sink.try_send(v1::DurableTaskRequest {
             message: Some(Req::RegisterWorker(v1::DurableTaskRequestRegisterWorker {
                 worker_id: worker_id.to_string(),
             })),
         });
         for status in self.status_requests(&g, worker_id) {
-            let _ = sink.send(status);
+            let _ = sink.try_send(status);
         }
         g.published = Some(Published {
             generation,
@@ -804,11 +815,11 @@ mod tests {
         }
     }
 
-    type Out = mpsc::UnboundedReceiver<v1::DurableTaskRequest>;
+    type Out = mpsc::Receiver<v1::DurableTaskRequest>;
 
     /// Publishes stream `generation` and has the engine answer its registration.
     fn ready_stream(r: &DurableRegistry, generation: u64) -> Out {
-        let (sink, out) = mpsc::unbounded_channel();
+        let (sink, out) = mpsc::channel(SINK_CAPACITY);
         r.publish(generation, sink, "w");
         r.on_response(registered());
         out
@@ -961,7 +972,7 @@ mod tests {
     #[tokio::test]
     async fn a_stream_that_ends_before_the_registration_is_answered_carried_no_request() {
         let r = DurableRegistry::default();
-        let (sink, mut first) = mpsc::unbounded_channel();
+        let (sink, mut first) = mpsc::channel(SINK_CAPACITY);
         r.publish(1, sink, "w");
         let (_, ack, arm) = r.send(wait_req("t", 1)).expect("send");
         assert!(!arm, "a stream is published");
@@ -982,7 +993,7 @@ mod tests {
     #[tokio::test]
     async fn a_stream_whose_registration_is_never_answered_carries_requests_after_two_ticks() {
         let r = DurableRegistry::default();
-        let (sink, mut out) = mpsc::unbounded_channel();
+        let (sink, mut out) = mpsc::channel(SINK_CAPACITY);
         r.publish(1, sink, "w");
         r.opened(1);
         let (_, _ack, _) = r.send(wait_req("t", 1)).expect("send");
@@ -1000,7 +1011,7 @@ mod tests {
     #[tokio::test]
     async fn ticks_while_the_call_is_still_connecting_write_nothing_and_put_nothing_in_doubt() {
         let r = DurableRegistry::default();
-        let (sink, mut out) = mpsc::unbounded_channel();
+        let (sink, mut out) = mpsc::channel(SINK_CAPACITY);
         r.publish(1, sink, "w");
         let (_, mut ack, _) = r.send(wait_req("t", 1)).expect("send");
         for _ in 0..READY_AFTER_TICKS * 5 {
@@ -1264,5 +1275,36 @@ mod tests {
         }
         assert!(messages > 1, "split: {messages}");
         assert_eq!(listed.len(), 500, "every wait listed once or more");
+    }
+
+    /// A stream that is not read (a frozen link) holds at most [`SINK_CAPACITY`] messages: an
+    /// hour of status ticks does not pile up, and a request that found it full goes out, once,
+    /// when there is room again.
+    #[tokio::test]
+    async fn a_stalled_stream_holds_a_bounded_backlog_and_a_held_request_goes_out_later() {
+        let r = DurableRegistry::default();
+        let _wait = r.wait(("t".into(), 1, 1, 1));
+        let mut out = ready_stream(&r, 1);
+        for _ in 0..3_600 {
+            r.tick("w");
+        }
+        let (_, _ack, _) = r.send(wait_req("u", 1)).expect("send");
+        let held: Vec<String> = written(&mut out);
+        assert_eq!(
+            held.len(),
+            SINK_CAPACITY,
+            "bounded, not an hour of statuses"
+        );
+        assert!(
+            !held.iter().any(|m| m == "wait u 1"),
+            "no room: the request waits"
+        );
+        r.tick("w");
+        let after = written(&mut out);
+        assert_eq!(
+            after.iter().filter(|m| *m == "wait u 1").count(),
+            1,
+            "sent once there is room: {after:?}"
+        );
     }
 }
