@@ -1597,8 +1597,12 @@ async fn conf_durable_now_is_the_same_instant_on_replay_and_sleep_until_waits_fo
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Two durable operations joined in one invocation: the real engine handles a stream's requests
-/// concurrently (ours, with its fault, newest first), and each operation must get its own answer.
+/// Durable operations joined in one invocation, in six invocations at once: each must get its
+/// own answer. The runtime writes one request per invocation at a time, so the order freedom
+/// that matters is across invocations: the real engine handles a stream's requests
+/// concurrently, and the six invocations' requests share one stream, so their acks come in
+/// whatever order its goroutines finish (ours plays that with a fault, newest first). Each run's
+/// memo is its own input, so an ack routed to another invocation shows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_durable_operations_joined_in_one_invocation_get_their_own_answers() {
     let t = Target::new("joined").await;
@@ -1608,9 +1612,10 @@ async fn conf_durable_operations_joined_in_one_invocation_get_their_own_answers(
     let wf = Workflow::new("joined").durable_task(
         "d",
         TaskOptions::default(),
-        |_i: Value, c: Context| async move {
+        |i: Value, c: Context| async move {
+            let n = i["n"].as_u64().unwrap_or(0);
             let (stamp, slept, event) = tokio::join!(
-                c.memo("stamp", || async { 7u64 }),
+                c.memo("stamp", || async move { n }),
                 c.sleep_for(Duration::from_secs(2)),
                 c.wait_for_event("joined:go")
             );
@@ -1618,8 +1623,15 @@ async fn conf_durable_operations_joined_in_one_invocation_get_their_own_answers(
             Ok::<_, TaskError>(json!({ "stamp": stamp?, "event": event? }))
         },
     );
-    let rt = t.worker(4, vec![wf]).await;
-    let h = rt.run_no_wait("joined", &json!({})).await.expect("trigger");
+    let rt = t.worker(8, vec![wf]).await;
+    let mut handles = Vec::new();
+    for n in 0..6u64 {
+        handles.push(
+            rt.run_no_wait("joined", &json!({ "n": n }))
+                .await
+                .expect("trigger"),
+        );
+    }
     let pushing = {
         let rt = rt.clone();
         tokio::spawn(async move {
@@ -1629,13 +1641,18 @@ async fn conf_durable_operations_joined_in_one_invocation_get_their_own_answers(
             }
         })
     };
-    let out: Value = h.result_within(RESULT).await.expect("result");
+    for (n, h) in handles.into_iter().enumerate() {
+        let out: Value = h.result_within(RESULT).await.expect("result");
+        assert_eq!(
+            out["stamp"], n,
+            "the memo got its own invocation's answer: {out}"
+        );
+        assert!(
+            out["event"]["push"].as_u64().is_some(),
+            "the event wait got the event, not the sleep's answer: {out}"
+        );
+    }
     pushing.abort();
-    assert_eq!(out["stamp"], 7, "the memo got the memo's answer: {out}");
-    assert!(
-        out["event"]["push"].as_u64().is_some(),
-        "the event wait got the event, not the sleep's answer: {out}"
-    );
     rt.shutdown(Duration::from_secs(5)).await;
 }
 

@@ -587,14 +587,19 @@ async fn without_a_result_stream_waiters_fall_back_to_polling_and_back() {
             code: Some(Code::Unavailable as i32),
         },
     );
+    // And the engine writes the run 11 s after answering the trigger (its write backlog): the
+    // polls read it missing for longer than the old unknown-run verdict (two misses 5 s
+    // apart), and the wait must go on (issue 41, N1).
+    e.defer_trigger_writes(Some(Duration::from_secs(11)));
     let out: Value = tokio::time::timeout(
-        Duration::from_secs(10),
+        Duration::from_secs(25),
         rt.run("echo", &json!({"polled": true})),
     )
     .await
     .expect("in time")
     .expect("the result arrives by polling");
     assert_eq!(out["polled"], true);
+    e.defer_trigger_writes(None);
     assert!(
         e.faults().attempts("/v1.AdminService/GetRunDetails") >= 1,
         "it was polled"
