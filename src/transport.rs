@@ -279,6 +279,9 @@ fn rest_tls(cfg: &ClientConfig) -> Result<rustls::ClientConfig, ConfigError> {
         }
         Roots::WebPki => store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
     }
+    // ring, as tonic's `tls-ring` (pure Rust to build, no cmake). rustls 0.23.48 deprecates
+    // its provider for lacking post-quantum key exchange; the engine's TLS is classical.
+    #[allow(deprecated)]
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let invalid = |e: String| ConfigError::InvalidUrl {
         var: vars::SERVER_URL,
@@ -344,6 +347,7 @@ fn rest_tls(cfg: &ClientConfig) -> Result<rustls::ClientConfig, ConfigError> {
 pub(crate) fn http_client(cfg: &ClientConfig) -> Result<reqwest::Client, ConfigError> {
     // Other rustls users of the process (a user's own reqwest client) may rely on a process
     // provider: install ring once (an existing provider is kept).
+    #[allow(deprecated)] // as in `rest_tls`
     let _ = rustls::crypto::ring::default_provider().install_default();
     let b = reqwest::Client::builder()
         .tcp_nodelay(true)
