@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
-use hatchet_protocol::{self as proto, v1};
+use hatchet_runtime::protocol::{self as proto, v1};
 use hatchet_runtime::{
     Context, Runtime, RuntimeHandle, RuntimeOptions, TaskError, WorkerOptions, Workflow,
 };

@@ -1,9 +1,15 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs, rust_2018_idioms, unreachable_pub, unnameable_types)]
 
-// The wire protocol (generated types, the REST time format, the message-size limit) is its own
-// crate, shared with the development engine; the public API here never names its types.
-pub(crate) use hatchet_protocol as proto;
+// The wire protocol (generated types, the REST time format, the message-size limit), generated
+// by build.rs from proto/. Private: the public API never names its types. The `protocol`
+// feature opens it to the development engine and this workspace's tests (not a stable API).
+#[cfg(feature = "protocol")]
+#[doc(hidden)]
+pub mod protocol;
+#[cfg(not(feature = "protocol"))]
+mod protocol;
+pub(crate) use protocol as proto;
 
 mod client;
 pub mod config;

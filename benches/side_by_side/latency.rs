@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use hatchet_dev_engine::clients::RawClients;
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
-use hatchet_protocol::{self as proto, v1};
+use hatchet_runtime::protocol::{self as proto, v1};
 use hatchet_runtime::{ClientConfig, Context, Runtime, TaskError, WorkerOptions, Workflow};
 use serde_json::Value;
 

@@ -15,7 +15,7 @@ use crate::store::model::Worker;
 use crate::store::pause::PauseRule;
 use crate::store::webhooks::Webhook;
 use crate::time::schedules::Planned;
-use hatchet_protocol::v1;
+use hatchet_runtime::protocol::v1;
 
 type DurableTx = mpsc::UnboundedSender<Result<v1::DurableTaskResponse, GrpcStatus>>;
 type LegacyTx = mpsc::UnboundedSender<Result<v1::DurableEvent, GrpcStatus>>;
@@ -27,7 +27,7 @@ impl Engine {
     /// how many it stored.
     pub(crate) fn export_spans(
         &self,
-        req: &hatchet_protocol::otlp::ExportTraceServiceRequest,
+        req: &hatchet_runtime::protocol::otlp::ExportTraceServiceRequest,
     ) -> usize {
         let rows = crate::traces::otlp::rows(req);
         let n = rows.len();

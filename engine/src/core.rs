@@ -27,7 +27,7 @@ use crate::durable::DurableState;
 use crate::rules::*;
 use crate::store::model::*;
 use crate::store::subscriptions::EventFilter;
-use hatchet_protocol::{self as proto, v1};
+use hatchet_runtime::protocol::{self as proto, v1};
 
 /// A run or event priority must be 1–3.
 /// A priority outside 1–3, refused in the real engine's words (`prefix`: a trigger's answer
@@ -878,7 +878,7 @@ impl Engine {
             let at = req
                 .created_at
                 .as_ref()
-                .and_then(hatchet_protocol::system_time)
+                .and_then(hatchet_runtime::protocol::system_time)
                 .filter(|t| *t > SystemTime::UNIX_EPOCH)
                 .unwrap_or_else(|| self.clock.system_now());
             t.logs.push(LogLine {

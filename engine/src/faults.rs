@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Clone)]
 pub struct ActionMutator {
     pub remaining: u32,
-    pub f: Arc<dyn Fn(&mut hatchet_protocol::AssignedAction) + Send + Sync>,
+    pub f: Arc<dyn Fn(&mut hatchet_runtime::protocol::AssignedAction) + Send + Sync>,
 }
 
 impl std::fmt::Debug for ActionMutator {

@@ -47,9 +47,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::codec::CompressionEncoding;
 
-use hatchet_protocol::MAX_MESSAGE_BYTES;
-use hatchet_protocol::{self as proto, v1};
 use hatchet_runtime::config::{ClientConfig, SecretToken, TlsStrategy, encode_dev_token};
+use hatchet_runtime::protocol::MAX_MESSAGE_BYTES;
+use hatchet_runtime::protocol::{self as proto, v1};
 
 /// How often the scheduler looks at timers when nothing wakes it.
 const TICK: Duration = Duration::from_millis(100);

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use hatchet_protocol::{self as proto, v1};
+use hatchet_runtime::protocol::{self as proto, v1};
 use serde_json::Value;
 use tonic::Status as GrpcStatus;
 
@@ -54,7 +54,7 @@ pub(crate) fn display_name(base: &str, created: std::time::SystemTime) -> String
     format!("{base}-{ms}")
 }
 
-pub(crate) use hatchet_protocol::timestamp;
+pub(crate) use hatchet_runtime::protocol::timestamp;
 
 /// Parses a Hatchet duration (`10s`, `1m30s`, `250ms`, `2h`); `None` if malformed.
 pub fn parse_duration(s: &str) -> Option<Duration> {

@@ -215,7 +215,7 @@ pub(crate) fn request_class(path: &str, over: Option<ClassOverride>) -> Option<R
     })
 }
 
-/// The retry table against the compiled protocol (the descriptor set of `hatchet-protocol`):
+/// The retry table against the compiled protocol (the descriptor set `build.rs` writes):
 /// every unary method has one class, every stream none, and no row names a method that is not
 /// compiled.
 #[cfg(test)]

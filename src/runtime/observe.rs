@@ -182,7 +182,7 @@ impl RuntimeHandle {
     }
 
     /// Where `/health` and `/metrics` are served, once `start_worker` started them
-    /// ([`ClientConfig::healthcheck`]).
+    /// ([`ClientConfig::healthcheck`](crate::ClientConfig::healthcheck)).
     pub fn ops_addr(&self) -> Option<std::net::SocketAddr> {
         *self.inner.ops_addr.lock()
     }

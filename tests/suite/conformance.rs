@@ -3089,7 +3089,7 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
         mine.push_str(&format!("&workflow_ids={id}"));
         my_workflows.push(id);
     }
-    let since = hatchet_protocol::calendar::format_rfc3339(since);
+    let since = hatchet_runtime::protocol::calendar::format_rfc3339(since);
     let mut out = Vec::new();
     for (name, path) in [
         (
@@ -3405,7 +3405,7 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
 /// The gRPC answers the runtime and the SDKs meet when a request is wrong or names nothing: the
 /// same requests to one engine, each answered as `OK ...` or its code and message.
 async fn grpc_answers(raw: &hatchet_dev_engine::clients::RawClients) -> Vec<String> {
-    use hatchet_protocol::{self as proto, v1};
+    use hatchet_runtime::protocol::{self as proto, v1};
     let mut out = Vec::new();
     // Each answer as `OK <what>` or its code and message.
     macro_rules! probe {

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use hatchet_protocol::{self as proto, v1};
+use hatchet_runtime::protocol::{self as proto, v1};
 use prost::Message as _;
 use prost_types::FileDescriptorSet;
 

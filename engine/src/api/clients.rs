@@ -3,7 +3,7 @@
 //!
 //! The channel dials lazily, so building clients never blocks on the engine.
 
-use hatchet_protocol::{self as proto, v1};
+use hatchet_runtime::protocol::{self as proto, v1};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};

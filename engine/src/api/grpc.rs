@@ -12,7 +12,7 @@ use crate::core::Engine;
 use crate::faults::Faults;
 use crate::rules::{parse_json, parse_metadata, timestamp};
 use crate::time::schedules::Planned;
-use hatchet_protocol::{self as proto, v1};
+use hatchet_runtime::protocol::{self as proto, v1};
 
 /// Shared by every service.
 #[derive(Debug, Clone)]
@@ -305,7 +305,7 @@ impl proto::workflow_service_server::WorkflowService for Svc {
         };
         // Kept with the REST schedules (listed there too) and fired by the scheduler's pass.
         let times = r.schedules.iter().map(|t| {
-            hatchet_protocol::calendar::from_unix_secs(t.seconds)
+            hatchet_runtime::protocol::calendar::from_unix_secs(t.seconds)
                 + std::time::Duration::from_nanos(t.nanos.clamp(0, 999_999_999) as u64)
         });
         self.engine

@@ -95,7 +95,7 @@ impl crate::core::State {
     /// Applies what a task's matcher decides now, if anything.
     pub(crate) fn apply_decision(&mut self, tid: &str) {
         use crate::store::model::Status;
-        use hatchet_protocol::ResourceEventType as Ev;
+        use hatchet_runtime::protocol::ResourceEventType as Ev;
         let Some(t) = self.tasks.get_mut(tid) else {
             return;
         };

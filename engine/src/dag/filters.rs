@@ -35,8 +35,8 @@ impl Filter {
     /// The REST `V1Filter`.
     pub fn to_json(&self, tenant: &str) -> Value {
         json!({
-            "metadata": {"id": self.id, "createdAt": hatchet_protocol::rfc3339(self.created_at),
-                         "updatedAt": hatchet_protocol::rfc3339(self.updated_at)},
+            "metadata": {"id": self.id, "createdAt": hatchet_runtime::protocol::rfc3339(self.created_at),
+                         "updatedAt": hatchet_runtime::protocol::rfc3339(self.updated_at)},
             "tenantId": tenant,
             "workflowId": self.workflow_id,
             "scope": self.scope,
@@ -136,7 +136,7 @@ impl Filters {
     pub fn set_declarative(
         &mut self,
         workflow_id: &str,
-        declared: &[hatchet_protocol::v1::DefaultFilter],
+        declared: &[hatchet_runtime::protocol::v1::DefaultFilter],
         now: SystemTime,
     ) {
         if declared.is_empty() {

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use tonic::Status as GrpcStatus;
 
 use crate::dag::expr::condition_holds;
-use hatchet_protocol::v1;
+use hatchet_runtime::protocol::v1;
 
 /// What a satisfied action does to the task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

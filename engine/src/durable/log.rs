@@ -12,7 +12,7 @@ use super::*;
 use crate::core::State;
 use crate::store::model::TriggerOpts;
 use crate::store::model::{Status, StoredEvent};
-use hatchet_protocol::v1::{self, durable_task_response::Message as Resp};
+use hatchet_runtime::protocol::v1::{self, durable_task_response::Message as Resp};
 
 impl State {
     /// Registers a DurableTask stream.

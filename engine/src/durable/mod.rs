@@ -26,7 +26,7 @@ use tonic::Status as GrpcStatus;
 
 use crate::rules::parse_duration;
 use crate::store::model::StoredEvent;
-use hatchet_protocol::v1::{self, durable_task_response::Message as Resp};
+use hatchet_runtime::protocol::v1::{self, durable_task_response::Message as Resp};
 
 mod log;
 

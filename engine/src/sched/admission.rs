@@ -5,7 +5,7 @@
 use crate::core::State;
 use crate::sched::concurrency::*;
 use crate::store::model::Status;
-use hatchet_protocol::{self as proto, v1::ConcurrencyLimitStrategy as Strategy};
+use hatchet_runtime::protocol::{self as proto, v1::ConcurrencyLimitStrategy as Strategy};
 
 impl State {
     fn active_in(&self, group: &Group, except: &str) -> Vec<String> {
@@ -200,7 +200,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hatchet_protocol::v1;
+    use hatchet_runtime::protocol::v1;
     use serde_json::json;
 
     fn state(limits: &[(&str, Strategy)]) -> State {

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::core::*;
 use crate::sched::queue::Lane;
 use crate::store::model::*;
-use hatchet_protocol as proto;
+use hatchet_runtime::protocol as proto;
 
 /// How long after the first copy a late duplicate assignment is sent.
 const LATE_DUPLICATE_AFTER: Duration = Duration::from_millis(300);

@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 use tokio::time::Instant;
 
 use crate::dag::expr::Expr;
-use hatchet_protocol::v1;
+use hatchet_runtime::protocol::v1;
 
 /// How one step batches its attempts (the registration's `TaskBatchConfig`, with the real
 /// engine's defaults).

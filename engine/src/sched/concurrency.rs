@@ -20,7 +20,7 @@
 
 use serde_json::{Map, Value};
 
-use hatchet_protocol::{self as proto, v1::ConcurrencyLimitStrategy as Strategy};
+use hatchet_runtime::protocol::{self as proto, v1::ConcurrencyLimitStrategy as Strategy};
 
 /// The group a run belongs to under a limit's `expression` (invariant 5), or the reason its
 /// tasks fail, in the real engine's words.

@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use hatchet_protocol::{self as proto, v1};
+use hatchet_runtime::protocol::{self as proto, v1};
 
 /// A worker label's value.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

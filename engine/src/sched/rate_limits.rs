@@ -22,7 +22,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::rules::key_of_expression;
-use hatchet_protocol::v1;
+use hatchet_runtime::protocol::v1;
 
 /// A declared limit and its current window.
 #[derive(Debug, Clone)]
@@ -264,7 +264,7 @@ impl RateLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hatchet_protocol::v1::RateLimitDuration as D;
+    use hatchet_runtime::protocol::v1::RateLimitDuration as D;
     use serde_json::json;
 
     /// What the tasks of three runs (users a, a and b) take under `declared`.

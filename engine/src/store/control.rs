@@ -22,8 +22,8 @@ use tonic::Status as GrpcStatus;
 
 use crate::core::{Engine, State};
 use crate::store::model::{NextAttempt, PastEnd, Run, Status};
-use hatchet_protocol::calendar::parse_rfc3339;
-use hatchet_protocol::v1;
+use hatchet_runtime::protocol::calendar::parse_rfc3339;
+use hatchet_runtime::protocol::v1;
 
 /// At most this many runs are selected by a cancel filter (the real engine's cap).
 pub const CANCEL_FILTER_CAP: usize = 20_000;
@@ -301,7 +301,7 @@ impl State {
                     self.enqueue(tid);
                     self.emit_task_event(
                         tid,
-                        hatchet_protocol::ResourceEventType::Started,
+                        hatchet_runtime::protocol::ResourceEventType::Started,
                         String::new(),
                     );
                 }

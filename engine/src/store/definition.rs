@@ -14,7 +14,7 @@
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
-use hatchet_protocol::v1;
+use hatchet_runtime::protocol::v1;
 
 /// What the real engine's validator finds wrong with a registration, `(field, condition)` in
 /// its field order (`Name`, `CronTriggers[i]`, `DefaultPriority`, `Idempotency.*`); empty when

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use hatchet_protocol as proto;
+use hatchet_runtime::protocol as proto;
 
 /// Status of a task or a run, as the REST API spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -36,7 +36,7 @@ impl Status {
 
     /// The `v1.RunStatus` number.
     pub fn v1(self) -> i32 {
-        use hatchet_protocol::v1::RunStatus as R;
+        use hatchet_runtime::protocol::v1::RunStatus as R;
         (match self {
             Status::Pending | Status::Queued => R::Queued,
             Status::Running => R::Running,

@@ -10,7 +10,7 @@ use tonic::Status as GrpcStatus;
 use crate::core::*;
 use crate::rules::*;
 use crate::store::model::*;
-use hatchet_protocol::{self as proto, v1};
+use hatchet_runtime::protocol::{self as proto, v1};
 
 impl State {
     /// Creates a run and queues its root tasks. Child dedupe and idempotency keys apply.

@@ -3,7 +3,7 @@
 
 use crate::core::*;
 use crate::rules::*;
-use hatchet_protocol as proto;
+use hatchet_runtime::protocol as proto;
 
 impl State {
     pub(crate) fn track_metadata_subscribers(&mut self, run_id: &str) {

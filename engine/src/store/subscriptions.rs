@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use hatchet_protocol as proto;
+use hatchet_runtime::protocol as proto;
 
 type RunTx = mpsc::UnboundedSender<Result<proto::WorkflowRunEvent, tonic::Status>>;
 type EventTx = mpsc::UnboundedSender<Result<proto::WorkflowEvent, tonic::Status>>;

@@ -152,7 +152,7 @@ pub struct Webhook {
 impl Webhook {
     /// The `V1Webhook` object (its id is the nil UUID on the real engine: webhooks go by name).
     pub fn to_json(&self, tenant: &str) -> Value {
-        let at = |t| hatchet_protocol::rfc3339(t);
+        let at = |t| hatchet_runtime::protocol::rfc3339(t);
         let mut v = json!({
             "metadata": {"id": "00000000-0000-0000-0000-000000000000",
                          "createdAt": at(self.created_at), "updatedAt": at(self.updated_at)},

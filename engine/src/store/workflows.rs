@@ -155,7 +155,7 @@ impl IdempotencyKeys {
 /// What is wrong with a workflow's idempotency config, as the real engine's validator names it
 /// (field, condition), in its field order; empty when it is fine.
 pub fn idempotency_config_problems(
-    c: &hatchet_protocol::v1::IdempotencyConfig,
+    c: &hatchet_runtime::protocol::v1::IdempotencyConfig,
 ) -> Vec<(String, String)> {
     let mut out = Vec::new();
     if c.expression.is_empty() {
@@ -276,7 +276,7 @@ mod tests {
 
     #[test]
     fn an_idempotency_config_is_refused_in_the_real_engine_s_words() {
-        use hatchet_protocol::v1::IdempotencyConfig;
+        use hatchet_runtime::protocol::v1::IdempotencyConfig;
         let problems = |expression: &str, ttl_ms: i64| {
             crate::rules::validation_failed(&idempotency_config_problems(&IdempotencyConfig {
                 expression: expression.into(),

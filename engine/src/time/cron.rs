@@ -4,7 +4,7 @@
 //! month and weekday names (`JAN`, `MON`), and `7` for Sunday. When both day fields are
 //! restricted, a day matches if either does (classic cron).
 
-use hatchet_protocol::calendar::{civil, days_from_civil};
+use hatchet_runtime::protocol::calendar::{civil, days_from_civil};
 
 /// A parsed cron expression.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,7 +165,9 @@ impl Cron {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hatchet_protocol::calendar::{format_rfc3339, from_unix_secs, parse_rfc3339, unix_secs};
+    use hatchet_runtime::protocol::calendar::{
+        format_rfc3339, from_unix_secs, parse_rfc3339, unix_secs,
+    };
 
     fn next(expr: &str, after: &str) -> String {
         let t = unix_secs(parse_rfc3339(after).expect("time"));

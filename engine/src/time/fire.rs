@@ -11,7 +11,7 @@ use crate::rules::new_id;
 use crate::store::model::TriggerOpts;
 use crate::time::cron::Cron;
 use crate::time::schedules::*;
-use hatchet_protocol::calendar::{format_rfc3339, unix_secs};
+use hatchet_runtime::protocol::calendar::{format_rfc3339, unix_secs};
 
 impl State {
     fn base_row(&self, p: &Planned) -> Result<Value, String> {
@@ -97,7 +97,7 @@ impl State {
         for (i, s) in self.calendar.scheduled.iter().enumerate() {
             let at = s["triggerAt"]
                 .as_str()
-                .and_then(hatchet_protocol::calendar::parse_rfc3339);
+                .and_then(hatchet_runtime::protocol::calendar::parse_rfc3339);
             if self.schedule_open(s) && at.is_some_and(|at| at <= now) {
                 due.push((s.clone(), Some(i)));
             }
@@ -155,7 +155,7 @@ impl State {
             .filter_map(|s| {
                 s["triggerAt"]
                     .as_str()
-                    .and_then(hatchet_protocol::calendar::parse_rfc3339)
+                    .and_then(hatchet_runtime::protocol::calendar::parse_rfc3339)
             });
         crons.chain(schedules).min()
     }
@@ -227,7 +227,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hatchet_protocol::calendar::parse_rfc3339;
+    use hatchet_runtime::protocol::calendar::parse_rfc3339;
 
     fn state_with_workflow() -> State {
         crate::core::state_with(crate::core::one_task_workflow())

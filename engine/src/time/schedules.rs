@@ -18,7 +18,7 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use hatchet_protocol::calendar::format_rfc3339;
+use hatchet_runtime::protocol::calendar::format_rfc3339;
 
 /// What a new cron or schedule row holds besides its timing.
 #[derive(Debug, Clone)]

@@ -5,7 +5,7 @@
 //! span to its task, run and attempt; and an SDK's `hatchet.start_step_run` span that has a
 //! parent hangs under its run's root span (the engine's `hatchet.engine.workflow_run`).
 
-use hatchet_protocol::otlp;
+use hatchet_runtime::protocol::otlp;
 use serde_json::{Map, Value};
 
 use super::SpanRow;

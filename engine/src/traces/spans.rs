@@ -554,7 +554,7 @@ fn micros_rfc3339(t: std::time::SystemTime) -> String {
     let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let whole = std::time::UNIX_EPOCH + std::time::Duration::from_secs(d.as_secs());
     // Whole seconds: the shared formatter writes no fraction, only the `Z` to put back.
-    let text = hatchet_protocol::calendar::format_rfc3339(whole);
+    let text = hatchet_runtime::protocol::calendar::format_rfc3339(whole);
     let base = text.trim_end_matches('Z');
     match d.subsec_micros() {
         0 => format!("{base}Z"),

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use hatchet_protocol::{self as proto, ActionType, StepActionEventType as E, v1};
+use hatchet_runtime::protocol::{self as proto, ActionType, StepActionEventType as E, v1};
 use tonic::Code;
 
 use crate::support::{H, next};
@@ -560,7 +560,7 @@ async fn garbage_inputs_get_clear_errors_and_never_panic_the_engine() {
         .await
         .expect_err("empty");
     assert_eq!(empty.code(), Code::InvalidArgument);
-    // Call buffers start at 1 KiB (hatchet_protocol::codec): a message of 3 MiB each way grows
+    // Call buffers start at 1 KiB (hatchet_runtime::protocol::codec): a message of 3 MiB each way grows
     // them, and arrives whole.
     let large = format!("\"{}\"", "y".repeat(3 * 1024 * 1024));
     assert!(large.len() > 1000 * proto::codec::CALL_BUFFER_BYTES);

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use hatchet_protocol::{self as proto, StepActionEventType as E, v1};
+use hatchet_runtime::protocol::{self as proto, StepActionEventType as E, v1};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use hatchet_dev_engine::Fault;
-use hatchet_protocol as proto;
+use hatchet_runtime::protocol as proto;
 use tonic::Code;
 
 use crate::support::{H, next};

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::{FutureExt as _, StreamExt as _};
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
-use hatchet_protocol::{self as proto, StepActionEventType as E, v1};
+use hatchet_runtime::protocol::{self as proto, StepActionEventType as E, v1};
 use hatchet_runtime::{Context, Runtime, TaskError, WorkerOptions, Workflow};
 use serde_json::Value;
 

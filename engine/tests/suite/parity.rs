@@ -2,7 +2,7 @@
 //! REST: bulk calls all or nothing, cancel/replay targets and errors, priority lanes, strict
 //! run reads, validated logs and their REST reads, on_failure payloads.
 
-use hatchet_protocol::{self as proto, ActionType, StepActionEventType as E, v1};
+use hatchet_runtime::protocol::{self as proto, ActionType, StepActionEventType as E, v1};
 use serde_json::{Value, json};
 use tonic::Code;
 

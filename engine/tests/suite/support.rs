@@ -5,7 +5,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use hatchet_dev_engine::clients::RawClients;
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
-use hatchet_protocol::{self as proto, v1};
+use hatchet_runtime::protocol::{self as proto, v1};
 
 /// A running engine and raw clients for it (`h.dispatcher()`, `h.admin()`, ... through `Deref`).
 pub struct H {

@@ -70,7 +70,7 @@ impl TaskOptions {
     /// A concurrency limit on this task alone: at most `max_runs` of its attempts whose
     /// `expression` (CEL over the input, e.g. `input.user_id`) gives the same group run at
     /// once; `strategy` says what happens to the others. The group must be a string, as for
-    /// [`Workflow::concurrency`], which bounds whole runs instead.
+    /// [`Workflow::concurrency`](crate::Workflow::concurrency), which bounds whole runs instead.
     pub fn concurrency(
         mut self,
         expression: impl Into<String>,

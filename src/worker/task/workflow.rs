@@ -433,7 +433,7 @@ impl Workflow {
         self
     }
 
-    /// Adds a batch task: the engine gathers its runs into batches (see [`Batching`]) and the
+    /// Adds a batch task: the engine gathers its runs into batches (see [`Batching`](crate::Batching)) and the
     /// handler gets each batch in one call, answering one output per member, in the batch's
     /// order (`Batch::members`). A handler error, or a wrong number of outputs, fails every
     /// member. The batch takes one slot of its worker.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use hatchet_protocol::otlp;
+use hatchet_runtime::protocol::otlp;
 use hatchet_runtime::{Context, TaskError, TaskOptions, TraceSpan, Workflow};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
@@ -192,7 +192,7 @@ async fn conf_a_run_s_trace_holds_the_engine_s_spans_and_the_sdk_s() {
     assert_eq!(steps, ["a", "b"].into());
     // A child is created when its parent ends: its time queued starts then, not at the trigger.
     let at = |s: &TraceSpan| {
-        hatchet_protocol::calendar::parse_rfc3339(&s.started_at)
+        hatchet_runtime::protocol::calendar::parse_rfc3339(&s.started_at)
             .unwrap_or_else(|| panic!("a span's start reads as RFC 3339: {s:?}"))
     };
     let of = |kind: &str, step: &str| {

@@ -10,7 +10,7 @@
 //!    dashboard's key, and that key opens nothing else (no other route, no other method, no
 //!    gRPC call). `DevEngine::dashboard_url` carries the key, never the token, so the URL the
 //!    quickstart prints gives a reader of its log no right to the engine.
-//! 2. [`data`] is a pure function of the state: it reads under the engine's lock, never waits, and
+//! 2. `data` is a pure function of the state: it reads under the engine's lock, never waits, and
 //!    bounds what it returns (the newest [`RUNS`] runs, [`EVENTS`] events, outputs cut at
 //!    [`OUTPUT_CHARS`] characters), so a large engine cannot make a slow page.
 
@@ -83,7 +83,7 @@ pub(crate) fn data(st: &View<'_>, now: SystemTime, beat_now: tokio::time::Instan
                 "id": r.id,
                 "workflow": r.workflow_name,
                 "status": status(r.status),
-                "created_at": hatchet_protocol::calendar::format_rfc3339(r.created_at),
+                "created_at": hatchet_runtime::protocol::calendar::format_rfc3339(r.created_at),
                 "duration_ms": r.started_at.map(|s| millis(s, end)),
                 "tasks": tasks,
             })
@@ -119,7 +119,7 @@ pub(crate) fn data(st: &View<'_>, now: SystemTime, beat_now: tokio::time::Instan
         .map(|e| {
             json!({
                 "key": e.key,
-                "at": hatchet_protocol::calendar::format_rfc3339(e.at),
+                "at": hatchet_runtime::protocol::calendar::format_rfc3339(e.at),
                 "payload": cut(&e.payload.to_string()),
             })
         })

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::{Params, Rest, bad_id_or_missing, err, message, meta, tenant_ok};
 use crate::queries::View;
 use crate::store::model::{Status, StoredEvent};
-use hatchet_protocol::rfc3339;
+use hatchet_runtime::protocol::rfc3339;
 
 /// How far back a list looks when it names no `since` (the real engine's default).
 const DEFAULT_LOOK_BACK: Duration = Duration::from_secs(24 * 3_600);

@@ -28,7 +28,7 @@ use crate::api::gate::bearer_ok;
 use crate::core::Engine;
 use crate::faults::{Fault, FaultRule, Faults};
 use crate::queries::View;
-use hatchet_protocol::rfc3339;
+use hatchet_runtime::protocol::rfc3339;
 
 /// Shared by the handlers.
 #[derive(Clone)]
@@ -104,7 +104,7 @@ impl Params {
     pub(crate) fn time(&self, k: &str) -> Result<Option<SystemTime>, String> {
         match self.one(k) {
             None => Ok(None),
-            Some(v) => hatchet_protocol::calendar::parse_rfc3339(v)
+            Some(v) => hatchet_runtime::protocol::calendar::parse_rfc3339(v)
                 .map(Some)
                 .ok_or_else(|| format!("{k} must be an RFC 3339 time, got {v:?}")),
         }
@@ -262,7 +262,7 @@ async fn create_scheduled(
     let Some(text) = b.get("triggerAt").and_then(Value::as_str) else {
         return err(StatusCode::BAD_REQUEST, "triggerAt is required");
     };
-    let Some(at) = hatchet_protocol::calendar::parse_rfc3339(text) else {
+    let Some(at) = hatchet_runtime::protocol::calendar::parse_rfc3339(text) else {
         return err(
             StatusCode::BAD_REQUEST,
             "triggerAt must be an RFC 3339 time such as 2026-12-01T09:30:00Z",
@@ -675,7 +675,7 @@ pub fn router(state: Rest) -> axum::Router {
         .route("/_dev/drop-connections", post(drop_connections))
         .route("/_dev/advance", post(advance_clock))
         .layer(axum::extract::DefaultBodyLimit::max(
-            hatchet_protocol::MAX_MESSAGE_BYTES,
+            hatchet_runtime::protocol::MAX_MESSAGE_BYTES,
         ))
         .layer(axum::middleware::from_fn_with_state(state.clone(), gate))
         .with_state(state)

@@ -25,7 +25,7 @@ use super::{Rest, err, meta, tenant_ok};
 use crate::queries::View;
 use crate::store::control::{RunFilter, Targets};
 use crate::store::model::{NextAttempt, PastEnd, Run, Status, Task};
-use hatchet_protocol::rfc3339;
+use hatchet_runtime::protocol::rfc3339;
 
 /// How an unset time reads on a run (Go's zero time).
 const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
@@ -430,7 +430,7 @@ fn newest_first(mut events: Vec<Value>) -> Vec<Value> {
     let at = |e: &Value| {
         e["timestamp"]
             .as_str()
-            .and_then(hatchet_protocol::calendar::parse_rfc3339)
+            .and_then(hatchet_runtime::protocol::calendar::parse_rfc3339)
     };
     events.reverse();
     events.sort_by_key(|e| std::cmp::Reverse(at(e)));
@@ -796,7 +796,7 @@ async fn branch_durable_task(
             "taskExternalId, nodeId and branchId are required",
         );
     };
-    let req = hatchet_protocol::v1::BranchDurableTaskRequest {
+    let req = hatchet_runtime::protocol::v1::BranchDurableTaskRequest {
         task_external_id: task.to_string(),
         node_id: node,
         branch_id: branch,

@@ -237,7 +237,7 @@ async fn receive(
         Ok(e) => e,
         Err(why) => return err(StatusCode::BAD_REQUEST, &why),
     };
-    let req = hatchet_protocol::PushEventRequest {
+    let req = hatchet_runtime::protocol::PushEventRequest {
         key: key.clone(),
         payload: Value::Object(payload.clone()).to_string(),
         event_timestamp: None,
@@ -253,7 +253,7 @@ async fn receive(
     if !hook.return_event {
         return StatusCode::NO_CONTENT.into_response();
     }
-    let at = hatchet_protocol::rfc3339(s.engine.clock.system_now());
+    let at = hatchet_runtime::protocol::rfc3339(s.engine.clock.system_now());
     let summary = json!({"cancelled": 0, "failed": 0, "queued": 0, "running": 0, "succeeded": 0});
     Json(json!({"message": "ok", "event": {
         "metadata": {"id": pushed.event_id, "createdAt": at, "updatedAt": at},

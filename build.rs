@@ -1,6 +1,7 @@
-//! Compiles `proto/` with protox (pure Rust: no system `protoc`) and generates tonic client and
-//! server code. The encoded descriptor set is written to `$OUT_DIR/hatchet_descriptor.bin` so tests
-//! can enumerate every compiled method.
+//! Compiles `proto/` with protox (pure Rust: no system `protoc`) into the runtime's private
+//! `protocol` module: tonic clients always, servers only with the `protocol` feature (the
+//! development engine and this workspace's tests turn it on). The encoded descriptor set is
+//! written to `$OUT_DIR/hatchet_descriptor.bin` so tests can enumerate every compiled method.
 
 use prost::Message as _;
 
@@ -17,13 +18,15 @@ const PROTOS: &[&str] = &[
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
+    println!("cargo:rerun-if-changed=build.rs");
+    let servers = std::env::var_os("CARGO_FEATURE_PROTOCOL").is_some();
     let fds = protox::compile(PROTOS, ["proto"])?;
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out.join("hatchet_descriptor.bin"), fds.encode_to_vec())?;
     tonic_prost_build::configure()
-        .build_server(true)
+        .build_server(servers)
         .build_client(true)
-        .codec_path("crate::codec::WireCodec")
+        .codec_path("crate::protocol::codec::WireCodec")
         .compile_fds(fds)?;
     Ok(())
 }

@@ -1,34 +1,45 @@
-//! The Hatchet wire protocol as `hatchet-runtime` and `hatchet-dev-engine` speak it: code
-//! generated from `proto/` (our own definitions, written from the protocol fact sheet), the
+//! The Hatchet wire protocol as the runtime and the development engine speak it: code generated
+//! by `build.rs` from `proto/` (our own definitions, written from the protocol fact sheet), the
 //! details the engine puts in its statuses, and the protocol's facts ([`calendar`]: the REST
-//! API's time format; [`MAX_MESSAGE_BYTES`]). Its own crate, as Temporal's sdk-core keeps its
-//! protos: the runtime's public API converts to its own types at this boundary and never names
-//! a generated type.
+//! API's time format; [`MAX_MESSAGE_BYTES`]).
+//!
+//! Private to the runtime: its public API converts to its own types at this boundary and never
+//! names a generated type. The `protocol` feature makes it reachable (hidden from the docs, no
+//! promise of stability) for the development engine, which serves it, and this workspace's
+//! tests and benchmarks, which call it raw; `build.rs` generates the servers only then.
 //!
 //! The three legacy files have no package, so their types live at this module's root; the `v1`
 //! files live in [`v1`]. The generated legacy code refers to `v1::…`, which resolves to the
 //! sibling module below.
 
-#![allow(missing_docs, clippy::all, clippy::pedantic)]
+#![allow(
+    missing_docs,
+    unreachable_pub,
+    unnameable_types,
+    dead_code,
+    clippy::all,
+    clippy::pedantic
+)]
 
 pub mod calendar;
 pub mod codec;
 
-/// Largest message sent or received (the engine's default limit).
-pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+/// Largest message sent or received by default (the engine's default limit; the one copy of the
+/// fact is the runtime's setting default).
+pub const MAX_MESSAGE_BYTES: usize = crate::config::DEFAULT_MAX_MESSAGE_BYTES;
 
 include!(concat!(env!("OUT_DIR"), "/_.rs"));
 
 /// Package `v1`.
 pub mod v1 {
-    #![allow(missing_docs, clippy::all, clippy::pedantic)]
+    #![allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
     include!(concat!(env!("OUT_DIR"), "/v1.rs"));
 }
 
 /// The OpenTelemetry trace export (OTLP/gRPC, package `opentelemetry.proto.collector.trace.v1`):
 /// the spans an SDK sends to the engine's collector.
 pub mod otlp {
-    #![allow(missing_docs, clippy::all, clippy::pedantic)]
+    #![allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
     include!(concat!(
         env!("OUT_DIR"),
         "/opentelemetry.proto.collector.trace.v1.rs"
