@@ -66,10 +66,10 @@ pub enum Outcome {
     /// failures in a row without progress): the work it carried cannot finish in this runtime.
     /// The cause says why; fix it and spawn a new runtime. The run itself may still finish.
     Stopped,
-    /// The engine showed nothing under a run id for a long look: an id given to
-    /// `run_handle` that reads missing for a minute, or a triggered run it never made visible in
-    /// 15 minutes (it may have lost the trigger). Never a claim that the run cannot exist: it
-    /// may still appear, so read it before triggering again.
+    /// The engine showed nothing under a run id given to `run_handle` for two minutes of reads.
+    /// Never a claim that the run cannot exist: it may still appear, so read it before
+    /// triggering again. A run this process triggered never ends so (CONTRACT.md §4): its wait
+    /// goes on to its deadline, and a warning names it while the engine shows no trace of it.
     NotFound,
 }
 

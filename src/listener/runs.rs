@@ -142,38 +142,66 @@ pub(crate) const UNKNOWN_SWEEP_EVERY: std::time::Duration = std::time::Duration:
 /// (each run that exists is read once, 60 s after its trigger, and never again).
 pub(crate) const UNKNOWN_SWEEP_MAX: usize = 16;
 
-/// How the unknown-run sweep treats a run by where its id came from (a pure table). The real
-/// engine answers GetRunDetails NotFound for a live run it has not made visible yet: a run whose
-/// root tasks wait on a condition, a trigger it queued for its task controller (load, restarts),
-/// a durable child acknowledged before it is created. So an id the engine gave this process is
-/// never concluded unknown quickly: it is first read after [`SweepPlan::FIRST_CHECK`] (most runs
-/// have finished by then, and cost no read), and only a run missing for
-/// [`SweepPlan::window`] ends its waits, with [`Outcome::NotFound`] and words that say it may
+/// How the unknown-run sweep treats a run by where its id came from (a pure table;
+/// CONTRACT.md §4). The real engine answers GetRunDetails NotFound for a live run it has not made
+/// visible yet: a run whose root tasks wait on a condition, a trigger it queued for its task
+/// controller (load, restarts), a durable child acknowledged before it is created. So an id the
+/// engine gave this process is never called unknown: its wait goes on to its caller's deadline
+/// or cancellation, and while the engine shows no trace of it a warning naming it is logged
+/// every [`SweepPlan::WARN_EVERY`], so a run the engine lost is visible, never a silent hang. It
+/// is first read after [`SweepPlan::FIRST_CHECK`] (most runs have finished by then, and cost no
+/// read). Only an id handed in from outside (`run_handle(id)`) ends its waits, after
+/// [`SweepPlan::GIVEN_WINDOW`] missing, with [`Outcome::NotFound`] and words that say the run may
 /// still appear.
 pub(crate) struct SweepPlan;
+
+/// What the sweep does about a run that read missing again (a pure decision).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Missing {
+    /// Read it again later.
+    Wait,
+    /// Read it again later, and log a warning naming it now.
+    Warn,
+    /// End its waits with [`unknown_run_error`] (a given id only).
+    GiveUp,
+}
 
 impl SweepPlan {
     /// How long a triggered run is waited on before its first read.
     pub(crate) const FIRST_CHECK: std::time::Duration = std::time::Duration::from_secs(60);
+    /// How long a given id must read missing, from its first miss, before its waits end: a
+    /// window of minutes, long enough for a slow write to land.
+    pub(crate) const GIVEN_WINDOW: std::time::Duration = std::time::Duration::from_secs(120);
+    /// How often a triggered run the engine still shows no trace of is named in a warning.
+    pub(crate) const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 
-    /// How long a run must read missing, from its first miss, before its waits end.
-    pub(crate) const fn window(origin: Origin) -> std::time::Duration {
-        match origin {
-            // A caller's id may be wrong: a minute is long enough for a slow write to land.
-            Origin::Given => std::time::Duration::from_secs(60),
-            // The engine answered this process with it: only a run lost at the engine (or
-            // never made, see `unknown_run_error`) stays missing this long.
-            Origin::Triggered => std::time::Duration::from_secs(15 * 60),
-        }
-    }
-
-    /// Whether a run missing since `first_miss` and missing again `now` ends its waits.
-    pub(crate) fn gives_up(
+    /// What to do about a run missing since `first_miss` (last named in a warning at
+    /// `last_warn`, if ever) and missing again `now`.
+    pub(crate) fn missing(
         origin: Origin,
         first_miss: tokio::time::Instant,
+        last_warn: Option<tokio::time::Instant>,
         now: tokio::time::Instant,
-    ) -> bool {
-        now.saturating_duration_since(first_miss) >= Self::window(origin)
+    ) -> Missing {
+        match origin {
+            Origin::Given if now.saturating_duration_since(first_miss) >= Self::GIVEN_WINDOW => {
+                Missing::GiveUp
+            }
+            Origin::Given => Missing::Wait,
+            Origin::Triggered => {
+                let since = last_warn.unwrap_or(first_miss);
+                let due = match last_warn {
+                    // The first warning comes once the run has been missing a while.
+                    None => Self::WARN_EVERY.saturating_sub(Self::FIRST_CHECK),
+                    Some(_) => Self::WARN_EVERY,
+                };
+                if now.saturating_duration_since(since) >= due {
+                    Missing::Warn
+                } else {
+                    Missing::Wait
+                }
+            }
+        }
     }
 }
 
@@ -197,17 +225,18 @@ pub(crate) fn sweep_verdict(read: &Result<v1::GetRunDetailsResponse, Error>) -> 
 /// [`UNKNOWN_SWEEP_EVERY`], up to [`UNKNOWN_SWEEP_MAX`] pending runs that are due are read
 /// (given ids at once, triggered ones after [`SweepPlan::FIRST_CHECK`]; the registry queues each
 /// key once, so a sweep costs O([`UNKNOWN_SWEEP_MAX`]) however many wait); one found is never
-/// read again, one missing is read again at each sweep until it has been missing for
-/// [`SweepPlan::window`], and then its waiters get [`unknown_run_error`]; one the read could not
-/// tell about is read again later. Ends with the runtime's lifecycle.
+/// read again, one missing is read again at each sweep ([`SweepPlan::missing`] says whether
+/// to warn, or for a given id to end its waits with [`unknown_run_error`]); one the read could
+/// not tell about is read again later. Ends with the runtime's lifecycle.
 pub(crate) async fn sweep_unknown(
     conn: Connection,
     registry: std::sync::Arc<RunRegistry>,
     life: tokio_util::sync::CancellationToken,
 ) {
-    // Only keys found missing are remembered, with their first miss (a missing id is rare).
-    let mut misses: std::collections::HashMap<RunKey, tokio::time::Instant> =
-        std::collections::HashMap::new();
+    // Only keys found missing are remembered, with their first miss and last warning (a
+    // missing id is rare).
+    type Seen = (tokio::time::Instant, Option<tokio::time::Instant>);
+    let mut misses: std::collections::HashMap<RunKey, Seen> = std::collections::HashMap::new();
     loop {
         tokio::select! {
             _ = life.cancelled() => return,
@@ -229,12 +258,23 @@ pub(crate) async fn sweep_unknown(
                 }
                 Some(false) => {
                     let now = tokio::time::Instant::now();
-                    let first = *misses.entry(key.clone()).or_insert(now);
-                    if SweepPlan::gives_up(origin, first, now) {
-                        misses.remove(&key);
-                        registry.fail_key(&key, || unknown_run_error(&run_id, origin));
-                    } else {
-                        registry.check_again(key, origin);
+                    let (first, last_warn) = *misses.entry(key.clone()).or_insert((now, None));
+                    match SweepPlan::missing(origin, first, last_warn, now) {
+                        Missing::GiveUp => {
+                            misses.remove(&key);
+                            registry.fail_key(&key, || unknown_run_error(&run_id));
+                        }
+                        Missing::Warn => {
+                            tracing::warn!(
+                                run_id = %run_id,
+                                missing_for_s = now.saturating_duration_since(first).as_secs()
+                                    + SweepPlan::FIRST_CHECK.as_secs(),
+                                "the engine answered a trigger with this run id and still shows no run under it: it may have lost the trigger (a restart right after answering), or the workflow's idempotency key expression gave no key for this input; the wait goes on to its deadline. Read the run before triggering again"
+                            );
+                            misses.insert(key.clone(), (first, Some(now)));
+                            registry.check_again(key, origin);
+                        }
+                        Missing::Wait => registry.check_again(key, origin),
                     }
                 }
                 None => registry.check_again(key, origin),
@@ -243,20 +283,15 @@ pub(crate) async fn sweep_unknown(
     }
 }
 
-/// The error of a wait on a run the engine has not shown for [`SweepPlan::window`]: never a
-/// claim that the run does not exist, since it may still appear.
-pub(crate) fn unknown_run_error(run_id: &str, origin: Origin) -> Error {
-    let secs = SweepPlan::window(origin).as_secs();
-    let detail = match origin {
-        Origin::Given => format!(
-            "the engine shows no run {run_id} (missing in every read for {secs}s): check the id; if it came from a trigger just made, the run may still appear (read it with run_status before triggering again)"
-        ),
-        Origin::Triggered => format!(
-            "the engine answered the trigger with run {run_id} but has shown no run under that id for {secs}s: it may have lost the trigger (it stopped right after answering), or the workflow's idempotency key expression gave no key for this input (the engine then answers with an id and creates no run). The run may still appear: read it with run_status before triggering again; a trigger with an idempotency key is safe to send again"
-        ),
-    };
+/// The error of a wait on a run id the caller gave, which the engine has not shown for
+/// [`SweepPlan::GIVEN_WINDOW`]: never a claim that the run does not exist, since it may still
+/// appear.
+pub(crate) fn unknown_run_error(run_id: &str) -> Error {
+    let secs = SweepPlan::GIVEN_WINDOW.as_secs();
     Error::new(Outcome::NotFound, "wait for run")
-        .with_detail(detail)
+        .with_detail(format!(
+            "the engine shows no run {run_id} (missing in every read for {secs}s): check the id; if it came from a trigger just made, the run may still appear, and triggering again may run the work twice: read it with run_status first"
+        ))
         .with_cause(Cause::Status(tonic::Status::not_found(format!(
             "run {run_id} not found"
         ))))
@@ -386,22 +421,40 @@ mod tests {
         }
     }
 
+    /// CONTRACT.md §4: an id the engine gave this process is never called unknown (the old
+    /// sweep ended a wait after two misses 5 s apart, and later after 15 minutes): it is named
+    /// in a warning every 5 minutes instead. A caller's id ends after two minutes missing.
     #[test]
-    fn an_id_the_engine_gave_is_looked_for_fifteen_minutes_and_a_caller_s_one_minute() {
+    fn an_id_the_engine_gave_is_never_called_unknown_and_a_caller_s_ends_after_two_minutes() {
         let t0 = tokio::time::Instant::now();
         let at = |s: u64| t0 + std::time::Duration::from_secs(s);
-        // The old sweep ended a wait after two misses 5 s apart: a live run the engine had not
-        // made visible yet (a gated root task, a queued trigger) was told it did not exist.
-        assert!(!SweepPlan::gives_up(Origin::Triggered, t0, at(5)));
-        assert!(!SweepPlan::gives_up(Origin::Triggered, t0, at(14 * 60)));
-        assert!(SweepPlan::gives_up(Origin::Triggered, t0, at(15 * 60)));
-        assert!(!SweepPlan::gives_up(Origin::Given, t0, at(59)));
-        assert!(SweepPlan::gives_up(Origin::Given, t0, at(60)));
-        let err = unknown_run_error("r", Origin::Triggered);
+        let triggered = |last: Option<u64>, now: u64| {
+            SweepPlan::missing(Origin::Triggered, t0, last.map(at), at(now))
+        };
+        assert_eq!(triggered(None, 5), Missing::Wait);
+        assert_eq!(triggered(None, 239), Missing::Wait);
+        assert_eq!(
+            triggered(None, 240),
+            Missing::Warn,
+            "5 minutes after the trigger"
+        );
+        assert_eq!(triggered(Some(240), 400), Missing::Wait);
+        assert_eq!(triggered(Some(240), 540), Missing::Warn, "every 5 minutes");
+        assert_eq!(
+            triggered(Some(86_400), 86_400 + 299),
+            Missing::Wait,
+            "a day on: never"
+        );
+        let given = |now: u64| SweepPlan::missing(Origin::Given, t0, None, at(now));
+        assert_eq!(given(119), Missing::Wait);
+        assert_eq!(given(120), Missing::GiveUp);
+        let err = unknown_run_error("r");
         assert_eq!(err.outcome(), Outcome::NotFound, "{err}");
+        let text = err.to_string();
         assert!(
-            err.to_string().contains("may still appear")
-                && !err.to_string().contains("does not know"),
+            text.contains("may still appear")
+                && text.contains("run the work twice")
+                && !text.contains("does not know"),
             "never a claim that the run cannot exist: {err}"
         );
     }

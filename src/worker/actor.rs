@@ -232,11 +232,15 @@ async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Er
                 core.cancel_running(task, |inv| inv <= invocation);
             }
         }));
-    // The dispatch loop never waits (execute.rs), so this channel only hands actions over.
+    // The dispatch loop waits only past `waiting_bound` (execute.rs), so this channel only
+    // hands actions over; a flood past the bound waits in the stream (backpressure).
     let (tx, rx) = mpsc::channel(slots + durable_slots);
     let slots_held = Slots {
         ordinary: Arc::new(Semaphore::new(slots)),
         durable: Arc::new(Semaphore::new(durable_slots)),
+        waiting: Arc::new(Semaphore::new(super::execute::waiting_bound(
+            slots + durable_slots,
+        ))),
     };
     let health = core.listeners.health[&ListenerKind::WorkerActions].clone();
     let home = Arc::new(Home::new(

@@ -4,10 +4,22 @@
 use super::*;
 
 /// The worker's slot bounds: ordinary tasks and durable tasks each have their own (as the
-/// engine counts them).
+/// engine counts them), and STARTs waiting for a slot are bounded too, far above the slots.
 pub(super) struct Slots {
     pub(super) ordinary: Arc<Semaphore>,
     pub(super) durable: Arc<Semaphore>,
+    /// STARTs received and not yet running ([`waiting_bound`]). Only a flood past it (an engine
+    /// assigning far beyond the slots) makes the loop wait, so the stream slows (backpressure)
+    /// instead of memory growing (CONTRACT.md §6).
+    pub(super) waiting: Arc<Semaphore>,
+}
+
+/// How many STARTs may wait for a slot before the dispatch loop waits (a pure rule): 16 per
+/// slot, at least 1,024. Far above what an engine assigns past the slots in practice (a
+/// re-offer, a duplicate), so the loop keeps reading and a CANCEL is never stuck behind STARTs
+/// waiting for the slot it would free; bounded, so a flood cannot grow memory without limit.
+pub(super) fn waiting_bound(slots: usize) -> usize {
+    slots.saturating_mul(16).max(1_024)
 }
 
 /// A running attempt's slot permit: held while it runs, given back early by
@@ -16,10 +28,9 @@ pub(crate) type SlotPermit = Arc<parking_lot::Mutex<Option<tokio::sync::OwnedSem
 
 /// Reads the actions and acts on each at once: a START waits for its slot in its own task, so a
 /// CANCEL (or any other action) is never stuck behind it while every slot is busy (the real
-/// engine drops a CANCEL it cannot send). The loop itself never waits, however many STARTs wait
-/// over the slots: a bound here would stop the reading, and the CANCEL that frees a slot would
-/// sit unread behind the STARTs waiting for it. What waits is bounded by what the engine
-/// assigns, which it counts against the slots the worker registered.
+/// engine drops a CANCEL it cannot send). The loop itself waits only past [`waiting_bound`]
+/// STARTs waiting for their slots: a bound near the slots would stop the reading, and the
+/// CANCEL that frees a slot would sit unread behind the STARTs waiting for it (issue 41, N10).
 pub(super) async fn dispatch(
     core: Arc<WorkerCore>,
     mut rx: mpsc::Receiver<proto::AssignedAction>,
@@ -33,6 +44,10 @@ pub(super) async fn dispatch(
         let kind = ActionType::try_from(action.action_type);
         match kind {
             Ok(kind @ (ActionType::StartStepRun | ActionType::StartBatch)) => {
+                let ticket = tokio::select! {
+                    t = slots.waiting.clone().acquire_owned() => match t { Ok(t) => t, Err(_) => break },
+                    _ = core.stop.cancelled() => break,
+                };
                 let token = core.stop.child_token();
                 let batch = kind == ActionType::StartBatch;
                 let key = if batch {
@@ -68,6 +83,7 @@ pub(super) async fn dispatch(
                         _ = token.cancelled() => None,
                         p = bound.acquire_owned() => p.ok(),
                     };
+                    drop(ticket);
                     let Some(permit) = permit else {
                         // Cancelled (or stopped) before a slot was free: it never ran.
                         core2.counters.cancelled.fetch_add(1, Ordering::Relaxed);
@@ -575,4 +591,15 @@ async fn execute_batch(
     )
     .await;
     core.ended(&key);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn starts_waiting_for_a_slot_are_bounded_far_above_the_slots() {
+        use super::waiting_bound;
+        assert_eq!(waiting_bound(1), 1_024, "a one-slot worker still reads on");
+        assert_eq!(waiting_bound(100), 1_600);
+        assert_eq!(waiting_bound(usize::MAX), usize::MAX, "no overflow");
+    }
 }
