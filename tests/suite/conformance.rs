@@ -786,6 +786,45 @@ async fn conf_retries_non_retryable_and_timeouts() {
 
 // --- on_failure; cancel and replay by id and by filter; bulk; priority ----------------------
 
+/// A batch flushes by its members' payload size (issue 45): the real engine flushes when the
+/// buffered payloads pass 4,000,000 bytes, the member that passed them starting the next batch.
+/// 100 runs of about 100 kB each: two batches of 39 by size, then 22 by interval, on both
+/// engines; every run answered with its own output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_batch_flushes_when_its_members_payloads_pass_four_million_bytes() {
+    let t = Target::new("batchbytes").await;
+    let sizes: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let seen = sizes.clone();
+    let wf = Workflow::new("fat").batch_task(
+        "t",
+        Batching::up_to(1_000).interval(Duration::from_secs(15)),
+        TaskOptions::default(),
+        move |b: Batch<Value>, _c: Context| {
+            seen.lock().push(b.len());
+            let outs: Vec<Value> = b.inputs().map(|i| json!({ "n": i["n"] })).collect();
+            async move { Ok::<_, TaskError>(outs) }
+        },
+    );
+    let rt = t.worker(4, vec![wf]).await;
+    let pad = "x".repeat(99_990);
+    let items: Vec<Value> = (0..100).map(|n| json!({ "n": n, "pad": pad })).collect();
+    let handles = rt.run_many("fat", &items).await;
+    for (n, h) in handles.into_iter().enumerate() {
+        let out: Value = h
+            .expect("trigger")
+            .result_within(RESULT)
+            .await
+            .expect("each member's output");
+        assert_eq!(out, json!({ "n": n }));
+    }
+    assert_eq!(
+        *sizes.lock(),
+        [39, 39, 22],
+        "two by size, then one by interval"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 /// A batch task gets its runs in batches and answers each member: three runs of key `a` come
 /// in one call (the batch's size starts it), one of key `b` in another (its interval does), each
 /// run reads its own output, and a run whose key is not a string fails alone with the engine's

@@ -492,8 +492,9 @@ impl State {
             Err(why) => self.fail_attempt(tid, why, true),
             Ok(key) => {
                 let action = t.action.clone();
+                let size = crate::sched::batches::payload_bytes(&run.input);
                 self.rate_limits.take(&t.rate_limits, now);
-                self.batches.buffer(&action, &key, rule, tid, now);
+                self.batches.buffer(&action, &key, rule, (tid, size), now);
             }
         }
     }
@@ -502,11 +503,11 @@ impl State {
     /// with the step's action and a free `default` slot, as one `START_BATCH` assignment.
     pub(crate) fn flush_batches(&mut self, now: Instant, live: Duration, tenant: &str) {
         let mut blocked: Vec<crate::sched::batches::Line> = Vec::new();
-        while let Some((line, why)) = self
+        while let Some((line, why, n)) = self
             .batches
             .due(now)
             .into_iter()
-            .find(|(l, _)| !blocked.contains(l))
+            .find(|(l, _, _)| !blocked.contains(l))
         {
             let worker = self.batch_worker(&line.0, now, live);
             let (Some(wid), true) = (worker, self.batches.has_room(&line)) else {
@@ -514,14 +515,15 @@ impl State {
                 continue;
             };
             let tasks = &self.tasks;
-            let members = self.batches.take(&line, now, |m| {
+            let taken = self.batches.take(&line, (now, n), |m| {
                 tasks
                     .get(m)
                     .is_some_and(|t| t.status == Status::Queued && t.batch_id.is_none())
             });
-            if members.is_empty() {
+            if taken.is_empty() {
                 continue;
             }
+            let members: Vec<String> = taken.iter().map(|(m, _)| m.clone()).collect();
             let batch = crate::rules::new_id();
             let msg = self.start_batch_action(&batch, &line, &members, why, tenant);
             let sent = self.workers.get(&wid).and_then(|w| {
@@ -532,7 +534,7 @@ impl State {
                     .map(|s| s.id)
             });
             let Some(session) = sent else {
-                self.batches.put_back(&line, members);
+                self.batches.put_back(&line, taken);
                 blocked.push(line);
                 continue;
             };

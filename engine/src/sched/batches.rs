@@ -4,9 +4,13 @@
 //!
 //! # Invariants
 //!
-//! 1. A buffer is flushed when it holds `max_size` members (`batch_size_reached`, as often as it
-//!    fills) or when its deadline passes (`interval_elapsed`): `max_interval` after the first
-//!    member arrived in an empty buffer, and again after every flush.
+//! 1. A buffer is flushed when its members' payloads pass [`MAX_BUFFERED_PAYLOAD_BYTES`]
+//!    (`memory_size_reached`: the members before the one that passed it; one alone when the
+//!    first does; checked first, and again until none passes), when it holds `max_size` members
+//!    (`batch_size_reached`, as often as it fills), or when its deadline passes
+//!    (`interval_elapsed`): `max_interval` after the first member arrived in an empty buffer,
+//!    and again after every flush. A member's size is its stored input's, as the real engine
+//!    measures it ([`payload_bytes`]), fixed when it is buffered.
 //! 2. A batch takes one `default` slot of its worker for all its members, held until its last
 //!    member has finished; at most `group_max_runs` batches of one step and key run at once.
 //! 3. A member is in at most one place: a buffer (queued, not in the queue) or one running
@@ -104,9 +108,44 @@ impl BatchRule {
     }
 }
 
+/// Buffered members' payload bytes past which a buffer is flushed: the real engine's fixed
+/// 4,000,000 (v0.104.9, `batch_scheduler.go`, not configurable), so a batch's message stays
+/// under the 4 MiB limit.
+pub const MAX_BUFFERED_PAYLOAD_BYTES: u64 = 4_000_000;
+
+/// The bytes a member counts for [`MAX_BUFFERED_PAYLOAD_BYTES`]: the length of its stored input
+/// (`{"input": …, "trigger_datas": null, "filter_payload": null}`) as PostgreSQL writes jsonb
+/// as text, which is what the real engine measures (`OCTET_LENGTH(inline_content::text)`):
+/// compact JSON with a space after each `:` and `,`.
+pub fn payload_bytes(input: &Value) -> u64 {
+    fn text_len(v: &Value) -> u64 {
+        match v {
+            Value::Object(m) => {
+                let entries: u64 = m
+                    .iter()
+                    .map(|(k, v)| {
+                        serde_json::to_string(k).map_or(0, |k| k.len() as u64) + 2 + text_len(v)
+                    })
+                    .sum();
+                2 + entries + 2 * (m.len().saturating_sub(1) as u64)
+            }
+            Value::Array(a) => {
+                let items: u64 = a.iter().map(text_len).sum();
+                2 + items + 2 * (a.len().saturating_sub(1) as u64)
+            }
+            other => serde_json::to_string(other).map_or(0, |t| t.len() as u64),
+        }
+    }
+    // `{"input": ` + the input + `, "filter_payload": null, "trigger_datas": null}`.
+    const WRAPPER: u64 = 58;
+    WRAPPER + text_len(input)
+}
+
 /// Why a batch was flushed (the real engine's words, sent in `BatchStartPayload`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flush {
+    /// The buffered payloads passed [`MAX_BUFFERED_PAYLOAD_BYTES`].
+    MemorySizeReached,
     /// The buffer held `max_size` members.
     SizeReached,
     /// The buffer's deadline passed.
@@ -117,18 +156,38 @@ impl Flush {
     /// The trigger reason as the engine sends it.
     pub fn reason(self) -> &'static str {
         match self {
+            Flush::MemorySizeReached => "memory_size_reached",
             Flush::SizeReached => "batch_size_reached",
             Flush::IntervalElapsed => "interval_elapsed",
         }
     }
 }
 
+/// A due flush: the line, why, and how many members it takes at most.
+pub type Due = (Line, Flush, usize);
+
 /// One step's buffer for one key.
 #[derive(Debug)]
 struct Buffer {
     rule: BatchRule,
-    members: VecDeque<String>,
+    /// Members with their payload bytes ([`payload_bytes`]).
+    members: VecDeque<(String, u64)>,
     deadline: Instant,
+}
+
+impl Buffer {
+    /// How many members a flush by payload size takes now, if the payloads passed the limit:
+    /// those before the one that passed it, or one alone when the first did.
+    fn over_size(&self) -> Option<usize> {
+        let mut total = 0u64;
+        for (i, (_, size)) in self.members.iter().enumerate() {
+            total += size;
+            if total > MAX_BUFFERED_PAYLOAD_BYTES {
+                return Some(i.max(1));
+            }
+        }
+        None
+    }
 }
 
 /// A batch that was started and has members still running.
@@ -150,8 +209,16 @@ pub struct Batches {
 }
 
 impl Batches {
-    /// Buffers attempt `tid` of step `action` under `key` (invariants 1 and 3).
-    pub fn buffer(&mut self, action: &str, key: &str, rule: &BatchRule, tid: &str, now: Instant) {
+    /// Buffers attempt `tid` of step `action` under `key`, its payload `size` bytes
+    /// ([`payload_bytes`]; invariants 1 and 3).
+    pub fn buffer(
+        &mut self,
+        action: &str,
+        key: &str,
+        rule: &BatchRule,
+        (tid, size): (&str, u64),
+        now: Instant,
+    ) {
         let buffer = self
             .buffers
             .entry((action.to_string(), key.to_string()))
@@ -163,22 +230,26 @@ impl Batches {
         if buffer.members.is_empty() {
             buffer.deadline = now + rule.max_interval;
         }
-        if !buffer.members.iter().any(|m| m == tid) {
-            buffer.members.push_back(tid.to_string());
+        if !buffer.members.iter().any(|(m, _)| m == tid) {
+            buffer.members.push_back((tid.to_string(), size));
         }
     }
 
-    /// The lines due for a flush at `now`, and why (invariant 1).
-    pub fn due(&self, now: Instant) -> Vec<(Line, Flush)> {
-        let mut due: Vec<(Line, Flush)> = self
+    /// The lines due for a flush at `now`, why, and how many members each takes at most
+    /// (invariant 1).
+    pub fn due(&self, now: Instant) -> Vec<Due> {
+        let mut due: Vec<Due> = self
             .buffers
             .iter()
             .filter(|(_, b)| !b.members.is_empty())
             .filter_map(|(line, b)| {
-                if b.members.len() >= b.rule.max_size {
-                    Some((line.clone(), Flush::SizeReached))
+                let max = b.rule.max_size;
+                if let Some(n) = b.over_size() {
+                    Some((line.clone(), Flush::MemorySizeReached, n))
+                } else if b.members.len() >= max {
+                    Some((line.clone(), Flush::SizeReached, max))
                 } else if b.deadline <= now {
-                    Some((line.clone(), Flush::IntervalElapsed))
+                    Some((line.clone(), Flush::IntervalElapsed, max))
                 } else {
                     None
                 }
@@ -197,24 +268,24 @@ impl Batches {
         active < b.rule.group_max_runs
     }
 
-    /// Takes up to `max_size` members of `line` that `alive` keeps (the others are dropped:
+    /// Takes up to `n` members of `line` that `alive` keeps (the others are dropped:
     /// invariant 3), and restarts its deadline at `now`.
     pub fn take(
         &mut self,
         line: &Line,
-        now: Instant,
+        (now, n): (Instant, usize),
         mut alive: impl FnMut(&str) -> bool,
-    ) -> Vec<String> {
+    ) -> Vec<(String, u64)> {
         let Some(b) = self.buffers.get_mut(line) else {
             return Vec::new();
         };
         let mut taken = Vec::new();
-        while taken.len() < b.rule.max_size {
-            let Some(tid) = b.members.pop_front() else {
+        while taken.len() < n {
+            let Some((tid, size)) = b.members.pop_front() else {
                 break;
             };
             if alive(&tid) {
-                taken.push(tid);
+                taken.push((tid, size));
             }
         }
         b.deadline = now + b.rule.max_interval;
@@ -222,10 +293,10 @@ impl Batches {
     }
 
     /// Puts members back at the front of `line` (their batch could not be sent).
-    pub fn put_back(&mut self, line: &Line, members: Vec<String>) {
+    pub fn put_back(&mut self, line: &Line, members: Vec<(String, u64)>) {
         if let Some(b) = self.buffers.get_mut(line) {
-            for tid in members.into_iter().rev() {
-                b.members.push_front(tid);
+            for m in members.into_iter().rev() {
+                b.members.push_front(m);
             }
         }
     }
@@ -278,7 +349,7 @@ impl Batches {
     pub fn is_buffered(&self, tid: &str) -> bool {
         self.buffers
             .values()
-            .any(|b| b.members.iter().any(|m| m == tid))
+            .any(|b| b.members.iter().any(|(m, _)| m == tid))
     }
 }
 
@@ -301,13 +372,17 @@ mod tests {
         let (t0, r) = (Instant::now(), rule(2, 1_000));
         let mut b = Batches::default();
         let line: Line = ("wf:t".into(), "k".into());
-        b.buffer("wf:t", "k", &r, "a", t0);
+        b.buffer("wf:t", "k", &r, ("a", 1), t0);
         assert!(b.due(t0).is_empty(), "one member, interval not over");
-        b.buffer("wf:t", "k", &r, "b", t0 + Duration::from_millis(10));
-        b.buffer("wf:t", "k", &r, "b", t0 + Duration::from_millis(10)); // once only
-        b.buffer("wf:t", "k", &r, "c", t0 + Duration::from_millis(20));
-        assert_eq!(b.due(t0), [(line.clone(), Flush::SizeReached)]);
-        let first = b.take(&line, t0 + Duration::from_millis(30), |_| true);
+        b.buffer("wf:t", "k", &r, ("b", 1), t0 + Duration::from_millis(10));
+        b.buffer("wf:t", "k", &r, ("b", 1), t0 + Duration::from_millis(10)); // once only
+        b.buffer("wf:t", "k", &r, ("c", 1), t0 + Duration::from_millis(20));
+        assert_eq!(b.due(t0), [(line.clone(), Flush::SizeReached, 2)]);
+        let first: Vec<String> = b
+            .take(&line, (t0 + Duration::from_millis(30), 2), |_| true)
+            .into_iter()
+            .map(|(m, _)| m)
+            .collect();
         assert_eq!(first, ["a", "b"]);
         b.started("batch-1", line.clone(), "w", &first);
         assert!(!b.has_room(&line), "one batch of this key at a time");
@@ -317,14 +392,49 @@ mod tests {
             "the deadline restarted at the flush"
         );
         let at = t0 + Duration::from_millis(1_030);
-        assert_eq!(b.due(at), [(line.clone(), Flush::IntervalElapsed)]);
+        assert_eq!(b.due(at), [(line.clone(), Flush::IntervalElapsed, 2)]);
         assert_eq!(b.next_due(), Some(at));
         assert_eq!(b.member_done("batch-1", "a"), None, "b still runs");
         assert_eq!(b.member_done("batch-1", "b"), Some("w".to_string()));
         assert!(b.has_room(&line));
         // A member cancelled while buffered is dropped at the flush.
-        assert!(b.take(&line, at, |t| t != "c").is_empty());
+        assert!(b.take(&line, (at, 2), |t| t != "c").is_empty());
         assert!(!b.is_buffered("c"));
+    }
+
+    /// The real engine's size flush: members of about 100 kB each (100,069 bytes as it measures
+    /// them) flush 39 at a time, the 40th, which passed 4,000,000 bytes, starting the next
+    /// batch; the rest go by interval. A first member over the limit alone goes alone.
+    #[test]
+    fn buffered_payloads_past_four_million_bytes_flush_the_members_before_the_one_that_passed() {
+        let input = json!({ "pad": "x".repeat(100_000) });
+        assert_eq!(payload_bytes(&input), 100_069);
+        assert_eq!(payload_bytes(&json!({"a": [1, 2], "b": "c"})), 58 + 23);
+        let (t0, r) = (Instant::now(), rule(1_000, 60_000));
+        let mut b = Batches::default();
+        let line: Line = ("wf:t".into(), "k".into());
+        for i in 0..100 {
+            b.buffer(
+                "wf:t",
+                "k",
+                &r,
+                (&format!("m{i}"), payload_bytes(&input)),
+                t0,
+            );
+        }
+        let mut sizes = Vec::new();
+        while let Some((l, why, n)) = b.due(t0).into_iter().next() {
+            assert_eq!(why, Flush::MemorySizeReached);
+            sizes.push(b.take(&l, (t0, n), |_| true).len());
+        }
+        assert_eq!(sizes, [39, 39], "22 left for the interval");
+        let at = t0 + Duration::from_secs(60);
+        assert_eq!(b.due(at), [(line.clone(), Flush::IntervalElapsed, 1_000)]);
+        assert_eq!(Flush::MemorySizeReached.reason(), "memory_size_reached");
+        let mut one = Batches::default();
+        one.buffer("wf:t", "k", &r, ("huge", 5_000_000), t0);
+        one.buffer("wf:t", "k", &r, ("small", 10), t0);
+        assert_eq!(one.due(t0), [(line, Flush::MemorySizeReached, 1)]);
     }
 
     #[test]
