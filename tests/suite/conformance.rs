@@ -1636,6 +1636,123 @@ async fn conf_durable_now_is_the_same_instant_on_replay_and_sleep_until_waits_fo
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// A replay whose concurrent branches spawn in another order finds each child by its spawn slot
+/// (issue 45): the real engine resolves a durable child by its key (or index), not by the
+/// request's place in the log, so a retry whose joined branches spawn key `b` before key `a`
+/// completes, each child run once. Ours used to match by place and failed it "operation 1
+/// differs from the one recorded".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_durable_replay_that_spawns_in_another_order_finds_each_child_by_its_key() {
+    let t = Target::new("reorder").await;
+    let kids = Arc::new(AtomicUsize::new(0));
+    let k = kids.clone();
+    let kid = Workflow::new("kid").task("t", move |i: Value, _c: Context| {
+        k.fetch_add(1, Ordering::SeqCst);
+        async move { Ok::<_, TaskError>(json!({ "k": i["k"] })) }
+    });
+    let parent = Workflow::new("reorder").durable_task(
+        "d",
+        TaskOptions::default().retries(1),
+        |_: Value, c: Context| async move {
+            let spawn = |key: &'static str| {
+                let c = c.clone();
+                async move {
+                    c.run_child_with_options::<_, Value>(
+                        "kid",
+                        &json!({ "k": key }),
+                        ChildOptions::new().key(key),
+                    )
+                    .await
+                }
+            };
+            // Concurrent branches, joined: the first attempt's spawns go out a then b, the
+            // replay's b then a. (Awaited one after the other in another order, a replay stalls
+            // on the real engine: it releases completions in the order they were first
+            // satisfied, so b's waits for a's, never asked; after a minute it evicts the task.)
+            let first_try = c.retry_count() == 0;
+            let (a, b) = if first_try {
+                tokio::join!(spawn("a"), spawn("b"))
+            } else {
+                let (b, a) = tokio::join!(spawn("b"), spawn("a"));
+                (a, b)
+            };
+            let (a, b) = (a?, b?);
+            if first_try {
+                return Err(TaskError::new("once more, spawning in the other order"));
+            }
+            Ok::<_, TaskError>(json!({ "a": a, "b": b }))
+        },
+    );
+    let rt = t.worker(4, vec![kid, parent]).await;
+    let out: Value = rt
+        .run_no_wait("reorder", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within(RESULT)
+        .await
+        .expect("the replay completes");
+    assert_eq!(out, json!({ "a": { "k": "a" }, "b": { "k": "b" } }));
+    assert_eq!(kids.load(Ordering::SeqCst), 2, "each child ran once");
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+/// A durable spawn at an index bound to another workflow is nondeterministic (issue 45): the
+/// real engine answers it with a non-determinism error naming both workflows and creates no
+/// child; ours used to hand back the other workflow's child and its result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_durable_spawn_at_an_index_bound_to_another_workflow_is_nondeterministic() {
+    let t = Target::new("rebind").await;
+    let (ran_a, ran_b) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let kid = |name: &str, ran: Arc<AtomicUsize>| {
+        Workflow::new(name).task("t", move |_: Value, _c: Context| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            async move { Ok::<_, TaskError>(json!({})) }
+        })
+    };
+    let parent = Workflow::new("rebind").durable_task(
+        "d",
+        TaskOptions::default().retries(1),
+        |_: Value, c: Context| async move {
+            if c.retry_count() == 0 {
+                let _: Value = c.run_child("kid-a", &json!({})).await?;
+                return Err(TaskError::new("once more, with another child at index 0"));
+            }
+            let _: Value = c.run_child("kid-b", &json!({})).await?;
+            Ok::<_, TaskError>(json!({ "replayed": true }))
+        },
+    );
+    let rt = t
+        .worker(
+            4,
+            vec![
+                kid("kid-a", ran_a.clone()),
+                kid("kid-b", ran_b.clone()),
+                parent,
+            ],
+        )
+        .await;
+    let err = rt
+        .run_no_wait("rebind", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within::<Value>(RESULT)
+        .await
+        .expect_err("the replay is nondeterministic");
+    assert_eq!(err.outcome(), Outcome::RunFailed, "{err}");
+    let text = format!("{err} {:?}", err.run_failures());
+    assert!(
+        text.contains("non-determinism") || text.contains("nondetermin"),
+        "{text}"
+    );
+    assert_eq!(ran_a.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        ran_b.load(Ordering::SeqCst),
+        0,
+        "no child of the other workflow was made"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 /// Durable operations joined in one invocation, in six invocations at once: each must get its
 /// own answer. The runtime writes one request per invocation at a time, so the order freedom
 /// that matters is across invocations: the real engine handles a stream's requests

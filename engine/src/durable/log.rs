@@ -126,14 +126,41 @@ impl State {
     }
 
     fn nondeterminism(&self, stream: u64, task: &str, invocation: i32, node: i64) {
+        self.nondeterminism_saying(
+            stream,
+            (task, invocation, node),
+            format!("operation {node} differs from the one recorded"),
+        );
+    }
+
+    fn nondeterminism_saying(
+        &self,
+        stream: u64,
+        (task, invocation, node): (&str, i32, i64),
+        message: String,
+    ) {
         self.dsend(
             stream,
             Resp::Error(v1::DurableTaskErrorResponse {
                 r#ref: Some(self.eref_of(task, invocation, node)),
                 error_type: v1::DurableTaskErrorType::Nondeterminism as i32,
-                error_message: format!("operation {node} differs from the one recorded"),
+                error_message: message,
             }),
         );
+    }
+
+    /// The node that recorded the child at `opt`'s spawn slot (its key, else its index) of
+    /// durable task `task`, if that child is an entry of the current path: the real engine
+    /// resolves a durable spawn by its slot, not by its place in the request order, so a replay
+    /// whose concurrent branches spawn in another order finds each child where it was recorded.
+    fn recorded_child(&self, task: &str, opt: &v1::TriggerWorkflowRequest) -> Option<i64> {
+        let slot = match (&opt.child_key, opt.child_index) {
+            (Some(k), _) => format!("key:{k}"),
+            (None, Some(i)) => format!("index:{i}"),
+            (None, None) => return None,
+        };
+        let run = self.tasks.get(task)?.children.get(&slot)?;
+        self.durable.logs.get(task)?.nodes.node_of_run(run)
     }
 
     /// Handles one request of a DurableTask stream.
@@ -254,15 +281,56 @@ impl State {
                 if !self.durable_check(stream, &task, t.invocation_count) {
                     return;
                 }
+                // A spawn at a slot whose recorded child is another workflow (or, without a
+                // child key, another input) is nondeterministic, as the real engine answers it
+                // (its words); every spawn of the request is checked before any child is made.
+                for opt in &t.trigger_opts {
+                    let Some(node) = self.recorded_child(&task, opt) else {
+                        continue;
+                    };
+                    let recorded = &self.durable.logs[&task].nodes[&node].key;
+                    let key = format!("run:{}:{}", opt.name, opt.input);
+                    if opt.child_key.is_none() && *recorded != key {
+                        let expected = recorded
+                            .strip_prefix("run:")
+                            .and_then(|r| r.split(':').next())
+                            .unwrap_or_default()
+                            .to_string();
+                        let received: Vec<&str> =
+                            t.trigger_opts.iter().map(|o| o.name.as_str()).collect();
+                        let branch = self.durable.logs[&task].nodes.branch_of(node);
+                        return self.nondeterminism_saying(
+                            stream,
+                            (&task, t.invocation_count, node),
+                            format!(
+                                "non-determinism error in task {task} at node {node}:{branch}\n  expected: run({expected})\n  received: run({})",
+                                received.join(", ")
+                            ),
+                        );
+                    }
+                }
                 let mut entries = Vec::new();
                 let mut nodes = Vec::new();
                 for opt in &t.trigger_opts {
                     let key = format!("run:{}:{}", opt.name, opt.input);
-                    let node = match self.next_node(&task, &key, || NodeKind::Run(String::new())) {
-                        Err(node) => {
-                            return self.nondeterminism(stream, &task, t.invocation_count, node);
+                    let recorded = self.recorded_child(&task, opt);
+                    let node = if let Some(node) = recorded {
+                        // Found by its slot: no new node; the log's count moves past it.
+                        let log = self.durable.logs.entry(task.clone()).or_default();
+                        log.next_node = log.next_node.max(node);
+                        node
+                    } else {
+                        match self.next_node(&task, &key, || NodeKind::Run(String::new())) {
+                            Err(node) => {
+                                return self.nondeterminism(
+                                    stream,
+                                    &task,
+                                    t.invocation_count,
+                                    node,
+                                );
+                            }
+                            Ok((node, _)) => node,
                         }
-                        Ok((node, _)) => node,
                     };
                     let existing = match &self.durable.logs[&task].nodes[&node].kind {
                         NodeKind::Run(id) if !id.is_empty() => Some(id.clone()),

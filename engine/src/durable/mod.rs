@@ -296,6 +296,16 @@ impl Nodes {
         self.entries.insert((b, node), n);
     }
 
+    /// The node on the current path that recorded child run `run`.
+    fn node_of_run(&self, run: &str) -> Option<i64> {
+        let path = self.path();
+        self.entries
+            .iter()
+            .filter(|((b, n), _)| Self::owner(&path, *n) == *b)
+            .find(|(_, v)| matches!(&v.kind, NodeKind::Run(id) if id == run))
+            .map(|((_, n), _)| *n)
+    }
+
     /// The entries on the current path.
     fn values(&self) -> impl Iterator<Item = &Node> {
         let path = self.path();
