@@ -1008,6 +1008,7 @@ impl Engine {
         // is the REST read's.
         let done = run.status.is_terminal();
         let mut any_running = false;
+        let mut any_evicted = false;
         let mut task_runs = HashMap::new();
         for tid in &run.tasks {
             // Only the tasks that exist: the real engine creates a DAG's task when its parents
@@ -1025,8 +1026,10 @@ impl Engine {
                     )
                 } else if t.evicted {
                     // The real engine says RUNNING for an evicted task, in the task's and the
-                    // run's status, and says it only in `is_evicted` (its `ToProto`).
+                    // run's status, and says it only in `is_evicted` (its `ToProto`), the
+                    // task's and the run's (any task evicted).
                     any_running = true;
+                    any_evicted = true;
                     (v1::RunStatus::Running as i32, None, None)
                 } else if t.status == Status::Running {
                     any_running = true;
@@ -1067,7 +1070,7 @@ impl Engine {
             additional_metadata: Value::Object(run.additional_metadata.clone())
                 .to_string()
                 .into_bytes(),
-            is_evicted: false,
+            is_evicted: any_evicted,
         })
     }
 

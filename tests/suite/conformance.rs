@@ -103,6 +103,19 @@ impl Target {
         }
     }
 
+    /// Raw generated clients to this target's engine, for reading what the engine answers
+    /// before the runtime reads it.
+    pub(crate) fn raw(&self) -> hatchet_dev_engine::clients::RawClients {
+        let env = self.config().env_lines();
+        let token = env
+            .iter()
+            .find(|(k, _)| k == "HATCHET_CLIENT_TOKEN")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        hatchet_dev_engine::clients::RawClients::new(&self.config().grpc_uri(), &token)
+            .expect("raw clients")
+    }
+
     fn real_from_env() -> bool {
         std::env::var("HATCHET_REAL_ENGINE").is_ok_and(|v| v == "1" || v == "true")
     }
@@ -1753,6 +1766,67 @@ async fn conf_a_durable_spawn_at_an_index_bound_to_another_workflow_is_nondeterm
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// An evicted durable task over gRPC (issue 45): the real engine reads it RUNNING in every
+/// status of GetRunDetails, task and run, and says it only in `is_evicted`; ours answered the
+/// task EVICTED (5), which an SDK that does not know 5 cannot read. The runtime reads the run as
+/// running, and the event that ends the wait brings the task back to finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_an_evicted_task_reads_running_over_grpc_and_says_it_in_is_evicted() {
+    let t = Target::new("evicted").await;
+    let wf = Workflow::new("nap").durable_task(
+        "d",
+        TaskOptions::default().evict_while_waiting(Duration::from_millis(100)),
+        |_: Value, c: Context| async move {
+            let e = c.wait_for_event("evicted:go").await?;
+            Ok::<_, TaskError>(json!({ "event": e }))
+        },
+    );
+    let rt = t.worker(4, vec![wf]).await;
+    let h = rt.run_no_wait("nap", &json!({})).await.expect("trigger");
+    let admin = t.raw().admin();
+    let details = until_read(
+        "the task to be evicted",
+        || {
+            let mut admin = admin.clone();
+            let id = h.run_id().to_string();
+            async move {
+                admin
+                    .get_run_details(hatchet_runtime::protocol::v1::GetRunDetailsRequest {
+                        external_id: id,
+                    })
+                    .await
+                    .map(|r| r.into_inner())
+            }
+        },
+        |r| r.as_ref().is_ok_and(|d| d.is_evicted),
+    )
+    .await
+    .expect("details");
+    let running = hatchet_runtime::protocol::v1::RunStatus::Running as i32;
+    assert_eq!(
+        details.status, running,
+        "the run reads running: {details:?}"
+    );
+    assert!(
+        details.task_runs.values().all(|t| t.status == running),
+        "every task reads running: {details:?}"
+    );
+    let view = rt
+        .run_details(h.run_id())
+        .await
+        .expect("the runtime reads it");
+    assert_eq!(view.status, RunStatus::Running);
+    rt.push("evicted:go", &json!({ "ok": 1 }))
+        .await
+        .expect("push");
+    let out: Value = h
+        .result_within(RESULT)
+        .await
+        .expect("restored and finished");
+    assert_eq!(out["event"]["ok"], 1, "{out}");
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 /// Durable operations joined in one invocation, in six invocations at once: each must get its
 /// own answer. The runtime writes one request per invocation at a time, so the order freedom
 /// that matters is across invocations: the real engine handles a stream's requests
@@ -2332,6 +2406,27 @@ async fn conf_crons_and_schedules() {
     api.delete_cron(&cron.metadata.id)
         .await
         .expect("delete cron");
+    // Six fields, seconds first: both engines take it (ours used to answer 400 "must have 5
+    // fields"). Seven: both engines store any text and would never fire it; the runtime
+    // refuses it before sending.
+    let six = api
+        .create_cron(
+            "timed",
+            "conf-cron-seconds",
+            "0 0 0 1 1 *",
+            &json!({"x": 6}),
+        )
+        .await
+        .expect("a cron with seconds");
+    api.delete_cron(&six.metadata.id)
+        .await
+        .expect("delete cron");
+    let seven = api
+        .create_cron("timed", "conf-cron-seven", "0 0 0 1 1 * 2030", &json!({}))
+        .await;
+    let seven = seven.expect_err("seven fields");
+    assert_eq!(seven.outcome(), Outcome::Invalid, "{seven}");
+    assert!(seven.to_string().contains("nothing was sent"), "{seven}");
     let at = SystemTime::now() + Duration::from_secs(2);
     let sched = api
         .create_schedule("timed", at, &json!({"y": 2}))
@@ -3872,19 +3967,9 @@ async fn conf_differential_grpc_answers_read_like_the_real_engine() {
     }
     let real = Target::new("grpc_diff_real").await;
     let ours = Target::ours("grpc_diff_ours").await;
-    let raw = |t: &Target| {
-        let env = t.config().env_lines();
-        let token = env
-            .iter()
-            .find(|(k, _)| k == "HATCHET_CLIENT_TOKEN")
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default();
-        hatchet_dev_engine::clients::RawClients::new(&t.config().grpc_uri(), &token)
-            .expect("raw clients")
-    };
     let (r, o) = (
-        grpc_answers(&raw(&real)).await,
-        grpc_answers(&raw(&ours)).await,
+        grpc_answers(&real.raw()).await,
+        grpc_answers(&ours.raw()).await,
     );
     let differences: Vec<String> = r
         .iter()

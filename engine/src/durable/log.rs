@@ -411,8 +411,12 @@ impl State {
                         self.clock.now() + std::time::Duration::from_secs(100 * 365 * 86_400);
                     self.satisfy_waits_of(Some(&task), |c| c.tick(forever));
                 }
+                // As the real engine's eviction (v0.104.9, `EvictTask`): any invocation of a
+                // running task not evicted yet whose timeout has not passed; the count the
+                // request names is not compared (an SDK's graceful shutdown names its own).
+                let now = self.clock.now();
                 if self.tasks.get(&task).is_some_and(|t| {
-                    t.invocation_count == e.invocation_count && t.status == Status::Running
+                    t.status == Status::Running && !t.evicted && t.deadline.is_none_or(|d| d > now)
                 }) {
                     self.free_slot(&task);
                     if let Some(t) = self.tasks.get_mut(&task) {

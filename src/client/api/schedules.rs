@@ -80,6 +80,17 @@ impl Api {
         expression: &str,
         input: &I,
     ) -> Result<Cron, Error> {
+        // The real engine stores any text here and never fires one it cannot parse (five
+        // fields, or six with a leading second): refused before it is sent.
+        let fields = expression.split_whitespace().count();
+        if !(5..=6).contains(&fields) {
+            return Err(Error::invalid(
+                "create cron",
+                format!(
+                    "cron expression {expression:?} has {fields} fields; the engine fires five (minute hour day-of-month month day-of-week) or six (a leading second), and would store this one and never run it: nothing was sent"
+                ),
+            ));
+        }
         let body = serde_json::json!({"cronName": name, "cronExpression": expression, "input": to_body("create cron", input)?, "additionalMetadata": {}});
         let wf = self.namespaced(workflow);
         self.json(
