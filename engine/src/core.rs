@@ -342,9 +342,13 @@ impl Engine {
             .iter()
             .map(|(k, v)| (k.clone(), *v))
             .collect();
-        if slot_limits.is_empty() {
-            slot_limits.insert("default".into(), req.slots.unwrap_or(100));
-        }
+        // Every worker has a `default` pool: the real engine's worker table gives a new worker
+        // one of its `max_runs` (100) through an insert trigger (v0.104.9, migration 0_76), and
+        // a `default` the registration names replaces it; a registration of durable slots only
+        // still has 100 default slots there.
+        slot_limits
+            .entry("default".into())
+            .or_insert(req.slots.unwrap_or(100));
         let id = new_id();
         let labels = crate::sched::placement::worker_labels(&req.labels);
         let now = self.clock.now();

@@ -163,15 +163,20 @@ impl RuntimeHandle {
         self.inner.conn.grpc_core().ledger().snapshot()
     }
 
-    /// Result waiters pending, by run id count.
+    /// Result waiters pending, by run id count. For this workspace's tests (feature
+    /// `test-hooks`), not a stable API.
     #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
     pub fn pending_runs(&self) -> usize {
         self.inner.listeners.runs.kind.registry.pending()
     }
 
-    /// Durable event waits pending on the durable-events listener (the path of engines before
-    /// v0.80), by (task, signal) count.
+    /// Durable event waits pending on the legacy durable-events listener, by (task, signal)
+    /// count: only engines before v0.80 use it (a newer engine's durable waits are on the
+    /// durable-task stream, and this stays 0). For this workspace's tests (feature
+    /// `test-hooks`), not a stable API.
     #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
     pub fn pending_durable_event_waits(&self) -> usize {
         self.inner.listeners.events.kind.registry.pending()
     }

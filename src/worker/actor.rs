@@ -196,12 +196,20 @@ async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Er
         );
     }
     core.legacy_durable.store(legacy, Ordering::Relaxed);
-    let needs_durable = core
-        .handlers
-        .lock()
-        .values()
-        .any(|t| t.durable || t.options.slot_requests.contains_key("durable"));
-    let slot_config = slot_config(opts.slots, opts.durable_slots, needs_durable);
+    let (needs_default, needs_durable) = {
+        let handlers = core.handlers.lock();
+        (
+            handlers.values().any(|t| !t.durable),
+            handlers
+                .values()
+                .any(|t| t.durable || t.options.slot_requests.contains_key("durable")),
+        )
+    };
+    let slot_config = slot_config(
+        opts.slots,
+        opts.durable_slots,
+        (needs_default, needs_durable),
+    );
     let slots = slot_config.get("default").copied().unwrap_or(1) as usize;
     let durable_slots = slot_config.get("durable").copied().unwrap_or(0) as usize;
     let registration = Arc::new(Registration {

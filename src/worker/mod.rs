@@ -119,21 +119,27 @@ impl WorkerOptions {
     }
 }
 
-/// The slot pools a worker registers: `default` always (at least 1), `durable` (at least 1)
-/// only when one of its tasks is durable or asks for durable slots, as the official SDKs do.
+/// The slot pools a worker registers, as the official SDKs do: `default` (at least 1) when one
+/// of its tasks is not durable (or it has no task), `durable` (at least 1) when one is durable or
+/// asks for durable slots.
 ///
 /// Why not always both: the real engine counts every pool of a worker, whatever its slot type,
 /// when it decides whether a finished task should refill an action's slots at once
 /// (`pkg/scheduling/v1`: it refills early only when the free slots fall to half the last count
 /// or to zero). Idle durable slots keep that count high for a worker of plain tasks, so slots
-/// came back only on its 1-1.5 s poll: 2,000 echo tasks took 57-69 s instead of ~20 s.
+/// came back only on its 1-1.5 s poll: 2,000 echo tasks took 57-69 s instead of ~20 s. For the
+/// same reason a worker of durable tasks only registers no `default` pool: run durable and
+/// plain workflows on separate workers and neither slows the other.
 pub(crate) fn slot_config(
     slots: usize,
     durable_slots: usize,
-    needs_durable: bool,
+    (needs_default, needs_durable): (bool, bool),
 ) -> HashMap<String, i32> {
     let clamp = |n: usize| i32::try_from(n.max(1)).unwrap_or(i32::MAX);
-    let mut pools: HashMap<String, i32> = [("default".to_string(), clamp(slots))].into();
+    let mut pools: HashMap<String, i32> = HashMap::new();
+    if needs_default || !needs_durable {
+        pools.insert("default".to_string(), clamp(slots));
+    }
     if needs_durable {
         pools.insert("durable".to_string(), clamp(durable_slots));
     }
@@ -344,17 +350,30 @@ mod slot_config_tests {
 
     #[test]
     fn a_worker_of_plain_tasks_registers_no_durable_pool() {
-        let pools = slot_config(50, 50, false);
+        let pools = slot_config(50, 50, (true, false));
         assert_eq!(pools.len(), 1, "{pools:?}");
         assert_eq!(pools["default"], 50);
+        let none = slot_config(4, 4, (false, false));
+        assert_eq!(
+            none.len(),
+            1,
+            "a worker with no task still has a pool: {none:?}"
+        );
     }
 
     #[test]
-    fn a_worker_with_a_durable_task_registers_both_pools_of_at_least_one_slot() {
-        let pools = slot_config(0, 0, true);
+    fn a_worker_with_both_kinds_registers_both_pools_of_at_least_one_slot() {
+        let pools = slot_config(0, 0, (true, true));
         assert_eq!((pools["default"], pools["durable"]), (1, 1));
-        let pools = slot_config(8, 3, true);
+        let pools = slot_config(8, 3, (true, true));
         assert_eq!((pools["default"], pools["durable"]), (8, 3));
+    }
+
+    #[test]
+    fn a_worker_of_durable_tasks_only_registers_no_default_pool() {
+        let pools = slot_config(8, 3, (false, true));
+        assert_eq!(pools.len(), 1, "{pools:?}");
+        assert_eq!(pools["durable"], 3);
     }
 }
 

@@ -619,24 +619,35 @@ async fn conf_a_worker_registers_a_durable_pool_only_for_durable_tasks() {
     let (rt, id) = t
         .worker_with(WorkerOptions::new("pools-plain", 6), vec![plain])
         .await;
-    let mixed = Workflow::new("mixed").durable_task(
-        "d",
-        TaskOptions::default(),
-        |_i: Value, _c: Context| async move { Ok::<_, TaskError>(Value::Null) },
-    );
+    let durable = |name: &str| {
+        Workflow::new(name).durable_task(
+            "d",
+            TaskOptions::default(),
+            |_i: Value, _c: Context| async move { Ok::<_, TaskError>(json!({ "ran": true })) },
+        )
+    };
     let (rt2, id2) = t
         .worker_with(
             WorkerOptions::new("pools-durable", 6).durable_slots(3),
-            vec![mixed],
+            vec![durable("only-durable")],
+        )
+        .await;
+    let plain2 = Workflow::new("plain2").task("t", |_i: Value, _c: Context| async move {
+        Ok::<_, TaskError>(Value::Null)
+    });
+    let (rt3, id3) = t
+        .worker_with(
+            WorkerOptions::new("pools-mixed", 6).durable_slots(3),
+            vec![durable("mixed"), plain2],
         )
         .await;
     let api = rt.api();
     let workers = until_read(
-        "both workers listed",
+        "the three workers listed",
         || api.workers(),
         |w| {
             w.as_ref().is_ok_and(|w| {
-                [&id, &id2]
+                [&id, &id2, &id3]
                     .iter()
                     .all(|id| w.iter().any(|x| &&x.metadata.id == id))
             })
@@ -655,12 +666,29 @@ async fn conf_a_worker_registers_a_durable_pool_only_for_durable_tasks() {
             .collect::<Vec<_>>()
     };
     assert_eq!(pools(&id), vec![("default".to_string(), 6)]);
+    // Durable tasks only: the registration names no default pool; the real engine gives every
+    // worker one of 100 all the same (an insert trigger of its worker table), and ours does.
     assert_eq!(
         pools(&id2),
+        vec![("default".to_string(), 100), ("durable".to_string(), 3)],
+        "durable tasks only"
+    );
+    assert_eq!(
+        pools(&id3),
         vec![("default".to_string(), 6), ("durable".to_string(), 3)]
     );
+    // The durable-only worker runs its durable task.
+    let out: Value = rt2
+        .run_no_wait("only-durable", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within(RESULT)
+        .await
+        .expect("the durable-only worker runs it");
+    assert_eq!(out, json!({ "ran": true }));
     rt.shutdown(Duration::from_secs(5)).await;
     rt2.shutdown(Duration::from_secs(5)).await;
+    rt3.shutdown(Duration::from_secs(5)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
