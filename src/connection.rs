@@ -46,7 +46,7 @@ pub struct StreamBackoff {
     pub poll_every: Duration,
 }
 
-/// Without a result stream this long, waiters are polled (CONTRACT.md §4).
+/// Without a result stream this long, waiters are polled (docs/contract.md §4).
 pub(crate) const POLL_AFTER: Duration = Duration::from_secs(30);
 /// Poll interval of the fallback.
 pub(crate) const POLL_EVERY: Duration = Duration::from_secs(2);
@@ -224,7 +224,7 @@ impl Connection {
         }
         let deadline = opts.deadline();
         let result = call_unary(self.grpc_core(), path, &opts, &self.inner.lifecycle, |t| {
-            // Only the caller's deadline goes on the wire (CONTRACT.md §1, Timing): the 30 s
+            // Only the caller's deadline goes on the wire (docs/contract.md §1, Timing): the 30 s
             // backstop is enforced here, and sending it would only arm two more timers per call
             // (tonic's client side and the server's) for a bound nobody asked the server to keep.
             let request = match deadline {

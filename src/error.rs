@@ -2,7 +2,7 @@
 //!
 //! # Invariants
 //!
-//! 1. Every [`Error`] carries an [`Outcome`]: the class the contract (CONTRACT.md §2) defines,
+//! 1. Every [`Error`] carries an [`Outcome`]: the class the contract (docs/contract.md §2) defines,
 //!    which tells the caller whether the operation may have run and whether trying again is safe.
 //! 2. The original `tonic::Status`, transport or HTTP error is kept as the [`std::error::Error::source`],
 //!    never flattened into a string.
@@ -18,7 +18,7 @@ use crate::config::ConfigError;
 
 /// What happened to an operation that did not succeed, from the caller's point of view.
 ///
-/// The first seven are the classes of CONTRACT.md §2; [`Outcome::Exhausted`] and
+/// The first seven are the classes of docs/contract.md §2; [`Outcome::Exhausted`] and
 /// [`Outcome::Invalid`] name two more cases of a call (every attempt failed transiently; the
 /// caller's input was refused before anything was sent). [`Outcome::RunFailed`] is not about a
 /// call at all: the engine accepted the run and the *workflow* failed.
@@ -68,7 +68,7 @@ pub enum Outcome {
     Stopped,
     /// The engine showed nothing under a run id given to `run_handle` for two minutes of reads.
     /// Never a claim that the run cannot exist: it may still appear, so read it before
-    /// triggering again. A run this process triggered never ends so (CONTRACT.md §4): its wait
+    /// triggering again. A run this process triggered never ends so (docs/contract.md §4): its wait
     /// goes on to its deadline, and a warning names it while the engine shows no trace of it.
     NotFound,
 }

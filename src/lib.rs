@@ -11,6 +11,23 @@ pub mod protocol;
 mod protocol;
 pub(crate) use protocol as proto;
 
+// The guide's pages (docs/), compiled as doctests so their examples keep building with the API.
+#[cfg(doctest)]
+mod guide {
+    #[doc = include_str!("../docs/guide/workflows.md")]
+    struct Workflows;
+    #[doc = include_str!("../docs/guide/durable.md")]
+    struct Durable;
+    #[doc = include_str!("../docs/guide/rest-api.md")]
+    struct RestApi;
+    #[doc = include_str!("../docs/guide/testing.md")]
+    struct Testing;
+    #[doc = include_str!("../docs/guide/production.md")]
+    struct Production;
+    #[doc = include_str!("../docs/guide/real-engine.md")]
+    struct RealEngine;
+}
+
 mod client;
 pub mod config;
 mod connection;

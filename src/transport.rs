@@ -4,7 +4,7 @@
 //!
 //! 1. One HTTP/2 connection per runtime, shared by every call and stream; `connect_lazy` so that
 //!    building a runtime never blocks on the engine (the first call dials).
-//! 2. Keepalive pings every 10 s with a 10 s ack timeout, also while idle (CONTRACT.md §3: a
+//! 2. Keepalive pings every 10 s with a 10 s ack timeout, also while idle (docs/contract.md §3: a
 //!    half-open connection is noticed within ~20 s and redialled).
 //! 3. The `authorization` metadata value is marked sensitive, so `Debug` of a request prints
 //!    `Sensitive` instead of the token.
@@ -20,9 +20,9 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 
 use crate::config::{ClientConfig, ConfigError, TlsStrategy, vars};
 
-/// HTTP/2 keepalive ping interval (CONTRACT.md §3).
+/// HTTP/2 keepalive ping interval (docs/contract.md §3).
 pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
-/// HTTP/2 keepalive ack timeout (CONTRACT.md §3).
+/// HTTP/2 keepalive ack timeout (docs/contract.md §3).
 pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// TCP connect timeout: a dial that takes longer is as good as refused.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

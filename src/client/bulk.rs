@@ -8,7 +8,7 @@
 //!    fails alone and is never sent.
 //! 2. The engine validates a bulk call all or nothing, so an item's remote error is its chunk's
 //!    error; other chunks are unaffected.
-//! 3. Bulk calls are writes: retried only when provably not sent (CONTRACT.md §2), so a chunk
+//! 3. Bulk calls are writes: retried only when provably not sent (docs/contract.md §2), so a chunk
 //!    whose answer was lost fails with `MaybeExecuted` rather than creating its runs twice.
 //! 4. A bulk trigger some of whose items collide on the workflow's idempotency key creates the
 //!    others all the same (the engine answers ALREADY_EXISTS with the runs it created and the

@@ -1,5 +1,5 @@
 //! Streams of a run's events (`SubscribeToWorkflowEvents`), as `futures::Stream`s owned by the
-//! caller (CONTRACT.md §3, caller-owned subscriptions).
+//! caller (docs/contract.md §3, caller-owned subscriptions).
 //!
 //! # Invariants
 //!

@@ -241,7 +241,7 @@ impl ClientCore {
         crate::otel::trigger_done(&trace, res.as_deref());
         match res {
             Ok(id) => Ok(id),
-            // An idempotent trigger that collides resolves to the existing run (CONTRACT.md §2).
+            // An idempotent trigger that collides resolves to the existing run (docs/contract.md §2).
             Err(e) if opts.idempotent => match e.status().and_then(proto::idempotency_collision) {
                 Some(c) => Ok(c.existing_run_external_id),
                 None => Err(e),

@@ -1,7 +1,7 @@
 //! Client configuration: from the environment (same variables and precedence as the official
 //! SDKs) or from a builder.
 //!
-//! # Precedence (CONTRACT.md §6, hatchet-protocol.md §3.4)
+//! # Precedence (docs/contract.md §6, hatchet-protocol.md §3.4)
 //!
 //! | value | first | then |
 //! |---|---|---|

@@ -1,4 +1,4 @@
-//! Listener health, published on a watch channel per listener (CONTRACT.md §3 "Health and logs").
+//! Listener health, published on a watch channel per listener (docs/contract.md §3 "Health and logs").
 
 use std::time::Duration;
 

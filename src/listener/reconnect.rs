@@ -1,4 +1,4 @@
-//! The reconnect decision shared by every listener (CONTRACT.md §3), as a pure function.
+//! The reconnect decision shared by every listener (docs/contract.md §3), as a pure function.
 //!
 //! # Rules
 //!

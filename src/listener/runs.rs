@@ -1,5 +1,5 @@
 //! The workflow-runs listener: one shared `SubscribeToWorkflowRuns` stream, a run-id waiter
-//! registry, exactly-once delivery per waiter, and a polling fallback (CONTRACT.md §4).
+//! registry, exactly-once delivery per waiter, and a polling fallback (docs/contract.md §4).
 //!
 //! # Invariants
 //!
@@ -143,7 +143,7 @@ pub(crate) const UNKNOWN_SWEEP_EVERY: std::time::Duration = std::time::Duration:
 pub(crate) const UNKNOWN_SWEEP_MAX: usize = 16;
 
 /// How the unknown-run sweep treats a run by where its id came from (a pure table;
-/// CONTRACT.md §4). The real engine answers GetRunDetails NotFound for a live run it has not made
+/// docs/contract.md §4). The real engine answers GetRunDetails NotFound for a live run it has not made
 /// visible yet: a run whose root tasks wait on a condition, a trigger it queued for its task
 /// controller (load, restarts), a durable child acknowledged before it is created. So an id the
 /// engine gave this process is never called unknown: its wait goes on to its caller's deadline
@@ -421,7 +421,7 @@ mod tests {
         }
     }
 
-    /// CONTRACT.md §4: an id the engine gave this process is never called unknown (the old
+    /// docs/contract.md §4: an id the engine gave this process is never called unknown (the old
     /// sweep ended a wait after two misses 5 s apart, and later after 15 minutes): it is named
     /// in a warning every 5 minutes instead. A caller's id ends after two minutes missing.
     #[test]

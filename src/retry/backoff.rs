@@ -19,21 +19,21 @@ pub struct Backoff {
     pub cap: Duration,
 }
 
-/// Unary gRPC and REST calls: windows 0–250 ms, 0–500 ms, 0–1 s, 0–2 s (CONTRACT.md §2).
+/// Unary gRPC and REST calls: windows 0–250 ms, 0–500 ms, 0–1 s, 0–2 s (docs/contract.md §2).
 pub(crate) const UNARY_BACKOFF: Backoff = Backoff {
     base: Duration::from_millis(250),
     factor: 2,
     cap: Duration::from_secs(5),
 };
 
-/// Stream reconnects: base 1 s, cap 30 s (CONTRACT.md §3).
+/// Stream reconnects: base 1 s, cap 30 s (docs/contract.md §3).
 pub(crate) const STREAM_BACKOFF: Backoff = Backoff {
     base: Duration::from_secs(1),
     factor: 2,
     cap: Duration::from_secs(30),
 };
 
-/// Stream reconnects while result waiters are pending: capped at 5 s (CONTRACT.md §4).
+/// Stream reconnects while result waiters are pending: capped at 5 s (docs/contract.md §4).
 pub(crate) const WAITER_STREAM_BACKOFF: Backoff = Backoff {
     base: Duration::from_secs(1),
     factor: 2,

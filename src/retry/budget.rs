@@ -10,7 +10,7 @@
 //! Under a sustained outage each logical operation then costs about 1.1–1.2 network attempts
 //! instead of 5 (finagle's and tower's retry budgets; gRFC A6 throttling).
 //!
-//! # The reserve is a rate, not a pot (CONTRACT.md §2)
+//! # The reserve is a rate, not a pot (docs/contract.md §2)
 //!
 //! Two limits hold at once:
 //! 1. *Rate*: in no 1-second window do retries exceed `reserve_per_sec` plus `retry_ratio_pct`
@@ -39,7 +39,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-/// Budget parameters (CONTRACT.md §2 defaults).
+/// Budget parameters (docs/contract.md §2 defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BudgetConfig {
     /// Sliding window; also the reserve's multiplier. Whole seconds, 1..=60.

@@ -1,4 +1,4 @@
-//! The one table of unary RPC classes (CONTRACT.md §2) and of streaming RPCs.
+//! The one table of unary RPC classes (docs/contract.md §2) and of streaming RPCs.
 //!
 //! A test walks every method of every service compiled from `proto/` and fails when one is in
 //! neither table, so a new RPC cannot ship without a retry decision.
@@ -195,7 +195,7 @@ pub(crate) fn is_streaming(path: &str) -> bool {
     STREAMING_METHODS.contains(&path)
 }
 
-/// Per-request override of a method's class (CONTRACT.md §2: classification is per request).
+/// Per-request override of a method's class (docs/contract.md §2: classification is per request).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ClassOverride {
     /// A child trigger carrying its parent and `child_index`/`child_key`: the engine returns the

@@ -4,7 +4,7 @@
 //! failure of an attempt and carries out the answer. Tests drive it with a seeded RNG and a paused
 //! clock.
 //!
-//! # Rules (CONTRACT.md §2)
+//! # Rules (docs/contract.md §2)
 //!
 //! 1. A request that provably never left ([`Failure::NotSent`]) may be retried whatever its class,
 //!    and does not spend the retry budget.
@@ -74,7 +74,7 @@ impl Policy {
     }
 }
 
-/// The gRPC and REST policies for the two kill switches (CONTRACT.md §2 "Switches"):
+/// The gRPC and REST policies for the two kill switches (docs/contract.md §2 "Switches"):
 /// `HATCHET_CLIENT_NO_RETRY` turns off unary gRPC and REST retries, `HATCHET_CLIENT_NO_GRPC_RETRY`
 /// unary gRPC retries only. Streams are not affected by either.
 pub(crate) fn policies_for(no_retry: bool, no_grpc_retry: bool) -> (Policy, Policy) {

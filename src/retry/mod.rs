@@ -1,5 +1,5 @@
 //! Retry core: engine-agnostic backoff, budget, deadlines, the pure decision, and the mechanism
-//! that carries it out for unary gRPC and REST calls (CONTRACT.md §1–2).
+//! that carries it out for unary gRPC and REST calls (docs/contract.md §1–2).
 //!
 //! # How many attempts can a method make, and why?
 //!

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 /// The trailer name of gRPC pushback.
 pub(crate) const GRPC_PUSHBACK_KEY: &str = "grpc-retry-pushback-ms";
 
-/// Largest `Retry-After` the runtime honours; a longer one ends the retries (CONTRACT.md §2).
+/// Largest `Retry-After` the runtime honours; a longer one ends the retries (docs/contract.md §2).
 pub(crate) const RETRY_AFTER_CAP: Duration = Duration::from_secs(60);
 
 /// What the server asked for.

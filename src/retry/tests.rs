@@ -1,4 +1,4 @@
-//! The retry core against CONTRACT.md §2, one test per rule, on a paused clock with a seeded RNG.
+//! The retry core against docs/contract.md §2, one test per rule, on a paused clock with a seeded RNG.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

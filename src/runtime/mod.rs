@@ -315,7 +315,7 @@ impl RuntimeHandle {
         self.inner.conn.config()
     }
 
-    /// Shuts down: the worker drains (CONTRACT.md §5: paused at the engine, heartbeats going on
+    /// Shuts down: the worker drains (docs/contract.md §5: paused at the engine, heartbeats going on
     /// while running tasks finish and report, the rest cancelled after `drain`), every pending
     /// waiter fails with the *closed* outcome, every stream closes and every actor stops.
     ///

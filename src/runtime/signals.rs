@@ -1,5 +1,5 @@
 //! Running a worker under a process manager: until SIGTERM or SIGINT, then a drain
-//! (CONTRACT.md §5); a second signal during the drain stops at once.
+//! (docs/contract.md §5); a second signal during the drain stops at once.
 //!
 //! # Invariants
 //!

@@ -85,7 +85,7 @@ impl RuntimeHandle {
     /// Resolves with the worker id once the engine has accepted the registration, or fails with
     /// the registration's error: a refused token (UNAUTHENTICATED), PERMISSION_DENIED and
     /// INVALID_ARGUMENT fail at once; an unreachable engine fails after the bounded attempts of
-    /// a synchronous path (CONTRACT.md §3). Later re-registrations (the engine lost the worker
+    /// a synchronous path (docs/contract.md §3). Later re-registrations (the engine lost the worker
     /// row) happen in the background.
     ///
     /// # Cancel safety

@@ -218,7 +218,7 @@ async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Er
         slot_config,
         labels: parking_lot::Mutex::new(opts.labels.clone()),
     });
-    // Registered before this returns (CONTRACT.md §3: a synchronous path, bounded; permanent
+    // Registered before this returns (docs/contract.md §3: a synchronous path, bounded; permanent
     // refusals such as a bad token fail at once).
     *core.registration.lock() = Some(registration.clone());
     let worker_id = match actions::register(&core.conn, &registration, &core.identity, None).await {

@@ -1,4 +1,4 @@
-//! Draining the worker (CONTRACT.md §5): pause, finish, report, then stop.
+//! Draining the worker (docs/contract.md §5): pause, finish, report, then stop.
 //!
 //! # Invariants
 //!

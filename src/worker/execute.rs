@@ -10,7 +10,7 @@ pub(super) struct Slots {
     pub(super) durable: Arc<Semaphore>,
     /// STARTs received and not yet running ([`waiting_bound`]). Only a flood past it (an engine
     /// assigning far beyond the slots) makes the loop wait, so the stream slows (backpressure)
-    /// instead of memory growing (CONTRACT.md §6).
+    /// instead of memory growing (docs/contract.md §6).
     pub(super) waiting: Arc<Semaphore>,
 }
 

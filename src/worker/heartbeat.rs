@@ -1,5 +1,5 @@
 //! The worker's heartbeat: owned by the worker, not by the actions stream, so it runs from
-//! registration to the end of a drain (CONTRACT.md §3 "Heartbeat", §5 "Drain").
+//! registration to the end of a drain (docs/contract.md §3 "Heartbeat", §5 "Drain").
 //!
 //! # Invariants
 //!

@@ -1,4 +1,4 @@
-//! The worker: workflow registry, slots, execution, step events (CONTRACT.md §5).
+//! The worker: workflow registry, slots, execution, step events (docs/contract.md §5).
 //!
 //! # Invariants
 //!
@@ -14,7 +14,7 @@
 //! 4. A panic in user code becomes a FAILED event; the worker lives on.
 //! 6. A drain pauses the worker at the engine first (no new assignments), keeps heartbeating
 //!    while running tasks finish and report their final events, then cancels what is left,
-//!    stops the heartbeat and the actions listener, and unsubscribes (CONTRACT.md §5).
+//!    stops the heartbeat and the actions listener, and unsubscribes (docs/contract.md §5).
 //! 5. Running attempts are keyed by (task run id, durable invocation, retry count): a repeated
 //!    assignment of an attempt that already runs, or already ran here (the last 10,000), is
 //!    ignored; CANCEL_STEP_RUN cancels every

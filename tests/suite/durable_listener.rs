@@ -70,7 +70,7 @@ async fn nap_with_durable_opens_failing(n: u32, code: Code) -> (DevEngine, Runti
 #[tokio::test]
 async fn a_durable_operation_during_an_outage_fails_after_five_streams_instead_of_blocking() {
     // Every DurableTask open fails at once: a transient end, so the listener keeps trying, but
-    // the task's request is bounded (CONTRACT.md §3, synchronous paths).
+    // the task's request is bounded (docs/contract.md §3, synchronous paths).
     let (engine, rt, out) = nap_with_durable_opens_failing(1000, Code::Unavailable).await;
     assert_eq!(out["outcome"], "exhausted", "{out}");
     assert_eq!(out["attempts"], MAX_SEND_ATTEMPTS, "{out}");

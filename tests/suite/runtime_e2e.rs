@@ -470,7 +470,7 @@ async fn an_attempt_offered_again_after_it_finished_is_not_run_again() {
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
-/// CONTRACT.md §1 (Timing): the caller's deadline is sent to the server as `grpc-timeout`; the
+/// docs/contract.md §1 (Timing): the caller's deadline is sent to the server as `grpc-timeout`; the
 /// 30 s backstop of a call without one is kept locally and never sent.
 #[tokio::test]
 async fn only_a_callers_deadline_goes_on_the_wire() {

@@ -345,7 +345,7 @@ mod tests {
         assert_eq!(registry.pending_counts(), (0, 0, 0), "nothing left behind");
     }
 
-    /// Invariant 4 (CONTRACT.md §3): an eviction not acknowledged in 30 s fails, the stream
+    /// Invariant 4 (docs/contract.md §3): an eviction not acknowledged in 30 s fails, the stream
     /// and the other operations untouched.
     #[tokio::test(start_paused = true)]
     async fn an_eviction_never_acknowledged_fails_after_thirty_seconds() {

@@ -1,6 +1,6 @@
 //! The durable-task listener: the `DurableTask` bidi stream, one request per invocation on the
 //! wire, completions routed by entry ref, early completions kept 10 s, and what a reconnect may
-//! and may not send again (CONTRACT.md §3).
+//! and may not send again (docs/contract.md §3).
 //!
 //! # Invariants
 //!
@@ -21,7 +21,7 @@
 //!    log the engine kept.
 //! 3. Completions that arrive before their waiter are kept [`EARLY_COMPLETION_TTL`].
 //! 4. An eviction ack not received in [`EVICTION_ACK_TIMEOUT`] fails that eviction, not the stream.
-//! 5. Sending is a synchronous path (CONTRACT.md §3): a request waits through at most
+//! 5. Sending is a synchronous path (docs/contract.md §3): a request waits through at most
 //!    [`MAX_SEND_ATTEMPTS`] consecutive streams that end without progress, then fails with
 //!    [`Outcome::Exhausted`](crate::Outcome::Exhausted); it never blocks its task through an outage. A stream with progress
 //!    resets the count. A listener that stops fails every pending request and wait at once.
@@ -62,10 +62,10 @@ pub(crate) const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// 60 s for event acks).
 pub(crate) const ACK_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long an eviction waits for its ack before it fails (that eviction, not the stream:
-/// CONTRACT.md §3).
+/// docs/contract.md §3).
 pub(crate) const EVICTION_ACK_TIMEOUT: Duration = Duration::from_secs(30);
 /// Consecutive streams without progress a request may ride before it fails (the bound on
-/// synchronous paths, CONTRACT.md §3).
+/// synchronous paths, docs/contract.md §3).
 pub(crate) const MAX_SEND_ATTEMPTS: u32 = 5;
 /// Status ticks a stream stays open before requests go out on it without the engine's answer to
 /// `register_worker` (an engine that does not answer it still serves the stream).
@@ -136,7 +136,7 @@ impl StreamKind for DurableTaskKind {
     }
 
     fn wanted(&self) -> bool {
-        // Wanted while the worker runs (CONTRACT.md §3), once first needed.
+        // Wanted while the worker runs (docs/contract.md §3), once first needed.
         self.armed.load(Ordering::Relaxed)
     }
 
