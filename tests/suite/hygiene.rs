@@ -210,3 +210,69 @@ async fn every_unary_call_the_engine_sees_is_in_the_runtime_s_ledger() {
         "the workload made {checked} kinds of unary call"
     );
 }
+
+/// Issue 48: dropping the last handle without `shutdown()` warns only where it loses something
+/// (tasks running here, cancelled and reported to nobody); a client's `main` that ends with `?`,
+/// or a worker with nothing running, stops quietly.
+#[tokio::test]
+async fn the_last_handle_dropped_warns_only_when_tasks_are_running() {
+    let capture = Capture::default();
+    let writer = capture.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+    let warned = |c: &Capture| {
+        String::from_utf8_lossy(&c.0.lock())
+            .lines()
+            .filter(|l| l.contains("the last RuntimeHandle was dropped"))
+            .count()
+    };
+    let engine = DevEngine::start(DevEngineOptions::default())
+        .await
+        .expect("engine");
+    // A client: nothing is lost.
+    let client = Runtime::spawn(engine.client_config())
+        .await
+        .expect("runtime");
+    drop(client);
+    // A worker with nothing running: nothing is lost.
+    let idle = Runtime::spawn(engine.client_config())
+        .await
+        .expect("runtime");
+    idle.register(Workflow::new("idle").task("t", |_: Value, _c: Context| async move {
+        Ok::<_, TaskError>(json!({}))
+    }))
+    .await
+    .expect("register");
+    idle.start_worker(WorkerOptions::new("idle", 1))
+        .await
+        .expect("start");
+    drop(idle);
+    assert_eq!(warned(&capture), 0, "no warning where nothing is lost");
+    // A worker with a task running: it is cancelled and reported to nobody.
+    let busy = Runtime::spawn(engine.client_config())
+        .await
+        .expect("runtime");
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<()>();
+    busy.register(Workflow::new("busy").task("t", move |_: Value, c: Context| {
+        let started_tx = started_tx.clone();
+        async move {
+            let _ = started_tx.send(());
+            c.cancellation().cancelled().await;
+            Ok::<_, TaskError>(json!({}))
+        }
+    }))
+    .await
+    .expect("register");
+    busy.start_worker(WorkerOptions::new("busy", 1))
+        .await
+        .expect("start");
+    let _run = busy.run_no_wait("busy", &json!({})).await.expect("trigger");
+    started.recv().await.expect("the task runs");
+    drop(busy);
+    assert_eq!(warned(&capture), 1, "one warning: a running task was lost");
+}
