@@ -243,9 +243,11 @@ async fn the_last_handle_dropped_warns_only_when_tasks_are_running() {
     let idle = Runtime::spawn(engine.client_config())
         .await
         .expect("runtime");
-    idle.register(Workflow::new("idle").task("t", |_: Value, _c: Context| async move {
-        Ok::<_, TaskError>(json!({}))
-    }))
+    idle.register(
+        Workflow::new("idle").task("t", |_: Value, _c: Context| async move {
+            Ok::<_, TaskError>(json!({}))
+        }),
+    )
     .await
     .expect("register");
     idle.start_worker(WorkerOptions::new("idle", 1))
@@ -258,14 +260,16 @@ async fn the_last_handle_dropped_warns_only_when_tasks_are_running() {
         .await
         .expect("runtime");
     let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<()>();
-    busy.register(Workflow::new("busy").task("t", move |_: Value, c: Context| {
-        let started_tx = started_tx.clone();
-        async move {
-            let _ = started_tx.send(());
-            c.cancellation().cancelled().await;
-            Ok::<_, TaskError>(json!({}))
-        }
-    }))
+    busy.register(
+        Workflow::new("busy").task("t", move |_: Value, c: Context| {
+            let started_tx = started_tx.clone();
+            async move {
+                let _ = started_tx.send(());
+                c.cancellation().cancelled().await;
+                Ok::<_, TaskError>(json!({}))
+            }
+        }),
+    )
     .await
     .expect("register");
     busy.start_worker(WorkerOptions::new("busy", 1))
