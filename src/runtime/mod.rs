@@ -245,6 +245,8 @@ impl Runtime {
             stream_sup_restarts: Arc::default(),
             worker_ref: Arc::default(),
             retry_ref: Arc::default(),
+            child_restarts: Arc::default(),
+            stopped: Arc::default(),
         };
         let (root, done) = supervisor::start(tree.clone()).await?;
         let handle = RuntimeHandle {

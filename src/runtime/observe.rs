@@ -152,7 +152,7 @@ impl RuntimeHandle {
             .retry_ref
             .lock()
             .clone()
-            .ok_or_else(closed)?;
+            .ok_or_else(|| self.inner.tree.gone("ask the retry service"))?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         actor.cast(msg(tx.into())).map_err(|_| closed())?;
         rx.await.map_err(|_| closed())
@@ -219,6 +219,24 @@ impl RuntimeHandle {
     #[cfg(feature = "test-hooks")]
     pub fn crash_listener(&self, kind: ListenerKind) {
         self.inner.listeners.crash(kind);
+    }
+
+    /// Test and chaos hook: makes the worker actor panic; the root supervisor restarts it
+    /// (within the restart intensity limit).
+    #[cfg(feature = "test-hooks")]
+    pub fn crash_worker_actor(&self) {
+        if let Some(w) = self.inner.tree.worker_ref.lock().as_ref() {
+            let _ = w.cast(crate::worker::WorkerMsg::Crash);
+        }
+    }
+
+    /// Test and chaos hook: makes the retry service panic; the root supervisor restarts it
+    /// (within the restart intensity limit).
+    #[cfg(feature = "test-hooks")]
+    pub fn crash_retry_service(&self) {
+        if let Some(r) = self.inner.tree.retry_ref.lock().as_ref() {
+            let _ = r.cast(crate::runtime::supervisor::RetryMsg::Crash);
+        }
     }
 
     /// Test and chaos hook: makes the stream supervisor itself panic; the root supervisor

@@ -12,10 +12,12 @@
 //! 3. A restarted stream supervisor brings back every listener, the worker-actions listener
 //!    included once the worker has started (its home is in [`Listeners`], not in the
 //!    supervisor's state).
-//! 4. Restarts are limited ([`stream::MAX_RESTARTS`] within [`stream::RESTART_WINDOW`], per
-//!    listener and for the stream supervisor): past the limit the listener is stopped for good,
-//!    `health()` says why and each of its waiters fails with that reason; never a silent, deaf
-//!    listener.
+//! 4. Restarts are limited ([`stream::MAX_RESTARTS`] within [`stream::RESTART_WINDOW`]), per
+//!    listener and for every child of the root (the stream supervisor, the worker actor, the
+//!    retry service): past the limit the listener is stopped for good, `health()` says why and
+//!    each of its waiters fails with that reason, never a silent, deaf listener; a child of the
+//!    root past it stays stopped, and what asks it answers [`Outcome::Stopped`](crate::Outcome::Stopped)
+//!    with the reason, which says to restart the process.
 //! 5. After the lifecycle token is cancelled nothing is restarted.
 
 use std::collections::VecDeque;
@@ -44,6 +46,46 @@ pub(crate) struct Tree {
     pub(crate) stream_sup_restarts: Arc<Mutex<VecDeque<Instant>>>,
     pub(crate) worker_ref: Arc<Mutex<Option<ActorRef<crate::worker::WorkerMsg>>>>,
     pub(crate) retry_ref: Arc<Mutex<Option<ActorRef<RetryMsg>>>>,
+    /// Restart histories of the worker actor and the retry service (invariant 4).
+    pub(crate) child_restarts: Arc<Mutex<[VecDeque<Instant>; 2]>>,
+    /// Why a child of the root was stopped for good, by name (invariant 4).
+    pub(crate) stopped: Arc<Mutex<Option<String>>>,
+}
+
+/// The worker actor's and the retry service's places in [`Tree::child_restarts`].
+const WORKER: usize = 0;
+const RETRY: usize = 1;
+
+impl Tree {
+    /// Whether the child at `which` may restart once more (invariant 4); past the limit it is
+    /// recorded as stopped for good, with `err`.
+    fn child_may_restart(&self, which: usize, name: &str, err: &dyn std::fmt::Display) -> bool {
+        let allowed = stream::restart_allowed(
+            &mut self.child_restarts.lock()[which],
+            Instant::now(),
+            stream::MAX_RESTARTS,
+            stream::RESTART_WINDOW,
+        );
+        if !allowed {
+            let why = format!(
+                "the {name} failed more than {} times in {:?} (last failure: {err}); it is stopped: restart the process",
+                stream::MAX_RESTARTS,
+                stream::RESTART_WINDOW
+            );
+            tracing::error!("{why}");
+            *self.stopped.lock() = Some(why);
+        }
+        allowed
+    }
+
+    /// The error of a call to a child of the root that is gone: stopped for good (with why), or
+    /// the runtime closed.
+    pub(crate) fn gone(&self, op: &'static str) -> Error {
+        match self.stopped.lock().clone() {
+            Some(why) => Error::new(crate::Outcome::Stopped, op).with_detail(why),
+            None => Error::closed(op),
+        }
+    }
 }
 
 impl std::fmt::Debug for Tree {
@@ -62,6 +104,9 @@ pub(crate) enum RetryMsg {
     /// Turns unary retries (gRPC and REST) off (`false`) or back to the policy; answers the
     /// report after the switch.
     Switch(bool, RpcReplyPort<RetryReport>),
+    /// Test and chaos hook: panic inside the retry service.
+    #[cfg(feature = "test-hooks")]
+    Crash,
 }
 
 /// The retry service: owns the policy, budgets, ledger and switch of both endpoints (the
@@ -110,6 +155,8 @@ impl Actor for RetryService {
                 );
                 let _ = reply.send(retry_report(conn));
             }
+            #[cfg(feature = "test-hooks")]
+            RetryMsg::Crash => panic!("retry service crash requested by a test"),
         }
         Ok(())
     }
@@ -317,8 +364,12 @@ impl Actor for Root {
         }
         let same = |r: &Option<ActorCell>| r.as_ref().is_some_and(|c| c.get_id() == cell.get_id());
         if same(&tree.worker_ref.lock().as_ref().map(|w| w.get_cell())) {
-            tracing::error!(error = %err, "the worker actor failed; restarting it");
-            spawn_worker(tree, &myself).await?;
+            if tree.child_may_restart(WORKER, "worker actor", &err) {
+                tracing::error!(error = %err, "the worker actor failed; restarting it");
+                spawn_worker(tree, &myself).await?;
+            } else {
+                *tree.worker_ref.lock() = None;
+            }
         } else if same(&tree.stream_sup.lock().as_ref().map(|s| s.get_cell())) {
             let allowed = stream::restart_allowed(
                 &mut tree.stream_sup_restarts.lock(),
@@ -338,9 +389,11 @@ impl Actor for Root {
                 tracing::error!("{why}");
                 tree.listeners.stop_all_for_good(&why);
             }
-        } else {
+        } else if tree.child_may_restart(RETRY, "retry service", &err) {
             tracing::error!(error = %err, "the retry service failed; restarting it");
             spawn_retry_service(tree, &myself.get_cell()).await?;
+        } else {
+            *tree.retry_ref.lock() = None;
         }
         Ok(())
     }

@@ -18,7 +18,7 @@ impl RuntimeHandle {
             .worker_ref
             .lock()
             .clone()
-            .ok_or_else(|| Error::closed(op))
+            .ok_or_else(|| self.inner.tree.gone(op))
     }
 
     /// Registers a standalone task ([`Task`](crate::Task)) and returns its typed reference:

@@ -12,6 +12,9 @@ pub(crate) enum WorkerMsg {
     Start(WorkerOptions, oneshot::Sender<Result<String, Error>>),
     /// Drain: pause, wait up to the duration for running tasks, then stop.
     Drain(Duration, oneshot::Sender<()>),
+    /// Test and chaos hook: panic inside the worker actor.
+    #[cfg(feature = "test-hooks")]
+    Crash,
 }
 
 impl std::fmt::Debug for WorkerMsg {
@@ -20,6 +23,8 @@ impl std::fmt::Debug for WorkerMsg {
             WorkerMsg::Register(..) => "Register",
             WorkerMsg::Start(..) => "Start",
             WorkerMsg::Drain(..) => "Drain",
+            #[cfg(feature = "test-hooks")]
+            WorkerMsg::Crash => "Crash",
         })
     }
 }
@@ -69,6 +74,8 @@ impl Actor for WorkerActor {
                     let _ = reply.send(());
                 });
             }
+            #[cfg(feature = "test-hooks")]
+            WorkerMsg::Crash => panic!("worker actor crash requested by a test"),
         }
         Ok(())
     }

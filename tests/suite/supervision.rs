@@ -637,3 +637,90 @@ async fn a_handler_using_the_context_s_runtime_does_not_keep_the_runtime_alive()
         .expect_err("nothing delivers it any more");
     assert_eq!(err.outcome(), hatchet_runtime::Outcome::Closed, "{err}");
 }
+
+/// Asks until the child answers (`Ok`) or says it is stopped for good (`Err` of `Stopped`); a
+/// `Closed` while its restart is on its way is asked again.
+async fn ask_until_settled<F, Fut>(ask: F) -> Result<(), hatchet_runtime::Error>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), hatchet_runtime::Error>>,
+{
+    for _ in 0..500 {
+        match ask().await {
+            Err(e) if e.outcome() == hatchet_runtime::Outcome::Closed => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            other => return other,
+        }
+    }
+    panic!("the child neither answered nor stopped");
+}
+
+/// Issue 42: every child of the root restarts within the same intensity limit as the
+/// listeners. The worker actor and the retry service used to restart forever; past the limit
+/// each stays stopped, and what asks it answers `Stopped` with the reason.
+#[tokio::test]
+async fn the_worker_actor_and_the_retry_service_restart_within_the_limit_then_stop() {
+    let e = engine(DevEngineOptions::default()).await;
+    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    let mut restarts = 0;
+    loop {
+        rt.crash_retry_service();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        match ask_until_settled(|| async { rt.retries().await.map(|_| ()) }).await {
+            Ok(()) => restarts += 1,
+            Err(e) => {
+                assert_eq!(e.outcome(), hatchet_runtime::Outcome::Stopped, "{e}");
+                assert!(
+                    e.to_string().contains("retry service failed more than"),
+                    "{e}"
+                );
+                break;
+            }
+        }
+        assert!(restarts <= MAX_RESTARTS, "restarted past the limit");
+    }
+    assert_eq!(
+        restarts, MAX_RESTARTS,
+        "restarted up to the limit, then stopped"
+    );
+    let mut restarts = 0;
+    for n in 0.. {
+        rt.crash_worker_actor();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let name = format!("after-crash-{n}");
+        let asked = ask_until_settled(|| {
+            let rt = rt.clone();
+            let name = name.clone();
+            async move {
+                match rt
+                    .register(
+                        Workflow::new(name).task("t", |_: Value, _c: Context| async move {
+                            Ok::<_, TaskError>(json!({}))
+                        }),
+                    )
+                    .await
+                {
+                    // A registration that raced the crash, sent again under the same name.
+                    Err(e) if e.to_string().contains("already registered") => Ok(()),
+                    other => other.map(|_| ()),
+                }
+            }
+        })
+        .await;
+        match asked {
+            Ok(()) => restarts += 1,
+            Err(e) => {
+                assert_eq!(e.outcome(), hatchet_runtime::Outcome::Stopped, "{e}");
+                assert!(
+                    e.to_string().contains("worker actor failed more than"),
+                    "{e}"
+                );
+                break;
+            }
+        }
+        assert!(restarts <= MAX_RESTARTS, "restarted past the limit");
+    }
+    assert_eq!(restarts, MAX_RESTARTS);
+    rt.shutdown(Duration::from_secs(1)).await;
+}
