@@ -50,6 +50,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     ListenerState::Stopped { error } => {
                         format!("stopped {}", error.unwrap_or_default())
                     }
+                    other => format!("{other:?}"),
                 };
                 println!("  health {:<15} {line}", kind.as_str());
                 if rx.changed().await.is_err() {

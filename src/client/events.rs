@@ -26,6 +26,7 @@ const BUFFER: usize = 256;
 
 /// One event of a run.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum RunEvent {
     /// A task was created, completed, failed or cancelled.
     Task {

@@ -32,6 +32,7 @@ impl ListenerKind {
 
 /// A listener's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ListenerState {
     /// Not needed yet (no waiter, no worker).
     Idle,

@@ -92,6 +92,7 @@ pub struct Pagination {
 /// A run's (or task's) status. Displays and serializes as the engine spells it (`COMPLETED`).
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
 pub enum RunStatus {
     /// Waiting for a worker.
     Queued,
