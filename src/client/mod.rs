@@ -110,7 +110,7 @@ impl ClientCore {
         {
             return Err(Error::new(Outcome::Undecodable, "wait for run")
                 .with_detail(format!(
-                    "the run's details are too large for a gRPC message, and the REST read shows task {task}'s output as {{}}, which the engine's REST API also shows for an output that is not a JSON object; raise the client's message limit to read the real output with RuntimeHandle::run_details"
+                    "the run's details are too large for a gRPC message, and the REST read shows task {task}'s output as {{}}, which the engine's REST API also shows for an output that is not a JSON object; the run finished, and its outputs are at the engine. To read them over gRPC, raise the engine's message limit (SERVER_GRPC_MAX_MSG_SIZE: it refuses to send a larger message) and the client's (HATCHET_CLIENT_GRPC_MAX_RECV_MESSAGE_LENGTH), then read the run again; or have tasks return objects, which REST shows whole"
                 ))
                 .with_run_id(run_id));
         }

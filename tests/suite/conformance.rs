@@ -2547,6 +2547,48 @@ async fn conf_outputs_of_five_mib_in_total_reach_the_waiter() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Outputs the run stream does not carry (issue 41, N2, N3), on both engines: a DAG whose
+/// outputs pass the engine's payload threshold together gets a results-less event, and its
+/// details (5.2 MB) are over the engine's 4 MiB message limit (it refuses to send them), so the
+/// only read left is REST, where an output that is not an object (a string here) reads `{}`. The
+/// runtime never reports that as the task's output: the wait ends `Undecodable`, saying the run
+/// finished and which limits to raise. A single output just under the limit arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_non_object_output_past_the_threshold_is_never_read_as_empty() {
+    let t = Target::new("bigshapes").await;
+    let wf = Workflow::new("shapes")
+        .task("text", |_: Value, _c: Context| async move {
+            Ok::<_, TaskError>(json!("y".repeat(2_600_000)))
+        })
+        .task("obj", |_: Value, _c: Context| async move {
+            Ok::<_, TaskError>(json!({ "blob": "x".repeat(2_600_000) }))
+        });
+    let near = Workflow::new("near").task("t", |_: Value, _c: Context| async move {
+        Ok::<_, TaskError>(json!({ "blob": "z".repeat(3_900_000) }))
+    });
+    let rt = t.worker(4, vec![wf, near]).await;
+    let h = rt.run_no_wait("shapes", &json!({})).await.expect("trigger");
+    let err = h
+        .result_within::<Value>(RESULT)
+        .await
+        .expect_err("the string output cannot be read under the engine's limit");
+    assert_eq!(err.outcome(), Outcome::Undecodable, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("output as {}") && text.contains("SERVER_GRPC_MAX_MSG_SIZE"),
+        "{err}"
+    );
+    let out: Value = rt
+        .run_no_wait("near", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within(RESULT)
+        .await
+        .expect("an output just under the limit");
+    assert_eq!(out["blob"].as_str().map(str::len), Some(3_900_000));
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 // --- drain; the engine restarting mid-run ---------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -74,11 +74,14 @@ pub(crate) fn step_id(run: &Run, readable: &str) -> String {
 }
 
 /// A stored output as a JSON value; `{}` when there is none (invariant 1).
+/// A task's output as the real engine's REST reads show it: its transformer reads each output
+/// into a map and drops the error, so an output that is not a JSON object (a string, a list, a
+/// number) reads `{}` (v0.104.9). The gRPC details carry the real bytes.
 fn output_of(t: &Task) -> Value {
     t.output
         .as_deref()
-        .and_then(|o| serde_json::from_str(o).ok())
-        .unwrap_or_else(|| json!({}))
+        .and_then(|o| serde_json::from_str::<Value>(o).ok())
+        .map_or_else(|| json!({}), |v| object(&v))
 }
 
 fn object(v: &Value) -> Value {
