@@ -35,7 +35,56 @@ impl State {
         }
     }
 
-    fn send_completion(&self, task: &str, node: i64) {
+    /// Sends `node`'s completion when it has one and every entry satisfied before it has been
+    /// asked for by the current invocation; holds it otherwise (invariant 6).
+    fn send_completion(&mut self, task: &str, node: i64) {
+        let Some(log) = self.durable.logs.get_mut(task) else {
+            return;
+        };
+        let Some(n) = log.nodes.get_mut(&node) else {
+            return;
+        };
+        if n.result.is_none() {
+            return;
+        }
+        if n.order.is_none() && !matches!(n.kind, NodeKind::Memo) {
+            log.next_order += 1;
+            n.order = Some(log.next_order);
+        }
+        if let Some(order) = n.order {
+            let earlier_unasked = log
+                .nodes
+                .orders()
+                .into_iter()
+                .any(|(id, o)| o < order && !log.asked.contains(&id));
+            if earlier_unasked {
+                log.held.insert(node);
+                return;
+            }
+        }
+        log.held.remove(&node);
+        self.emit_completion(task, node);
+    }
+
+    /// The current invocation asked for `node` (a request resolved to it): completions held
+    /// behind it may go, in their satisfied order (invariant 6).
+    fn asked(&mut self, task: &str, node: i64) {
+        let Some(log) = self.durable.logs.get_mut(task) else {
+            return;
+        };
+        log.asked.insert(node);
+        if log.held.is_empty() {
+            return;
+        }
+        let orders: HashMap<i64, u64> = log.nodes.orders().into_iter().collect();
+        let mut held: Vec<i64> = log.held.iter().copied().collect();
+        held.sort_by_key(|h| orders.get(h).copied().unwrap_or(u64::MAX));
+        for h in held {
+            self.send_completion(task, h);
+        }
+    }
+
+    fn emit_completion(&self, task: &str, node: i64) {
         let Some(log) = self.durable.logs.get(task) else {
             return;
         };
@@ -83,6 +132,8 @@ impl State {
         if log.invocation != invocation {
             log.invocation = invocation;
             log.next_node = 0;
+            log.asked.clear();
+            log.held.clear();
         }
         true
     }
@@ -108,6 +159,7 @@ impl State {
                         kind: make(),
                         key: key.to_string(),
                         result: None,
+                        order: None,
                     },
                 );
                 Ok((id, false))
@@ -207,6 +259,7 @@ impl State {
                 match self.next_node(&task, &key, || NodeKind::Wait(parsed)) {
                     Err(node) => self.nondeterminism(stream, &task, w.invocation_count, node),
                     Ok((node, _)) => {
+                        self.asked(&task, node);
                         self.dsend(
                             stream,
                             Resp::WaitForAck(v1::DurableTaskEventWaitForAckResponse {
@@ -244,6 +297,7 @@ impl State {
                 match self.next_node(&task, &key, || NodeKind::Memo) {
                     Err(node) => self.nondeterminism(stream, &task, m.invocation_count, node),
                     Ok((node, existed)) => {
+                        self.asked(&task, node);
                         let log = self.durable.logs.get_mut(&task).expect("log exists");
                         let n = log.nodes.get_mut(&node).expect("node exists");
                         if n.result.is_none()
@@ -332,6 +386,7 @@ impl State {
                             Ok((node, _)) => node,
                         }
                     };
+                    self.asked(&task, node);
                     let existing = match &self.durable.logs[&task].nodes[&node].kind {
                         NodeKind::Run(id) if !id.is_empty() => Some(id.clone()),
                         _ => None,

@@ -15,8 +15,17 @@
 //!    starts later than `n` (a node belongs to the path's branch with the largest first node
 //!    at or below it, as the real engine resolves it). Nothing is deleted. The task runs again
 //!    (a new attempt, a new invocation numbering its nodes from 1).
+//! 5. A durable spawn is resolved by its slot (child key, else index), not by its place in the
+//!    request order: a replay finds its child where it was recorded; a slot recorded for another
+//!    workflow (or, without a key, another input) is `NONDETERMINISM`.
+//! 6. Completions of waits and children are released in the order the entries were satisfied
+//!    (the real engine's ordered release, v0.104.9): one is sent only once every entry satisfied
+//!    before it has been asked for by the current invocation. So a replay whose concurrent
+//!    branches raced sees them finish in the order they first did, and spawns its later
+//!    children at the same indexes. (The real engine evicts a task whose release stalls for a
+//!    minute; ours holds it.)
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::SystemTime;
 
 use serde_json::Value;
@@ -226,12 +235,22 @@ struct Node {
     kind: NodeKind,
     key: String,
     result: Option<(Vec<u8>, bool, Option<String>)>,
+    /// When a wait or child entry was satisfied, in the task's order (the real engine's
+    /// `satisfied_order`): its completion is released only after every entry satisfied
+    /// before it (invariant 6).
+    order: Option<u64>,
 }
 
 #[derive(Debug, Default)]
 struct TaskLog {
     invocation: i32,
     next_node: i64,
+    /// The last satisfied order given.
+    next_order: u64,
+    /// Entries the current invocation has asked for (its requests resolved to them).
+    asked: HashSet<i64>,
+    /// Satisfied entries whose completion waits for an earlier one to be asked.
+    held: BTreeSet<i64>,
     nodes: Nodes,
 }
 
@@ -294,6 +313,16 @@ impl Nodes {
     fn insert(&mut self, node: i64, n: Node) {
         let b = self.branch_of(node);
         self.entries.insert((b, node), n);
+    }
+
+    /// The satisfied orders of the entries on the current path, by node id.
+    fn orders(&self) -> Vec<(i64, u64)> {
+        let path = self.path();
+        self.entries
+            .iter()
+            .filter(|((b, n), _)| Self::owner(&path, *n) == *b)
+            .filter_map(|((_, n), v)| v.order.map(|o| (*n, o)))
+            .collect()
     }
 
     /// The node on the current path that recorded child run `run`.
