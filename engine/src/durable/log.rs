@@ -35,8 +35,9 @@ impl State {
         }
     }
 
-    /// Sends `node`'s completion when it has one and every entry satisfied before it has been
-    /// asked for by the current invocation; holds it otherwise (invariant 6).
+    /// `node` was satisfied (or is listed by the worker again): its completion goes now if every
+    /// entry satisfied before it has gone in this invocation, else it is held (invariant 6); one
+    /// already sent in this invocation is sent again (the `worker_status` recovery path).
     fn send_completion(&mut self, task: &str, node: i64) {
         let Some(log) = self.durable.logs.get_mut(task) else {
             return;
@@ -47,40 +48,57 @@ impl State {
         if n.result.is_none() {
             return;
         }
-        if n.order.is_none() && !matches!(n.kind, NodeKind::Memo) {
+        if matches!(n.kind, NodeKind::Memo) || log.sent.contains(&node) {
+            self.emit_completion(task, node);
+            return;
+        }
+        if n.order.is_none() {
             log.next_order += 1;
             n.order = Some(log.next_order);
         }
-        if let Some(order) = n.order {
-            let earlier_unasked = log
-                .nodes
-                .orders()
-                .into_iter()
-                .any(|(id, o)| o < order && !log.asked.contains(&id));
-            if earlier_unasked {
-                log.held.insert(node);
-                return;
-            }
-        }
-        log.held.remove(&node);
-        self.emit_completion(task, node);
+        log.held.insert(node);
+        self.release_held(task);
     }
 
-    /// The current invocation asked for `node` (a request resolved to it): completions held
-    /// behind it may go, in their satisfied order (invariant 6).
+    /// The current invocation asked for `node` (a request resolved to it, its ack sent): its
+    /// completion, and those held behind it, may go in their satisfied order (invariant 6).
     fn asked(&mut self, task: &str, node: i64) {
         let Some(log) = self.durable.logs.get_mut(task) else {
             return;
         };
         log.asked.insert(node);
-        if log.held.is_empty() {
-            return;
+        let memo_done = log
+            .nodes
+            .get(&node)
+            .is_some_and(|n| matches!(n.kind, NodeKind::Memo) && n.result.is_some());
+        if memo_done {
+            self.emit_completion(task, node);
         }
-        let orders: HashMap<i64, u64> = log.nodes.orders().into_iter().collect();
-        let mut held: Vec<i64> = log.held.iter().copied().collect();
-        held.sort_by_key(|h| orders.get(h).copied().unwrap_or(u64::MAX));
-        for h in held {
-            self.send_completion(task, h);
+        self.release_held(task);
+    }
+
+    /// Sends the held completions, lowest satisfied order first, while the lowest one has been
+    /// asked for by the current invocation.
+    fn release_held(&mut self, task: &str) {
+        loop {
+            let Some(log) = self.durable.logs.get_mut(task) else {
+                return;
+            };
+            let orders: HashMap<i64, u64> = log.nodes.orders().into_iter().collect();
+            let Some(next) = log
+                .held
+                .iter()
+                .copied()
+                .min_by_key(|h| orders.get(h).copied().unwrap_or(u64::MAX))
+            else {
+                return;
+            };
+            if !log.asked.contains(&next) {
+                return;
+            }
+            log.held.remove(&next);
+            log.sent.insert(next);
+            self.emit_completion(task, next);
         }
     }
 
@@ -132,8 +150,10 @@ impl State {
         if log.invocation != invocation {
             log.invocation = invocation;
             log.next_node = 0;
+            // Invariant 6: every satisfied entry waits to be asked for again, in order.
             log.asked.clear();
-            log.held.clear();
+            log.sent.clear();
+            log.held = log.nodes.orders().into_iter().map(|(n, _)| n).collect();
         }
         true
     }
@@ -259,7 +279,6 @@ impl State {
                 match self.next_node(&task, &key, || NodeKind::Wait(parsed)) {
                     Err(node) => self.nondeterminism(stream, &task, w.invocation_count, node),
                     Ok((node, _)) => {
-                        self.asked(&task, node);
                         self.dsend(
                             stream,
                             Resp::WaitForAck(v1::DurableTaskEventWaitForAckResponse {
@@ -268,6 +287,7 @@ impl State {
                         );
                         // A look-back wait may already be satisfied by stored events.
                         let events: Vec<StoredEvent> = self.events.iter().cloned().collect();
+                        let mut satisfied_now = false;
                         if let Some(n) = self
                             .durable
                             .logs
@@ -282,9 +302,13 @@ impl State {
                             c.tick(now);
                             if c.satisfied() {
                                 n.result = Some((c.payload(), false, None));
+                                satisfied_now = true;
                             }
                         }
-                        self.send_completion(&task, node);
+                        self.asked(&task, node);
+                        if satisfied_now {
+                            self.send_completion(&task, node);
+                        }
                     }
                 }
             }
@@ -297,7 +321,6 @@ impl State {
                 match self.next_node(&task, &key, || NodeKind::Memo) {
                     Err(node) => self.nondeterminism(stream, &task, m.invocation_count, node),
                     Ok((node, existed)) => {
-                        self.asked(&task, node);
                         let log = self.durable.logs.get_mut(&task).expect("log exists");
                         let n = log.nodes.get_mut(&node).expect("node exists");
                         if n.result.is_none()
@@ -314,7 +337,7 @@ impl State {
                                 memo_result_payload: stored,
                             }),
                         );
-                        self.send_completion(&task, node);
+                        self.asked(&task, node);
                     }
                 }
             }

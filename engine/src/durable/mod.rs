@@ -249,8 +249,10 @@ struct TaskLog {
     next_order: u64,
     /// Entries the current invocation has asked for (its requests resolved to them).
     asked: HashSet<i64>,
-    /// Satisfied entries whose completion waits for an earlier one to be asked.
+    /// Satisfied entries whose completion the current invocation has not been sent yet.
     held: BTreeSet<i64>,
+    /// Satisfied entries whose completion the current invocation has been sent.
+    sent: HashSet<i64>,
     nodes: Nodes,
 }
 

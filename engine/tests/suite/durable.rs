@@ -332,3 +332,106 @@ async fn a_durable_attempt_offered_again_keeps_its_invocation_and_its_waits() {
     assert_eq!(again.durable_task_invocation_count, Some(1));
     assert_eq!(again.retry_count, a.retry_count);
 }
+
+/// Invariant 6, the real engine's ordered release: a replay gets each completion only once every
+/// entry satisfied before it has been asked for. Invocation 1 waits on `late` (node 1) and then
+/// `early` (node 2); `early` is pushed first. Invocation 2 asks for node 1 first: its completion
+/// is held until node 2 is asked, then both go, node 2's first.
+#[tokio::test]
+async fn a_replay_gets_completions_in_the_order_their_entries_were_satisfied() {
+    let h = H::new().await;
+    h.admin()
+        .put_workflow(v1::CreateWorkflowVersionRequest {
+            name: "ordered".into(),
+            tasks: vec![v1::CreateTaskOpts {
+                readable_id: "d".into(),
+                action: "ordered:d".into(),
+                is_durable: true,
+                retries: 1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .await
+        .expect("put");
+    let wid = h
+        .dispatcher()
+        .register(proto::WorkerRegisterRequest {
+            worker_name: "ordered-worker".into(),
+            actions: vec!["ordered:d".into()],
+            slot_config: [("default".to_string(), 5), ("durable".to_string(), 5)].into(),
+            ..Default::default()
+        })
+        .await
+        .expect("register")
+        .into_inner()
+        .worker_id;
+    let mut actions = h.listen(&wid).await;
+    h.trigger("ordered", "{}").await;
+    let a = next(&mut actions).await;
+    let task = a.task_run_external_id.clone();
+    let (tx, mut resp) = h.durable_stream().await;
+    tx.send(v1::DurableTaskRequest {
+        message: Some(Req::RegisterWorker(v1::DurableTaskRequestRegisterWorker {
+            worker_id: wid.clone(),
+        })),
+    })
+    .expect("send");
+    assert!(matches!(recv(&mut resp).await, Resp::RegisterWorker(_)));
+    let push = |key: &'static str| {
+        let h = &h;
+        async move {
+            h.events()
+                .push(proto::PushEventRequest {
+                    key: key.into(),
+                    payload: "{}".into(),
+                    ..Default::default()
+                })
+                .await
+                .expect("push");
+        }
+    };
+    let node_of = |r: Resp| match r {
+        Resp::WaitForAck(a) => ("ack", a.r#ref.map_or(0, |r| r.node_id)),
+        Resp::EntryCompleted(c) => ("done", c.r#ref.map_or(0, |r| r.node_id)),
+        other => panic!("unexpected {other:?}"),
+    };
+    // Invocation 1: node 1 waits for `late`, node 2 for `early`; `early` comes first.
+    tx.send(event_wait(&task, 1, "late")).expect("send");
+    assert_eq!(node_of(recv(&mut resp).await), ("ack", 1));
+    tx.send(event_wait(&task, 1, "early")).expect("send");
+    assert_eq!(node_of(recv(&mut resp).await), ("ack", 2));
+    push("early").await;
+    assert_eq!(node_of(recv(&mut resp).await), ("done", 2));
+    push("late").await;
+    assert_eq!(node_of(recv(&mut resp).await), ("done", 1));
+    // The attempt fails; its retry is invocation 2 and replays.
+    h.event(&wid, &a, E::StepEventTypeFailed, "again")
+        .await
+        .expect("fail");
+    let b = next(&mut actions).await;
+    let inv = b
+        .durable_task_invocation_count
+        .expect("a durable invocation");
+    assert!(inv > 1, "a new invocation: {inv}");
+    tx.send(event_wait(&task, inv, "late")).expect("send");
+    assert_eq!(node_of(recv(&mut resp).await), ("ack", 1));
+    // Node 1 was satisfied after node 2, which this invocation has not asked for: held.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), recv(&mut resp))
+            .await
+            .is_err(),
+        "node 1's completion waits for node 2 to be asked"
+    );
+    tx.send(event_wait(&task, inv, "early")).expect("send");
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(node_of(recv(&mut resp).await));
+    }
+    let done: Vec<i64> = seen
+        .iter()
+        .filter(|(k, _)| *k == "done")
+        .map(|(_, n)| *n)
+        .collect();
+    assert_eq!(done, [2, 1], "released in satisfied order: {seen:?}");
+}
