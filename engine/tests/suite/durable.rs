@@ -11,6 +11,15 @@ use v1::durable_task_request::Message as Req;
 use v1::durable_task_response::Message as Resp;
 
 async fn durable_worker(h: &H, wf: &str) -> (String, tonic::Streaming<proto::AssignedAction>) {
+    durable_worker_retrying(h, wf, 0).await
+}
+
+/// A worker of workflow `wf`, one durable task `d` with `retries`.
+async fn durable_worker_retrying(
+    h: &H,
+    wf: &str,
+    retries: i32,
+) -> (String, tonic::Streaming<proto::AssignedAction>) {
     h.admin()
         .put_workflow(v1::CreateWorkflowVersionRequest {
             name: wf.into(),
@@ -18,6 +27,7 @@ async fn durable_worker(h: &H, wf: &str) -> (String, tonic::Streaming<proto::Ass
                 readable_id: "d".into(),
                 action: format!("{wf}:d"),
                 is_durable: true,
+                retries,
                 ..Default::default()
             }],
             ..Default::default()
@@ -340,33 +350,7 @@ async fn a_durable_attempt_offered_again_keeps_its_invocation_and_its_waits() {
 #[tokio::test]
 async fn a_replay_gets_completions_in_the_order_their_entries_were_satisfied() {
     let h = H::new().await;
-    h.admin()
-        .put_workflow(v1::CreateWorkflowVersionRequest {
-            name: "ordered".into(),
-            tasks: vec![v1::CreateTaskOpts {
-                readable_id: "d".into(),
-                action: "ordered:d".into(),
-                is_durable: true,
-                retries: 1,
-                ..Default::default()
-            }],
-            ..Default::default()
-        })
-        .await
-        .expect("put");
-    let wid = h
-        .dispatcher()
-        .register(proto::WorkerRegisterRequest {
-            worker_name: "ordered-worker".into(),
-            actions: vec!["ordered:d".into()],
-            slot_config: [("default".to_string(), 5), ("durable".to_string(), 5)].into(),
-            ..Default::default()
-        })
-        .await
-        .expect("register")
-        .into_inner()
-        .worker_id;
-    let mut actions = h.listen(&wid).await;
+    let (wid, mut actions) = durable_worker_retrying(&h, "ordered", 1).await;
     h.trigger("ordered", "{}").await;
     let a = next(&mut actions).await;
     let task = a.task_run_external_id.clone();
