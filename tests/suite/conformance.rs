@@ -1855,6 +1855,38 @@ async fn conf_an_evicted_task_reads_running_over_grpc_and_says_it_in_is_evicted(
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// An evicted durable task still times out (issue 45): the real engine fails it at its
+/// execution timeout while it waits evicted (the Python SDK's `test_eviction_execution_timeout`);
+/// ours skipped evicted tasks when it expired attempts, so the run waited out its whole sleep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_an_evicted_durable_task_still_times_out() {
+    let t = Target::new("evicttimeout").await;
+    let wf = Workflow::new("nap-long").durable_task(
+        "d",
+        TaskOptions::default()
+            .timeout(Duration::from_secs(3))
+            .evict_while_waiting(Duration::from_millis(100)),
+        |_: Value, c: Context| async move {
+            c.sleep_for(Duration::from_secs(600)).await?;
+            Ok::<_, TaskError>(json!({ "slept": true }))
+        },
+    );
+    let rt = t.worker(4, vec![wf]).await;
+    let err = rt
+        .run_no_wait("nap-long", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within::<Value>(RESULT)
+        .await
+        .expect_err("the timeout fails it");
+    assert_eq!(err.outcome(), Outcome::RunFailed, "{err}");
+    assert!(
+        format!("{err} {:?}", err.run_failures()).contains("exceeded timeout"),
+        "{err}"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 /// Durable operations joined in one invocation, in six invocations at once: each must get its
 /// own answer. The runtime writes one request per invocation at a time, so the order freedom
 /// that matters is across invocations: the real engine handles a stream's requests

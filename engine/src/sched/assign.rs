@@ -427,9 +427,13 @@ impl State {
     pub(crate) fn expire_timeouts(&mut self, now: Instant) {
         let mut expired = Vec::new();
         while let Some((at, tid)) = self.deadlines.pop_due(now) {
-            if self.tasks.get(&tid).is_some_and(|t| {
-                t.status == Status::Running && !t.evicted && t.deadline == Some(at)
-            }) {
+            // An evicted task times out too: the real engine fails an evicted durable task at
+            // its execution timeout (the Python SDK's `test_eviction_execution_timeout`).
+            if self
+                .tasks
+                .get(&tid)
+                .is_some_and(|t| t.status == Status::Running && t.deadline == Some(at))
+            {
                 expired.push(tid);
             }
         }
