@@ -80,16 +80,21 @@ pub(crate) fn task_context(
 ) -> Context {
     let parent = global::get_text_map_propagator(|p| p.extract(&MetadataExtractor(metadata)));
     let tracer = global::tracer(TRACER);
+    let mut attributes = vec![
+        KeyValue::new("hatchet.action_id", action.action_id.clone()),
+        KeyValue::new("hatchet.step_name", action.task_name.clone()),
+        KeyValue::new("hatchet.workflow_run_id", action.workflow_run_id.clone()),
+        KeyValue::new("hatchet.step_run_id", action.task_run_external_id.clone()),
+        KeyValue::new("hatchet.retry_count", i64::from(action.retry_count)),
+    ];
+    // The engine names the tenant in every assignment; the official SDKs put it on the span.
+    if !action.tenant_id.is_empty() {
+        attributes.push(KeyValue::new("hatchet.tenant_id", action.tenant_id.clone()));
+    }
     let span = tracer
         .span_builder("hatchet.start_step_run")
         .with_kind(SpanKind::Consumer)
-        .with_attributes([
-            KeyValue::new("hatchet.action_id", action.action_id.clone()),
-            KeyValue::new("hatchet.step_name", action.task_name.clone()),
-            KeyValue::new("hatchet.workflow_run_id", action.workflow_run_id.clone()),
-            KeyValue::new("hatchet.step_run_id", action.task_run_external_id.clone()),
-            KeyValue::new("hatchet.retry_count", i64::from(action.retry_count)),
-        ])
+        .with_attributes(attributes)
         .start_with_context(&tracer, &parent);
     parent.with_span(span)
 }

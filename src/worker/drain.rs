@@ -8,7 +8,11 @@
 //! 2. The heartbeat goes on until every running task has ended and reported its final event (or
 //!    was cancelled at the drain's deadline): a drain longer than the engine's heartbeat window
 //!    never gets a running task reassigned and run twice.
-//! 3. At the deadline (or at once when the drain is cut: a second signal), what still runs is
+//! 3. Durable tasks waiting on a sleep, an event or a child (or starting to wait during the
+//!    drain) are evicted, as the official SDKs' graceful termination does: the engine holds the
+//!    wait and runs the task again, replaying its log, on a worker that is up when the wait
+//!    completes; the drain does not sit out a wait that may last hours.
+//! 4. At the deadline (or at once when the drain is cut: a second signal), what still runs is
 //!    cancelled (a cancelled task reports nothing); then the
 //!    heartbeat and the actions listener stop and the worker unsubscribes.
 
@@ -33,6 +37,8 @@ pub(crate) async fn drain(core: &Arc<WorkerCore>, timeout: Duration) {
     if let Some(id) = &worker_id {
         pause(core, id).await;
     }
+    // Invariant 3.
+    core.draining.cancel();
     // Invariant 2: wait for running attempts (each ends after its final event is delivered).
     loop {
         let ended = core.attempt_ended.notified();

@@ -209,6 +209,9 @@ pub(crate) struct WorkerCore {
     heartbeat_stop: CancellationToken,
     /// Cuts a drain short: running tasks are cancelled at once (a second signal).
     drain_cut: CancellationToken,
+    /// A drain has begun: durable tasks waiting (or about to wait) are evicted, so their runs
+    /// resume on another worker instead of holding the drain (`context::evict`).
+    pub(crate) draining: CancellationToken,
     counters: Counters,
     started: AtomicBool,
     /// Workflow registrations in progress: a start waits for them, so a workflow whose
@@ -261,6 +264,7 @@ impl WorkerCore {
             stop,
             heartbeat_stop,
             drain_cut: CancellationToken::new(),
+            draining: CancellationToken::new(),
             counters: Counters::default(),
             started: AtomicBool::new(false),
             registering: tokio::sync::watch::Sender::new(0),

@@ -1794,6 +1794,20 @@ async fn conf_a_durable_spawn_at_an_index_bound_to_another_workflow_is_nondeterm
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// GetRunDetails of `run`, read raw (what an official SDK reads).
+async fn raw_run_details(
+    t: &Target,
+    run: &str,
+) -> Result<hatchet_runtime::protocol::v1::GetRunDetailsResponse, tonic::Status> {
+    t.raw()
+        .admin()
+        .get_run_details(hatchet_runtime::protocol::v1::GetRunDetailsRequest {
+            external_id: run.to_string(),
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
 /// An evicted durable task over gRPC (issue 45): the real engine reads it RUNNING in every
 /// status of GetRunDetails, task and run, and says it only in `is_evicted`; ours answered the
 /// task EVICTED (5), which an SDK that does not know 5 cannot read. The runtime reads the run as
@@ -1811,21 +1825,9 @@ async fn conf_an_evicted_task_reads_running_over_grpc_and_says_it_in_is_evicted(
     );
     let rt = t.worker(4, vec![wf]).await;
     let h = rt.run_no_wait("nap", &json!({})).await.expect("trigger");
-    let admin = t.raw().admin();
     let details = until_read(
         "the task to be evicted",
-        || {
-            let mut admin = admin.clone();
-            let id = h.run_id().to_string();
-            async move {
-                admin
-                    .get_run_details(hatchet_runtime::protocol::v1::GetRunDetailsRequest {
-                        external_id: id,
-                    })
-                    .await
-                    .map(|r| r.into_inner())
-            }
-        },
+        || raw_run_details(&t, h.run_id()),
         |r| r.as_ref().is_ok_and(|d| d.is_evicted),
     )
     .await
@@ -1885,6 +1887,73 @@ async fn conf_an_evicted_durable_task_still_times_out() {
         "{err}"
     );
     rt.shutdown(Duration::from_secs(5)).await;
+}
+
+/// A drain evicts its waiting durable tasks (issue 45; the official SDKs' graceful
+/// termination): the worker's shutdown does not sit out a wait of ten minutes, the engine reads
+/// the run evicted, and a worker started later runs the task again when the event comes,
+/// replaying its log. Counted in the handler: two invocations, one per worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_drain_evicts_waiting_durable_tasks_and_another_worker_finishes_them() {
+    let t = Target::new("draining").await;
+    let invocations = counter();
+    let workflow = || {
+        let i = invocations.clone();
+        Workflow::new("drain-nap").durable_task(
+            "d",
+            TaskOptions::default(),
+            move |_: Value, c: Context| {
+                i.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    let e = c.wait_for_event("draining:go").await?;
+                    Ok::<_, TaskError>(json!({ "event": e }))
+                }
+            },
+        )
+    };
+    let first = t.worker(4, vec![workflow()]).await;
+    let h = first
+        .run_no_wait("drain-nap", &json!({}))
+        .await
+        .expect("trigger");
+    // The drain may begin before the task registers its wait: it is evicted once the engine
+    // holds the wait, so the wait's end brings it back.
+    until("the task to start", || {
+        invocations.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        first.shutdown(Duration::from_secs(600)),
+    )
+    .await
+    .expect("the drain evicts the waiting task instead of sitting out its wait");
+    let details = until_read(
+        "the run evicted",
+        || raw_run_details(&t, h.run_id()),
+        |r| r.as_ref().is_ok_and(|d| d.is_evicted),
+    )
+    .await
+    .expect("details");
+    assert!(details.is_evicted, "{details:?}");
+
+    let second = t.worker(4, vec![workflow()]).await;
+    second
+        .push("draining:go", &json!({ "ok": 1 }))
+        .await
+        .expect("push");
+    let out: Value = second
+        .run_handle(h.run_id())
+        .result_within(RESULT)
+        .await
+        .expect("the second worker finishes it");
+    assert_eq!(out["event"]["ok"], 1, "{out}");
+    assert_eq!(
+        invocations.load(Ordering::SeqCst),
+        2,
+        "one invocation on each worker"
+    );
+    second.shutdown(Duration::from_secs(5)).await;
 }
 
 /// Durable operations joined in one invocation, in six invocations at once: each must get its

@@ -71,12 +71,29 @@ impl DurableClient {
     ///
     /// Cancel safe: dropping it forgets the wait locally; the engine keeps the node, and a replay
     /// of the same wait finds it.
+    #[cfg(test)]
     pub(crate) async fn wait_for(
         &self,
         task: &str,
         invocation: i32,
         conds: v1::DurableEventListenerConditions,
     ) -> Result<Completion, Error> {
+        let key = self.register_wait(task, invocation, conds).await?;
+        self.completion(key).await
+    }
+
+    /// Registers a wait; the engine's ack names its entry, which [`Self::completion`] awaits.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropped before the ack, the wait may or may not be registered; a replay of
+    /// the same wait finds it either way.
+    pub(crate) async fn register_wait(
+        &self,
+        task: &str,
+        invocation: i32,
+        conds: v1::DurableEventListenerConditions,
+    ) -> Result<EntryKey, Error> {
         let ack = self
             .request(v1::DurableTaskRequest {
                 message: Some(Req::WaitFor(v1::DurableTaskWaitForRequest {
@@ -91,7 +108,7 @@ impl DurableClient {
             return Err(Error::new(Outcome::Undecodable, "DurableTask")
                 .with_detail("the engine answered wait_for with an ack of another kind"));
         };
-        self.completion(key_of(&r)).await
+        Ok(key_of(&r))
     }
 
     /// Waits for entry `key` to complete (a wait satisfied, a child run finished).

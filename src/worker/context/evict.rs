@@ -1,5 +1,6 @@
 //! Eviction while waiting ([`crate::TaskOptions::evict_while_waiting`]): a durable task whose
-//! wait outlasts its eviction time gives its slot back. The worker asks the engine to evict the
+//! wait outlasts its eviction time gives its slot back; so does every waiting durable task once
+//! its worker drains (`drain` invariant 3). The worker asks the engine to evict the
 //! invocation and stops it (nothing is reported); when the wait completes the engine runs the
 //! task again, and the new invocation replays its durable log.
 //!
@@ -17,8 +18,9 @@ use super::Context;
 use crate::error::{Cause, DurableError, Error, Outcome};
 use crate::listener::durable_task::DurableClient;
 
-/// What the engine is told.
+/// What the engine is told, by cause.
 const REASON: &str = "the task waited longer than its eviction time (evict_while_waiting)";
+const DRAINING: &str = "the worker is shutting down; the task resumes on a worker that is up";
 
 impl Context {
     /// Awaits `entry` (a wait, a child), or the task's cancellation, or its eviction time.
@@ -36,18 +38,20 @@ impl Context {
                 None => std::future::pending().await,
             }
         };
+        let draining = self.inner.core.draining.clone();
         tokio::pin!(entry);
         // Biased: an answer the engine already gave (an eviction, say) wins over the
         // cancellation it caused, so the task sees why it stops.
-        tokio::select! {
+        let reason = tokio::select! {
             biased;
             r = &mut entry => return r,
             _ = self.inner.cancel.cancelled() => return Err(Error::new(Outcome::Cancelled, op)),
-            _ = timer => {}
-        }
+            _ = draining.cancelled() => DRAINING,
+            _ = timer => REASON,
+        };
         let task = self.task_run_id().to_string();
         // Invariant 1: refused, the wait goes on.
-        if let Err(e) = d.evict(&task, inv, REASON).await {
+        if let Err(e) = d.evict(&task, inv, reason).await {
             tracing::debug!(task = %task, error = %e, "eviction refused; the task keeps waiting");
             return entry.await;
         }
@@ -63,7 +67,7 @@ impl Context {
             Error::new(Outcome::Cancelled, op).with_cause(Cause::Durable(DurableError::Evicted {
                 task,
                 invocation: inv,
-                reason: REASON.to_string(),
+                reason: reason.to_string(),
             })),
         )
     }

@@ -505,13 +505,16 @@ impl Context {
         if self.inner.core.legacy_durable.load(Ordering::Relaxed) {
             return self.wait_legacy(cond).await;
         }
+        // Registered first: an eviction (its time, a drain) only ever evicts a task whose wait
+        // the engine holds, so the wait's end is what brings the task back.
+        let key = tokio::select! {
+            r = d.register_wait(self.task_run_id(), inv, cond) => r?,
+            _ = self.inner.cancel.cancelled() => {
+                return Err(Error::new(Outcome::Cancelled, "durable wait"));
+            }
+        };
         let done = self
-            .await_entry(
-                d,
-                inv,
-                "durable wait",
-                d.wait_for(self.task_run_id(), inv, cond),
-            )
+            .await_entry(d, inv, "durable wait", d.completion(key))
             .await?;
         if done.is_failure {
             return Err(Error::new(Outcome::Rejected, "durable wait")

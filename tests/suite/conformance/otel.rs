@@ -93,6 +93,18 @@ async fn conf_a_trace_spans_the_client_the_trigger_and_the_task_and_reaches_the_
     let root = find("client-operation");
     let trigger = find("hatchet.run_workflow");
     let task = find("hatchet.start_step_run");
+    // The engine names the tenant in the assignment (issue 45: ours left it empty), and the task's
+    // span carries it as the official SDKs' do.
+    let tenant = task
+        .attributes
+        .iter()
+        .find(|a| a.key.as_str() == "hatchet.tenant_id")
+        .map(|a| a.value.as_str().to_string());
+    assert_eq!(
+        tenant.as_deref(),
+        Some(t.config().tenant_id.as_str()),
+        "the task's span names the tenant the engine sent"
+    );
     let trace = root.span_context.trace_id();
     assert_eq!(
         trigger.span_context.trace_id(),
