@@ -215,12 +215,7 @@ impl Connection {
         let size = req.encoded_len();
         if size > max {
             // The engine would refuse it unread (RESOURCE_EXHAUSTED): nothing would run.
-            return Err(Error::invalid(
-                path,
-                format!(
-                    "the request is {size} bytes, over the {max} byte message limit (HATCHET_CLIENT_GRPC_MAX_SEND_MESSAGE_LENGTH, which the engine's own limit bounds); nothing was sent: send less (keep large data in storage and pass a reference)"
-                ),
-            ));
+            return Err(Error::over_message_limit(path, "the request", size, max));
         }
         let deadline = opts.deadline();
         let result = call_unary(self.grpc_core(), path, &opts, &self.inner.lifecycle, |t| {

@@ -432,6 +432,22 @@ impl Error {
     pub fn invalid(operation: impl Into<Cow<'static, str>>, detail: impl Into<String>) -> Self {
         Error::new(Outcome::Invalid, operation).with_detail(detail)
     }
+
+    /// `what` (a request, an item) is `size` bytes, over the `max` byte message limit, and was
+    /// not sent: the engine would refuse it unread, so nothing of it ran.
+    pub(crate) fn over_message_limit(
+        operation: impl Into<Cow<'static, str>>,
+        what: &str,
+        size: usize,
+        max: usize,
+    ) -> Self {
+        Error::invalid(
+            operation,
+            format!(
+                "{what} is {size} bytes, over the {max} byte message limit (HATCHET_CLIENT_GRPC_MAX_SEND_MESSAGE_LENGTH, which the engine's own limit bounds); nothing was sent: send less (keep large data in storage and pass a reference)"
+            ),
+        )
+    }
 }
 
 impl fmt::Display for Error {

@@ -1114,7 +1114,7 @@ impl Engine {
 
     fn pass(&self, st: &mut State) {
         let now = st.clock.now();
-        // Timers are read at `now`, or at the last poll under the polled-timers switch.
+        // Timers are read at the last poll (the real engine's), or at `now` with polling off.
         let timers_at = st
             .switches
             .poll_timers
@@ -1125,7 +1125,8 @@ impl Engine {
         st.expire_paused(now);
         st.durable_tick(timers_at);
         st.conditions_tick(timers_at);
-        let wall = st.clock.system_now() - now.saturating_duration_since(timers_at);
+        // Crons and schedules fire when due (the real engine's scheduler runs them on time).
+        let wall = st.clock.system_now();
         st.fire_calendar(wall);
         // A worker silent long enough to lose its tasks is never live (matters when tests make
         // the reassignment window shorter than the liveness window).

@@ -25,9 +25,9 @@ impl std::fmt::Debug for ActionMutator {
 }
 
 /// The engine-state fault switches (the rules above act at the network boundary; these act
-/// inside the engine's rules). All off by default: the engine then does what the real one
-/// does. `DevEngine`'s fault methods turn them on.
-#[derive(Debug, Default)]
+/// inside the engine's rules). As they start, the engine does what the real one does: the
+/// polled timers on, every other switch off. `DevEngine`'s fault methods turn them.
+#[derive(Debug)]
 pub struct Switches {
     /// Rewrite the next assignments (bad payloads, unknown enums).
     pub mutate_actions: Option<ActionMutator>,
@@ -87,47 +87,85 @@ pub struct Switches {
     pub defer_trigger_writes: Option<std::time::Duration>,
 }
 
-/// Timers read on a poll instead of when they are due: the real engine's task controller looks
-/// for due timeouts, sleeps and retries every second, doubling after three empty polls up to
-/// 30 s on an idle tenant, so a timer may land up to 30 s late there. Under this switch every
-/// timer (execution timeouts, durable and condition sleeps, retry backoffs, schedules and
-/// crons) is read at most once per `every`, and one that falls due between two reads waits for
-/// the next.
+impl Default for Switches {
+    fn default() -> Self {
+        Switches {
+            mutate_actions: None,
+            over_assign: false,
+            release_slot_frees: false,
+            stamp_queued_late: false,
+            poll_timers: Some(TimerPoll::every(TimerPoll::REAL)),
+            reoffer_unanswered: false,
+            duplicate_assignments: 0,
+            late_duplicates: 0,
+            lose_answered_completions: Default::default(),
+            lose_completion_followups: Default::default(),
+            lose_durable_completions: Default::default(),
+            lose_durable_acks: Default::default(),
+            collect_durable_requests_ms: Default::default(),
+            complete_waits_on_evict: 0,
+            defer_trigger_writes: None,
+        }
+    }
+}
+
+/// Timers read on a poll, as the real engine reads them: its task controller looks for due
+/// timeouts, sleeps, retries and reassignments once a second (v0.104.9: a tenant operation pool
+/// per kind, `internal/operation/interval.go`, 1 s with no jitter by default; its back-off to
+/// 30 s needs a tenant whose queues saw no activity in the whole retention period). A timer due
+/// between two polls waits for the next, so a durable sleep ends up to a second late, and a
+/// sleep registered just after the poll that ended the one before ends a whole second late:
+/// three chained 2 s sleeps take about 8 s there, not 6. Polls fall at fixed instants, every
+/// `every` from the first pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimerPoll {
-    /// The time between two reads.
+    /// The time between two polls.
     pub every: std::time::Duration,
-    /// When they were last read.
-    pub read_at: Option<tokio::time::Instant>,
+    /// The first poll (the phase of every later one).
+    origin: Option<tokio::time::Instant>,
 }
 
 impl TimerPoll {
-    /// Polls every `every`, the first read at the next pass.
+    /// The real engine's period.
+    pub const REAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+    /// Polls every `every`, the first at the next pass.
     pub fn every(every: std::time::Duration) -> Self {
         TimerPoll {
-            every,
-            read_at: None,
+            every: every.max(std::time::Duration::from_millis(1)),
+            origin: None,
         }
     }
 
-    /// The instant timers are read at by a pass at `now`: `now` when a poll is due (and it is
-    /// recorded), else the last poll's.
+    /// The instant timers are read at by a pass at `now`: the last poll at or before it (the
+    /// first pass sets the phase).
     pub fn read(&mut self, now: tokio::time::Instant) -> tokio::time::Instant {
-        match self.read_at {
-            Some(at) if now < at + self.every => at,
-            _ => *self.read_at.insert(now),
+        let origin = *self.origin.get_or_insert(now);
+        self.last(now).unwrap_or(origin)
+    }
+
+    /// The last poll at or before `now`, if any.
+    pub fn last(&self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        let origin = self.origin?;
+        let since = now.checked_duration_since(origin)?;
+        Some(origin + self.polls(since, false))
+    }
+
+    /// When a timer due `at` is read: at the first poll at or after it (when due, before the
+    /// first poll).
+    pub fn reads(&self, at: tokio::time::Instant) -> tokio::time::Instant {
+        match self.origin {
+            Some(origin) if at > origin => origin + self.polls(at - origin, true),
+            Some(origin) => origin,
+            None => at,
         }
     }
 
-    /// When a timer due `at` is read: at the first poll at or after it.
-    pub fn reads(&self, at: tokio::time::Instant) -> tokio::time::Instant {
-        match self.read_at {
-            Some(last) if at > last => {
-                let next = last + self.every;
-                if at <= next { next } else { at }
-            }
-            _ => at,
-        }
+    /// Whole periods in `d`, rounded down or up, as a duration.
+    fn polls(&self, d: std::time::Duration, up: bool) -> std::time::Duration {
+        let (d, every) = (d.as_nanos(), self.every.as_nanos());
+        let n = if up { d.div_ceil(every) } else { d / every };
+        std::time::Duration::from_nanos(u64::try_from(n * every).unwrap_or(u64::MAX))
     }
 }
 
@@ -362,20 +400,49 @@ mod tests {
     use tokio::time::Instant;
 
     #[test]
-    fn a_timer_poll_reads_once_per_interval_and_says_when_a_due_timer_is_read() {
+    fn a_timer_poll_reads_at_fixed_instants_and_says_when_a_due_timer_is_read() {
         let t0 = Instant::now();
         let s = Duration::from_secs(1);
         let mut p = TimerPoll::every(10 * s);
         assert_eq!(p.reads(t0 + 3 * s), t0 + 3 * s, "never read: read when due");
         assert_eq!(p.read(t0), t0, "the first pass reads");
-        assert_eq!(p.read(t0 + 9 * s), t0, "within the interval: the last read");
+        assert_eq!(p.read(t0 + 9 * s), t0, "within the period: the last poll");
         assert_eq!(
             p.reads(t0 + 3 * s),
             t0 + 10 * s,
-            "due between reads: the next read"
+            "due between polls: the next poll"
         );
-        assert_eq!(p.reads(t0 + 14 * s), t0 + 14 * s, "due after the next read");
+        assert_eq!(
+            p.reads(t0 + 14 * s),
+            t0 + 20 * s,
+            "polls keep their phase: due after one, read at the one after"
+        );
+        assert_eq!(
+            p.reads(t0 + 20 * s),
+            t0 + 20 * s,
+            "due at a poll: read then"
+        );
         assert_eq!(p.reads(t0), t0, "already read");
-        assert_eq!(p.read(t0 + 10 * s), t0 + 10 * s, "a read is due");
+        assert_eq!(
+            p.read(t0 + 13 * s),
+            t0 + 10 * s,
+            "a pass between polls reads at the last one, however late it runs"
+        );
+        assert_eq!(p.last(t0 + 25 * s), Some(t0 + 20 * s));
+    }
+
+    #[test]
+    fn a_sleep_registered_just_after_the_poll_that_ended_the_last_one_ends_a_period_late() {
+        // The real engine's chained durable sleeps: each is registered a few milliseconds after
+        // the poll that ended the one before, so each waits its length and one more period.
+        let t0 = Instant::now();
+        let mut p = TimerPoll::every(TimerPoll::REAL);
+        p.read(t0);
+        let mut ended = t0;
+        for _ in 0..3 {
+            let registered = ended + Duration::from_millis(20);
+            ended = p.reads(registered + Duration::from_secs(2));
+        }
+        assert_eq!(ended - t0, Duration::from_secs(9), "three 2 s sleeps");
     }
 }

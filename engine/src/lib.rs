@@ -640,11 +640,11 @@ impl DevEngine {
         self.engine.state.lock().switches.stamp_queued_late = on;
     }
 
-    /// Fault injection, the real engine's polled timers: with `Some(every)`, timers are read at
-    /// most once per `every` (execution timeouts, durable and condition sleeps, retry backoffs,
-    /// schedules and crons), so one falls up to `every` late, as on the real engine, whose
-    /// controller polls them every second and backs off to 30 s on an idle tenant. `None` (the
-    /// default) reads each when it is due.
+    /// The real engine's polled timers (on by default, every second): with `Some(every)`,
+    /// execution timeouts, durable and condition sleeps and retry backoffs are read at polls
+    /// `every` apart, so one falls due at a poll and waits for it, as on the real engine (see
+    /// `TimerPoll` in `faults.rs`). `None` is a kindness for tests: each is read when it is due.
+    /// Crons and schedules fire when due either way.
     pub fn poll_timers(&self, every: Option<Duration>) {
         self.engine.state.lock().switches.poll_timers = every.map(crate::faults::TimerPoll::every);
         self.engine.wake.notify_one();

@@ -222,8 +222,7 @@ fn chunk_plan(sizes: &[usize], limits: ChunkLimits) -> (Vec<Vec<usize>>, Vec<usi
     let mut oversized = Vec::new();
     let (mut current, mut bytes) = (Vec::new(), 0usize);
     for (i, &size) in sizes.iter().enumerate() {
-        // An item's bytes, its field tag and its length prefix.
-        let size = size + 1 + prost::length_delimiter_len(size);
+        let size = crate::proto::framed_len(size);
         if size > limits.bytes {
             oversized.push(i);
             continue;
@@ -269,13 +268,11 @@ where
     let (plan, oversized) = chunk_plan(&sizes, limits);
     for at in oversized {
         let (i, _) = &ready[at];
-        answers[*i] = Some(Err(Error::invalid(
+        answers[*i] = Some(Err(Error::over_message_limit(
             op,
-            format!(
-                "this item is {} bytes, over the {} byte message limit (HATCHET_CLIENT_GRPC_MAX_SEND_MESSAGE_LENGTH, which the engine's own limit bounds); nothing was sent for it: send less (keep large data in storage and pass a reference)",
-                sizes[at],
-                limits.bytes + CHUNK_HEADROOM
-            ),
+            "this item",
+            sizes[at],
+            limits.bytes + CHUNK_HEADROOM,
         )));
     }
     let mut items: Vec<Option<(usize, R)>> = ready.into_iter().map(Some).collect();

@@ -100,6 +100,12 @@ pub fn idempotency_collision(status: &tonic::Status) -> Option<v1::IdempotencyCo
         .and_then(|a| v1::IdempotencyCollisionError::decode(a.value.as_slice()).ok())
 }
 
+/// The bytes a repeated message field of `encoded` bytes takes in its parent: its tag (one
+/// byte, for field numbers under 16), its length prefix and itself.
+pub fn framed_len(encoded: usize) -> usize {
+    encoded + 1 + prost::length_delimiter_len(encoded)
+}
+
 /// A protobuf timestamp of `t`.
 pub fn timestamp(t: std::time::SystemTime) -> prost_types::Timestamp {
     let d = t

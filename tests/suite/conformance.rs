@@ -1631,6 +1631,53 @@ async fn conf_durable_sleep_event_or_wait_and_memo() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Durable sleeps end at the engine's timer poll (issue 45): the real engine looks for due
+/// sleeps once a second, so a sleep ends up to a second late, and one registered just after the
+/// poll that ended the one before ends a whole second late. Three chained 2 s sleeps take about
+/// 8 to 9 s there; ours took exactly 6, so a test with a 7 s budget passed on ours and failed on
+/// the real engine. Measured in the handler, from before the first sleep to after the last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_chained_durable_sleeps_each_end_at_the_engine_s_next_timer_poll() {
+    let t = Target::new("sleeps").await;
+    let took: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let k = took.clone();
+    let wf = Workflow::new("three-naps").durable_task(
+        "d",
+        TaskOptions::default(),
+        move |_: Value, c: Context| {
+            let k = k.clone();
+            async move {
+                let started = std::time::Instant::now();
+                for _ in 0..3 {
+                    c.sleep_for(Duration::from_secs(2)).await?;
+                }
+                k.lock().push(started.elapsed());
+                Ok::<_, TaskError>(json!({}))
+            }
+        },
+    );
+    let rt = t.worker(4, vec![wf]).await;
+    rt.run_no_wait("three-naps", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within::<Value>(RESULT)
+        .await
+        .expect("result");
+    let took = took.lock().clone();
+    assert_eq!(took.len(), 1, "one invocation: {took:?}");
+    // 2 s and up to one period, then 3 s and 3 s (each registered just after a poll).
+    assert!(
+        (Duration::from_millis(7_900)..Duration::from_millis(10_500)).contains(&took[0]),
+        "three 2 s sleeps took {:?}",
+        took[0]
+    );
+    eprintln!(
+        "conformance: three chained 2 s durable sleeps took {:?}",
+        took[0]
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 /// Durable time: `now()` is recorded in the durable log, so the retry of a failed attempt (a
 /// replay of its invocation's log) reads the same instant; `sleep_until()` sleeps until an
 /// instant by that clock.

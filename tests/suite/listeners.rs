@@ -350,13 +350,9 @@ async fn shutdown_while_a_durable_task_waits_on_a_backing_off_stream_leaves_no_t
     );
 }
 
-#[tokio::test]
-async fn heartbeat_not_found_registers_the_worker_again() {
-    let (e, rt) = setup().await;
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
-    let _: Value = rt.run("echo", &json!({})).await.expect("works");
+/// Fails the worker's next heartbeat NOT_FOUND (its row is gone) and waits for the worker to
+/// register again; answers the new worker id.
+async fn re_registered_after_not_found(e: &DevEngine, rt: &RuntimeHandle) -> String {
     let first = rt.worker_id().expect("registered");
     e.faults().inject(
         "/Dispatcher/Heartbeat",
@@ -367,15 +363,23 @@ async fn heartbeat_not_found_registers_the_worker_again() {
             pushback_ms: None,
         },
     );
-    let mut new_id = None;
     for _ in 0..120 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         if let Some(id) = rt.worker_id().filter(|id| *id != first) {
-            new_id = Some(id);
-            break;
+            return id;
         }
     }
-    assert!(new_id.is_some(), "a new worker id after NOT_FOUND");
+    panic!("no new worker id 12 s after NOT_FOUND");
+}
+
+#[tokio::test]
+async fn heartbeat_not_found_registers_the_worker_again() {
+    let (e, rt) = setup().await;
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let _: Value = rt.run("echo", &json!({})).await.expect("works");
+    re_registered_after_not_found(&e, &rt).await;
     let out: Value = rt
         .run("echo", &json!({"after": 1}))
         .await
@@ -405,25 +409,7 @@ async fn a_re_registration_carries_the_upserted_labels_the_engine_took_only() {
     rt.upsert_labels([("gpu", "a100")])
         .await
         .expect_err("the engine refuses it");
-    let first = rt.worker_id().expect("registered");
-    e.faults().inject(
-        "/Dispatcher/Heartbeat",
-        1,
-        Fault::Fail {
-            code: Code::NotFound as i32,
-            message: "worker gone".into(),
-            pushback_ms: None,
-        },
-    );
-    let mut again = None;
-    for _ in 0..120 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if let Some(id) = rt.worker_id().filter(|id| *id != first) {
-            again = Some(id);
-            break;
-        }
-    }
-    let again = again.expect("a new worker id after NOT_FOUND");
+    let again = re_registered_after_not_found(&e, &rt).await;
     let keys = e.worker(&again).expect("registered").label_keys;
     assert_eq!(keys, ["region"], "the refused upsert is not carried");
     rt.shutdown(Duration::from_secs(1)).await;

@@ -479,7 +479,9 @@ async fn refresh_timeout_keeps_a_slow_attempt_alive() {
                     "deadline moved"
                 );
             }
-            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            // Past the 1 s timeout by more than the engine's timer poll (1 s, as the real
+            // engine's), within the refreshed 5 s.
+            tokio::time::sleep(Duration::from_millis(3_000)).await;
             Ok::<_, TaskError>(json!({}))
         },
     );

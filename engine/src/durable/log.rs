@@ -80,11 +80,19 @@ impl State {
     /// Sends the held completions, lowest satisfied order first, while the lowest one has been
     /// asked for by the current invocation.
     fn release_held(&mut self, task: &str) {
+        // Releasing sends completions and changes no entry's order: read the orders once.
+        let Some(orders) = self.durable.logs.get(task).map(|log| {
+            log.nodes
+                .orders()
+                .into_iter()
+                .collect::<HashMap<i64, u64>>()
+        }) else {
+            return;
+        };
         loop {
             let Some(log) = self.durable.logs.get_mut(task) else {
                 return;
             };
-            let orders: HashMap<i64, u64> = log.nodes.orders().into_iter().collect();
             let Some(next) = log
                 .held
                 .iter()

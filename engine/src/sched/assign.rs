@@ -115,8 +115,8 @@ impl State {
         let timers_at = self
             .switches
             .poll_timers
-            .and_then(|p| p.read_at)
-            .map_or(now, |at| at.min(now));
+            .map_or(Some(now), |p| p.last(now))
+            .unwrap_or(now);
         if task.not_before.is_some_and(|t| t > timers_at) {
             return Offer::Wait;
         }

@@ -50,9 +50,15 @@ impl State {
             .filter_map(|t| t.not_before);
         let conditions = self.condition_sleeps.next_due();
         let calendar = self.next_calendar_fire(system).map(from_system);
+        // Polled timers are read at the poll at or after they fall due.
+        let read = |at: Instant| match self.switches.poll_timers {
+            Some(p) => p.reads(at),
+            None => at,
+        };
         retries
             .chain(conditions)
             .chain(self.durable_next_sleep())
+            .map(read)
             .chain(self.batches.next_due())
             .chain(calendar)
             .filter(|at| *at > now)
@@ -68,11 +74,7 @@ impl State {
         if !self.may_skip(now) {
             return None;
         }
-        let mut to = self.next_timer(now)?;
-        // Under the polled-timers switch a timer is read at the next poll, not when it is due.
-        if let Some(p) = self.switches.poll_timers {
-            to = p.reads(to);
-        }
+        let to = self.next_timer(now)?;
         let by = to.saturating_duration_since(now);
         self.advance_clock(by);
         Some(by)

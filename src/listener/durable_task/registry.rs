@@ -420,11 +420,11 @@ impl DurableRegistry {
         if size > max {
             // On the stream every durable task shares, an oversized message would end it (the
             // encoder refuses it) and fail every other task's operation in flight.
-            return Err(Error::invalid(
+            return Err(Error::over_message_limit(
                 OPERATION,
-                format!(
-                    "this durable operation is {size} bytes, over the {max} byte message limit (HATCHET_CLIENT_GRPC_MAX_SEND_MESSAGE_LENGTH, which the engine's own limit bounds); nothing was sent: send less (keep large inputs in storage and pass a reference)"
-                ),
+                "this durable operation",
+                size,
+                max,
             ));
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
@@ -604,8 +604,7 @@ impl DurableRegistry {
                 node_id: *n,
                 invocation_count: *i,
             };
-            // The entry, its field tag and its length prefix.
-            let len = entry.encoded_len() + 1 + prost::length_delimiter_len(entry.encoded_len());
+            let len = crate::proto::framed_len(entry.encoded_len());
             if !batch.is_empty() && size + len > limit {
                 out.push(message(std::mem::take(&mut batch)));
                 size = 0;

@@ -507,7 +507,10 @@ impl Context {
         }
         // Registered first: an eviction (its time, a drain) only ever evicts a task whose wait
         // the engine holds, so the wait's end is what brings the task back.
+        // Biased: an answer the engine already gave (a refusal of an evicted invocation) wins
+        // over the cancellation it caused, so the task sees why it stops.
         let key = tokio::select! {
+            biased;
             r = d.register_wait(self.task_run_id(), inv, cond) => r?,
             _ = self.inner.cancel.cancelled() => {
                 return Err(Error::new(Outcome::Cancelled, "durable wait"));

@@ -1010,14 +1010,20 @@ async fn conf_a_durable_task_evicted_while_waiting_frees_its_slot_and_resumes() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_parent_evicted_while_its_child_runs_is_restored_by_hand_and_finds_its_child() {
     let t = Target::new("restore").await;
-    let (invocations, child_runs) = (counter(), counter());
+    let (invocations, child_runs, child_cancels) = (counter(), counter(), counter());
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let (g, c) = (gate.clone(), child_runs.clone());
-    let child = Workflow::new("held-child").task("c", move |_: Value, _c: Context| {
-        let g = g.clone();
+    let (g, c, x) = (gate.clone(), child_runs.clone(), child_cancels.clone());
+    let child = Workflow::new("held-child").task("c", move |_: Value, ctx: Context| {
+        let (g, x) = (g.clone(), x.clone());
         c.fetch_add(1, Ordering::SeqCst);
         async move {
-            let _ = g.acquire().await.map(|p| p.forget());
+            tokio::select! {
+                p = g.acquire() => { let _ = p.map(|p| p.forget()); }
+                _ = ctx.cancellation().cancelled() => {
+                    x.fetch_add(1, Ordering::SeqCst);
+                    return Err(TaskError::from("cancelled"));
+                }
+            }
             Ok::<_, TaskError>(json!({"child": true}))
         }
     });
@@ -1064,7 +1070,14 @@ async fn conf_a_parent_evicted_while_its_child_runs_is_restored_by_hand_and_find
         invocations.load(Ordering::SeqCst) == 2
     })
     .await;
-    assert_eq!(gate.available_permits(), 0, "the child still runs");
+    assert_eq!(
+        (
+            child_runs.load(Ordering::SeqCst),
+            child_cancels.load(Ordering::SeqCst)
+        ),
+        (1, 0),
+        "the eviction and the restore left the child running, once"
+    );
     gate.add_permits(1);
     let out: Value = h.result_within(RESULT).await.expect("the parent finishes");
     assert_eq!(out, json!({"got": {"child": true}}));
