@@ -594,10 +594,10 @@ async fn reconnect(r: &mut Report, smoke: bool) {
     }
     engine.shutdown().await;
     // Wait until the listener has noticed the outage, then bring the engine back.
-    let mut health = rt.health()[&hatchet_runtime::ListenerKind::WorkflowRuns].clone();
+    let mut health = rt.health()[&hatchet_runtime::health::ListenerKind::WorkflowRuns].clone();
     while matches!(
         *health.borrow_and_update(),
-        hatchet_runtime::ListenerState::Connected { .. }
+        hatchet_runtime::health::ListenerState::Connected { .. }
     ) {
         let _ = health.changed().await;
     }
@@ -606,7 +606,7 @@ async fn reconnect(r: &mut Report, smoke: bool) {
         loop {
             if matches!(
                 *health.borrow_and_update(),
-                hatchet_runtime::ListenerState::Connected { .. }
+                hatchet_runtime::health::ListenerState::Connected { .. }
             ) {
                 return Instant::now();
             }

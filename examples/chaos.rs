@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
-use hatchet_runtime::ListenerState;
+use hatchet_runtime::health::ListenerState;
 use hatchet_runtime::{Context, Runtime, TaskError, TriggerOptions, WorkerOptions, Workflow};
 use serde_json::{Value, json};
 

@@ -25,9 +25,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use hatchet_runtime::api::RunQuery;
+use hatchet_runtime::run::{BulkRun, RunFilter};
 use hatchet_runtime::{
-    BulkRun, Context, Error, Outcome, RunFilter, RunQuery, Runtime, RuntimeHandle, TaskError,
-    TaskOptions, TriggerOptions, WorkerOptions, Workflow,
+    Context, Error, Outcome, Runtime, RuntimeHandle, TaskError, TaskOptions, TriggerOptions,
+    WorkerOptions, Workflow,
 };
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -209,7 +211,7 @@ fn workflows(log: &Path) -> Vec<Workflow> {
 }
 
 async fn worker(dir: &Path, slots: usize) -> Result<(), AnyError> {
-    let rt = Runtime::spawn(hatchet_runtime::ClientConfig::from_env()?).await?;
+    let rt = Runtime::spawn(hatchet_runtime::config::ClientConfig::from_env()?).await?;
     for w in workflows(&dir.join("exec.log")) {
         rt.register(w).await?;
     }
@@ -288,7 +290,7 @@ async fn trigger_again(
 async fn client(o: ClientRun) -> Result<(), AnyError> {
     let started = Instant::now();
     let since = SystemTime::now() - Duration::from_secs(5);
-    let rt = Runtime::spawn(hatchet_runtime::ClientConfig::from_env()?).await?;
+    let rt = Runtime::spawn(hatchet_runtime::config::ClientConfig::from_env()?).await?;
     let sends = Arc::new(Mutex::new(0u64));
     let retriggers = Arc::new(Mutex::new(0u64));
     let ends: Arc<Mutex<BTreeMap<usize, Ended>>> = Arc::default();

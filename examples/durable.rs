@@ -9,9 +9,9 @@
 use std::time::Duration;
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
-use hatchet_runtime::{
-    Condition, Context, PushOptions, Runtime, TaskError, TaskOptions, WorkerOptions, Workflow,
-};
+use hatchet_runtime::durable::Condition;
+use hatchet_runtime::run::PushOptions;
+use hatchet_runtime::{Context, Runtime, TaskError, TaskOptions, WorkerOptions, Workflow};
 use serde_json::{Value, json};
 
 #[tokio::main]

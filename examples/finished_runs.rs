@@ -14,7 +14,8 @@
 use std::time::{Duration, Instant};
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
-use hatchet_runtime::{ClientConfig, Context, Runtime, TaskError, WorkerOptions, Workflow};
+use hatchet_runtime::config::ClientConfig;
+use hatchet_runtime::{Context, Runtime, TaskError, WorkerOptions, Workflow};
 use serde_json::{Value, json};
 
 const RUNS: usize = 100;

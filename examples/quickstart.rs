@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
-use hatchet_runtime::{
-    Condition, Context, PushOptions, Runtime, TaskError, TaskOptions, WorkerOptions, Workflow,
-};
+use hatchet_runtime::durable::Condition;
+use hatchet_runtime::run::PushOptions;
+use hatchet_runtime::{Context, Runtime, TaskError, TaskOptions, WorkerOptions, Workflow};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

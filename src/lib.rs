@@ -49,39 +49,76 @@ pub mod test_hooks;
 mod transport;
 mod worker;
 
-pub use client::api::filters::{Filter, FilterUpdate};
-pub use client::api::{
-    Api, AttemptEvent, Cron, EventInfo, EventQuery, HmacAlgorithm, LogLine, LogQuery, Meta,
-    NewWebhook, Page, Pagination, RateLimitInfo, RunQuery, RunStatus, Schedule, SignatureEncoding,
-    SlotCapacity, TaskMetrics, TaskSummary, TraceSpan, TriggeredRun, WebhookAuth, WebhookInfo,
-    WebhookSource, WebhookUpdate, WorkerInfo, WorkflowInfo, WorkflowPause,
-};
-pub use client::bulk::{BulkEvent, BulkRun};
-pub use client::control::RunFilter;
-pub use client::events::{FinalStatus, RunEvent, TaskEventKind};
-pub use client::typed::{Registered, RunView, TaskView, TypedRun, WorkflowRef};
-pub use client::{PushOptions, RunHandle, TriggerOptions};
-pub use config::{ClientConfig, ConfigError, TlsStrategy};
-pub use connection::StreamBackoff;
-pub use error::{Cause, DurableError};
-pub use error::{Error, Outcome, Result, TaskFailure};
-pub use listener::health::{ListenerKind, ListenerState};
-#[cfg(feature = "otel-export")]
-pub use otel_export::EngineSpanExporter;
-pub use retry::backoff::Backoff;
-pub use retry::budget::BudgetConfig;
-pub use retry::ledger::MethodCounters;
-pub use retry::report::{EndpointRetries, RetryReport};
-pub use runtime::StopSignal;
+// The root: what a first workflow needs (define it, run a worker, trigger a run and await it).
+pub use client::api::RunStatus;
+pub use client::typed::TypedRun;
+pub use client::{RunHandle, TriggerOptions};
+pub use error::{Cause, Error, Outcome, Result};
 pub use runtime::{Runtime, RuntimeHandle, RuntimeOptions};
-pub use worker::TaskCounts;
 pub use worker::WorkerOptions;
-pub use worker::conditions::{AnyOf, Condition, WaitResult, any_of};
-pub use worker::context::ChildOptions;
 pub use worker::context::Context;
-pub use worker::logs::TaskLogLayer;
-pub use worker::placement::{Comparator, DesiredLabel, LabelValue, StickyStrategy};
 pub use worker::standalone::Task;
-pub use worker::task::{Batch, BatchMember, Batching};
-pub use worker::task::{ConcurrencyStrategy, RateLimitWindow};
 pub use worker::task::{TaskError, TaskOptions, Workflow};
+
+/// The engine's REST API ([`RuntimeHandle::api`]): runs, events, workers, workflows, crons and
+/// schedules, filters, webhooks, logs, metrics, and what each read answers.
+pub mod api {
+    pub use crate::client::api::filters::{Filter, FilterUpdate};
+    pub use crate::client::api::{
+        Api, AttemptEvent, Cron, EventInfo, EventQuery, HmacAlgorithm, LogLine, LogQuery, Meta,
+        NewWebhook, Page, Pagination, RateLimitInfo, RunQuery, Schedule, SignatureEncoding,
+        SlotCapacity, TaskMetrics, TaskSummary, TraceSpan, TriggeredRun, WebhookAuth, WebhookInfo,
+        WebhookSource, WebhookUpdate, WorkerInfo, WorkflowInfo, WorkflowPause,
+    };
+}
+
+/// Runs from the caller's side: triggering many, pushing events, filtering runs to cancel or
+/// replay, following a run's events, and the typed views of a run and its tasks.
+pub mod run {
+    pub use crate::client::PushOptions;
+    pub use crate::client::bulk::{BulkEvent, BulkRun};
+    pub use crate::client::control::RunFilter;
+    pub use crate::client::events::{FinalStatus, RunEvent, TaskEventKind};
+    pub use crate::client::typed::{Registered, RunView, TaskView, WorkflowRef};
+    pub use crate::error::TaskFailure;
+    pub use crate::worker::context::ChildOptions;
+}
+
+/// What a task declares beyond its handler: batching, concurrency, rate limits, placement by
+/// worker labels, and its log lines.
+pub mod task {
+    pub use crate::worker::logs::TaskLogLayer;
+    pub use crate::worker::placement::{Comparator, DesiredLabel, LabelValue, StickyStrategy};
+    pub use crate::worker::task::{Batch, BatchMember, Batching};
+    pub use crate::worker::task::{ConcurrencyStrategy, RateLimitWindow};
+}
+
+/// Durable tasks: what a durable task waits for ([`Context::wait_for`]) and how a durable
+/// operation fails.
+pub mod durable {
+    pub use crate::error::DurableError;
+    pub use crate::worker::conditions::{AnyOf, Condition, WaitResult, any_of};
+}
+
+/// How the runtime retries and reconnects, and what it counted doing so.
+pub mod retries {
+    pub use crate::connection::StreamBackoff;
+    pub use crate::retry::backoff::Backoff;
+    pub use crate::retry::budget::BudgetConfig;
+    pub use crate::retry::ledger::MethodCounters;
+    pub use crate::retry::report::{EndpointRetries, RetryReport};
+}
+
+/// The runtime's health and lifecycle: its listeners' states, its worker's counts and the
+/// signals it stops on.
+pub mod health {
+    pub use crate::listener::health::{ListenerKind, ListenerState};
+    pub use crate::runtime::StopSignal;
+    pub use crate::worker::TaskCounts;
+}
+
+/// OpenTelemetry: the exporter that sends spans to the engine (feature `otel-export`).
+#[cfg(feature = "otel-export")]
+pub mod telemetry {
+    pub use crate::otel_export::EngineSpanExporter;
+}

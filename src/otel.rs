@@ -19,7 +19,7 @@
 //!    under the run when they reach its collector (feature `otel-export`).
 //! 3. Only the OpenTelemetry API is used: the tracer provider and the propagator are the
 //!    application's (global). The runtime adds no SDK of its own unless feature `otel-export`
-//!    asks for its exporter to the engine's collector ([`crate::EngineSpanExporter`]).
+//!    asks for its exporter to the engine's collector ([`crate::telemetry::EngineSpanExporter`]).
 
 use opentelemetry::propagation::{Extractor, Injector};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _, Tracer as _};

@@ -35,7 +35,7 @@ const PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Exports the application's spans to the engine's collector, where they join each run's trace
-/// ([`crate::Api::run_trace`]). Made by [`crate::RuntimeHandle::span_exporter`]; give it to the
+/// ([`crate::api::Api::run_trace`]). Made by [`crate::RuntimeHandle::span_exporter`]; give it to the
 /// application's tracer provider:
 ///
 /// ```no_run

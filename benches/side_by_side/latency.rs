@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use hatchet_dev_engine::clients::RawClients;
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
+use hatchet_runtime::config::ClientConfig;
 use hatchet_runtime::protocol::{self as proto, v1};
-use hatchet_runtime::{ClientConfig, Context, Runtime, TaskError, WorkerOptions, Workflow};
+use hatchet_runtime::{Context, Runtime, TaskError, WorkerOptions, Workflow};
 use serde_json::Value;
 
 use super::{Report, env_num, pct, sdk_baselines};

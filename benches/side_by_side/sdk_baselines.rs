@@ -60,7 +60,7 @@ fn command(program: &PathBuf, engine: &DevEngine) -> Command {
 }
 
 /// A process of `program` pointed at the engine `config` names.
-fn command_for(program: &PathBuf, config: &hatchet_runtime::ClientConfig) -> Command {
+fn command_for(program: &PathBuf, config: &hatchet_runtime::config::ClientConfig) -> Command {
     let mut c = Command::new(program);
     for (k, v) in config.env_lines() {
         c.env(k, v);

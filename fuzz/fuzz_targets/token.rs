@@ -1,6 +1,6 @@
 #![no_main]
 //! Token parsing and configuration from a token-bearing environment never panic.
-use hatchet_runtime::ClientConfig;
+use hatchet_runtime::config::ClientConfig;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

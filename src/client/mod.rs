@@ -346,7 +346,7 @@ const LOOKUP_WITHIN: Duration = Duration::from_secs(3);
 /// engine may have lost the step that starts the next task. Seen on the real engine: a crash
 /// right after it recorded a task's completion leaves the next task's trigger unsatisfied
 /// (`v1_match`), the run RUNNING forever, and v0.104.9 discards a replay of it.
-pub(crate) fn stall_hint(view: &crate::RunView) -> String {
+pub(crate) fn stall_hint(view: &crate::run::RunView) -> String {
     use crate::RunStatus as S;
     if view.is_final() {
         return "; the engine reads it finished now: wait again to take its result".to_string();

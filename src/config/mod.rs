@@ -19,7 +19,8 @@ mod token;
 
 pub use error::ConfigError;
 pub use tls::{TlsSettings, TlsStrategy};
-pub use token::{SecretToken, TokenClaims, encode_dev_token, parse_claims};
+pub(crate) use token::parse_claims;
+pub use token::{SecretToken, encode_dev_token};
 
 use std::path::PathBuf;
 
@@ -415,7 +416,7 @@ fn parse_size(var: &'static str, v: &str) -> Result<usize, ConfigError> {
 }
 
 /// Lower-cases and appends `_` unless empty or already there (both SDKs do this).
-pub fn normalize_namespace(ns: &str) -> String {
+pub(crate) fn normalize_namespace(ns: &str) -> String {
     let ns = ns.trim().to_lowercase();
     if ns.is_empty() || ns.ends_with('_') {
         ns
@@ -425,7 +426,7 @@ pub fn normalize_namespace(ns: &str) -> String {
 }
 
 /// Parses a boolean variable the way Go's `strconv.ParseBool` does.
-pub fn parse_bool(var: &'static str, value: &str) -> Result<bool, ConfigError> {
+pub(crate) fn parse_bool(var: &'static str, value: &str) -> Result<bool, ConfigError> {
     match value.trim().to_ascii_lowercase().as_str() {
         "1" | "t" | "true" | "yes" | "on" => Ok(true),
         "0" | "f" | "false" | "no" | "off" => Ok(false),

@@ -45,7 +45,7 @@ impl std::fmt::Debug for SecretToken {
 
 /// The claims the runtime reads from a token.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct TokenClaims {
+pub(crate) struct TokenClaims {
     /// `sub`: the tenant id.
     pub tenant_id: Option<String>,
     /// `server_url`: the REST base URL.
@@ -81,7 +81,10 @@ fn string_claim(
 }
 
 /// Reads the claims of `token` without checking its signature. `var` names the source in errors.
-pub fn parse_claims(var: &'static str, token: &SecretToken) -> Result<TokenClaims, ConfigError> {
+pub(crate) fn parse_claims(
+    var: &'static str,
+    token: &SecretToken,
+) -> Result<TokenClaims, ConfigError> {
     let malformed = |reason: &str| ConfigError::MalformedToken {
         var,
         reason: reason.to_string(),

@@ -18,12 +18,12 @@ use crate::retry::{MethodCounters, RetryReport};
 impl RuntimeHandle {
     /// An exporter of the application's OpenTelemetry spans to the engine's collector (feature
     /// `otel-export`), over this runtime's connection and token: give it to the tracer provider
-    /// ([`crate::EngineSpanExporter`]), and the spans of triggers, tasks and the code they run
-    /// join each run's trace at the engine ([`crate::Api::run_trace`]), as the official SDKs'
+    /// ([`crate::telemetry::EngineSpanExporter`]), and the spans of triggers, tasks and the code they run
+    /// join each run's trace at the engine ([`crate::api::Api::run_trace`]), as the official SDKs'
     /// instrumentors send theirs.
     #[cfg(feature = "otel-export")]
-    pub fn span_exporter(&self) -> crate::EngineSpanExporter {
-        crate::EngineSpanExporter::new(self.inner.conn.clone(), self.inner.tokio.clone())
+    pub fn span_exporter(&self) -> crate::telemetry::EngineSpanExporter {
+        crate::telemetry::EngineSpanExporter::new(self.inner.conn.clone(), self.inner.tokio.clone())
     }
 
     /// The engine's version (GetVersion, a read).
@@ -187,7 +187,7 @@ impl RuntimeHandle {
     }
 
     /// Where `/health` and `/metrics` are served, once `start_worker` started them
-    /// ([`ClientConfig::healthcheck`](crate::ClientConfig::healthcheck)).
+    /// ([`ClientConfig::healthcheck`](crate::config::ClientConfig::healthcheck)).
     pub fn ops_addr(&self) -> Option<std::net::SocketAddr> {
         *self.inner.ops_addr.lock()
     }

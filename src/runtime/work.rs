@@ -30,7 +30,7 @@ impl RuntimeHandle {
     pub async fn register_task<I, O>(
         &self,
         task: crate::worker::standalone::Task<I, O>,
-    ) -> Result<crate::WorkflowRef<I, O>, Error>
+    ) -> Result<crate::run::WorkflowRef<I, O>, Error>
     where
         I: Serialize + serde::de::DeserializeOwned + Send + 'static,
         O: Serialize + DeserializeOwned + Send + 'static,

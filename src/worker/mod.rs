@@ -68,7 +68,7 @@ use crate::proto::{self, ActionType, StepActionEventType as E};
 pub(crate) const STALE_AFTER: Duration = Duration::from_secs(30);
 /// Largest output a task may return: a step event must fit in one message of the configured
 /// send limit (4 MiB by default), with room for its other fields.
-pub(crate) fn max_output_bytes(config: &crate::ClientConfig) -> usize {
+pub(crate) fn max_output_bytes(config: &crate::config::ClientConfig) -> usize {
     config.max_send_message_bytes.saturating_sub(64 * 1024)
 }
 /// Pause between delivery rounds of a final step event.
@@ -85,7 +85,7 @@ pub struct WorkerOptions {
     /// Concurrent durable tasks (durable slots; registered only when a task of the worker is
     /// durable, see [`WorkerOptions::durable_slots`]).
     pub durable_slots: usize,
-    /// Labels (tasks can want or require them; see [`DesiredLabel`](crate::DesiredLabel)).
+    /// Labels (tasks can want or require them; see [`DesiredLabel`](crate::task::DesiredLabel)).
     pub labels: HashMap<String, placement::LabelValue>,
 }
 

@@ -13,7 +13,7 @@ use super::task::{TaskError, TaskOptions, Workflow};
 
 /// A task named `name` that is the whole workflow `name`, taking `I` and returning `O`.
 /// Register it with [`RuntimeHandle::register_task`](crate::RuntimeHandle::register_task),
-/// which gives back a [`WorkflowRef<I, O>`](crate::WorkflowRef) to run it with.
+/// which gives back a [`WorkflowRef<I, O>`](crate::run::WorkflowRef) to run it with.
 pub struct Task<I, O> {
     workflow: Workflow,
     _types: PhantomData<fn(I) -> O>,

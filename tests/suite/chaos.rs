@@ -10,9 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
-use hatchet_runtime::{
-    ClientConfig, Context, Runtime, TaskError, TlsStrategy, TriggerOptions, WorkerOptions, Workflow,
-};
+use hatchet_runtime::config::{ClientConfig, TlsStrategy};
+use hatchet_runtime::{Context, Runtime, TaskError, TriggerOptions, WorkerOptions, Workflow};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hatchet_runtime::ConcurrencyStrategy as Strategy;
+use hatchet_runtime::task::ConcurrencyStrategy as Strategy;
 use hatchet_runtime::{Context, RuntimeHandle, TaskError, WorkerOptions, Workflow};
 use parking_lot::Mutex;
 use serde_json::{Value, json};

@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 
+use hatchet_runtime::config::{ClientConfig, TlsStrategy};
 use hatchet_runtime::config::{ConfigError, encode_dev_token, vars};
-use hatchet_runtime::{ClientConfig, TlsStrategy};
 
 const TENANT: &str = "707d0855-80ab-4e1f-a156-f1c4546cbf52";
 

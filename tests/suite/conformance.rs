@@ -20,11 +20,14 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
+use hatchet_runtime::api::RunQuery;
+use hatchet_runtime::config::ClientConfig;
+use hatchet_runtime::durable::{Condition, any_of};
+use hatchet_runtime::run::{BulkEvent, BulkRun, ChildOptions, PushOptions, RunFilter};
+use hatchet_runtime::task::{Batch, Batching, DesiredLabel, StickyStrategy};
 use hatchet_runtime::{
-    Batch, Batching, BulkEvent, BulkRun, ChildOptions, ClientConfig, Condition, Context,
-    DesiredLabel, Error, Outcome, PushOptions, RunFilter, RunQuery, RunStatus, Runtime,
-    RuntimeHandle, StickyStrategy, TaskError, TaskOptions, TriggerOptions, WorkerOptions, Workflow,
-    any_of,
+    Context, Error, Outcome, RunStatus, Runtime, RuntimeHandle, TaskError, TaskOptions,
+    TriggerOptions, WorkerOptions, Workflow,
 };
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -276,7 +279,7 @@ where
 
 /// A run's status once its readable row exists: the real engine writes that row after the
 /// trigger answers, so a first read may be a 404.
-async fn status_once_written(api: &hatchet_runtime::Api, run_id: &str) -> RunStatus {
+async fn status_once_written(api: &hatchet_runtime::api::Api, run_id: &str) -> RunStatus {
     until_read(
         "the run's readable row",
         || api.run_status(run_id),
@@ -307,7 +310,7 @@ async fn conf_a_task_reads_its_attempt_lineage_trigger_and_worker() {
             "parent": c.parent_task_run_id(), "index": c.child_index(), "key": c.child_key(),
             "event_key": c.triggering_event_key(), "event_id": c.triggering_event_id(),
             "workflow_id": c.workflow_id().is_some(), "version_id": c.workflow_version_id().is_some(),
-            "zone_a": c.worker_labels().get("zone") == Some(&hatchet_runtime::LabelValue::from("a")),
+            "zone_a": c.worker_labels().get("zone") == Some(&hatchet_runtime::task::LabelValue::from("a")),
             "team": c.metadata().get("team"),
         })
     }
@@ -1408,7 +1411,7 @@ async fn conf_a_concurrency_group_is_its_expression_s_string_and_a_failing_one_f
         .concurrency(
             "'user-' + input.user",
             1,
-            hatchet_runtime::ConcurrencyStrategy::GroupRoundRobin,
+            hatchet_runtime::task::ConcurrencyStrategy::GroupRoundRobin,
         );
     let rt = t.worker(8, vec![wf]).await;
     let mut runs = Vec::new();
@@ -2301,9 +2304,13 @@ async fn conf_rate_limits_and_concurrency_bound_running_tasks() {
     };
     let rt = t.runtime().await;
     // A static rate limit must exist before the workflow that names it is registered.
-    rt.put_rate_limit("conf-limit", 2, hatchet_runtime::RateLimitWindow::Minute)
-        .await
-        .expect("put rate limit");
+    rt.put_rate_limit(
+        "conf-limit",
+        2,
+        hatchet_runtime::task::RateLimitWindow::Minute,
+    )
+    .await
+    .expect("put rate limit");
     let limited = Workflow::new("limited").task_with(
         "t",
         TaskOptions::default().rate_limit("conf-limit", 1),
@@ -2313,7 +2320,7 @@ async fn conf_rate_limits_and_concurrency_bound_running_tasks() {
         .concurrency(
             "input.group",
             1,
-            hatchet_runtime::ConcurrencyStrategy::GroupRoundRobin,
+            hatchet_runtime::task::ConcurrencyStrategy::GroupRoundRobin,
         )
         .task("t", body(running.clone(), peak.clone()));
     // The same limit on the task alone.
@@ -2323,7 +2330,7 @@ async fn conf_rate_limits_and_concurrency_bound_running_tasks() {
         TaskOptions::default().concurrency(
             "input.group",
             1,
-            hatchet_runtime::ConcurrencyStrategy::GroupRoundRobin,
+            hatchet_runtime::task::ConcurrencyStrategy::GroupRoundRobin,
         ),
         body(task_running.clone(), task_peak.clone()),
     );
@@ -3278,7 +3285,7 @@ async fn conf_a_durable_event_wait_with_a_lookback_takes_an_event_pushed_before_
     rt.push_with(
         &key,
         &json!({"ok": true}),
-        hatchet_runtime::PushOptions::new().scope(scope.clone()),
+        hatchet_runtime::run::PushOptions::new().scope(scope.clone()),
     )
     .await
     .expect("push");
@@ -3332,7 +3339,7 @@ async fn conf_an_event_push_whose_run_collides_on_an_idempotency_key_is_accepted
     // Both events are stored; a run the collision had created would have executed by the time
     // they are read back (and, on the real engine, a scheduler period later).
     let api = rt.api();
-    let q = hatchet_runtime::EventQuery::new().key(key.clone());
+    let q = hatchet_runtime::api::EventQuery::new().key(key.clone());
     until_read(
         "both events listed",
         || api.list_events(&q),
@@ -3732,9 +3739,13 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
         .metadata
         .id;
     let limit_key = format!("diff-limit-{}", &one_id[..8]);
-    rt.put_rate_limit(&limit_key, 5, hatchet_runtime::RateLimitWindow::Minute)
-        .await
-        .expect("a rate limit");
+    rt.put_rate_limit(
+        &limit_key,
+        5,
+        hatchet_runtime::task::RateLimitWindow::Minute,
+    )
+    .await
+    .expect("a rate limit");
     for (name, path) in [
         (
             "cron",
@@ -3844,10 +3855,10 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
     }
     // A webhook as read, and a request to it as answered.
     let hook = format!("diff-hook-{}", &one_id[..8]);
-    api.create_webhook(&hatchet_runtime::NewWebhook::new(
+    api.create_webhook(&hatchet_runtime::api::NewWebhook::new(
         &hook,
         "'diff:' + input.kind",
-        hatchet_runtime::WebhookAuth::api_key("X-Key", "k"),
+        hatchet_runtime::api::WebhookAuth::api_key("X-Key", "k"),
     ))
     .await
     .expect("create webhook");

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
-use hatchet_runtime::DurableError;
-use hatchet_runtime::ListenerKind;
+use hatchet_runtime::durable::DurableError;
+use hatchet_runtime::health::ListenerKind;
 use hatchet_runtime::protocol::v1;
 use hatchet_runtime::test_hooks::DURABLE_MAX_SEND_ATTEMPTS as MAX_SEND_ATTEMPTS;
 use hatchet_runtime::{

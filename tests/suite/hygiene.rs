@@ -187,7 +187,7 @@ async fn every_unary_call_the_engine_sees_is_in_the_runtime_s_ledger() {
     let _: Value = h.result().await.expect("busy");
     let _: Value = rt.run("nap", &json!({})).await.expect("nap");
     rt.push("some:event", &json!({})).await.expect("push");
-    rt.put_rate_limit("k", 5, hatchet_runtime::RateLimitWindow::Second)
+    rt.put_rate_limit("k", 5, hatchet_runtime::task::RateLimitWindow::Second)
         .await
         .expect("rate limit");
     rt.run_details(h.run_id()).await.expect("details");

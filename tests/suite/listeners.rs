@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
-use hatchet_runtime::Backoff;
-use hatchet_runtime::StreamBackoff;
+use hatchet_runtime::health::{ListenerKind, ListenerState};
+use hatchet_runtime::retries::Backoff;
+use hatchet_runtime::retries::StreamBackoff;
 use hatchet_runtime::{
     Context, Outcome, Runtime, RuntimeHandle, RuntimeOptions, TaskError, WorkerOptions, Workflow,
 };
-use hatchet_runtime::{ListenerKind, ListenerState};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tonic::Code;

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
-use hatchet_runtime::ListenerKind;
 use hatchet_runtime::config::ClientConfig;
+use hatchet_runtime::health::ListenerKind;
 use hatchet_runtime::{Context, Runtime, RuntimeOptions, TaskError, WorkerOptions, Workflow};
 use serde_json::{Value, json};
 use tonic::Code;
@@ -50,7 +50,7 @@ async fn health_and_metrics_endpoints_report_the_worker() {
     let base = format!("http://{addr}");
     let client = http();
     until(&rt, ListenerKind::WorkerActions, |s| {
-        matches!(s, hatchet_runtime::ListenerState::Connected { .. })
+        matches!(s, hatchet_runtime::health::ListenerState::Connected { .. })
     })
     .await;
 
@@ -130,7 +130,10 @@ async fn health_and_metrics_endpoints_report_the_worker() {
     );
     e.faults().drop_connections();
     until(&rt, ListenerKind::WorkerActions, |s| {
-        matches!(s, hatchet_runtime::ListenerState::Reconnecting { .. })
+        matches!(
+            s,
+            hatchet_runtime::health::ListenerState::Reconnecting { .. }
+        )
     })
     .await;
     let (code, body) = status("/ready").await;
@@ -148,7 +151,7 @@ async fn health_and_metrics_endpoints_report_the_worker() {
     assert_eq!(status("/health").await.0, 503, "/health answers as /ready");
     e.faults().clear();
     until(&rt, ListenerKind::WorkerActions, |s| {
-        matches!(s, hatchet_runtime::ListenerState::Connected { .. })
+        matches!(s, hatchet_runtime::health::ListenerState::Connected { .. })
     })
     .await;
     assert_eq!(
@@ -244,7 +247,7 @@ fn the_healthcheck_is_switched_on_like_the_python_sdk_s() {
 #[tokio::test]
 async fn a_task_s_tracing_events_reach_the_engine_as_its_logs_with_the_layer() {
     use tracing_subscriber::layer::SubscriberExt as _;
-    let subscriber = tracing_subscriber::registry().with(hatchet_runtime::TaskLogLayer);
+    let subscriber = tracing_subscriber::registry().with(hatchet_runtime::task::TaskLogLayer);
     // The test runtime is current-thread: every task of this test sees this subscriber.
     let _guard = tracing::subscriber::set_default(subscriber);
     let e = DevEngine::start(DevEngineOptions::default())

@@ -6,10 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
+use hatchet_runtime::api::FilterUpdate;
+use hatchet_runtime::durable::{Condition, any_of};
+use hatchet_runtime::run::PushOptions;
+use hatchet_runtime::task::{Comparator, DesiredLabel, StickyStrategy};
 use hatchet_runtime::{
-    Comparator, Condition, Context, DesiredLabel, FilterUpdate, PushOptions, RunStatus, Runtime,
-    RuntimeHandle, StickyStrategy, TaskError, TaskOptions, TriggerOptions, WorkerOptions, Workflow,
-    any_of,
+    Context, RunStatus, Runtime, RuntimeHandle, TaskError, TaskOptions, TriggerOptions,
+    WorkerOptions, Workflow,
 };
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -45,7 +48,7 @@ async fn engine() -> DevEngine {
 async fn worker(
     e: &DevEngine,
     name: &str,
-    labels: &[(&str, hatchet_runtime::LabelValue)],
+    labels: &[(&str, hatchet_runtime::task::LabelValue)],
     workflows: Vec<Workflow>,
 ) -> (RuntimeHandle, String) {
     let rt = Runtime::spawn(e.client_config()).await.expect("runtime");

@@ -1,10 +1,12 @@
-//! The public API, listed in `docs/public-api.md`: every `pub` item of the runtime crate's source
-//! (outside test modules), one line each, by file; `pub` fields and methods only of `pub` types
-//! (inside a crate-private type they are not public). Item reachability is the compiler's:
-//! `#![warn(unreachable_pub)]`, denied in CI. The test fails when the list and the code
-//! differ, so a change to the API shows in review; `UPDATE_PUBLIC_API=1 cargo test --test suite
-//! public_api` writes the list again.
+//! The public API, listed in `docs/public-api.md` by public path: each module the crate
+//! exports (`src/lib.rs`), each item under the path a user names it by, with its `pub` fields,
+//! enum variants, trait items and `pub` methods, and the feature that gates it, if any.
+//! Item reachability is the compiler's (`#![warn(unreachable_pub)]`, denied in CI); this list
+//! reads the source with syn. The test fails when the list and the code differ, so a change to
+//! the API shows in review; `UPDATE_PUBLIC_API=1 cargo test --test suite public_api` writes the
+//! list again.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -35,104 +37,219 @@ fn is_test(attrs: &[syn::Attribute]) -> bool {
     })
 }
 
-/// The names of the crate's `pub` types (structs, enums, traits, aliases), every file.
-fn public_types(files: &[syn::File]) -> std::collections::BTreeSet<String> {
-    fn walk(items: &[syn::Item], out: &mut std::collections::BTreeSet<String>) {
-        for item in items {
-            match item {
-                syn::Item::Struct(s) if is_pub(&s.vis) => drop(out.insert(s.ident.to_string())),
-                syn::Item::Enum(e) if is_pub(&e.vis) => drop(out.insert(e.ident.to_string())),
-                syn::Item::Trait(t) if is_pub(&t.vis) => drop(out.insert(t.ident.to_string())),
-                syn::Item::Type(t) if is_pub(&t.vis) => drop(out.insert(t.ident.to_string())),
-                syn::Item::Mod(m) if !is_test(&m.attrs) => {
-                    if let Some((_, items)) = &m.content {
-                        walk(items, out);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    let mut out = std::collections::BTreeSet::new();
-    for f in files {
-        walk(&f.items, &mut out);
-    }
-    out
+/// Whether `attrs` hold `#[doc(hidden)]`.
+fn is_hidden(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("doc") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "hidden")
+    })
 }
 
-/// The public items of one file: each `pub` item, the `pub` fields of its `pub` structs, and
-/// the `pub` methods of inherent impls of `pub` types (what is `pub` inside a crate-private
-/// type is not public). Each as the first line of its declaration, trimmed, up to its opening
-/// brace or the end of its signature line.
-fn public_items(
-    text: &str,
-    file: &syn::File,
-    types: &std::collections::BTreeSet<String>,
-) -> Vec<String> {
-    let lines: Vec<&str> = text.lines().collect();
-    let line_of = |span: proc_macro2::Span| {
-        let l = lines
+/// The feature `attrs` gate on (`#[cfg(feature = "x")]`), as a suffix for the listing.
+fn gate(attrs: &[syn::Attribute]) -> String {
+    for a in attrs.iter().filter(|a| a.path().is_ident("cfg")) {
+        if let Ok(syn::Meta::NameValue(nv)) = a.parse_args::<syn::Meta>()
+            && nv.path.is_ident("feature")
+            && let syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(s),
+                ..
+            }) = &nv.value
+        {
+            return format!(" (feature `{}`)", s.value());
+        }
+    }
+    String::new()
+}
+
+/// One source file, read and parsed.
+struct Source {
+    rel: String,
+    lines: Vec<String>,
+    file: syn::File,
+}
+
+impl Source {
+    /// The declaration at `span`'s line, trimmed, up to its opening brace or the end of its
+    /// signature line.
+    fn line(&self, span: proc_macro2::Span) -> String {
+        let l = self
+            .lines
             .get(span.start().line.saturating_sub(1))
             .map_or("", |l| l.trim());
         let l = l.split(" {").next().unwrap_or(l);
         l.trim_end_matches([',', ';', '(']).to_string()
-    };
-    let mut found: Vec<(usize, String)> = Vec::new();
-    let mut add = |vis: &syn::Visibility| {
-        if let syn::Visibility::Public(p) = vis {
-            found.push((p.span.start().line, line_of(p.span)));
+    }
+}
+
+/// A public item's definition: its declaration and what it holds.
+#[derive(Default, Clone)]
+struct Def {
+    file: String,
+    head: String,
+    members: Vec<String>,
+}
+
+/// Every `pub` item of the crate by name (outside test modules and `src/protocol/`), with its
+/// fields, variants and trait items; then the `pub` methods of inherent impls, by type.
+fn definitions(sources: &[Source]) -> BTreeMap<String, Vec<Def>> {
+    fn walk(src: &Source, items: &[syn::Item], defs: &mut BTreeMap<String, Vec<Def>>) {
+        for item in items {
+            let (name, vis, attrs, members) = match item {
+                syn::Item::Struct(s) => {
+                    let fields = s
+                        .fields
+                        .iter()
+                        .filter(|f| is_pub(&f.vis))
+                        .map(|f| src.line(syn::spanned::Spanned::span(f)))
+                        .collect();
+                    (s.ident.to_string(), &s.vis, &s.attrs, fields)
+                }
+                syn::Item::Enum(e) => {
+                    let variants = e
+                        .variants
+                        .iter()
+                        .map(|v| src.line(v.ident.span()))
+                        .collect();
+                    (e.ident.to_string(), &e.vis, &e.attrs, variants)
+                }
+                syn::Item::Trait(t) => {
+                    let items = t
+                        .items
+                        .iter()
+                        .filter_map(|i| match i {
+                            syn::TraitItem::Fn(f) => Some(src.line(f.sig.fn_token.span)),
+                            syn::TraitItem::Type(t) => Some(src.line(t.type_token.span)),
+                            _ => None,
+                        })
+                        .collect();
+                    (t.ident.to_string(), &t.vis, &t.attrs, items)
+                }
+                syn::Item::Fn(f) => (f.sig.ident.to_string(), &f.vis, &f.attrs, Vec::new()),
+                syn::Item::Const(c) => (c.ident.to_string(), &c.vis, &c.attrs, Vec::new()),
+                syn::Item::Static(s) => (s.ident.to_string(), &s.vis, &s.attrs, Vec::new()),
+                syn::Item::Type(t) => (t.ident.to_string(), &t.vis, &t.attrs, Vec::new()),
+                syn::Item::Mod(m) if !is_test(&m.attrs) => {
+                    if let Some((_, items)) = &m.content {
+                        walk(src, items, defs);
+                    }
+                    continue;
+                }
+                _ => continue,
+            };
+            let syn::Visibility::Public(p) = vis else {
+                continue;
+            };
+            if is_test(attrs) {
+                continue;
+            }
+            defs.entry(name).or_default().push(Def {
+                file: src.rel.clone(),
+                head: format!("{}{}", src.line(p.span), gate(attrs)),
+                members,
+            });
         }
-    };
-    fn walk(
-        items: &[syn::Item],
-        types: &std::collections::BTreeSet<String>,
-        add: &mut dyn FnMut(&syn::Visibility),
-    ) {
+    }
+    fn methods(src: &Source, items: &[syn::Item], defs: &mut BTreeMap<String, Vec<Def>>) {
         for item in items {
             match item {
-                syn::Item::Fn(f) if !is_test(&f.attrs) => add(&f.vis),
-                syn::Item::Const(c) => add(&c.vis),
-                syn::Item::Static(s) => add(&s.vis),
-                syn::Item::Type(t) => add(&t.vis),
-                syn::Item::Trait(t) => add(&t.vis),
-                syn::Item::Enum(e) => add(&e.vis),
-                syn::Item::Struct(s) => {
-                    add(&s.vis);
-                    if is_pub(&s.vis) {
-                        for f in &s.fields {
-                            add(&f.vis);
-                        }
-                    }
-                }
                 syn::Item::Impl(i) if i.trait_.is_none() && !is_test(&i.attrs) => {
-                    let name = match &*i.self_ty {
-                        syn::Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
-                        _ => None,
+                    let syn::Type::Path(p) = &*i.self_ty else {
+                        continue;
                     };
-                    if name.is_some_and(|n| types.contains(&n)) {
-                        for it in &i.items {
-                            if let syn::ImplItem::Fn(f) = it
-                                && !is_test(&f.attrs)
-                            {
-                                add(&f.vis);
-                            }
+                    let Some(name) = p.path.segments.last().map(|s| s.ident.to_string()) else {
+                        continue;
+                    };
+                    let Some(def) = defs.get_mut(&name).and_then(|d| {
+                        d.iter_mut()
+                            .find(|d| d.head.contains("struct ") || d.head.contains("enum "))
+                    }) else {
+                        continue;
+                    };
+                    for it in &i.items {
+                        if let syn::ImplItem::Fn(f) = it
+                            && let syn::Visibility::Public(p) = &f.vis
+                            && !is_test(&f.attrs)
+                        {
+                            def.members
+                                .push(format!("{}{}", src.line(p.span), gate(&f.attrs)));
                         }
                     }
                 }
                 syn::Item::Mod(m) if !is_test(&m.attrs) => {
-                    add(&m.vis);
                     if let Some((_, items)) = &m.content {
-                        walk(items, types, add);
+                        methods(src, items, defs);
                     }
                 }
                 _ => {}
             }
         }
     }
-    walk(&file.items, types, &mut add);
-    found.sort();
-    found.dedup();
-    found.into_iter().map(|(_, l)| l).collect()
+    let mut defs = BTreeMap::new();
+    for src in sources {
+        walk(src, &src.file.items, &mut defs);
+    }
+    for src in sources {
+        methods(src, &src.file.items, &mut defs);
+    }
+    defs
+}
+
+/// The leaves of a `use` tree: (the path to the item, the name it is exported as).
+fn leaves(tree: &syn::UseTree, prefix: &mut Vec<String>, out: &mut Vec<(Vec<String>, String)>) {
+    match tree {
+        syn::UseTree::Path(p) => {
+            prefix.push(p.ident.to_string());
+            leaves(&p.tree, prefix, out);
+            prefix.pop();
+        }
+        syn::UseTree::Name(n) => out.push((prefix.clone(), n.ident.to_string())),
+        syn::UseTree::Rename(r) => out.push((prefix.clone(), r.rename.to_string())),
+        syn::UseTree::Group(g) => {
+            for t in &g.items {
+                leaves(t, prefix, out);
+            }
+        }
+        syn::UseTree::Glob(_) => out.push((prefix.clone(), "*".into())),
+    }
+}
+
+/// An exported item: the path it comes from, the name it is exported as, the feature gating it.
+type Export = (Vec<String>, String, String);
+
+/// The items a module exports: its `pub use`s (resolved to their definitions) and, for a
+/// module in its own file, its own `pub` items; each with the feature that gates it.
+fn exports(items: &[syn::Item], own_file: Option<&str>) -> Vec<Export> {
+    let mut out = Vec::new();
+    for item in items {
+        match item {
+            syn::Item::Use(u) if is_pub(&u.vis) => {
+                let mut found = Vec::new();
+                leaves(&u.tree, &mut Vec::new(), &mut found);
+                let g = gate(&u.attrs);
+                out.extend(found.into_iter().map(|(p, n)| (p, n, g.clone())));
+            }
+            syn::Item::Struct(syn::ItemStruct {
+                vis, ident, attrs, ..
+            })
+            | syn::Item::Enum(syn::ItemEnum {
+                vis, ident, attrs, ..
+            })
+            | syn::Item::Const(syn::ItemConst {
+                vis, ident, attrs, ..
+            })
+            | syn::Item::Trait(syn::ItemTrait {
+                vis, ident, attrs, ..
+            }) if is_pub(vis) && own_file.is_some() => {
+                let here = own_file.map(|f| vec![f.to_string()]).unwrap_or_default();
+                out.push((here, ident.to_string(), gate(attrs)));
+            }
+            syn::Item::Fn(f) if is_pub(&f.vis) && own_file.is_some() => {
+                let here = own_file.map(|f| vec![f.to_string()]).unwrap_or_default();
+                out.push((here, f.sig.ident.to_string(), gate(&f.attrs)));
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 fn listing() -> String {
@@ -142,27 +259,101 @@ fn listing() -> String {
     // The generated protocol (`src/protocol/`) is reachable only with the `protocol` feature,
     // hidden, for the development engine and the tests: not the public API.
     files.retain(|f| !f.starts_with(root.join("src/protocol")));
-    let mut out = String::from(
-        "# The public API of hatchet-runtime\n\nGenerated by `tests/suite/public_api.rs` (`UPDATE_PUBLIC_API=1 cargo test --test suite public_api`); the test fails when this list and the code differ, so every change to the public API shows in review. Re-exports (`pub use`) are in `src/lib.rs`. The generated protocol (`src/protocol/`, reachable only with the `protocol` feature, hidden, for the development engine and this workspace's tests) is not part of it.\n",
-    );
-    let texts: Vec<String> = files
+    let sources: Vec<Source> = files
         .iter()
-        .map(|f| std::fs::read_to_string(f).expect("read"))
+        .map(|f| {
+            let text = std::fs::read_to_string(f).expect("read");
+            Source {
+                rel: f.strip_prefix(root).unwrap_or(f).display().to_string(),
+                lines: text.lines().map(str::to_string).collect(),
+                file: syn::parse_file(&text).expect("the crate's source parses"),
+            }
+        })
         .collect();
-    let parsed: Vec<syn::File> = texts
+    let defs = definitions(&sources);
+    let lib = sources
         .iter()
-        .map(|t| syn::parse_file(t).expect("the crate's source parses"))
-        .collect();
-    let types = public_types(&parsed);
-    for ((f, text), file) in files.iter().zip(&texts).zip(&parsed) {
-        let items = public_items(text, file, &types);
-        if items.is_empty() {
+        .find(|s| s.rel == "src/lib.rs")
+        .expect("src/lib.rs");
+
+    // The modules a user names: the root, its inline `pub mod`s, and its `pub mod`s in files.
+    let mut modules: Vec<(String, String, Vec<Export>)> = vec![(
+        "hatchet_runtime".into(),
+        String::new(),
+        exports(&lib.file.items, None),
+    )];
+    for item in &lib.file.items {
+        let syn::Item::Mod(m) = item else { continue };
+        if !is_pub(&m.vis) || is_hidden(&m.attrs) {
             continue;
         }
-        let rel = f.strip_prefix(root).unwrap_or(f).display().to_string();
-        out.push_str(&format!("\n## `{rel}`\n\n"));
-        for i in items {
-            out.push_str(&format!("- `{i}`\n"));
+        let path = format!("hatchet_runtime::{}", m.ident);
+        let g = gate(&m.attrs);
+        match &m.content {
+            Some((_, items)) => modules.push((path, g, exports(items, None))),
+            None => {
+                let rel = format!("src/{}/mod.rs", m.ident);
+                let alt = format!("src/{}.rs", m.ident);
+                let src = sources
+                    .iter()
+                    .find(|s| s.rel == rel || s.rel == alt)
+                    .expect("the module's file");
+                modules.push((
+                    path.clone(),
+                    g.clone(),
+                    exports(&src.file.items, Some(&src.rel)),
+                ));
+                for inner in &src.file.items {
+                    if let syn::Item::Mod(im) = inner
+                        && is_pub(&im.vis)
+                        && let Some((_, items)) = &im.content
+                    {
+                        modules.push((
+                            format!("{path}::{}", im.ident),
+                            g.clone(),
+                            exports(items, Some(&src.rel)),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    let mut out = String::from(
+        "# The public API of hatchet-runtime\n\nGenerated by `tests/suite/public_api.rs` (`UPDATE_PUBLIC_API=1 cargo test --test suite public_api`); the test fails when this list and the code differ, so every change to the public API shows in review. Each module a user names, each item under the path it is named by, with its `pub` fields, enum variants, trait items and `pub` methods; `(feature `x`)` marks what a feature gates. The generated protocol (`src/protocol/`, reachable only with the hidden `protocol` feature, for the development engine and this workspace's tests) and the workspace's test hooks are not part of it.\n",
+    );
+    for (path, g, items) in modules {
+        out.push_str(&format!("\n## `{path}`{g}\n"));
+        let mut items = items;
+        items.sort_by(|a, b| a.1.cmp(&b.1));
+        for (from, name, item_gate) in items {
+            let Some(cands) = defs.get(&name) else {
+                out.push_str(&format!(
+                    "\n- `{name}` (re-exported from `{}`)\n",
+                    from.join("::")
+                ));
+                continue;
+            };
+            // Two definitions of one name: the one in the file the path names.
+            let dir = from
+                .iter()
+                .filter(|s| *s != "crate")
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("/");
+            let def = cands
+                .iter()
+                .find(|d| from.len() == 1 && d.file == from[0])
+                .or_else(|| {
+                    cands
+                        .iter()
+                        .find(|d| d.file.starts_with(&format!("src/{dir}")))
+                })
+                .unwrap_or(&cands[0]);
+            out.push_str(&format!("\n- `{}`{item_gate} ({})\n", def.head, def.file));
+            for m in &def.members {
+                out.push_str(&format!("  - `{m}`\n"));
+            }
         }
     }
     out
@@ -186,6 +377,21 @@ fn the_public_api_list_matches_the_code() {
             "the public API changed; review it, then run UPDATE_PUBLIC_API=1 cargo test --test suite public_api\nadded: {added:#?}\nremoved: {removed:#?}"
         );
     }
+}
+
+/// The root stays small (issue 42): what a first workflow needs, the rest by module.
+#[test]
+fn the_root_exports_what_a_first_workflow_needs_and_the_rest_lives_in_modules() {
+    let now = listing();
+    let root = now
+        .split("\n## `hatchet_runtime::")
+        .next()
+        .unwrap_or_default();
+    let names = root.lines().filter(|l| l.starts_with("- `")).count();
+    assert!(
+        (10..=20).contains(&names),
+        "{names} names at the root:\n{root}"
+    );
 }
 
 /// Issue 25's promise: no public signature names a generated protocol type (our own types

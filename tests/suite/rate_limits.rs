@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hatchet_runtime::RateLimitWindow;
+use hatchet_runtime::task::RateLimitWindow;
 use hatchet_runtime::{Context, TaskError, TaskOptions, WorkerOptions, Workflow};
 use serde_json::{Value, json};
 

@@ -3,8 +3,10 @@
 use std::time::{Duration, SystemTime};
 
 use hatchet_dev_engine::Fault;
+use hatchet_runtime::RunStatus;
+use hatchet_runtime::api::RunQuery;
+use hatchet_runtime::run::RunFilter;
 use hatchet_runtime::{Context, Outcome, TaskError, WorkerOptions, Workflow};
-use hatchet_runtime::{RunFilter, RunQuery, RunStatus};
 use serde_json::{Value, json};
 
 use crate::runtime_e2e::setup;

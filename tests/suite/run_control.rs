@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
+use hatchet_runtime::run::{BulkEvent, BulkRun, RunFilter};
 use hatchet_runtime::{
-    BulkEvent, BulkRun, Context, Outcome, RunFilter, RunStatus, TaskError, TaskOptions,
-    TriggerOptions, WorkerOptions, Workflow,
+    Context, Outcome, RunStatus, TaskError, TaskOptions, TriggerOptions, WorkerOptions, Workflow,
 };
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};

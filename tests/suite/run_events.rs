@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use hatchet_dev_engine::Fault;
+use hatchet_runtime::run::{FinalStatus, RunEvent, TaskEventKind};
 use hatchet_runtime::{Context, TaskError, TriggerOptions, WorkerOptions, Workflow};
-use hatchet_runtime::{FinalStatus, RunEvent, TaskEventKind};
 use serde_json::{Value, json};
 use tonic::Code;
 

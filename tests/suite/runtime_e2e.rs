@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
+use hatchet_runtime::health::{ListenerKind, ListenerState};
 use hatchet_runtime::{
     Context, Outcome, Runtime, RuntimeHandle, TaskError, TaskOptions, TriggerOptions,
     WorkerOptions, Workflow,
 };
-use hatchet_runtime::{ListenerKind, ListenerState};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 

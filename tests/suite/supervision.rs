@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
+use hatchet_runtime::health::{ListenerKind, ListenerState};
 use hatchet_runtime::test_hooks::LISTENER_MAX_RESTARTS as MAX_RESTARTS;
 use hatchet_runtime::{
     Context, Outcome, Runtime, RuntimeHandle, RuntimeOptions, TaskError, TaskOptions,
     WorkerOptions, Workflow,
 };
-use hatchet_runtime::{ListenerKind, ListenerState};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tonic::Code;
@@ -526,7 +526,7 @@ async fn signals_child() {
         .expect("stopped at once")
         .expect("joined")
         .expect("handlers installed");
-    assert_eq!(stopped, hatchet_runtime::StopSignal::Terminate);
+    assert_eq!(stopped, hatchet_runtime::health::StopSignal::Terminate);
     cancelled
         .recv()
         .await

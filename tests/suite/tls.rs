@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions, EngineTls};
-use hatchet_runtime::{ClientConfig, Runtime, TlsStrategy};
+use hatchet_runtime::Runtime;
+use hatchet_runtime::config::{ClientConfig, TlsStrategy};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose};
 
 struct Ca {

@@ -107,8 +107,8 @@ async fn an_hour_of_sleep_a_retry_backoff_and_a_schedule_pass_in_milliseconds() 
     // A fired schedule is deleted (as on the real engine): find its run in the run list.
     let since = SystemTime::UNIX_EPOCH + Duration::from_secs(1);
     let runs = api
-        .list_runs(&hatchet_runtime::RunQuery::new(
-            hatchet_runtime::RunFilter::since(since),
+        .list_runs(&hatchet_runtime::api::RunQuery::new(
+            hatchet_runtime::run::RunFilter::since(since),
         ))
         .await
         .expect("runs");
@@ -152,7 +152,7 @@ async fn a_condition_s_hour_of_sleep_and_an_hourly_cron_pass_in_milliseconds() {
                 "later",
                 TaskOptions::default()
                     .parents(["first"])
-                    .wait_for(hatchet_runtime::Condition::sleep(HOUR)),
+                    .wait_for(hatchet_runtime::durable::Condition::sleep(HOUR)),
                 |_: Value, _c: Context| async move { Ok::<_, TaskError>(json!({ "later": true })) },
             ),
     )
@@ -197,7 +197,7 @@ async fn a_condition_s_hour_of_sleep_and_an_hourly_cron_pass_in_milliseconds() {
     // (the clock stops at every timer on its way, the cron's tick too). Nobody awaits the next
     // tick's run, so jump by hand past it.
     let runs_of_hourly = || async {
-        let q = hatchet_runtime::RunQuery::new(hatchet_runtime::RunFilter::since(
+        let q = hatchet_runtime::api::RunQuery::new(hatchet_runtime::run::RunFilter::since(
             SystemTime::UNIX_EPOCH + Duration::from_secs(1),
         ));
         rt.api()

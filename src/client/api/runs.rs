@@ -349,7 +349,7 @@ impl Api {
     /// # Cancel safety
     ///
     /// Cancel safe (a read).
-    pub async fn run(&self, run_id: &str) -> Result<crate::RunView, Error> {
+    pub async fn run(&self, run_id: &str) -> Result<crate::run::RunView, Error> {
         const ROUTE: &str = "GET /api/v1/stable/workflow-runs/{id}";
         let v: Value = self
             .json(
@@ -359,7 +359,7 @@ impl Api {
                 None,
             )
             .await?;
-        crate::RunView::from_rest(&v).map_err(|why| {
+        crate::run::RunView::from_rest(&v).map_err(|why| {
             Error::new(Outcome::Rejected, ROUTE)
                 .with_detail(format!(
                     "the engine's answer has an unexpected shape: {why}"

@@ -377,14 +377,14 @@ impl Context {
         self.wait(d, inv, cond).await.map(|_| ())
     }
 
-    /// Waits durably for an event: `event` is a [`crate::Condition::event`], with its scope,
+    /// Waits durably for an event: `event` is a [`crate::durable::Condition::event`], with its scope,
     /// lookback and CEL expression; returns the payload of the event that satisfied it. With a
     /// scope and a lookback, an event pushed (with that scope) while the task was still
     /// sleeping, or before a replay reached this wait, is not missed:
     ///
     /// ```no_run
     /// # async fn f(ctx: hatchet_runtime::Context) -> Result<(), hatchet_runtime::Error> {
-    /// use hatchet_runtime::Condition;
+    /// use hatchet_runtime::durable::Condition;
     /// use std::time::Duration;
     /// let approval = ctx
     ///     .wait_for_event_with(
@@ -400,14 +400,17 @@ impl Context {
     /// process only; the engine keeps it (its node is recorded, with the same lookback instant)
     /// and the invocation's next operation is numbered after it. Drop it only where a replay
     /// would drop it too (see [`Context::sleep_for`]).
-    pub async fn wait_for_event_with(&self, event: crate::Condition) -> Result<Value, Error> {
+    pub async fn wait_for_event_with(
+        &self,
+        event: crate::durable::Condition,
+    ) -> Result<Value, Error> {
         if event.event_key().is_none() {
             return Err(Error::invalid(
                 "durable wait",
                 "wait_for_event_with takes an event condition (Condition::event); use wait_for for sleeps",
             ));
         }
-        let fired = self.wait_for([crate::AnyOf(vec![event])]).await?;
+        let fired = self.wait_for([crate::durable::AnyOf(vec![event])]).await?;
         Ok(fired
             .fired
             .into_values()

@@ -23,7 +23,7 @@ impl Context {
     /// ```no_run
     /// # async fn demo(ctx: hatchet_runtime::Context) -> Result<(), hatchet_runtime::Error> {
     /// use std::time::Duration;
-    /// use hatchet_runtime::{any_of, Condition};
+    /// use hatchet_runtime::durable::{any_of, Condition};
     /// let r = ctx
     ///     .wait_for([any_of([
     ///         Condition::sleep(Duration::from_secs(3600)),

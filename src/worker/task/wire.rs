@@ -150,7 +150,7 @@ mod tests {
             .concurrency(
                 "input.user_id",
                 2,
-                crate::ConcurrencyStrategy::GroupRoundRobin,
+                crate::task::ConcurrencyStrategy::GroupRoundRobin,
             );
         let p = wf.to_proto_in("ns_orders", "");
         assert_eq!(p.name, "ns_orders");

@@ -244,7 +244,7 @@ impl Workflow {
     /// skipped. The run still reads as failed whatever this task does.
     ///
     /// A workflow with an `on_failure` task is a DAG to the engine (two steps), so its run id
-    /// differs from its task ids; typed handles ([`crate::WorkflowRef`]) return the task you
+    /// differs from its task ids; typed handles ([`crate::run::WorkflowRef`]) return the task you
     /// name either way.
     pub fn on_failure<I, O, E, F, Fut>(mut self, name: &str, options: TaskOptions, f: F) -> Self
     where
@@ -433,13 +433,14 @@ impl Workflow {
         self
     }
 
-    /// Adds a batch task: the engine gathers its runs into batches (see [`Batching`](crate::Batching)) and the
+    /// Adds a batch task: the engine gathers its runs into batches (see [`Batching`](crate::task::Batching)) and the
     /// handler gets each batch in one call, answering one output per member, in the batch's
     /// order (`Batch::members`). A handler error, or a wrong number of outputs, fails every
     /// member. The batch takes one slot of its worker.
     ///
     /// ```no_run
-    /// # use hatchet_runtime::{Batch, Batching, Context, TaskError, TaskOptions, Workflow};
+    /// # use hatchet_runtime::task::{Batch, Batching};
+    /// # use hatchet_runtime::{Context, TaskError, TaskOptions, Workflow};
     /// # use std::time::Duration;
     /// let wf = Workflow::new("emails").batch_task(
     ///     "send",

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
+use hatchet_runtime::api::{EventQuery, LogQuery, RunQuery, WorkflowPause};
+use hatchet_runtime::run::{PushOptions, RunFilter};
 use hatchet_runtime::{
-    Context, EventQuery, LogQuery, Outcome, PushOptions, RunFilter, RunQuery, RunStatus,
-    RuntimeHandle, TaskError, TriggerOptions, WorkerOptions, Workflow, WorkflowPause,
+    Context, Outcome, RunStatus, RuntimeHandle, TaskError, TriggerOptions, WorkerOptions, Workflow,
 };
 use serde_json::{Value, json};
 
@@ -271,7 +272,7 @@ async fn conf_a_paused_worker_gets_no_new_tasks_until_unpaused() {
     // more than 5 s old (its REST transformer); a heartbeat every 4 s on a loaded machine is,
     // for a moment (a CI run met it once), so the read waits for the status it wants.
     let status_is = |want: &'static str| {
-        move |r: &Result<hatchet_runtime::WorkerInfo, hatchet_runtime::Error>| {
+        move |r: &Result<hatchet_runtime::api::WorkerInfo, hatchet_runtime::Error>| {
             r.as_ref().is_ok_and(|w| w.status == want)
         }
     };
@@ -784,7 +785,7 @@ async fn conf_a_durable_task_s_children_are_entries_of_its_log() {
 /// one with basic auth refuses a request without or with wrong credentials (403).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_webhook_turns_an_authenticated_request_into_an_event() {
-    use hatchet_runtime::{NewWebhook, WebhookAuth, WebhookUpdate};
+    use hatchet_runtime::api::{NewWebhook, WebhookAuth, WebhookUpdate};
     let t = Target::new("hooks").await;
     let seen: Arc<parking_lot::Mutex<Vec<Value>>> = Arc::default();
     let s = seen.clone();
@@ -857,7 +858,7 @@ async fn conf_a_webhook_turns_an_authenticated_request_into_an_event() {
         seen.lock()[0],
         json!({"kind": "paid", "amount": 5, "via": "hook"})
     );
-    let by_id = hatchet_runtime::EventQuery::new()
+    let by_id = hatchet_runtime::api::EventQuery::new()
         .since(SystemTime::now() - Duration::from_secs(600))
         .event_id(&event_id);
     let listed = until_read(
@@ -1437,7 +1438,7 @@ async fn conf_task_defaults_reach_the_tasks_that_set_nothing() {
 async fn conf_stripe_slack_and_svix_webhooks_check_their_own_signatures() {
     use base64::Engine as _;
     use hatchet_dev_engine::webhook_signing as sign;
-    use hatchet_runtime::{
+    use hatchet_runtime::api::{
         HmacAlgorithm, NewWebhook, SignatureEncoding, WebhookAuth, WebhookSource,
     };
     let t = Target::new("signed").await;

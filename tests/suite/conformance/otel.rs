@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use hatchet_runtime::{Context, TaskError, TraceSpan, Workflow};
+use hatchet_runtime::api::TraceSpan;
+use hatchet_runtime::{Context, TaskError, Workflow};
 use opentelemetry::trace::{FutureExt as _, TraceContextExt as _, Tracer as _};
 use opentelemetry::{Context as OtelContext, global};
 use opentelemetry_sdk::propagation::TraceContextPropagator;

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use hatchet_runtime::api::TraceSpan;
 use hatchet_runtime::protocol::otlp;
-use hatchet_runtime::{Context, TaskError, TaskOptions, TraceSpan, Workflow};
+use hatchet_runtime::{Context, TaskError, TaskOptions, Workflow};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
