@@ -247,7 +247,7 @@ impl Connection {
         if self.grpc_core().token_accepted() {
             return e;
         }
-        let Some(status) = e.status().cloned() else {
+        let Some(status) = e.grpc_status().cloned() else {
             return e;
         };
         let addr = &self.config().host_port;
@@ -267,7 +267,7 @@ impl Connection {
             Some(why) => Error::new(Outcome::Invalid, path)
                 .with_attempts(e.attempts())
                 .with_detail(why)
-                .with_cause(Cause::Status(status)),
+                .with_cause(Cause::status(status)),
             None => e,
         }
     }

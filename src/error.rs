@@ -148,12 +148,12 @@ impl fmt::Display for Outcome {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Cause {
-    /// A gRPC status returned by the engine or synthesized by tonic.
-    Status(tonic::Status),
+    /// A gRPC status returned by the engine or made by the transport.
+    Status(GrpcStatus),
     /// A gRPC transport failure (connection refused, reset, TLS).
-    Transport(tonic::transport::Error),
-    /// An HTTP client failure from the REST path.
-    Http(reqwest::Error),
+    Transport(TransportError),
+    /// An HTTP client failure from the REST path (no response: connect, TLS, timeout, body).
+    Http(TransportError),
     /// A non-success HTTP response; the body is kept (bounded) for diagnosis.
     HttpStatus {
         /// The status code.
@@ -169,6 +169,133 @@ pub enum Cause {
     Durable(DurableError),
     /// The run failed: the error of each task that failed.
     RunFailed(Vec<TaskFailure>),
+}
+
+impl Cause {
+    /// A gRPC status's cause.
+    pub(crate) fn status(s: tonic::Status) -> Self {
+        Cause::Status(GrpcStatus { inner: s })
+    }
+
+    /// A REST transport failure's cause.
+    pub(crate) fn http(e: reqwest::Error) -> Self {
+        Cause::Http(TransportError::new(e))
+    }
+}
+
+/// A gRPC status: its code and the engine's message.
+#[derive(Debug, Clone)]
+pub struct GrpcStatus {
+    inner: tonic::Status,
+}
+
+impl GrpcStatus {
+    /// The status code.
+    pub fn code(&self) -> GrpcCode {
+        GrpcCode::of(self.inner.code())
+    }
+
+    /// The message the engine (or the transport) gave with it.
+    pub fn message(&self) -> &str {
+        self.inner.message()
+    }
+}
+
+impl fmt::Display for GrpcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.code(), self.message())
+    }
+}
+
+impl std::error::Error for GrpcStatus {}
+
+/// The gRPC status codes (as the gRPC specification numbers them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GrpcCode {
+    /// 0: not an error.
+    Ok,
+    /// 1: cancelled, usually by the caller.
+    Cancelled,
+    /// 2: an error of no other kind (a connection reset reads so).
+    Unknown,
+    /// 3: the request is invalid whatever the engine's state.
+    InvalidArgument,
+    /// 4: the deadline passed before the call completed.
+    DeadlineExceeded,
+    /// 5: what the request names does not exist.
+    NotFound,
+    /// 6: what the request creates already exists.
+    AlreadyExists,
+    /// 7: the caller may not do this.
+    PermissionDenied,
+    /// 8: a resource (a quota, the message size) is exhausted.
+    ResourceExhausted,
+    /// 9: the engine is not in the state the call needs.
+    FailedPrecondition,
+    /// 10: aborted (a concurrency conflict).
+    Aborted,
+    /// 11: past the valid range.
+    OutOfRange,
+    /// 12: the engine does not implement the call.
+    Unimplemented,
+    /// 13: the engine failed internally.
+    Internal,
+    /// 14: the engine is unavailable for now (retryable).
+    Unavailable,
+    /// 15: data was lost.
+    DataLoss,
+    /// 16: the caller's credentials are missing or invalid.
+    Unauthenticated,
+}
+
+impl GrpcCode {
+    /// The code of tonic's `c`.
+    fn of(c: tonic::Code) -> Self {
+        use tonic::Code as C;
+        match c {
+            C::Ok => GrpcCode::Ok,
+            C::Cancelled => GrpcCode::Cancelled,
+            C::Unknown => GrpcCode::Unknown,
+            C::InvalidArgument => GrpcCode::InvalidArgument,
+            C::DeadlineExceeded => GrpcCode::DeadlineExceeded,
+            C::NotFound => GrpcCode::NotFound,
+            C::AlreadyExists => GrpcCode::AlreadyExists,
+            C::PermissionDenied => GrpcCode::PermissionDenied,
+            C::ResourceExhausted => GrpcCode::ResourceExhausted,
+            C::FailedPrecondition => GrpcCode::FailedPrecondition,
+            C::Aborted => GrpcCode::Aborted,
+            C::OutOfRange => GrpcCode::OutOfRange,
+            C::Unimplemented => GrpcCode::Unimplemented,
+            C::Internal => GrpcCode::Internal,
+            C::Unavailable => GrpcCode::Unavailable,
+            C::DataLoss => GrpcCode::DataLoss,
+            C::Unauthenticated => GrpcCode::Unauthenticated,
+        }
+    }
+}
+
+/// A failure below the protocol (a connection refused or reset, TLS, a timeout, a body cut
+/// short): its text, and its chain through [`std::error::Error::source`].
+#[derive(Debug)]
+pub struct TransportError(Box<dyn std::error::Error + Send + Sync>);
+
+impl TransportError {
+    pub(crate) fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        TransportError(Box::new(e))
+    }
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for TransportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
 }
 
 /// One failed task of a failed run ([`Outcome::RunFailed`]).
@@ -272,7 +399,7 @@ impl std::error::Error for DurableError {}
 impl fmt::Display for Cause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Cause::Status(s) => write!(f, "status {:?}: {}", s.code(), s.message()),
+            Cause::Status(s) => write!(f, "status {s}"),
             Cause::Transport(e) => write!(f, "transport: {e}"),
             Cause::Http(e) => write!(f, "http: {e}"),
             Cause::HttpStatus { status, body } => write!(f, "http status {status}: {body}"),
@@ -389,8 +516,13 @@ impl Error {
         self.0.cause
     }
 
+    /// The gRPC status as the transport gave it (inside the crate: the protocol's details).
+    pub(crate) fn grpc_status(&self) -> Option<&tonic::Status> {
+        self.status().map(|s| &s.inner)
+    }
+
     /// The gRPC status, when the failure was one.
-    pub fn status(&self) -> Option<&tonic::Status> {
+    pub fn status(&self) -> Option<&GrpcStatus> {
         match &self.0.cause {
             Some(Cause::Status(s)) => Some(s),
             _ => None,
@@ -402,7 +534,7 @@ impl Error {
     pub fn is_not_found(&self) -> bool {
         match &self.0.cause {
             Some(Cause::HttpStatus { status, .. }) => *status == 404,
-            Some(Cause::Status(s)) => s.code() == tonic::Code::NotFound,
+            Some(Cause::Status(s)) => s.code() == GrpcCode::NotFound,
             _ => false,
         }
     }
@@ -519,14 +651,15 @@ mod tests {
     fn keeps_status_as_source_and_says_what_to_do() {
         let e = Error::new(Outcome::MaybeExecuted, "/WorkflowService/TriggerWorkflow")
             .with_attempts(1)
-            .with_cause(Cause::Status(tonic::Status::unavailable(
+            .with_cause(Cause::status(tonic::Status::unavailable(
                 "engine going away",
             )));
         let src = e.source().expect("source kept");
         let status = src
-            .downcast_ref::<tonic::Status>()
-            .expect("a tonic::Status");
-        assert_eq!(status.code(), tonic::Code::Unavailable);
+            .downcast_ref::<GrpcStatus>()
+            .expect("the status, our own type");
+        assert_eq!(status.code(), GrpcCode::Unavailable);
+        assert_eq!(status.message(), "engine going away");
         let text = e.to_string();
         assert!(text.contains("/WorkflowService/TriggerWorkflow"), "{text}");
         assert!(text.contains("maybe_executed after 1 attempt(s)"), "{text}");

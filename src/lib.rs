@@ -53,12 +53,18 @@ mod worker;
 pub use client::api::RunStatus;
 pub use client::typed::TypedRun;
 pub use client::{RunHandle, TriggerOptions};
-pub use error::{Cause, Error, Outcome, Result};
+pub use error::{Error, Outcome, Result};
 pub use runtime::{Runtime, RuntimeHandle, RuntimeOptions};
 pub use worker::WorkerOptions;
 pub use worker::context::Context;
 pub use worker::standalone::Task;
 pub use worker::task::{TaskError, TaskOptions, Workflow};
+
+/// What lies under an [`Error`]: its [`Cause`](errors::Cause), the gRPC status the engine
+/// answered, a transport failure.
+pub mod errors {
+    pub use crate::error::{Cause, GrpcCode, GrpcStatus, TransportError};
+}
 
 /// The engine's REST API ([`RuntimeHandle::api`]): runs, events, workers, workflows, crons and
 /// schedules, filters, webhooks, logs, metrics, and what each read answers.

@@ -84,8 +84,8 @@ pub struct BulkEvent<P> {
 /// the same gRPC status.
 fn shared(e: &Error, op: &'static str) -> Error {
     let copy = Error::new(e.outcome(), op).with_detail(e.to_string());
-    match e.status() {
-        Some(s) => copy.with_cause(crate::error::Cause::Status(s.clone())),
+    match e.grpc_status() {
+        Some(s) => copy.with_cause(crate::error::Cause::status(s.clone())),
         None => copy,
     }
 }
@@ -356,7 +356,7 @@ impl ClientCore {
                     .await
                     .map(|r| r.workflow_run_ids);
                 match answer {
-                    Err(e) => match e.status().and_then(proto::bulk_idempotency_collision) {
+                    Err(e) => match e.grpc_status().and_then(proto::bulk_idempotency_collision) {
                         Some(c) => self.collided(PATH, &req.workflows, c).await,
                         None => Err(e),
                     },
@@ -424,7 +424,7 @@ impl ClientCore {
             match self.conn.run_details(id, None).await {
                 Err(e)
                     if e.status()
-                        .is_some_and(|s| s.code() == tonic::Code::NotFound)
+                        .is_some_and(|s| s.code() == crate::error::GrpcCode::NotFound)
                         && tokio::time::Instant::now() + pause < give_up =>
                 {
                     tokio::time::sleep(pause).await;

@@ -242,10 +242,12 @@ impl ClientCore {
         match res {
             Ok(id) => Ok(id),
             // An idempotent trigger that collides resolves to the existing run (docs/contract.md §2).
-            Err(e) if opts.idempotent => match e.status().and_then(proto::idempotency_collision) {
-                Some(c) => Ok(c.existing_run_external_id),
-                None => Err(e),
-            },
+            Err(e) if opts.idempotent => {
+                match e.grpc_status().and_then(proto::idempotency_collision) {
+                    Some(c) => Ok(c.existing_run_external_id),
+                    None => Err(e),
+                }
+            }
             Err(e) => Err(e),
         }
     }
@@ -375,7 +377,7 @@ pub(crate) fn stall_hint(view: &crate::run::RunView) -> String {
 /// Whether a call failed on a message over a gRPC size limit: the engine's (ResourceExhausted)
 /// or this client's decoder's (OutOfRange).
 fn too_large(e: &Error) -> bool {
-    e.status().is_some_and(|s| {
+    e.grpc_status().is_some_and(|s| {
         matches!(
             s.code(),
             tonic::Code::ResourceExhausted | tonic::Code::OutOfRange

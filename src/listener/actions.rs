@@ -125,7 +125,7 @@ pub(crate) async fn register(
 /// The gRPC status a failed call ends a stream with, for the reconnect decision: the engine's
 /// own status when it answered, otherwise the code that means the same outcome.
 pub(crate) fn status_of(e: &Error) -> tonic::Status {
-    if let Some(s) = e.status() {
+    if let Some(s) = e.grpc_status() {
         return tonic::Status::new(s.code(), e.to_string());
     }
     let code = match e.outcome() {

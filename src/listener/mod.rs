@@ -56,7 +56,7 @@ pub(crate) fn with_end_status(
     message: &str,
 ) -> crate::error::Error {
     match end {
-        Some(reconnect::StreamEnd::Code(code)) => err.with_cause(crate::error::Cause::Status(
+        Some(reconnect::StreamEnd::Code(code)) => err.with_cause(crate::error::Cause::status(
             tonic::Status::new(code, message.to_string()),
         )),
         _ => err,

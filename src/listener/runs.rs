@@ -122,7 +122,7 @@ pub(crate) fn pass_goes_on(e: &Error) -> bool {
         | Outcome::Cancelled => false,
         Outcome::DeadlineExceeded => true,
         _ => {
-            e.status().is_some_and(|s| {
+            e.grpc_status().is_some_and(|s| {
                 matches!(
                     s.code(),
                     tonic::Code::NotFound
@@ -211,7 +211,7 @@ pub(crate) fn sweep_verdict(read: &Result<v1::GetRunDetailsResponse, Error>) -> 
     match read {
         Ok(_) => Some(true),
         Err(e)
-            if e.status()
+            if e.grpc_status()
                 .is_some_and(|s| s.code() == tonic::Code::NotFound) =>
         {
             Some(false)
@@ -292,7 +292,7 @@ pub(crate) fn unknown_run_error(run_id: &str) -> Error {
         .with_detail(format!(
             "the engine shows no run {run_id} (missing in every read for {secs}s): check the id; if it came from a trigger just made, the run may still appear, and triggering again may run the work twice: read it with run_status first"
         ))
-        .with_cause(Cause::Status(tonic::Status::not_found(format!(
+        .with_cause(Cause::status(tonic::Status::not_found(format!(
             "run {run_id} not found"
         ))))
         .with_run_id(run_id)
@@ -391,7 +391,7 @@ mod tests {
         use super::pass_goes_on;
         use crate::error::{Cause, Error, Outcome};
         let status = |code, outcome| {
-            Error::new(outcome, "x").with_cause(Cause::Status(tonic::Status::new(code, "m")))
+            Error::new(outcome, "x").with_cause(Cause::status(tonic::Status::new(code, "m")))
         };
         for (e, goes_on) in [
             (status(tonic::Code::NotFound, Outcome::Rejected), true),

@@ -50,7 +50,7 @@ impl Backoff {
 
     /// A delay drawn uniformly from `[0, window(retry)]`, in whole milliseconds (the resolution
     /// of tokio's timer, so the sleep is exactly the drawn delay).
-    pub fn delay<R: rand::Rng + ?Sized>(&self, retry: u32, rng: &mut R) -> Duration {
+    pub(crate) fn delay<R: rand::Rng + ?Sized>(&self, retry: u32, rng: &mut R) -> Duration {
         let w = self.window(retry).as_millis() as u64;
         Duration::from_millis(rng.random_range(0..=w))
     }

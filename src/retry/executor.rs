@@ -299,7 +299,7 @@ impl RetryCore {
                         pushback: None,
                         attempt_timed_out: true,
                     },
-                    cause: Cause::Status(tonic::Status::deadline_exceeded(format!(
+                    cause: Cause::status(tonic::Status::deadline_exceeded(format!(
                         "attempt {n} timed out after {} ms",
                         timeout.as_millis()
                     ))),

@@ -135,7 +135,7 @@ pub(crate) fn failure_of_status(status: &tonic::Status) -> Failure {
 pub(crate) fn attempt_error(status: tonic::Status) -> AttemptError {
     AttemptError {
         failure: failure_of_status(&status),
-        cause: Cause::Status(status),
+        cause: Cause::status(status),
     }
 }
 

@@ -108,11 +108,11 @@ pub(crate) async fn send(
             async move {
                 let resp = req.send().await.map_err(|e| AttemptError {
                     failure: transport_failure(&e),
-                    cause: Cause::Http(e),
+                    cause: Cause::http(e),
                 })?;
                 let (status, headers, body) = read_body(resp).await.map_err(|e| AttemptError {
                     failure: Failure::Lost,
-                    cause: Cause::Http(e),
+                    cause: Cause::http(e),
                 })?;
                 let response = RestResponse {
                     status,

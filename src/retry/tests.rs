@@ -34,7 +34,7 @@ fn status_err(code: Code) -> AttemptError {
 fn not_sent() -> AttemptError {
     AttemptError {
         failure: Failure::NotSent,
-        cause: Cause::Status(tonic::Status::unavailable("connect refused")),
+        cause: Cause::status(tonic::Status::unavailable("connect refused")),
     }
 }
 
@@ -99,7 +99,7 @@ async fn failed_precondition_and_cancelled_are_not_retried() {
         assert_eq!(times.len(), 1, "{code:?} must not be retried");
         assert_eq!(err.outcome(), Outcome::Rejected, "{code:?}");
         assert_eq!(
-            err.status().map(|s| s.code()),
+            err.grpc_status().map(|s| s.code()),
             Some(code),
             "the original status is kept"
         );
@@ -181,7 +181,7 @@ async fn a_write_that_reached_the_server_is_sent_once_and_maybe_executed() {
     let op = Operation::new("/WorkflowService/TriggerWorkflow", RequestClass::Write);
     let (err, times) = run_failing(&c, op, || AttemptError {
         failure: Failure::Lost,
-        cause: Cause::Status(tonic::Status::unknown("reset")),
+        cause: Cause::status(tonic::Status::unknown("reset")),
     })
     .await;
     assert_eq!((times.len(), err.outcome()), (1, Outcome::MaybeExecuted));

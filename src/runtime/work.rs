@@ -69,7 +69,7 @@ impl RuntimeHandle {
             // with a bare INTERNAL: say what is the likely cause.
             Err(e)
                 if !static_keys.is_empty()
-                    && e.status()
+                    && e.grpc_status()
                         .is_some_and(|s| s.code() == tonic::Code::Internal) =>
             {
                 let hint = format!(

@@ -175,7 +175,7 @@ async fn engine_is_legacy(conn: &Connection) -> bool {
     match r {
         Ok(v) => version_below(&v.version, (0, 80, 0)),
         Err(e) => e
-            .status()
+            .grpc_status()
             .is_some_and(|s| s.code() == tonic::Code::Unimplemented),
     }
 }
@@ -276,7 +276,7 @@ async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Er
 
 /// A registration failure, with what to do about it.
 fn registration_error(e: Error) -> Error {
-    match e.status().map(tonic::Status::code) {
+    match e.grpc_status().map(tonic::Status::code) {
         Some(tonic::Code::Unauthenticated) => e.with_detail(
             "the engine refused the API token (HATCHET_CLIENT_TOKEN): check that it is valid and belongs to this tenant",
         ),

@@ -1303,7 +1303,7 @@ async fn conf_idempotency_keys_are_the_tenant_s_and_a_status_key_ends_with_a_roo
         .expect_err("a plain trigger of another workflow with the same key collides");
     assert_eq!(
         refused.status().map(|s| s.code()),
-        Some(tonic::Code::AlreadyExists),
+        Some(hatchet_runtime::errors::GrpcCode::AlreadyExists),
         "{refused}"
     );
     // A composite expression: another value, another key.
@@ -1356,7 +1356,7 @@ async fn conf_idempotency_keys_are_the_tenant_s_and_a_status_key_ends_with_a_roo
         .expect_err("held while the root task runs");
     assert_eq!(
         held.status().map(|s| s.code()),
-        Some(tonic::Code::AlreadyExists),
+        Some(hatchet_runtime::errors::GrpcCode::AlreadyExists),
         "{held}"
     );
     first_gate.add_permits(1);
@@ -1367,7 +1367,10 @@ async fn conf_idempotency_keys_are_the_tenant_s_and_a_status_key_ends_with_a_roo
                 d2 = Some(h);
                 break;
             }
-            Err(e) if e.status().map(|s| s.code()) == Some(tonic::Code::AlreadyExists) => {
+            Err(e)
+                if e.status().map(|s| s.code())
+                    == Some(hatchet_runtime::errors::GrpcCode::AlreadyExists) =>
+            {
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
             Err(e) => panic!("{e}"),
@@ -2885,7 +2888,7 @@ async fn conf_details_of_an_unknown_run_are_not_found() {
         .expect_err("no such run");
     assert_eq!(
         err.status().map(|s| s.code()),
-        Some(tonic::Code::NotFound),
+        Some(hatchet_runtime::errors::GrpcCode::NotFound),
         "{err}"
     );
     rt.shutdown(Duration::from_secs(1)).await;
@@ -2927,7 +2930,7 @@ async fn conf_a_wait_on_an_unknown_run_ends_not_found() {
     assert_eq!(err.outcome(), Outcome::NotFound, "{err}");
     assert_eq!(
         err.status().map(|s| s.code()),
-        Some(tonic::Code::NotFound),
+        Some(hatchet_runtime::errors::GrpcCode::NotFound),
         "{err}"
     );
     assert!(err.to_string().contains("may still appear"), "{err}");

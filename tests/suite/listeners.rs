@@ -114,8 +114,8 @@ async fn unauthenticated_stops_the_runs_listener_and_fails_waiters_with_their_ru
     assert_eq!(err.outcome(), Outcome::Stopped);
     assert_eq!(err.run_id(), Some(h.run_id()));
     assert_eq!(
-        err.status().map(tonic::Status::code),
-        Some(Code::Unauthenticated),
+        err.status().map(hatchet_runtime::errors::GrpcStatus::code),
+        Some(hatchet_runtime::errors::GrpcCode::Unauthenticated),
         "the stream's status is kept as the cause"
     );
     assert!(matches!(

@@ -395,20 +395,30 @@ fn the_root_exports_what_a_first_workflow_needs_and_the_rest_lives_in_modules() 
 }
 
 /// Issue 25's promise: no public signature names a generated protocol type (our own types
-/// stand at the API, with conversions at the wire kept crate-private).
+/// stand at the API, with conversions at the wire kept crate-private); issue 42's: nor the
+/// transport's, the HTTP client's or the random generator's (a cause is our own type), so
+/// their major versions are not ours to follow.
 #[test]
-fn no_public_signature_names_a_protocol_type() {
+fn no_public_signature_names_a_protocol_or_transport_type() {
     let now = listing();
     let leaks: Vec<&str> = now
         .lines()
         .filter(|l| {
-            ["proto::", "v1::", "hatchet_runtime::protocol", "prost::"]
-                .iter()
-                .any(|p| l.contains(p))
+            [
+                "proto::",
+                "v1::",
+                "hatchet_runtime::protocol",
+                "prost::",
+                "tonic::",
+                "reqwest::",
+                "rand::",
+            ]
+            .iter()
+            .any(|p| l.contains(p))
         })
         .collect();
     assert!(
         leaks.is_empty(),
-        "protocol types in the public API: {leaks:#?}"
+        "protocol or transport types in the public API: {leaks:#?}"
     );
 }

@@ -268,7 +268,7 @@ async fn idempotent_triggers_resolve_to_the_existing_run() {
         .expect_err("collision");
     assert_eq!(
         err.status().map(|s| s.code()),
-        Some(tonic::Code::AlreadyExists)
+        Some(hatchet_runtime::errors::GrpcCode::AlreadyExists)
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }

@@ -249,8 +249,8 @@ async fn start_worker_resolves_with_the_registered_id_and_a_refused_token_fails_
     );
     assert_eq!(err.outcome(), Outcome::Rejected);
     assert_eq!(
-        err.status().map(tonic::Status::code),
-        Some(Code::Unauthenticated)
+        err.status().map(hatchet_runtime::errors::GrpcStatus::code),
+        Some(hatchet_runtime::errors::GrpcCode::Unauthenticated)
     );
     assert!(err.to_string().contains("HATCHET_CLIENT_TOKEN"), "{err}");
     assert_eq!(rt.worker_id(), None);

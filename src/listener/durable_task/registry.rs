@@ -1176,7 +1176,7 @@ mod tests {
         ] {
             assert!(e.to_string().contains("Unauthenticated"), "{e}");
             assert_eq!(
-                e.status().map(tonic::Status::code),
+                e.grpc_status().map(tonic::Status::code),
                 Some(tonic::Code::Unauthenticated),
                 "the code is kept as the cause"
             );
