@@ -143,6 +143,14 @@ impl RuntimeHandle {
             .into_iter()
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
-        self.inner.tree.worker.upsert_labels(labels).await
+        // Through the worker actor, in order with the start: an upsert sent while the worker
+        // starts applies to the started worker.
+        let worker = self.worker("/Dispatcher/UpsertWorkerLabels")?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        worker
+            .cast(WorkerMsg::UpsertLabels(labels, tx))
+            .map_err(|_| Error::closed("/Dispatcher/UpsertWorkerLabels"))?;
+        rx.await
+            .map_err(|_| Error::closed("/Dispatcher/UpsertWorkerLabels"))?
     }
 }

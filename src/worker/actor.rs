@@ -10,11 +10,35 @@ pub(crate) enum WorkerMsg {
     Register(Box<Workflow>, oneshot::Sender<Result<(), Error>>),
     /// Register the worker and start taking work; answers with the worker id.
     Start(WorkerOptions, oneshot::Sender<Result<String, Error>>),
+    /// Set labels on the started worker (only the keys given change).
+    UpsertLabels(
+        HashMap<String, super::placement::LabelValue>,
+        oneshot::Sender<Result<(), Error>>,
+    ),
     /// Drain: pause, wait up to the duration for running tasks, then stop.
     Drain(Duration, oneshot::Sender<()>),
+    /// From the actor's own start task: the start ended (`true`: the worker is started).
+    StartEnded(bool),
+    /// From the actor's own drain task: the drain ended.
+    DrainEnded,
     /// Test and chaos hook: panic inside the worker actor.
     #[cfg(feature = "test-hooks")]
     Crash,
+}
+
+impl WorkerMsg {
+    /// What a message asks, for [`verdict`].
+    fn ask(&self) -> Option<Ask> {
+        match self {
+            WorkerMsg::Register(..) => Some(Ask::Register),
+            WorkerMsg::Start(..) => Some(Ask::Start),
+            WorkerMsg::UpsertLabels(..) => Some(Ask::UpsertLabels),
+            WorkerMsg::Drain(..) => Some(Ask::Drain),
+            WorkerMsg::StartEnded(_) | WorkerMsg::DrainEnded => None,
+            #[cfg(feature = "test-hooks")]
+            WorkerMsg::Crash => None,
+        }
+    }
 }
 
 impl std::fmt::Debug for WorkerMsg {
@@ -22,38 +46,172 @@ impl std::fmt::Debug for WorkerMsg {
         f.write_str(match self {
             WorkerMsg::Register(..) => "Register",
             WorkerMsg::Start(..) => "Start",
+            WorkerMsg::UpsertLabels(..) => "UpsertLabels",
             WorkerMsg::Drain(..) => "Drain",
+            WorkerMsg::StartEnded(_) => "StartEnded",
+            WorkerMsg::DrainEnded => "DrainEnded",
             #[cfg(feature = "test-hooks")]
             WorkerMsg::Crash => "Crash",
         })
     }
 }
 
-/// The worker actor: a mailbox in front of [`WorkerCore`]; network work runs in its own tasks,
-/// so the actor never waits on the engine.
+/// Where the worker is in its life. The actor decides each message by it, in the order the
+/// messages came; the network work a decision starts runs in its own task and reports back
+/// with a message, so the actor never waits on the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Taking registrations; not started.
+    Open,
+    /// Registering the worker with the engine.
+    Starting,
+    /// Taking work.
+    Started,
+    /// Pausing, finishing what runs, stopping.
+    Draining,
+    /// Stopped for good.
+    Drained,
+}
+
+/// What a message asks of the worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ask {
+    Register,
+    Start,
+    UpsertLabels,
+    Drain,
+}
+
+/// What the actor does with a message in a phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Do it now.
+    Go,
+    /// Keep it until the phase changes, then decide again (a drain or an upsert sent while the
+    /// worker starts applies to the started worker).
+    Hold,
+    /// Refuse it, saying why.
+    Refuse(&'static str),
+    /// Nothing to do: answer at once.
+    Done,
+}
+
+const ALREADY_STARTED: &str = "the worker is already started, and the engine assigns it only the actions it started with; register every workflow before start_worker (or register it from a runtime with no worker)";
+const STOPPING: &str =
+    "the worker is draining or stopped; start a new runtime to run a worker again";
+const NOT_STARTED: &str =
+    "the worker has not started: call start_worker first, or give the labels in WorkerOptions";
+
+/// The worker's decisions (a pure function of the phase and the message, in the order the
+/// messages came).
+pub(crate) fn verdict(phase: Phase, ask: Ask) -> Verdict {
+    use Ask as A;
+    use Phase as P;
+    match (ask, phase) {
+        (A::Register, P::Open) => Verdict::Go,
+        (A::Register, P::Starting | P::Started) => Verdict::Refuse(ALREADY_STARTED),
+        (A::Start, P::Open) => Verdict::Go,
+        (A::Start, P::Starting | P::Started) => Verdict::Refuse("the worker is already started"),
+        (A::UpsertLabels, P::Open) => Verdict::Refuse(NOT_STARTED),
+        (A::UpsertLabels, P::Starting) => Verdict::Hold,
+        (A::UpsertLabels, P::Started) => Verdict::Go,
+        (A::Drain, P::Open | P::Started) => Verdict::Go,
+        (A::Drain, P::Starting | P::Draining) => Verdict::Hold,
+        (A::Drain, P::Drained) => Verdict::Done,
+        (A::Register | A::Start | A::UpsertLabels, P::Draining | P::Drained) => {
+            Verdict::Refuse(STOPPING)
+        }
+    }
+}
+
+/// The worker actor: a mailbox in front of [`WorkerCore`], deciding each message by the
+/// worker's [`Phase`] in order (see [`verdict`]); network work runs in its own tasks.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct WorkerActor;
 
+/// The worker actor's state: the core (which outlives a restart of the actor), the phase, and
+/// the messages held until the phase changes.
+pub(crate) struct WorkerRoom {
+    core: Arc<WorkerCore>,
+    phase: Phase,
+    held: std::collections::VecDeque<WorkerMsg>,
+}
+
 impl Actor for WorkerActor {
     type Msg = WorkerMsg;
-    type State = Arc<WorkerCore>;
+    type State = WorkerRoom;
     type Arguments = Arc<WorkerCore>;
 
     async fn pre_start(
         &self,
         _: ActorRef<WorkerMsg>,
         core: Arc<WorkerCore>,
-    ) -> Result<Arc<WorkerCore>, ActorProcessingErr> {
-        Ok(core)
+    ) -> Result<WorkerRoom, ActorProcessingErr> {
+        // A restarted actor finds the worker where its core left it.
+        let phase = if core.stop.is_cancelled() {
+            Phase::Drained
+        } else if core.started.load(Ordering::SeqCst) {
+            Phase::Started
+        } else {
+            Phase::Open
+        };
+        Ok(WorkerRoom {
+            core,
+            phase,
+            held: std::collections::VecDeque::new(),
+        })
     }
 
     async fn handle(
         &self,
-        _: ActorRef<WorkerMsg>,
+        myself: ActorRef<WorkerMsg>,
         msg: WorkerMsg,
-        core: &mut Arc<WorkerCore>,
+        room: &mut WorkerRoom,
     ) -> Result<(), ActorProcessingErr> {
-        let core = core.clone();
+        match msg {
+            WorkerMsg::StartEnded(started) => {
+                room.phase = if started { Phase::Started } else { Phase::Open };
+                room.release_held(&myself);
+            }
+            WorkerMsg::DrainEnded => {
+                room.phase = Phase::Drained;
+                room.release_held(&myself);
+            }
+            #[cfg(feature = "test-hooks")]
+            WorkerMsg::Crash => panic!("worker actor crash requested by a test"),
+            msg => room.decide(&myself, msg),
+        }
+        Ok(())
+    }
+}
+
+impl WorkerRoom {
+    /// Decides `msg` in the current phase, and starts what it asks.
+    fn decide(&mut self, myself: &ActorRef<WorkerMsg>, msg: WorkerMsg) {
+        let Some(ask) = msg.ask() else { return };
+        match verdict(self.phase, ask) {
+            Verdict::Hold => self.held.push_back(msg),
+            Verdict::Refuse(why) => refuse(msg, why),
+            Verdict::Done => {
+                if let WorkerMsg::Drain(_, reply) = msg {
+                    let _ = reply.send(());
+                }
+            }
+            Verdict::Go => self.go(myself, msg),
+        }
+    }
+
+    /// Decides the held messages again, in the order they came.
+    fn release_held(&mut self, myself: &ActorRef<WorkerMsg>) {
+        for msg in std::mem::take(&mut self.held) {
+            self.decide(myself, msg);
+        }
+    }
+
+    /// Starts what `msg` asks (its verdict was [`Verdict::Go`]).
+    fn go(&mut self, myself: &ActorRef<WorkerMsg>, msg: WorkerMsg) {
+        let core = self.core.clone();
+        let me = myself.clone();
         match msg {
             WorkerMsg::Register(wf, reply) => {
                 core.registering.send_modify(|n| *n += 1);
@@ -64,36 +222,58 @@ impl Actor for WorkerActor {
                 });
             }
             WorkerMsg::Start(opts, reply) => {
+                self.phase = Phase::Starting;
                 tokio::spawn(async move {
-                    let _ = reply.send(start(&core, opts).await);
+                    let r = start(&core, opts).await;
+                    let _ = me.cast(WorkerMsg::StartEnded(r.is_ok()));
+                    let _ = reply.send(r);
+                });
+            }
+            WorkerMsg::UpsertLabels(labels, reply) => {
+                tokio::spawn(async move {
+                    let _ = reply.send(core.upsert_labels(labels).await);
                 });
             }
             WorkerMsg::Drain(d, reply) => {
+                self.phase = Phase::Draining;
                 tokio::spawn(async move {
                     drain::drain(&core, d).await;
+                    let _ = me.cast(WorkerMsg::DrainEnded);
                     let _ = reply.send(());
                 });
             }
-            #[cfg(feature = "test-hooks")]
-            WorkerMsg::Crash => panic!("worker actor crash requested by a test"),
+            other => tracing::debug!(message = ?other, "the worker actor has nothing to start"),
         }
-        Ok(())
+    }
+}
+
+/// Answers `msg` with a refusal saying `why`.
+fn refuse(msg: WorkerMsg, why: &'static str) {
+    let err = |op: &'static str| Error::invalid(op, why);
+    match msg {
+        WorkerMsg::Register(wf, reply) => {
+            let _ = reply.send(Err(Error::invalid(
+                "register",
+                format!("workflow {} was not registered: {why}", wf.name),
+            )));
+        }
+        WorkerMsg::Start(_, reply) => {
+            let _ = reply.send(Err(err("start worker")));
+        }
+        WorkerMsg::UpsertLabels(_, reply) => {
+            let _ = reply.send(Err(err("/Dispatcher/UpsertWorkerLabels")));
+        }
+        WorkerMsg::Drain(_, reply) => {
+            let _ = reply.send(());
+        }
+        other => tracing::debug!(message = ?other, "the worker actor refused nothing to answer"),
     }
 }
 
 async fn register_workflow(core: &WorkerCore, wf: Workflow) -> Result<(), Error> {
     const PATH: &str = "/v1.AdminService/PutWorkflow";
-    // The engine assigns a worker only the actions it registered with: a workflow added after
-    // the start would be stored and never run here. Refused before anything is sent.
-    if core.started.load(Ordering::SeqCst) {
-        return Err(Error::invalid(
-            "register",
-            format!(
-                "workflow {} was not registered: the worker is already started, and the engine assigns it only the actions it started with; register every workflow before start_worker (or register it from a runtime with no worker)",
-                wf.name
-            ),
-        ));
-    }
+    // A workflow registered after the start is refused by the actor (`verdict`): the engine
+    // assigns a worker only the actions it registered with.
     if wf.tasks.is_empty() {
         return Err(Error::invalid(
             PATH,
@@ -284,5 +464,67 @@ fn registration_error(e: Error) -> Error {
             "the API token (HATCHET_CLIENT_TOKEN) may not register workers on this tenant",
         ),
         _ => e,
+    }
+}
+
+#[cfg(test)]
+mod verdict_tests {
+    use super::{Ask, Phase, Verdict, verdict};
+
+    /// The worker's decisions, phase by phase: a start goes once; registrations end at the
+    /// start; labels wait for a start in flight; a drain waits for a start in flight (so it
+    /// drains the worker that start makes) and for a drain in flight; nothing starts again
+    /// after a drain.
+    #[test]
+    fn each_message_is_decided_by_the_phase_it_meets() {
+        use Ask as A;
+        use Phase as P;
+        let go = Verdict::Go;
+        let hold = Verdict::Hold;
+        let table = [
+            (P::Open, [go, go, Verdict::Refuse(""), go]),
+            (
+                P::Starting,
+                [Verdict::Refuse(""), Verdict::Refuse(""), hold, hold],
+            ),
+            (
+                P::Started,
+                [Verdict::Refuse(""), Verdict::Refuse(""), go, go],
+            ),
+            (
+                P::Draining,
+                [
+                    Verdict::Refuse(""),
+                    Verdict::Refuse(""),
+                    Verdict::Refuse(""),
+                    hold,
+                ],
+            ),
+            (
+                P::Drained,
+                [
+                    Verdict::Refuse(""),
+                    Verdict::Refuse(""),
+                    Verdict::Refuse(""),
+                    Verdict::Done,
+                ],
+            ),
+        ];
+        let same = |a: Verdict, b: Verdict| match (a, b) {
+            (Verdict::Refuse(_), Verdict::Refuse(_)) => true,
+            (a, b) => a == b,
+        };
+        for (phase, want) in table {
+            for (ask, want) in [A::Register, A::Start, A::UpsertLabels, A::Drain]
+                .into_iter()
+                .zip(want)
+            {
+                let got = verdict(phase, ask);
+                assert!(
+                    same(got, want),
+                    "{ask:?} in {phase:?}: {got:?}, want {want:?}"
+                );
+            }
+        }
     }
 }

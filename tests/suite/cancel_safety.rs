@@ -20,16 +20,7 @@ async fn setup() -> (DevEngine, RuntimeHandle) {
     (e, rt)
 }
 
-/// Polls `cond` every 5 ms for up to 10 s.
-async fn eventually(what: &str, cond: impl Fn() -> bool) {
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while !cond() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{what} within 10 s"));
-}
+use crate::support::until as eventually;
 
 fn echo() -> Workflow {
     Workflow::new("echo").task(

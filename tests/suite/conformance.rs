@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
+use crate::support::{counter, until, until_read};
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use hatchet_runtime::api::RunQuery;
 use hatchet_runtime::config::ClientConfig;
@@ -244,39 +245,6 @@ impl Target {
     }
 }
 
-/// Polls `cond` every 50 ms for up to 90 s.
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..1_800 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
-/// Polls an async read until `cond` holds, for up to 90 s; returns the last value.
-async fn until_read<T: std::fmt::Debug, F, Fut>(
-    what: &str,
-    mut read: F,
-    cond: impl Fn(&T) -> bool,
-) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = T>,
-{
-    let mut last = None;
-    for _ in 0..900 {
-        let v = read().await;
-        if cond(&v) {
-            return v;
-        }
-        last = Some(v);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out waiting for {what}; last read: {last:?}");
-}
-
 /// A run's status once its readable row exists: the real engine writes that row after the
 /// trigger answers, so a first read may be a 404.
 async fn status_once_written(api: &hatchet_runtime::api::Api, run_id: &str) -> RunStatus {
@@ -292,10 +260,6 @@ async fn status_once_written(api: &hatchet_runtime::api::Api, run_id: &str) -> R
 #[derive(Debug, Serialize, Deserialize, PartialEq, Clone)]
 struct Num {
     n: i64,
-}
-
-fn counter() -> Arc<AtomicU32> {
-    Arc::new(AtomicU32::new(0))
 }
 
 /// What a task reads about its attempt (the official SDKs' context accessors), from the

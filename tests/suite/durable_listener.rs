@@ -19,7 +19,8 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tonic::Code;
 
-use super::listeners::{DURABLE, end, fast, stopped, until};
+use super::listeners::{DURABLE, end, fast, stopped};
+use crate::support::until_listener;
 
 async fn runtime(engine: &DevEngine) -> RuntimeHandle {
     Runtime::spawn_with(
@@ -100,7 +101,7 @@ async fn a_stopped_durable_listener_fails_the_waiting_task_instead_of_hanging_it
             .is_some_and(|e| e.contains("stream stopped") && e.contains("Unauthenticated")),
         "{out}"
     );
-    until(&rt, ListenerKind::DurableTask, stopped).await;
+    until_listener(&rt, ListenerKind::DurableTask, stopped).await;
     assert_eq!(engine.faults().attempts(DURABLE), 1);
     rt.shutdown(Duration::from_secs(1)).await;
 }

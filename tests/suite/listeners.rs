@@ -335,7 +335,7 @@ async fn shutdown_while_a_durable_task_waits_on_a_backing_off_stream_leaves_no_t
         .expect("start");
     let h = rt.run_no_wait("nap", &json!({})).await.expect("trigger");
     // The task waits for its sleep's ack while the durable stream keeps failing.
-    until(&rt, ListenerKind::DurableTask, |s| {
+    until_listener(&rt, ListenerKind::DurableTask, |s| {
         matches!(s, ListenerState::Reconnecting { .. })
     })
     .await;
@@ -386,6 +386,50 @@ async fn heartbeat_not_found_registers_the_worker_again() {
         .expect("still works");
     assert_eq!(out["after"], 1);
     rt.shutdown(Duration::from_secs(1)).await;
+}
+
+/// The worker actor decides in order (issue 42): a drain asked while the start is still
+/// registering the worker waits for it and drains the worker it made (paused at the engine,
+/// its stream closed), where it used to run beside the start, find no worker, and leave the
+/// started worker taking work; labels upserted meanwhile reach the started worker.
+#[tokio::test]
+async fn a_drain_and_an_upsert_sent_while_the_worker_starts_apply_to_the_started_worker() {
+    let (e, rt) = setup().await;
+    e.faults()
+        .inject("/Dispatcher/Register", 1, Fault::Delay { ms: 500 });
+    let start = tokio::spawn({
+        let rt = rt.clone();
+        async move { rt.start_worker(WorkerOptions::new("w", 4)).await }
+    });
+    until("the start to reach the engine", || {
+        e.faults().attempts("/Dispatcher/Register") == 1
+    })
+    .await;
+    let upsert = tokio::spawn({
+        let rt = rt.clone();
+        async move { rt.upsert_labels([("region", "eu")]).await }
+    });
+    let drain = tokio::spawn({
+        let rt = rt.clone();
+        async move { rt.shutdown(Duration::from_secs(5)).await }
+    });
+    let id = start
+        .await
+        .expect("join")
+        .expect("the start finishes before the drain");
+    upsert
+        .await
+        .expect("join")
+        .expect("the upsert waits for the start");
+    drain.await.expect("join");
+    let w = e.worker(&id).expect("registered");
+    assert!(w.paused, "the drain paused the worker the start made");
+    assert!(!w.listening, "and closed its stream");
+    assert_eq!(
+        w.label_keys,
+        ["region"],
+        "the upsert reached the started worker"
+    );
 }
 
 /// Labels invariant 1: a re-registration carries the labels the engine took, and not an
@@ -718,21 +762,7 @@ async fn engines_before_v0_80_get_durable_waits_through_the_durable_events_liste
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
-/// Waits (at most 10 s) until `kind`'s health satisfies `pred`.
-pub(crate) async fn until(
-    rt: &RuntimeHandle,
-    kind: ListenerKind,
-    pred: impl Fn(&ListenerState) -> bool,
-) {
-    let mut rx = rt.health()[&kind].clone();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while !pred(&rx.borrow_and_update()) {
-            let _ = rx.changed().await;
-        }
-    })
-    .await
-    .expect("the state arrives in time");
-}
+pub(crate) use crate::support::{until, until_listener};
 
 pub(crate) fn stopped(s: &ListenerState) -> bool {
     matches!(s, ListenerState::Stopped { error: Some(_) })
@@ -783,7 +813,7 @@ async fn stopped_by(
     if let Some(workflow) = trigger {
         let _ = rt.run_no_wait(workflow, &json!({})).await.expect("trigger");
     }
-    until(&rt, kind, stopped).await;
+    until_listener(&rt, kind, stopped).await;
     rt.shutdown(Duration::from_secs(1)).await;
     e
 }
@@ -867,7 +897,7 @@ async fn the_durable_task_listener_under_every_kind_of_stream_end() {
         assert_eq!(out["woke"], true, "{fault:?}");
         assert!(e.faults().attempts(DURABLE) >= 2);
         assert!(rt.reconnects()[&ListenerKind::DurableTask] >= 1);
-        until(&rt, ListenerKind::DurableTask, |s| {
+        until_listener(&rt, ListenerKind::DurableTask, |s| {
             matches!(s, ListenerState::Connected { .. })
         })
         .await;
@@ -1046,7 +1076,7 @@ async fn idle_then_rearmed(
     let _: Value = rt.run(workflow, &json!({})).await.expect("first result");
     // Idle is the listener's decision on that end, made: a reconnect would show as
     // Reconnecting, with its timer armed, and the next open counted.
-    until(rt, kind, |s| matches!(s, ListenerState::Idle)).await;
+    until_listener(rt, kind, |s| matches!(s, ListenerState::Idle)).await;
     assert_eq!(e.faults().attempts(path), 1, "no waiter: no reconnect");
     let _: Value = rt
         .run(workflow, &json!({}))
@@ -1156,7 +1186,7 @@ async fn runs_listener_after(faults: &[Fault]) -> (DevEngine, RuntimeHandle) {
     }
     let out: Value = rt.run("echo", &json!({"n": 1})).await.expect("result");
     assert_eq!(out["n"], 1);
-    until(&rt, ListenerKind::WorkflowRuns, |s| {
+    until_listener(&rt, ListenerKind::WorkflowRuns, |s| {
         matches!(s, ListenerState::Idle)
     })
     .await;

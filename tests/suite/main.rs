@@ -20,5 +20,6 @@ mod run_events;
 mod runtime_e2e;
 mod soak;
 mod supervision;
+mod support;
 mod tls;
 mod wire;

@@ -10,7 +10,8 @@ use hatchet_runtime::{Context, Runtime, RuntimeOptions, TaskError, WorkerOptions
 use serde_json::{Value, json};
 use tonic::Code;
 
-use crate::listeners::{fast, stopped, until};
+use crate::listeners::{fast, stopped};
+use crate::support::until_listener;
 
 fn http() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -49,7 +50,7 @@ async fn health_and_metrics_endpoints_report_the_worker() {
     let addr = rt.ops_addr().expect("serving");
     let base = format!("http://{addr}");
     let client = http();
-    until(&rt, ListenerKind::WorkerActions, |s| {
+    until_listener(&rt, ListenerKind::WorkerActions, |s| {
         matches!(s, hatchet_runtime::health::ListenerState::Connected { .. })
     })
     .await;
@@ -129,7 +130,7 @@ async fn health_and_metrics_endpoints_report_the_worker() {
         },
     );
     e.faults().drop_connections();
-    until(&rt, ListenerKind::WorkerActions, |s| {
+    until_listener(&rt, ListenerKind::WorkerActions, |s| {
         matches!(
             s,
             hatchet_runtime::health::ListenerState::Reconnecting { .. }
@@ -150,7 +151,7 @@ async fn health_and_metrics_endpoints_report_the_worker() {
     );
     assert_eq!(status("/health").await.0, 503, "/health answers as /ready");
     e.faults().clear();
-    until(&rt, ListenerKind::WorkerActions, |s| {
+    until_listener(&rt, ListenerKind::WorkerActions, |s| {
         matches!(s, hatchet_runtime::health::ListenerState::Connected { .. })
     })
     .await;
@@ -170,7 +171,7 @@ async fn health_and_metrics_endpoints_report_the_worker() {
         },
     );
     e.faults().drop_connections();
-    until(&rt, ListenerKind::WorkerActions, stopped).await;
+    until_listener(&rt, ListenerKind::WorkerActions, stopped).await;
     let r = client
         .get(format!("{base}/health"))
         .send()

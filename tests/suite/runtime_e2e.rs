@@ -29,16 +29,7 @@ pub async fn setup() -> (DevEngine, RuntimeHandle) {
     (engine, rt)
 }
 
-/// Polls `cond` every 10 ms for up to 10 s (engine-side effects of a real-time run).
-pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..1_000 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
+pub(crate) use crate::support::until;
 
 fn echo() -> Workflow {
     Workflow::new("echo").task("double", |i: Num, _ctx: Context| async move {

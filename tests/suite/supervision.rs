@@ -18,7 +18,8 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tonic::Code;
 
-use crate::listeners::{fast, until};
+use crate::listeners::fast;
+use crate::support::until_listener;
 
 const ALL: [ListenerKind; 4] = [
     ListenerKind::WorkerActions,
@@ -191,7 +192,7 @@ async fn a_listener_crashing_past_the_intensity_limit_is_stopped_and_its_waiters
         "ten restarts keep the waiter (the registry survives)"
     );
     crash_until(&rt, ListenerKind::WorkflowRuns, MAX_RESTARTS as u64 + 1).await;
-    until(&rt, ListenerKind::WorkflowRuns, |s| {
+    until_listener(&rt, ListenerKind::WorkflowRuns, |s| {
         matches!(s, ListenerState::Stopped { error: Some(_) })
     })
     .await;

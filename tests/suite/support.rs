@@ -1,0 +1,69 @@
+//! What every suite shares: waits that poll what they wait for, and counters. One place, so a
+//! wait reads the same everywhere and its bound is set once (long enough for the real engine).
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+use hatchet_runtime::RuntimeHandle;
+use hatchet_runtime::health::{ListenerKind, ListenerState};
+
+/// How long a wait polls before it fails the test (the real engine's slowest writes fit).
+const WAIT: Duration = Duration::from_secs(90);
+
+/// Polls `cond` every 10 ms until it holds; fails the test after 90 s naming `what`.
+pub(crate) async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let polls = WAIT.as_millis() / 10;
+    for _ in 0..polls {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// Polls an async read every 100 ms until `cond` holds on what it read, and returns that; fails
+/// the test after 90 s naming `what` and the last read.
+pub(crate) async fn until_read<T: std::fmt::Debug, F, Fut>(
+    what: &str,
+    mut read: F,
+    cond: impl Fn(&T) -> bool,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let mut last = None;
+    for _ in 0..WAIT.as_millis() / 100 {
+        let v = read().await;
+        if cond(&v) {
+            return v;
+        }
+        last = Some(v);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}; last read: {last:?}");
+}
+
+/// Waits (at most 10 s: a listener's state changes on ours only) until `kind`'s health satisfies
+/// `pred`, woken by each change rather than polling.
+pub(crate) async fn until_listener(
+    rt: &RuntimeHandle,
+    kind: ListenerKind,
+    pred: impl Fn(&ListenerState) -> bool,
+) {
+    let mut rx = rt.health()[&kind].clone();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !pred(&rx.borrow_and_update()) {
+            let _ = rx.changed().await;
+        }
+    })
+    .await
+    .expect("the state arrives in time");
+}
+
+/// A counter to count where something happens (executions in a handler, say).
+pub(crate) fn counter() -> Arc<AtomicU32> {
+    Arc::new(AtomicU32::new(0))
+}
