@@ -88,7 +88,7 @@ fn check_uuid(field: &str, s: &str) -> Result<(), GrpcStatus> {
 
 /// Everything the engine knows.
 #[derive(Debug, Default)]
-pub struct State {
+pub(crate) struct State {
     /// Every workflow by name (see `store/workflows.rs`).
     pub workflows: crate::store::workflows::Workflows,
     /// Every run, in creation order (see `store/table.rs`).
@@ -135,7 +135,7 @@ pub struct State {
 
 /// The engine: state plus the notifier that wakes the scheduler.
 #[derive(Debug)]
-pub struct Engine {
+pub(crate) struct Engine {
     pub state: Mutex<State>,
     /// The state's clock (the same one), for reads outside the lock.
     pub clock: std::sync::Arc<crate::time::clock::Clock>,
@@ -149,7 +149,7 @@ pub struct Engine {
 
 impl Engine {
     /// A new, empty engine for `tenant_id`.
-    pub fn new(tenant_id: String, reassign_after: Duration, version: String) -> Self {
+    pub(crate) fn new(tenant_id: String, reassign_after: Duration, version: String) -> Self {
         let state = State::default();
         Engine {
             clock: state.clock.clone(),
@@ -164,7 +164,7 @@ impl Engine {
     // ===== registration =====
 
     /// `v1.AdminService/PutWorkflow`.
-    pub fn put_workflow(
+    pub(crate) fn put_workflow(
         &self,
         mut req: v1::CreateWorkflowVersionRequest,
     ) -> Result<v1::CreateWorkflowVersionResponse, GrpcStatus> {
@@ -310,7 +310,7 @@ impl Engine {
     }
 
     /// `Dispatcher/Register`.
-    pub fn register(
+    pub(crate) fn register(
         &self,
         req: proto::WorkerRegisterRequest,
     ) -> Result<proto::WorkerRegisterResponse, GrpcStatus> {
@@ -379,7 +379,7 @@ impl Engine {
     }
 
     /// Opens a listener session (`ListenV2`, or `Listen` when `legacy`).
-    pub fn open_session(
+    pub(crate) fn open_session(
         &self,
         worker_id: &str,
         legacy: bool,
@@ -420,7 +420,7 @@ impl Engine {
     /// timeout (or are reassigned when it goes silent), unless the `reoffer_unanswered` fault
     /// is on: then they are offered again, same attempt (a worker that did get one ignores the
     /// second copy).
-    pub fn close_session(&self, worker_id: &str, session: u64) {
+    pub(crate) fn close_session(&self, worker_id: &str, session: u64) {
         let mut st = self.state.lock();
         if let Some(w) = st.workers.get_mut(worker_id) {
             w.sessions.retain(|s| s.id != session);
@@ -432,7 +432,7 @@ impl Engine {
             .tasks
             .values()
             .filter(|t| {
-                t.status == Status::Running
+                t.status() == Status::Running
                     && !t.answered
                     && t.session == Some(session)
                     && t.worker_id.as_deref() == Some(worker_id)
@@ -449,7 +449,7 @@ impl Engine {
     }
 
     /// `Dispatcher/Heartbeat`.
-    pub fn heartbeat(&self, worker_id: &str) -> Result<(), GrpcStatus> {
+    pub(crate) fn heartbeat(&self, worker_id: &str) -> Result<(), GrpcStatus> {
         if go_uuid_error(worker_id).is_some() {
             return Err(GrpcStatus::invalid_argument(format!(
                 "invalid worker ID format: {worker_id}"
@@ -474,7 +474,7 @@ impl Engine {
     }
 
     /// `Dispatcher/Unsubscribe`: drops the worker's routing.
-    pub fn unsubscribe(&self, worker_id: &str) {
+    pub(crate) fn unsubscribe(&self, worker_id: &str) {
         let mut st = self.state.lock();
         if let Some(w) = st.workers.get_mut(worker_id) {
             w.sessions.clear();
@@ -482,7 +482,7 @@ impl Engine {
     }
 
     /// `Dispatcher/UpsertWorkerLabels`.
-    pub fn upsert_labels(
+    pub(crate) fn upsert_labels(
         &self,
         worker_id: &str,
         labels: &HashMap<String, proto::WorkerLabels>,
@@ -504,7 +504,7 @@ impl Engine {
 
     /// A single trigger from a client (`TriggerWorkflow`, `TriggerWorkflowRun`): written now,
     /// or, under the `defer_trigger_writes` fault, answered now and written later.
-    pub fn trigger_from_client(
+    pub(crate) fn trigger_from_client(
         self: &std::sync::Arc<Self>,
         req: v1::TriggerWorkflowRequest,
     ) -> Result<String, GrpcStatus> {
@@ -535,7 +535,7 @@ impl Engine {
 
     /// Creates a run of `req.name` (TriggerWorkflow, the DurableTask stream's trigger_runs),
     /// under `run_id` when it was answered before (a deferred write).
-    pub fn trigger(
+    pub(crate) fn trigger(
         &self,
         req: &v1::TriggerWorkflowRequest,
         run_id: Option<String>,
@@ -577,7 +577,7 @@ impl Engine {
     /// `WorkflowService/BulkTriggerWorkflow`: every item is checked first (JSON, priority), so
     /// one bad item refuses the whole call and creates nothing, as the real engine does; an
     /// item of a workflow the engine does not know is answered with an id, as a single trigger.
-    pub fn bulk_trigger(
+    pub(crate) fn bulk_trigger(
         &self,
         reqs: &[v1::TriggerWorkflowRequest],
     ) -> Result<Vec<String>, GrpcStatus> {
@@ -615,7 +615,7 @@ impl Engine {
     }
 
     /// `EventsService/BulkPush`: 1 to 1,000 events, all checked before any is stored.
-    pub fn bulk_push(
+    pub(crate) fn bulk_push(
         &self,
         reqs: &[proto::PushEventRequest],
     ) -> Result<Vec<proto::Event>, GrpcStatus> {
@@ -634,7 +634,7 @@ impl Engine {
         reqs.iter().map(|r| self.push(r)).collect()
     }
 
-    pub fn push(&self, req: &proto::PushEventRequest) -> Result<proto::Event, GrpcStatus> {
+    pub(crate) fn push(&self, req: &proto::PushEventRequest) -> Result<proto::Event, GrpcStatus> {
         let (payload, meta) = check_event(req)?;
         let at = self.clock.system_now();
         let mut st = self.state.lock();
@@ -714,7 +714,7 @@ impl Engine {
     // ===== worker events =====
 
     /// `Dispatcher/SendStepActionEvent`.
-    pub fn step_event(
+    pub(crate) fn step_event(
         &self,
         ev: &proto::StepActionEvent,
     ) -> Result<proto::ActionEventResponse, GrpcStatus> {
@@ -735,7 +735,7 @@ impl Engine {
             ))
         })?;
         let retry_count = ev.retry_count.unwrap_or(task.retry_count);
-        let stale = retry_count != task.retry_count || task.status.is_terminal();
+        let stale = retry_count != task.retry_count || task.status().is_terminal();
         match kind {
             E::StepEventTypeUnknown => {
                 return Err(GrpcStatus::invalid_argument("event_type UNKNOWN"));
@@ -783,7 +783,7 @@ impl Engine {
             // The cancel of an attempt that had released its slot never reached its worker,
             // which finished the task: the real engine records the completion.
             E::StepEventTypeCompleted
-                if task.status == Status::Cancelled
+                if task.status() == Status::Cancelled
                     && task.unlinked
                     && retry_count == task.retry_count
                     && serde_json::from_str::<Value>(&ev.event_payload).is_ok()
@@ -802,7 +802,11 @@ impl Engine {
     }
 
     /// `Dispatcher/RefreshTimeout`.
-    pub fn refresh_timeout(&self, task_id: &str, by: &str) -> Result<SystemTime, GrpcStatus> {
+    pub(crate) fn refresh_timeout(
+        &self,
+        task_id: &str,
+        by: &str,
+    ) -> Result<SystemTime, GrpcStatus> {
         let inc = parse_duration(by).ok_or_else(|| {
             GrpcStatus::invalid_argument("increment_timeout_by is not a duration")
         })?;
@@ -811,7 +815,7 @@ impl Engine {
             .tasks
             .get_mut(task_id)
             .ok_or_else(|| unknown_task_run(task_id))?;
-        if t.status != Status::Running {
+        if t.status() != Status::Running {
             return Err(GrpcStatus::not_found("task is not running"));
         }
         let base = t.deadline.unwrap_or_else(|| self.clock.now());
@@ -825,12 +829,12 @@ impl Engine {
     /// `Dispatcher/ReleaseSlot`: accepted, and the slot stays counted until the attempt ends,
     /// as on the real engine (see `Switches::release_slot_frees`, which gives it back at once).
     /// Either way a running attempt loses its worker link, as there (see [`Task::unlinked`]).
-    pub fn release_slot(&self, task_id: &str) -> Result<(), GrpcStatus> {
+    pub(crate) fn release_slot(&self, task_id: &str) -> Result<(), GrpcStatus> {
         let mut st = self.state.lock();
         let Some(t) = st.tasks.get_mut(task_id) else {
             return Err(unknown_task_run(task_id));
         };
-        if t.status == Status::Running {
+        if t.status() == Status::Running {
             t.unlinked = true;
         }
         st.counters.slot_releases += 1;
@@ -844,7 +848,7 @@ impl Engine {
     }
 
     /// `EventsService/PutLog`, validated the way the real engine validates it.
-    pub fn put_log(&self, req: &proto::PutLogRequest) -> Result<(), GrpcStatus> {
+    pub(crate) fn put_log(&self, req: &proto::PutLogRequest) -> Result<(), GrpcStatus> {
         check_uuid("task_run_external_id", &req.task_run_external_id)?;
         let length = req.message.chars().count();
         if !(1..=MAX_LOG_MESSAGE_CHARS).contains(&length) {
@@ -897,7 +901,10 @@ impl Engine {
     }
 
     /// `EventsService/PutStreamEvent`: fans a chunk out to the run's event subscribers.
-    pub fn put_stream_event(&self, req: &proto::PutStreamEventRequest) -> Result<(), GrpcStatus> {
+    pub(crate) fn put_stream_event(
+        &self,
+        req: &proto::PutStreamEventRequest,
+    ) -> Result<(), GrpcStatus> {
         let st = self.state.lock();
         let t = st
             .tasks
@@ -923,7 +930,7 @@ impl Engine {
     // ===== results =====
 
     /// Opens a `SubscribeToWorkflowRuns` subscription.
-    pub fn open_run_subscription(
+    pub(crate) fn open_run_subscription(
         &self,
     ) -> (
         u64,
@@ -935,7 +942,7 @@ impl Engine {
     }
 
     /// Adds a run id to a subscription; a finished run is delivered at once.
-    pub fn subscribe_run(&self, sub: u64, run_id: &str) {
+    pub(crate) fn subscribe_run(&self, sub: u64, run_id: &str) {
         let mut st = self.state.lock();
         st.counters.run_subscribe_messages += 1;
         if uuid::Uuid::parse_str(run_id).is_err() {
@@ -950,14 +957,14 @@ impl Engine {
     }
 
     /// Closes a subscription.
-    pub fn close_run_subscription(&self, sub: u64) {
+    pub(crate) fn close_run_subscription(&self, sub: u64) {
         self.state.lock().subscriptions.close_runs(sub);
     }
 
     /// Opens a `SubscribeToWorkflowEvents` stream. `None` for the run means "already finished":
     /// the caller ends the stream at once.
     #[allow(clippy::type_complexity)]
-    pub fn open_event_subscription(
+    pub(crate) fn open_event_subscription(
         &self,
         req: &proto::SubscribeToWorkflowEventsRequest,
     ) -> Result<Option<mpsc::UnboundedReceiver<Result<proto::WorkflowEvent, GrpcStatus>>>, GrpcStatus>
@@ -995,7 +1002,10 @@ impl Engine {
     }
 
     /// `v1.AdminService/GetRunDetails`.
-    pub fn run_details(&self, run_id: &str) -> Result<v1::GetRunDetailsResponse, GrpcStatus> {
+    pub(crate) fn run_details(
+        &self,
+        run_id: &str,
+    ) -> Result<v1::GetRunDetailsResponse, GrpcStatus> {
         let st = self.state.lock();
         // A client polling an unfinished run waits on it (virtual time skips for it).
         st.clock.polled(run_id);
@@ -1020,11 +1030,11 @@ impl Engine {
             if let Some(t) = st
                 .tasks
                 .get(tid)
-                .filter(|t| done || t.status != Status::Pending)
+                .filter(|t| done || t.status() != Status::Pending)
             {
                 let (status, error, output) = if done {
                     (
-                        t.status.v1(),
+                        t.status().v1(),
                         t.error.clone(),
                         t.output.clone().map(String::into_bytes),
                     )
@@ -1035,7 +1045,7 @@ impl Engine {
                     any_running = true;
                     any_evicted = true;
                     (v1::RunStatus::Running as i32, None, None)
-                } else if t.status == Status::Running {
+                } else if t.status() == Status::Running {
                     any_running = true;
                     (v1::RunStatus::Running as i32, None, None)
                 } else {
@@ -1079,7 +1089,10 @@ impl Engine {
     }
 
     /// `WorkflowService/PutRateLimit`.
-    pub fn put_rate_limit(&self, req: &proto::PutRateLimitRequest) -> Result<(), GrpcStatus> {
+    pub(crate) fn put_rate_limit(
+        &self,
+        req: &proto::PutRateLimitRequest,
+    ) -> Result<(), GrpcStatus> {
         if req.key.is_empty() {
             return Err(GrpcStatus::invalid_argument("key is required"));
         }
@@ -1102,7 +1115,7 @@ impl Engine {
     // ===== scheduling =====
 
     /// One scheduler pass at `now`: reassignment, timeouts, durable sleeps, then assignment.
-    pub fn tick(&self) {
+    pub(crate) fn tick(&self) {
         let mut st = self.state.lock();
         self.pass(&mut st);
         // Virtual time: nothing to do but wait on a timer while a client waits on a result,
@@ -1140,7 +1153,7 @@ impl Engine {
 
     /// Ends every stream the engine feeds (restart, shutdown): workers see EOF and become
     /// inactive, subscribers see EOF. State is kept.
-    pub fn hang_up_all(&self) {
+    pub(crate) fn hang_up_all(&self) {
         let mut st = self.state.lock();
         for w in st.workers.values_mut() {
             w.sessions.clear();

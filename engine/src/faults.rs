@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Rewrites the next `remaining` assignments.
 #[derive(Clone)]
-pub struct ActionMutator {
+pub(crate) struct ActionMutator {
     pub remaining: u32,
     pub f: Arc<dyn Fn(&mut hatchet_runtime::protocol::AssignedAction) + Send + Sync>,
 }
@@ -28,7 +28,7 @@ impl std::fmt::Debug for ActionMutator {
 /// inside the engine's rules). As they start, the engine does what the real one does: the
 /// polled timers on, every other switch off. `DevEngine`'s fault methods turn them.
 #[derive(Debug)]
-pub struct Switches {
+pub(crate) struct Switches {
     /// Rewrite the next assignments (bad payloads, unknown enums).
     pub mutate_actions: Option<ActionMutator>,
     /// Assign beyond the workers' slots (a flood).
@@ -118,7 +118,7 @@ impl Default for Switches {
 /// three chained 2 s sleeps take about 8 s there, not 6. Polls fall at fixed instants, every
 /// `every` from the first pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TimerPoll {
+pub(crate) struct TimerPoll {
     /// The time between two polls.
     pub every: std::time::Duration,
     /// The first poll (the phase of every later one).
@@ -127,10 +127,10 @@ pub struct TimerPoll {
 
 impl TimerPoll {
     /// The real engine's period.
-    pub const REAL: std::time::Duration = std::time::Duration::from_secs(1);
+    pub(crate) const REAL: std::time::Duration = std::time::Duration::from_secs(1);
 
     /// Polls every `every`, the first at the next pass.
-    pub fn every(every: std::time::Duration) -> Self {
+    pub(crate) fn every(every: std::time::Duration) -> Self {
         TimerPoll {
             every: every.max(std::time::Duration::from_millis(1)),
             origin: None,
@@ -139,13 +139,13 @@ impl TimerPoll {
 
     /// The instant timers are read at by a pass at `now`: the last poll at or before it (the
     /// first pass sets the phase).
-    pub fn read(&mut self, now: tokio::time::Instant) -> tokio::time::Instant {
+    pub(crate) fn read(&mut self, now: tokio::time::Instant) -> tokio::time::Instant {
         let origin = *self.origin.get_or_insert(now);
         self.last(now).unwrap_or(origin)
     }
 
     /// The last poll at or before `now`, if any.
-    pub fn last(&self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+    pub(crate) fn last(&self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
         let origin = self.origin?;
         let since = now.checked_duration_since(origin)?;
         Some(origin + self.polls(since, false))
@@ -153,7 +153,7 @@ impl TimerPoll {
 
     /// When a timer due `at` is read: at the first poll at or after it (when due, before the
     /// first poll).
-    pub fn reads(&self, at: tokio::time::Instant) -> tokio::time::Instant {
+    pub(crate) fn reads(&self, at: tokio::time::Instant) -> tokio::time::Instant {
         match self.origin {
             Some(origin) if at > origin => origin + self.polls(at - origin, true),
             Some(origin) => origin,

@@ -8,7 +8,7 @@
 //!    before anything else, so tests count real attempts.
 //! 4. Messages over 4 MiB are refused (like the real engine).
 
-#![warn(missing_docs, rust_2018_idioms)]
+#![warn(missing_docs, rust_2018_idioms, unreachable_pub)]
 
 // The rooms (ARCHITECTURE.md draws them): the transports, the store of runs and tasks, the
 // scheduler, the DAG rules, time, durable execution, and the test switches and counters.

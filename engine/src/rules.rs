@@ -10,25 +10,25 @@ use serde_json::Value;
 use tonic::Status as GrpcStatus;
 
 /// A worker is assignable while its last heartbeat is younger than this (engine rule).
-pub const LIVE_HEARTBEAT: Duration = Duration::from_secs(5);
+pub(crate) const LIVE_HEARTBEAT: Duration = Duration::from_secs(5);
 /// Running tasks of a worker silent for this long are requeued elsewhere.
-pub const REASSIGN_AFTER: Duration = Duration::from_secs(30);
+pub(crate) const REASSIGN_AFTER: Duration = Duration::from_secs(30);
 /// Execution timeout when a task declares none.
-pub const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(60);
 /// Internal requeues (send failures, reassignment) allowed per task.
-pub const MAX_INTERNAL_RETRIES: i32 = 10;
+pub(crate) const MAX_INTERNAL_RETRIES: i32 = 10;
 /// Assignment queue depth of one listener session.
-pub const SESSION_BUFFER: usize = 1024;
+pub(crate) const SESSION_BUFFER: usize = 1024;
 /// The version GetVersion reports (recent enough for slot_config and the DurableTask stream).
 pub const ENGINE_VERSION: &str = "v0.94.16";
 
 /// The longest log message the engine accepts (characters).
-pub const MAX_LOG_MESSAGE_CHARS: usize = 10_000;
+pub(crate) const MAX_LOG_MESSAGE_CHARS: usize = 10_000;
 /// Log levels the engine accepts.
-pub const LOG_LEVELS: [&str; 4] = ["INFO", "ERROR", "WARN", "DEBUG"];
+pub(crate) const LOG_LEVELS: [&str; 4] = ["INFO", "ERROR", "WARN", "DEBUG"];
 /// Lines kept per task; later lines are accepted and dropped (the development engine's bound on
 /// memory; the real engine keeps everything).
-pub const MAX_LOG_LINES_PER_TASK: usize = 10_000;
+pub(crate) const MAX_LOG_LINES_PER_TASK: usize = 10_000;
 
 pub(crate) fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
@@ -110,7 +110,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 }
 
 /// SQL-LIKE-ish matching of an event key against a trigger with `*` wildcards.
-pub fn key_matches(pattern: &str, key: &str) -> bool {
+pub(crate) fn key_matches(pattern: &str, key: &str) -> bool {
     fn go(p: &[u8], k: &[u8]) -> bool {
         match p.split_first() {
             None => k.is_empty(),
@@ -150,7 +150,7 @@ pub(crate) fn parse_metadata(
 }
 
 /// Events per BulkPush call.
-pub const MAX_BULK_EVENTS: usize = 1_000;
+pub(crate) const MAX_BULK_EVENTS: usize = 1_000;
 
 /// Evaluates the small subset of concurrency and rate-limit key expressions the dev engine
 /// understands: a dotted path into `input` or `additional_metadata` (`input.order_id`); anything
@@ -177,7 +177,7 @@ pub(crate) fn key_of_expression(
 
 /// A refused definition's message as the real engine words it (its validator's): one numbered
 /// line per `(field, condition)`.
-pub fn validation_failed(problems: &[(String, String)]) -> String {
+pub(crate) fn validation_failed(problems: &[(String, String)]) -> String {
     let mut m = String::from("Validation failed with the following errors:\n");
     for (i, (field, condition)) in problems.iter().enumerate() {
         m.push_str(&format!(
@@ -194,12 +194,12 @@ const SKIPPED: &str = "trigger skipped: ";
 /// idempotency key expression gives no key): the real engine answers such a trigger with the
 /// id the run would have had, so the callers that answer a client turn it into a fresh id
 /// ([`is_skipped_trigger`]); the others create nothing.
-pub fn skipped_trigger(why: &str) -> GrpcStatus {
+pub(crate) fn skipped_trigger(why: &str) -> GrpcStatus {
     GrpcStatus::aborted(format!("{SKIPPED}{why}"))
 }
 
 /// Whether `status` is a [`skipped_trigger`].
-pub fn is_skipped_trigger(status: &GrpcStatus) -> bool {
+pub(crate) fn is_skipped_trigger(status: &GrpcStatus) -> bool {
     status.code() == tonic::Code::Aborted && status.message().starts_with(SKIPPED)
 }
 
@@ -222,7 +222,7 @@ fn collision_status(type_url: &str, detail: Vec<u8>) -> GrpcStatus {
 }
 
 /// The `ALREADY_EXISTS` status with a `v1.IdempotencyCollisionError` detail.
-pub fn idempotency_collision(existing: &str) -> GrpcStatus {
+pub(crate) fn idempotency_collision(existing: &str) -> GrpcStatus {
     use prost::Message as _;
     // The real engine names only the existing run here (a bulk trigger names both).
     let detail = v1::IdempotencyCollisionError {
@@ -238,7 +238,7 @@ pub fn idempotency_collision(existing: &str) -> GrpcStatus {
 /// The `ALREADY_EXISTS` status of a bulk trigger some of whose items collided, as the real
 /// engine answers it: a `v1.BulkTriggerIdempotencyCollisionError` with the runs it created and
 /// the collisions, each in item order.
-pub fn bulk_idempotency_collision(
+pub(crate) fn bulk_idempotency_collision(
     created: Vec<String>,
     collisions: Vec<v1::IdempotencyCollisionError>,
 ) -> GrpcStatus {

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicU64;
 
 /// The engine's counters; they only grow.
 #[derive(Debug, Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     /// Subscribe messages received on `SubscribeToWorkflowRuns` streams (tests count replays).
     pub run_subscribe_messages: u64,
     /// Messages received on `ListenForDurableEvent` streams.

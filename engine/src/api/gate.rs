@@ -12,7 +12,7 @@ use crate::faults::{Fault, Faults};
 
 /// What the gate needs.
 #[derive(Clone)]
-pub struct Gate {
+pub(crate) struct Gate {
     pub faults: Faults,
     pub token: Arc<str>,
 }
@@ -24,7 +24,7 @@ impl std::fmt::Debug for Gate {
 }
 
 /// Whether an `authorization` value carries `token` (scheme match case-insensitive).
-pub fn bearer_ok(header: Option<&str>, token: &str) -> bool {
+pub(crate) fn bearer_ok(header: Option<&str>, token: &str) -> bool {
     let Some(h) = header else { return false };
     let mut parts = h.splitn(2, ' ');
     let scheme = parts.next().unwrap_or("");
@@ -44,7 +44,7 @@ impl<S> Layer<S> for Gate {
 
 /// The gate around the tonic router.
 #[derive(Clone, Debug)]
-pub struct GateService<S> {
+pub(crate) struct GateService<S> {
     gate: Gate,
     inner: S,
 }

@@ -16,7 +16,7 @@ use hatchet_runtime::protocol::{self as proto, v1};
 
 /// Shared by every service.
 #[derive(Debug, Clone)]
-pub struct Svc {
+pub(crate) struct Svc {
     pub engine: Arc<Engine>,
     pub faults: Faults,
 }

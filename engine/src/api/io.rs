@@ -19,7 +19,7 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 use crate::faults::Faults;
 
 /// A TCP connection under fault control.
-pub struct FaultyIo {
+pub(crate) struct FaultyIo {
     inner: TcpStream,
     killed: Pin<Box<WaitForCancellationFutureOwned>>,
     faults: Faults,
@@ -105,7 +105,7 @@ impl tonic::transport::server::Connected for FaultyIo {
 
 /// A listener whose connections are [`FaultyIo`].
 #[derive(Debug)]
-pub struct FaultyListener {
+pub(crate) struct FaultyListener {
     pub(crate) inner: TcpListener,
     pub(crate) faults: Faults,
 }
@@ -116,7 +116,7 @@ impl FaultyListener {
     /// # Cancel safety
     ///
     /// Cancel safe: a dropped call accepts nothing.
-    pub async fn accept_io(&self) -> (FaultyIo, std::net::SocketAddr) {
+    pub(crate) async fn accept_io(&self) -> (FaultyIo, std::net::SocketAddr) {
         loop {
             match self.inner.accept().await {
                 Ok((s, a)) => return (FaultyIo::new(s, self.faults.clone()), a),

@@ -5,14 +5,14 @@ use std::pin::Pin;
 use futures::{Stream, StreamExt as _};
 
 /// A boxed outgoing stream.
-pub type Out<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send + 'static>>;
+pub(crate) type Out<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send + 'static>>;
 
 /// Runs a closure when dropped.
-pub struct OnDrop<F: FnOnce() + Send>(Option<F>);
+pub(crate) struct OnDrop<F: FnOnce() + Send>(Option<F>);
 
 impl<F: FnOnce() + Send> OnDrop<F> {
     /// A guard running `f` on drop.
-    pub fn new(f: F) -> Self {
+    pub(crate) fn new(f: F) -> Self {
         OnDrop(Some(f))
     }
 }
@@ -27,7 +27,7 @@ impl<F: FnOnce() + Send> Drop for OnDrop<F> {
 
 /// Wraps `s`: `guard` runs when the stream is dropped, and a fault plan `(after, code)` ends the
 /// stream after `after` messages with `code` (or OK when `None`).
-pub fn guarded<T: Send + 'static, S, G>(
+pub(crate) fn guarded<T: Send + 'static, S, G>(
     s: S,
     guard: G,
     plan: Option<(usize, Option<i32>)>,

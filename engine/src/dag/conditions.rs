@@ -53,7 +53,7 @@ impl crate::core::State {
             (
                 t.run_id.clone(),
                 t.readable_id.clone(),
-                t.status == crate::store::model::Status::Completed,
+                t.status() == crate::store::model::Status::Completed,
                 out,
                 worker,
             )
@@ -68,7 +68,7 @@ impl crate::core::State {
             .into_iter()
             .filter(|id| {
                 self.tasks.get(id).is_some_and(|t| {
-                    t.status == crate::store::model::Status::Pending
+                    t.status() == crate::store::model::Status::Pending
                         && t.matcher.is_some()
                         && t.parents.contains(&readable)
                 })
@@ -99,7 +99,7 @@ impl crate::core::State {
         let Some(t) = self.tasks.get_mut(tid) else {
             return;
         };
-        if t.status != Status::Pending {
+        if t.status() != Status::Pending {
             return;
         }
         let Some((act, data)) = t
@@ -112,21 +112,9 @@ impl crate::core::State {
         let now = self.clock.system_now();
         let run_id = t.run_id.clone();
         match act {
-            Act::Queue => {
-                t.status = Status::Queued;
-                t.released_at = Some(now);
-                t.triggers = data;
-            }
-            Act::Skip => {
-                t.status = Status::Completed;
-                t.output = Some(SKIPPED.into());
-                t.finished_at = Some(now);
-            }
-            Act::Cancel => {
-                // Cancelled by a condition: no error text, as the real engine reports it.
-                t.status = Status::Cancelled;
-                t.finished_at = Some(now);
-            }
+            Act::Queue => t.release(now, data),
+            Act::Skip => t.skip(now, SKIPPED),
+            Act::Cancel => t.cancel_by_condition(now),
         }
         self.event_waiters.remove(tid);
         match act {

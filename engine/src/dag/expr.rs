@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 
 /// Why an expression could not be evaluated.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExprError(pub String);
+pub(crate) struct ExprError(pub String);
 
 type R<T> = Result<T, ExprError>;
 
@@ -117,7 +117,7 @@ enum Ast {
 
 /// How deep an expression may nest (parentheses, operators, calls): deeper is refused with an
 /// error instead of overflowing the stack while it is parsed or evaluated.
-pub const MAX_DEPTH: usize = 100;
+pub(crate) const MAX_DEPTH: usize = 100;
 
 struct Parser {
     toks: Vec<Tok>,
@@ -324,11 +324,11 @@ fn number(n: f64) -> Value {
 
 /// A parsed expression, ready to evaluate against variables.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Expr(Ast);
+pub(crate) struct Expr(Ast);
 
 impl Expr {
     /// Parses `src`.
-    pub fn parse(src: &str) -> R<Expr> {
+    pub(crate) fn parse(src: &str) -> R<Expr> {
         let mut p = Parser {
             toks: lex(src)?,
             at: 0,
@@ -342,7 +342,7 @@ impl Expr {
     }
 
     /// Evaluates against `vars` (variable name → value).
-    pub fn eval(&self, vars: &Map<String, Value>) -> R<Value> {
+    pub(crate) fn eval(&self, vars: &Map<String, Value>) -> R<Value> {
         eval(&self.0, vars)
     }
 }
@@ -515,7 +515,7 @@ fn eval(ast: &Ast, vars: &Map<String, Value>) -> R<Value> {
 
 /// A task condition's expression: empty is `true`; a parse or evaluation error, or a non-bool
 /// result, is `false` (invariant 1).
-pub fn condition_holds(expression: &str, vars: &Map<String, Value>) -> bool {
+pub(crate) fn condition_holds(expression: &str, vars: &Map<String, Value>) -> bool {
     if expression.trim().is_empty() {
         return true;
     }
@@ -523,7 +523,7 @@ pub fn condition_holds(expression: &str, vars: &Map<String, Value>) -> bool {
 }
 
 /// An event filter's expression: empty never matches (invariant 2), errors never match.
-pub fn filter_matches(expression: &str, vars: &Map<String, Value>) -> bool {
+pub(crate) fn filter_matches(expression: &str, vars: &Map<String, Value>) -> bool {
     !expression.trim().is_empty() && matches_bool(expression, vars)
 }
 

@@ -20,7 +20,7 @@ use crate::dag::expr::filter_matches;
 
 /// A stored filter.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Filter {
+pub(crate) struct Filter {
     pub id: String,
     pub workflow_id: String,
     pub scope: String,
@@ -33,7 +33,7 @@ pub struct Filter {
 
 impl Filter {
     /// The REST `V1Filter`.
-    pub fn to_json(&self, tenant: &str) -> Value {
+    pub(crate) fn to_json(&self, tenant: &str) -> Value {
         json!({
             "metadata": {"id": self.id, "createdAt": hatchet_runtime::protocol::rfc3339(self.created_at),
                          "updatedAt": hatchet_runtime::protocol::rfc3339(self.updated_at)},
@@ -49,7 +49,7 @@ impl Filter {
 
 /// What a pushed event means for one workflow whose trigger matches its key.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// No filters: one run, no filter payload (invariant 1).
     Once,
     /// One run per matching filter, with its payload (invariant 2); may be empty.
@@ -76,34 +76,34 @@ fn vars(
 
 /// Every stored filter, in creation order: the room that keeps invariant 4.
 #[derive(Debug, Default)]
-pub struct Filters {
+pub(crate) struct Filters {
     all: Vec<Filter>,
 }
 
 impl Filters {
     /// Stores a filter made through the REST API.
-    pub fn add(&mut self, f: Filter) {
+    pub(crate) fn add(&mut self, f: Filter) {
         self.all.push(f);
     }
 
     /// Every filter, in creation order.
-    pub fn iter(&self) -> impl Iterator<Item = &Filter> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Filter> {
         self.all.iter()
     }
 
     /// The filter `id`, to change.
-    pub fn get_mut(&mut self, id: &str) -> Option<&mut Filter> {
+    pub(crate) fn get_mut(&mut self, id: &str) -> Option<&mut Filter> {
         self.all.iter_mut().find(|f| f.id == id)
     }
 
     /// Removes and returns the filter `id`.
-    pub fn remove(&mut self, id: &str) -> Option<Filter> {
+    pub(crate) fn remove(&mut self, id: &str) -> Option<Filter> {
         let i = self.all.iter().position(|f| f.id == id)?;
         Some(self.all.remove(i))
     }
 
     /// What an event means for one workflow (invariants 1-3).
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         workflow_id: &str,
         scope: Option<&str>,
@@ -133,7 +133,7 @@ impl Filters {
     }
 
     /// Replaces a workflow's declarative filters when a version declares some (invariant 4).
-    pub fn set_declarative(
+    pub(crate) fn set_declarative(
         &mut self,
         workflow_id: &str,
         declared: &[hatchet_runtime::protocol::v1::DefaultFilter],

@@ -35,7 +35,7 @@ use hatchet_runtime::protocol::v1;
 
 /// What a satisfied action does to the task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Act {
+pub(crate) enum Act {
     Queue,
     Cancel,
     Skip,
@@ -76,7 +76,7 @@ struct Cond {
 
 /// One task's conditions and what has been satisfied.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Matcher {
+pub(crate) struct Matcher {
     conds: Vec<Cond>,
     /// Satisfied conditions: index → data (event payload, sleep duration, parent output).
     hits: BTreeMap<usize, Value>,
@@ -86,7 +86,7 @@ pub struct Matcher {
 }
 
 /// The task's conditions as registered (`CreateTaskOpts.conditions`), checked.
-pub fn validate(c: &v1::TaskConditions) -> Result<(), GrpcStatus> {
+pub(crate) fn validate(c: &v1::TaskConditions) -> Result<(), GrpcStatus> {
     let bases = c
         .sleep_conditions
         .iter()
@@ -134,12 +134,15 @@ fn group_of(base: &v1::BaseMatchCondition) -> String {
 const CANCEL_GROUP: &str = "parents-failed";
 
 /// The output of a skipped task.
-pub const SKIPPED: &str = r#"{"skipped":true}"#;
+pub(crate) const SKIPPED: &str = r#"{"skipped":true}"#;
 
 impl Matcher {
     /// The matcher of a task with `parents` and `conditions`; `None` when neither exists (the
     /// task is queued at once).
-    pub fn new(parents: &[String], conditions: Option<&v1::TaskConditions>) -> Option<Matcher> {
+    pub(crate) fn new(
+        parents: &[String],
+        conditions: Option<&v1::TaskConditions>,
+    ) -> Option<Matcher> {
         let empty = v1::TaskConditions::default();
         let c = conditions.unwrap_or(&empty);
         let has_user = !(c.sleep_conditions.is_empty()
@@ -244,7 +247,7 @@ impl Matcher {
     }
 
     /// Starts the sleeps and event waits (invariant 3); returns the sleeps' deadlines.
-    pub fn arm(&mut self, now: Instant, event_seq: u64) -> Vec<Instant> {
+    pub(crate) fn arm(&mut self, now: Instant, event_seq: u64) -> Vec<Instant> {
         if self.armed.is_some() {
             return Vec::new();
         }
@@ -259,14 +262,14 @@ impl Matcher {
     }
 
     /// Whether it waits for events.
-    pub fn wants_events(&self) -> bool {
+    pub(crate) fn wants_events(&self) -> bool {
         self.conds
             .iter()
             .any(|c| matches!(c.kind, Kind::Event { .. }))
     }
 
     /// A parent finished: `completed` (with its output) or failed/cancelled.
-    pub fn parent_finished(&mut self, parent: &str, completed: bool, output: &Value) {
+    pub(crate) fn parent_finished(&mut self, parent: &str, completed: bool, output: &Value) {
         let skipped = completed && output.get("skipped") == Some(&Value::Bool(true));
         let vars = vars(&json!({}), output);
         for (i, c) in self.conds.iter().enumerate() {
@@ -285,7 +288,7 @@ impl Matcher {
     }
 
     /// An event was pushed (after arming, with a matching key, scope and expression).
-    pub fn event(&mut self, key: &str, scope: Option<&str>, seq: u64, payload: &Value) {
+    pub(crate) fn event(&mut self, key: &str, scope: Option<&str>, seq: u64, payload: &Value) {
         let Some((_, since)) = self.armed else {
             return;
         };
@@ -305,7 +308,7 @@ impl Matcher {
     }
 
     /// Marks the sleeps that are due.
-    pub fn tick(&mut self, now: Instant) {
+    pub(crate) fn tick(&mut self, now: Instant) {
         let Some((start, _)) = self.armed else {
             return;
         };
@@ -320,7 +323,7 @@ impl Matcher {
 
     /// Whether the parents' QUEUE groups hold (the moment to arm a task with parents,
     /// invariant 3).
-    pub fn parents_completed(&self) -> bool {
+    pub(crate) fn parents_completed(&self) -> bool {
         self.groups_hold(Act::Queue, false) != Some(false)
     }
 
@@ -336,7 +339,7 @@ impl Matcher {
     }
 
     /// The action that holds now, by precedence (invariants 1 and 4); marks it decided.
-    pub fn decide(&mut self) -> Option<Act> {
+    pub(crate) fn decide(&mut self) -> Option<Act> {
         if self.decided {
             return None;
         }
@@ -360,7 +363,7 @@ impl Matcher {
     }
 
     /// `triggers` data for the task: each satisfied sleep or event condition's data by its key.
-    pub fn trigger_data(&self) -> Map<String, Value> {
+    pub(crate) fn trigger_data(&self) -> Map<String, Value> {
         self.hits
             .iter()
             .filter(|(i, _)| {

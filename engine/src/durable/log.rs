@@ -16,7 +16,7 @@ use hatchet_runtime::protocol::v1::{self, durable_task_response::Message as Resp
 
 impl State {
     /// Registers a DurableTask stream.
-    pub fn durable_open(&mut self, tx: Tx) -> u64 {
+    pub(crate) fn durable_open(&mut self, tx: Tx) -> u64 {
         self.next_id += 1;
         let id = self.next_id;
         self.durable.streams.insert(id, tx);
@@ -24,7 +24,7 @@ impl State {
     }
 
     /// Forgets a DurableTask stream.
-    pub fn durable_close(&mut self, stream: u64) {
+    pub(crate) fn durable_close(&mut self, stream: u64) {
         self.durable.streams.remove(&stream);
         self.durable.routes.retain(|_, s| *s != stream);
     }
@@ -244,7 +244,12 @@ impl State {
     }
 
     /// Handles one request of a DurableTask stream.
-    pub fn durable_request(&mut self, stream: u64, tenant: &str, req: v1::DurableTaskRequest) {
+    pub(crate) fn durable_request(
+        &mut self,
+        stream: u64,
+        tenant: &str,
+        req: v1::DurableTaskRequest,
+    ) {
         use v1::durable_task_request::Message as Req;
         let Some(msg) = req.message else { return };
         let expects_ack = matches!(
@@ -502,7 +507,9 @@ impl State {
                 // request names is not compared (an SDK's graceful shutdown names its own).
                 let now = self.clock.now();
                 if self.tasks.get(&task).is_some_and(|t| {
-                    t.status == Status::Running && !t.evicted && t.deadline.is_none_or(|d| d > now)
+                    t.status() == Status::Running
+                        && !t.evicted
+                        && t.deadline.is_none_or(|d| d > now)
                 }) {
                     self.free_slot(&task);
                     if let Some(t) = self.tasks.get_mut(&task) {
@@ -544,7 +551,7 @@ impl State {
     }
 
     /// Satisfies waits on a pushed event (both durable paths).
-    pub fn durable_event_pushed(&mut self, ev: &StoredEvent) {
+    pub(crate) fn durable_event_pushed(&mut self, ev: &StoredEvent) {
         self.satisfy_waits(|c| c.event(ev));
     }
 
@@ -553,7 +560,7 @@ impl State {
     /// from `from_branch` at `node`, and the task runs again (replayed as a new attempt, as the
     /// real engine replays it). Answers the new branch's id. As on the real engine, the node and
     /// branch are not checked; a task without a durable log cannot branch.
-    pub fn branch_durable_task(
+    pub(crate) fn branch_durable_task(
         &mut self,
         task: &str,
         node: i64,
@@ -577,14 +584,12 @@ impl State {
 
     /// Queues an evicted task again (a new invocation replays its log); whether it was
     /// evicted, `None` for an unknown task.
-    pub fn restore_evicted(&mut self, id: &str) -> Option<bool> {
+    pub(crate) fn restore_evicted(&mut self, id: &str) -> Option<bool> {
         let t = self.tasks.get_mut(id)?;
-        if !(t.evicted && t.status == Status::Running) {
+        if !(t.evicted && t.status() == Status::Running) {
             return Some(false);
         }
-        t.status = Status::Queued;
-        t.worker_id = None;
-        t.deadline = None;
+        t.restore();
         self.enqueue(id);
         Some(true)
     }
@@ -616,7 +621,7 @@ impl State {
         self.open_waits().filter_map(|(_, c)| c.next_sleep()).min()
     }
 
-    pub fn durable_tick(&mut self, now: Instant) {
+    pub(crate) fn durable_tick(&mut self, now: Instant) {
         self.satisfy_waits(|c| c.tick(now));
     }
 
@@ -672,7 +677,7 @@ impl State {
     }
 
     /// A child run finished: satisfies the RUN nodes waiting on it.
-    pub fn durable_child_finished(&mut self, run_id: &str) {
+    pub(crate) fn durable_child_finished(&mut self, run_id: &str) {
         let Some(run) = self.runs.get(run_id) else {
             return;
         };
@@ -723,14 +728,14 @@ impl State {
     }
 
     /// The durable task itself finished: stop routing to it.
-    pub fn durable_task_finished(&mut self, task: &str) {
+    pub(crate) fn durable_task_finished(&mut self, task: &str) {
         self.durable.routes.remove(task);
     }
 
     // ===== legacy path =====
 
     /// `RegisterDurableEvent`.
-    pub fn legacy_register(
+    pub(crate) fn legacy_register(
         &mut self,
         req: &v1::RegisterDurableEventRequest,
     ) -> Result<(), GrpcStatus> {
@@ -761,7 +766,7 @@ impl State {
     }
 
     /// Opens a `ListenForDurableEvent` stream.
-    pub fn legacy_listen_open(&mut self, tx: LegacyTx) -> u64 {
+    pub(crate) fn legacy_listen_open(&mut self, tx: LegacyTx) -> u64 {
         self.next_id += 1;
         let id = self.next_id;
         self.durable
@@ -771,12 +776,12 @@ impl State {
     }
 
     /// Closes a `ListenForDurableEvent` stream.
-    pub fn legacy_listen_close(&mut self, id: u64) {
+    pub(crate) fn legacy_listen_close(&mut self, id: u64) {
         self.durable.legacy_listeners.remove(&id);
     }
 
     /// A listener asks for `(task, signal)`; delivered at once if already satisfied.
-    pub fn legacy_listen(&mut self, id: u64, task: String, signal: String) {
+    pub(crate) fn legacy_listen(&mut self, id: u64, task: String, signal: String) {
         let k = (task, signal);
         if let Some((_, keys)) = self.durable.legacy_listeners.get_mut(&id) {
             keys.insert(k.clone());

@@ -64,7 +64,7 @@ enum Cond {
 
 /// Conditions grouped by `or_group_id`: OR inside a group, AND across groups.
 #[derive(Debug, Clone, Default)]
-pub struct Conditions {
+pub(crate) struct Conditions {
     groups: BTreeMap<String, Vec<Cond>>,
     /// Satisfied items per group: (readable key, item).
     hits: BTreeMap<String, (String, Value)>,
@@ -375,7 +375,7 @@ impl std::ops::Index<&i64> for Nodes {
 
 /// The durable part of the engine state.
 #[derive(Debug, Default)]
-pub struct DurableState {
+pub(crate) struct DurableState {
     /// Open DurableTask streams.
     pub streams: HashMap<u64, Tx>,
     routes: HashMap<String, u64>,

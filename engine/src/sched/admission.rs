@@ -43,7 +43,7 @@ impl State {
     }
 
     /// Applies the workflow's limits to a run just created (its root tasks are queued).
-    pub fn apply_concurrency(&mut self, run_id: &str) {
+    pub(crate) fn apply_concurrency(&mut self, run_id: &str) {
         let Some(run) = self.runs.get(run_id) else {
             return;
         };
@@ -69,7 +69,7 @@ impl State {
                     .filter(|t| {
                         self.tasks
                             .get(*t)
-                            .is_some_and(|t| t.status == Status::Queued)
+                            .is_some_and(|t| t.status() == Status::Queued)
                     })
                     .cloned()
                     .collect();
@@ -119,10 +119,9 @@ impl State {
         let tasks = run.tasks.clone();
         for tid in &tasks {
             if let Some(t) = self.tasks.get_mut(tid)
-                && t.status == Status::Queued
+                && t.status() == Status::Queued
             {
-                t.status = Status::Pending;
-                t.held = true;
+                t.hold();
             }
         }
         self.queue.retain(|q| !tasks.iter().any(|t| t == q));
@@ -141,8 +140,7 @@ impl State {
             if let Some(t) = self.tasks.get_mut(&tid)
                 && t.held
             {
-                t.held = false;
-                t.status = Status::Queued;
+                t.admit();
                 self.enqueue(&tid);
                 self.emit_task_event(&tid, proto::ResourceEventType::Started, String::new());
             }
@@ -162,7 +160,7 @@ impl State {
     }
 
     /// A run finished: its groups admit held runs while they have room (invariants 2–4).
-    pub fn release_concurrency(&mut self, run_id: &str) {
+    pub(crate) fn release_concurrency(&mut self, run_id: &str) {
         let Some(run) = self.runs.get_mut(run_id) else {
             return;
         };
@@ -232,7 +230,7 @@ mod tests {
         st.runs[run]
             .tasks
             .iter()
-            .all(|t| st.tasks[t].status == Status::Queued && st.queue.contains(t))
+            .all(|t| st.tasks[t].status() == Status::Queued && st.queue.contains(t))
     }
 
     #[test]

@@ -56,7 +56,7 @@ impl State {
     /// has no free slot anywhere (nor a default slot to fall back on) is skipped without being
     /// walked: a completion costs one assignment, not a walk over every queued task (what made
     /// throughput fall as runs accumulated).
-    pub fn assign(&mut self, now: Instant, live: Duration) {
+    pub(crate) fn assign(&mut self, now: Instant, live: Duration) {
         let over_assign = self.switches.over_assign;
         let mut free = self.free_slots(now, live);
         let mut total: i64 = free.values().sum();
@@ -108,7 +108,7 @@ impl State {
         let Some(task) = self.tasks.get(tid) else {
             return Offer::Skip;
         };
-        if task.status != Status::Queued {
+        if task.status() != Status::Queued {
             return Offer::Skip;
         }
         // A retry's backoff is a timer: under the polled-timers switch it ends at a poll.
@@ -218,13 +218,7 @@ impl State {
             let Some(t) = self.tasks.get_mut(tid) else {
                 return Offer::Skip;
             };
-            t.status = Status::Running;
-            t.worker_id = Some(wid);
-            t.unlinked = false;
-            t.session = Some(session);
-            t.answered = false;
-            t.slot_type = slot.clone();
-            t.slot_held = true;
+            t.assign(wid, session, slot.clone(), true);
             t.deadline = Some(now + t.timeout);
             t.started_at = Some(self.clock.system_now());
             let run = t.run_id.clone();
@@ -255,7 +249,7 @@ impl State {
         let mut parent_outputs = serde_json::Map::new();
         for pt in run.tasks.iter().filter_map(|id| self.tasks.get(id)) {
             let declared = t.parents.contains(&pt.readable_id);
-            if pt.id == t.id || !(pt.status == Status::Completed || declared) {
+            if pt.id == t.id || !(pt.status() == Status::Completed || declared) {
                 continue;
             }
             let out = pt
@@ -345,7 +339,7 @@ impl State {
 
     /// Returns the task's slot to its worker (a batch member's is its batch's, given back with
     /// its last member: `batches.rs` invariant 2).
-    pub fn free_slot(&mut self, tid: &str) {
+    pub(crate) fn free_slot(&mut self, tid: &str) {
         let Some(t) = self.tasks.get_mut(tid) else {
             return;
         };
@@ -409,7 +403,7 @@ impl State {
             .tasks
             .values()
             .filter(|t| {
-                t.status == Status::Running
+                t.status() == Status::Running
                     && !t.evicted
                     && !t.unlinked
                     && t.worker_id.as_ref().is_some_and(|w| silent.contains(w))
@@ -432,7 +426,7 @@ impl State {
             if self
                 .tasks
                 .get(&tid)
-                .is_some_and(|t| t.status == Status::Running && t.deadline == Some(at))
+                .is_some_and(|t| t.status() == Status::Running && t.deadline == Some(at))
             {
                 expired.push(tid);
             }
@@ -455,7 +449,7 @@ impl State {
             if self
                 .tasks
                 .get(&tid)
-                .is_none_or(|t| t.status != Status::Running)
+                .is_none_or(|t| t.status() != Status::Running)
             {
                 continue;
             }
@@ -522,7 +516,7 @@ impl State {
             let taken = self.batches.take(&line, (now, n), |m| {
                 tasks
                     .get(m)
-                    .is_some_and(|t| t.status == Status::Queued && t.batch_id.is_none())
+                    .is_some_and(|t| t.status() == Status::Queued && t.batch_id.is_none())
             });
             if taken.is_empty() {
                 continue;
@@ -552,12 +546,7 @@ impl State {
                 let Some(t) = self.tasks.get_mut(tid) else {
                     continue;
                 };
-                t.status = Status::Running;
-                t.worker_id = Some(wid.clone());
-                t.session = Some(session);
-                t.answered = false;
-                t.slot_type = "default".into();
-                t.slot_held = false;
+                t.assign(wid.clone(), session, "default".into(), false);
                 t.batch_id = Some(batch.clone());
                 t.deadline = Some(now + t.timeout);
                 t.started_at = Some(started);

@@ -31,7 +31,7 @@ use hatchet_runtime::protocol::v1;
 /// How one step batches its attempts (the registration's `TaskBatchConfig`, with the real
 /// engine's defaults).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BatchRule {
+pub(crate) struct BatchRule {
     /// Members per batch at most.
     pub max_size: usize,
     /// How long a buffer waits for more members.
@@ -46,7 +46,7 @@ impl BatchRule {
     /// From the registration, checked as the real engine checks it: size 1-100000, interval
     /// 1-86400000 ms (default 1000), max runs 1-10000 (default 100), key `'default'` unless
     /// given.
-    pub fn from_proto(task: &str, c: &v1::TaskBatchConfig) -> Result<BatchRule, String> {
+    pub(crate) fn from_proto(task: &str, c: &v1::TaskBatchConfig) -> Result<BatchRule, String> {
         let bad = |what: &str| {
             format!("task {task}: batch {what}; fix the task's batch options and register again")
         };
@@ -75,7 +75,7 @@ impl BatchRule {
     }
 
     /// The batch key of an attempt (invariant 4).
-    pub fn key_of(
+    pub(crate) fn key_of(
         &self,
         input: &Value,
         meta: &Map<String, Value>,
@@ -111,13 +111,13 @@ impl BatchRule {
 /// Buffered members' payload bytes past which a buffer is flushed: the real engine's fixed
 /// 4,000,000 (v0.104.9, `batch_scheduler.go`, not configurable), so a batch's message stays
 /// under the 4 MiB limit.
-pub const MAX_BUFFERED_PAYLOAD_BYTES: u64 = 4_000_000;
+pub(crate) const MAX_BUFFERED_PAYLOAD_BYTES: u64 = 4_000_000;
 
 /// The bytes a member counts for [`MAX_BUFFERED_PAYLOAD_BYTES`]: the length of its stored input
 /// (`{"input": …, "trigger_datas": null, "filter_payload": null}`) as PostgreSQL writes jsonb
 /// as text, which is what the real engine measures (`OCTET_LENGTH(inline_content::text)`):
 /// compact JSON with a space after each `:` and `,`.
-pub fn payload_bytes(input: &Value) -> u64 {
+pub(crate) fn payload_bytes(input: &Value) -> u64 {
     fn text_len(v: &Value) -> u64 {
         match v {
             Value::Object(m) => {
@@ -143,7 +143,7 @@ pub fn payload_bytes(input: &Value) -> u64 {
 
 /// Why a batch was flushed (the real engine's words, sent in `BatchStartPayload`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flush {
+pub(crate) enum Flush {
     /// The buffered payloads passed [`MAX_BUFFERED_PAYLOAD_BYTES`].
     MemorySizeReached,
     /// The buffer held `max_size` members.
@@ -154,7 +154,7 @@ pub enum Flush {
 
 impl Flush {
     /// The trigger reason as the engine sends it.
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self {
             Flush::MemorySizeReached => "memory_size_reached",
             Flush::SizeReached => "batch_size_reached",
@@ -164,7 +164,7 @@ impl Flush {
 }
 
 /// A due flush: the line, why, and how many members it takes at most.
-pub type Due = (Line, Flush, usize);
+pub(crate) type Due = (Line, Flush, usize);
 
 /// One step's buffer for one key.
 #[derive(Debug)]
@@ -199,11 +199,11 @@ struct Running {
 }
 
 /// A step (its action) and a batch key.
-pub type Line = (String, String);
+pub(crate) type Line = (String, String);
 
 /// The buffers and the running batches.
 #[derive(Debug, Default)]
-pub struct Batches {
+pub(crate) struct Batches {
     buffers: HashMap<Line, Buffer>,
     running: HashMap<String, Running>,
 }
@@ -211,7 +211,7 @@ pub struct Batches {
 impl Batches {
     /// Buffers attempt `tid` of step `action` under `key`, its payload `size` bytes
     /// ([`payload_bytes`]; invariants 1 and 3).
-    pub fn buffer(
+    pub(crate) fn buffer(
         &mut self,
         action: &str,
         key: &str,
@@ -237,7 +237,7 @@ impl Batches {
 
     /// The lines due for a flush at `now`, why, and how many members each takes at most
     /// (invariant 1).
-    pub fn due(&self, now: Instant) -> Vec<Due> {
+    pub(crate) fn due(&self, now: Instant) -> Vec<Due> {
         let mut due: Vec<Due> = self
             .buffers
             .iter()
@@ -260,7 +260,7 @@ impl Batches {
     }
 
     /// Whether another batch of `line` may start (invariant 2).
-    pub fn has_room(&self, line: &Line) -> bool {
+    pub(crate) fn has_room(&self, line: &Line) -> bool {
         let Some(b) = self.buffers.get(line) else {
             return false;
         };
@@ -270,7 +270,7 @@ impl Batches {
 
     /// Takes up to `n` members of `line` that `alive` keeps (the others are dropped:
     /// invariant 3), and restarts its deadline at `now`.
-    pub fn take(
+    pub(crate) fn take(
         &mut self,
         line: &Line,
         (now, n): (Instant, usize),
@@ -293,7 +293,7 @@ impl Batches {
     }
 
     /// Puts members back at the front of `line` (their batch could not be sent).
-    pub fn put_back(&mut self, line: &Line, members: Vec<(String, u64)>) {
+    pub(crate) fn put_back(&mut self, line: &Line, members: Vec<(String, u64)>) {
         if let Some(b) = self.buffers.get_mut(line) {
             for m in members.into_iter().rev() {
                 b.members.push_front(m);
@@ -302,7 +302,7 @@ impl Batches {
     }
 
     /// Batch `id` of `line` started on `worker` with `members` (invariant 2).
-    pub fn started(&mut self, id: &str, line: Line, worker: &str, members: &[String]) {
+    pub(crate) fn started(&mut self, id: &str, line: Line, worker: &str, members: &[String]) {
         self.running.insert(
             id.to_string(),
             Running {
@@ -314,7 +314,7 @@ impl Batches {
     }
 
     /// The members of batch `id` still running.
-    pub fn members(&self, id: &str) -> Vec<String> {
+    pub(crate) fn members(&self, id: &str) -> Vec<String> {
         let mut m: Vec<String> = self
             .running
             .get(id)
@@ -326,7 +326,7 @@ impl Batches {
 
     /// Member `tid` of batch `id` finished. When it was the last, the batch ends: answers its
     /// worker, whose slot it gives back (invariant 2).
-    pub fn member_done(&mut self, id: &str, tid: &str) -> Option<String> {
+    pub(crate) fn member_done(&mut self, id: &str, tid: &str) -> Option<String> {
         let r = self.running.get_mut(id)?;
         r.members.remove(tid);
         if !r.members.is_empty() {
@@ -336,7 +336,7 @@ impl Batches {
     }
 
     /// When the earliest buffer's deadline passes (a timer for virtual time).
-    pub fn next_due(&self) -> Option<Instant> {
+    pub(crate) fn next_due(&self) -> Option<Instant> {
         self.buffers
             .values()
             .filter(|b| !b.members.is_empty())
@@ -346,7 +346,7 @@ impl Batches {
 
     /// Whether attempt `tid` waits in a buffer.
     #[cfg(test)]
-    pub fn is_buffered(&self, tid: &str) -> bool {
+    pub(crate) fn is_buffered(&self, tid: &str) -> bool {
         self.buffers
             .values()
             .any(|b| b.members.iter().any(|(m, _)| m == tid))

@@ -24,7 +24,7 @@ use hatchet_runtime::protocol::{self as proto, v1::ConcurrencyLimitStrategy as S
 
 /// The group a run belongs to under a limit's `expression` (invariant 5), or the reason its
 /// tasks fail, in the real engine's words.
-pub fn group_key(
+pub(crate) fn group_key(
     expression: &str,
     input: &Value,
     meta: &Map<String, Value>,
@@ -51,7 +51,7 @@ pub fn group_key(
 
 /// One limit of a workflow.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limit {
+pub(crate) struct Limit {
     /// The key expression.
     pub expression: String,
     /// Active runs allowed per group (at least 1).
@@ -62,7 +62,7 @@ pub struct Limit {
 
 impl Limit {
     /// The limits a workflow declares (`concurrency` and `concurrency_arr`).
-    pub fn from_proto(list: impl IntoIterator<Item = proto::v1::Concurrency>) -> Vec<Limit> {
+    pub(crate) fn from_proto(list: impl IntoIterator<Item = proto::v1::Concurrency>) -> Vec<Limit> {
         list.into_iter()
             .map(|c| Limit {
                 expression: c.expression,
@@ -77,28 +77,28 @@ impl Limit {
 }
 
 /// A group: the workflow, the limit's index, the key.
-pub type Group = (String, usize, String);
+pub(crate) type Group = (String, usize, String);
 
 /// The runs each full group holds, in arrival order: each group admits its own line in order
 /// (invariant 2), and a group with an empty line is forgotten.
 #[derive(Debug, Default)]
-pub struct Held {
+pub(crate) struct Held {
     lines: std::collections::HashMap<Group, std::collections::VecDeque<String>>,
 }
 
 impl Held {
     /// `run` waits at the back of `group`'s line.
-    pub fn push_back(&mut self, group: Group, run: String) {
+    pub(crate) fn push_back(&mut self, group: Group, run: String) {
         self.lines.entry(group).or_default().push_back(run);
     }
 
     /// `run` goes back to the front of `group`'s line (its turn came, and the group is full).
-    pub fn push_front(&mut self, group: Group, run: String) {
+    pub(crate) fn push_front(&mut self, group: Group, run: String) {
         self.lines.entry(group).or_default().push_front(run);
     }
 
     /// The first run in `group`'s line; an emptied line is forgotten.
-    pub fn pop_front(&mut self, group: &Group) -> Option<String> {
+    pub(crate) fn pop_front(&mut self, group: &Group) -> Option<String> {
         let line = self.lines.get_mut(group)?;
         let next = line.pop_front();
         if line.is_empty() {
@@ -109,7 +109,7 @@ impl Held {
 
     /// Whether no group holds a run.
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.lines.is_empty()
     }
 }

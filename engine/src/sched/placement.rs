@@ -20,14 +20,14 @@ use hatchet_runtime::protocol::{self as proto, v1};
 /// A worker label's value.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(untagged)]
-pub enum LabelValue {
+pub(crate) enum LabelValue {
     Str(String),
     Int(i32),
 }
 
 impl LabelValue {
     /// From the wire: the string value if set, else the int; `None` if neither.
-    pub fn from_parts(s: Option<&String>, i: Option<i32>) -> Option<Self> {
+    pub(crate) fn from_parts(s: Option<&String>, i: Option<i32>) -> Option<Self> {
         s.map(|s| LabelValue::Str(s.clone()))
             .or(i.map(LabelValue::Int))
     }
@@ -43,7 +43,7 @@ impl std::fmt::Display for LabelValue {
 }
 
 /// Worker labels from `Register` or `UpsertWorkerLabels`.
-pub fn worker_labels(
+pub(crate) fn worker_labels(
     labels: &HashMap<String, proto::WorkerLabels>,
 ) -> BTreeMap<String, LabelValue> {
     labels
@@ -56,7 +56,7 @@ pub fn worker_labels(
 
 /// One desired label of a task (defaults: EQUAL, weight 100, not required).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Desired {
+pub(crate) struct Desired {
     pub key: String,
     pub value: LabelValue,
     pub required: bool,
@@ -65,7 +65,7 @@ pub struct Desired {
 }
 
 /// A task's or run's desired labels.
-pub fn desired_labels(labels: &HashMap<String, v1::DesiredWorkerLabels>) -> Vec<Desired> {
+pub(crate) fn desired_labels(labels: &HashMap<String, v1::DesiredWorkerLabels>) -> Vec<Desired> {
     let mut out: Vec<Desired> = labels
         .iter()
         .filter_map(|(k, d)| {
@@ -86,7 +86,7 @@ pub fn desired_labels(labels: &HashMap<String, v1::DesiredWorkerLabels>) -> Vec<
 }
 
 /// Whether a worker's value satisfies one desired label (invariant 3).
-pub fn satisfies(have: &LabelValue, want: &Desired) -> bool {
+pub(crate) fn satisfies(have: &LabelValue, want: &Desired) -> bool {
     use v1::WorkerLabelComparator as C;
     match (have, &want.value, want.comparator) {
         (a, b, C::Equal) => a == b,
@@ -105,7 +105,10 @@ pub fn satisfies(have: &LabelValue, want: &Desired) -> bool {
 }
 
 /// A worker's label score for a task: `None` when a required label excludes it (invariant 2).
-pub fn label_score(labels: &BTreeMap<String, LabelValue>, desired: &[Desired]) -> Option<i64> {
+pub(crate) fn label_score(
+    labels: &BTreeMap<String, LabelValue>,
+    desired: &[Desired],
+) -> Option<i64> {
     let mut score = 0;
     for d in desired {
         let ok = labels.get(&d.key).is_some_and(|have| satisfies(have, d));
@@ -120,7 +123,7 @@ pub fn label_score(labels: &BTreeMap<String, LabelValue>, desired: &[Desired]) -
 
 /// A workflow's sticky strategy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Sticky {
+pub(crate) enum Sticky {
     #[default]
     None,
     Soft,
@@ -129,7 +132,7 @@ pub enum Sticky {
 
 impl Sticky {
     /// From `CreateWorkflowVersionRequest.sticky` (unset: none).
-    pub fn from_proto(s: Option<i32>) -> Self {
+    pub(crate) fn from_proto(s: Option<i32>) -> Self {
         match s.and_then(|s| v1::StickyStrategy::try_from(s).ok()) {
             Some(v1::StickyStrategy::Soft) => Sticky::Soft,
             Some(v1::StickyStrategy::Hard) => Sticky::Hard,
@@ -140,7 +143,7 @@ impl Sticky {
 
 /// What a task asks of its worker.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Wish {
+pub(crate) struct Wish {
     pub sticky: Sticky,
     /// The worker it should stay on (sticky only).
     pub desired_worker: Option<String>,
@@ -149,7 +152,11 @@ pub struct Wish {
 
 /// A worker's rank for a task, or `None` when it is not eligible (invariants 1 and 2). Higher
 /// ranks first.
-pub fn rank(wish: &Wish, worker_id: &str, labels: &BTreeMap<String, LabelValue>) -> Option<i64> {
+pub(crate) fn rank(
+    wish: &Wish,
+    worker_id: &str,
+    labels: &BTreeMap<String, LabelValue>,
+) -> Option<i64> {
     match (wish.sticky, wish.desired_worker.as_deref()) {
         (Sticky::Hard, Some(w)) => (w == worker_id).then_some(1),
         (Sticky::Soft, Some(w)) => Some(i64::from(w == worker_id)),

@@ -13,20 +13,20 @@
 use std::collections::{BTreeMap, VecDeque};
 
 /// Lowest and highest priority the protocol allows; a run without one gets [`DEFAULT_PRIORITY`].
-pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = 1..=3;
+pub(crate) const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = 1..=3;
 /// The priority of a run that names none and whose workflow has no default.
-pub const DEFAULT_PRIORITY: i32 = 1;
+pub(crate) const DEFAULT_PRIORITY: i32 = 1;
 
 /// A lane key: priority (visited in descending order) and slot type.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Lane {
+pub(crate) struct Lane {
     /// `Reverse` so that the map's ascending order is descending priority.
     pub priority: std::cmp::Reverse<i32>,
     pub slot_type: String,
 }
 
 impl Lane {
-    pub fn new(priority: i32, slot_type: &str) -> Self {
+    pub(crate) fn new(priority: i32, slot_type: &str) -> Self {
         Lane {
             priority: std::cmp::Reverse(priority),
             slot_type: slot_type.to_string(),
@@ -36,41 +36,41 @@ impl Lane {
 
 /// Queued task ids by lane.
 #[derive(Debug, Default)]
-pub struct TaskQueue {
+pub(crate) struct TaskQueue {
     lanes: BTreeMap<Lane, VecDeque<String>>,
     len: usize,
 }
 
 impl TaskQueue {
     /// Adds `id` at the back of its lane.
-    pub fn push_back(&mut self, lane: Lane, id: String) {
+    pub(crate) fn push_back(&mut self, lane: Lane, id: String) {
         self.lanes.entry(lane).or_default().push_back(id);
         self.len += 1;
     }
 
     /// Adds `id` at the front of its lane (an attempt offered again keeps its place).
-    pub fn push_front(&mut self, lane: Lane, id: String) {
+    pub(crate) fn push_front(&mut self, lane: Lane, id: String) {
         self.lanes.entry(lane).or_default().push_front(id);
         self.len += 1;
     }
 
     /// Ids in the queue (including stale ones, see invariant 3).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Whether `id` is queued (a linear scan: tests only).
     #[cfg(test)]
-    pub fn contains(&self, id: &str) -> bool {
+    pub(crate) fn contains(&self, id: &str) -> bool {
         self.lanes.values().any(|l| l.iter().any(|x| x == id))
     }
 
     /// Keeps only the ids for which `keep` holds.
-    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
         for lane in self.lanes.values_mut() {
             lane.retain(|id| keep(id));
         }
@@ -79,19 +79,19 @@ impl TaskQueue {
     }
 
     /// The lane keys, in visiting order (invariant 1).
-    pub fn lane_keys(&self) -> Vec<Lane> {
+    pub(crate) fn lane_keys(&self) -> Vec<Lane> {
         self.lanes.keys().cloned().collect()
     }
 
     /// Takes a lane out to walk it; give it back with [`TaskQueue::put_lane`].
-    pub fn take_lane(&mut self, lane: &Lane) -> VecDeque<String> {
+    pub(crate) fn take_lane(&mut self, lane: &Lane) -> VecDeque<String> {
         let taken = self.lanes.remove(lane).unwrap_or_default();
         self.len -= taken.len();
         taken
     }
 
     /// Puts a walked lane back (what was not assigned, in order).
-    pub fn put_lane(&mut self, lane: Lane, ids: VecDeque<String>) {
+    pub(crate) fn put_lane(&mut self, lane: Lane, ids: VecDeque<String>) {
         if ids.is_empty() {
             return;
         }

@@ -26,7 +26,7 @@ use hatchet_runtime::protocol::v1;
 
 /// A declared limit and its current window.
 #[derive(Debug, Clone)]
-pub struct RateLimit {
+pub(crate) struct RateLimit {
     /// The key.
     pub key: String,
     /// Units per window.
@@ -84,12 +84,12 @@ impl RateLimit {
     }
 
     /// Units left in the current window, as of the last refill.
-    pub fn remaining(&self) -> i64 {
+    pub(crate) fn remaining(&self) -> i64 {
         self.limit.saturating_sub(self.used).max(0)
     }
 
     /// Units left at `now`: all of them once the current window has ended.
-    pub fn remaining_at(&self, now: Instant) -> i64 {
+    pub(crate) fn remaining_at(&self, now: Instant) -> i64 {
         let mut l = self.clone();
         l.refill(now);
         l.remaining()
@@ -98,7 +98,7 @@ impl RateLimit {
 
 /// What one task attempt takes from one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RateLimitUse {
+pub(crate) struct RateLimitUse {
     /// The key (a dynamic key already evaluated).
     pub key: String,
     /// Units per attempt.
@@ -108,7 +108,7 @@ pub struct RateLimitUse {
 }
 
 /// The length of a named window (a month is 30 days, a year 365).
-pub fn window_of(d: v1::RateLimitDuration) -> Duration {
+pub(crate) fn window_of(d: v1::RateLimitDuration) -> Duration {
     use v1::RateLimitDuration as D;
     Duration::from_secs(match d {
         D::Second => 1,
@@ -123,7 +123,7 @@ pub fn window_of(d: v1::RateLimitDuration) -> Duration {
 
 /// The keys and units one task of a run takes, from its declaration and the run's input and
 /// metadata (dynamic keys and units are key expressions such as `input.user_id`).
-pub fn uses_of(
+pub(crate) fn uses_of(
     declared: &[v1::CreateTaskRateLimit],
     input: &Value,
     meta: &serde_json::Map<String, Value>,
@@ -172,7 +172,7 @@ pub fn uses_of(
 
 /// Whether a task attempt may be assigned now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Admission {
+pub(crate) enum Admission {
     /// Every key has its units left.
     Now,
     /// Some key's window is spent: wait for the next one.
@@ -183,20 +183,20 @@ pub enum Admission {
 
 /// Every key's limit and window: the room that keeps invariants 1-3.
 #[derive(Debug, Default)]
-pub struct RateLimits {
+pub(crate) struct RateLimits {
     keys: BTreeMap<String, RateLimit>,
 }
 
 impl RateLimits {
     /// Whether `key` is declared.
-    pub fn contains(&self, key: &str) -> bool {
+    pub(crate) fn contains(&self, key: &str) -> bool {
         self.keys.contains_key(key)
     }
 
     /// Declares `key` (`PutRateLimit`), or changes its limit and window: a change keeps what
     /// the current window has left, clamped to the new limit, and the window's start
     /// (invariant 2).
-    pub fn put(
+    pub(crate) fn put(
         &mut self,
         key: &str,
         limit: i64,
@@ -216,13 +216,18 @@ impl RateLimits {
     }
 
     /// Every key, in key order.
-    pub fn iter(&self) -> impl Iterator<Item = &RateLimit> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &RateLimit> {
         self.keys.values()
     }
 
     /// Whether an attempt taking `uses` may be assigned at `now` (invariant 3; refills ended
     /// windows, creates a dynamic key on first use).
-    pub fn allow(&mut self, uses: &[RateLimitUse], now: Instant, wall: SystemTime) -> Admission {
+    pub(crate) fn allow(
+        &mut self,
+        uses: &[RateLimitUse],
+        now: Instant,
+        wall: SystemTime,
+    ) -> Admission {
         for RateLimitUse { key, units, create } in uses {
             let limit = match (self.keys.contains_key(key), create) {
                 (true, _) => self.keys.get_mut(key),
@@ -251,7 +256,7 @@ impl RateLimits {
     }
 
     /// Takes the units of `uses` (an assignment was sent at `now`).
-    pub fn take(&mut self, uses: &[RateLimitUse], now: Instant) {
+    pub(crate) fn take(&mut self, uses: &[RateLimitUse], now: Instant) {
         for RateLimitUse { key, units, .. } in uses {
             if let Some(l) = self.keys.get_mut(key) {
                 l.refill(now);

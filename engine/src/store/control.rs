@@ -283,11 +283,7 @@ impl State {
                 t.not_before = None;
                 t.deadline = None;
                 t.worker_id = None;
-                t.status = if rooted {
-                    Status::Queued
-                } else {
-                    Status::Pending
-                };
+                t.replay(rooted);
                 t.triggers = Default::default();
                 // Descendants are re-armed: a fresh matcher (matches.rs), fed below with the
                 // parents outside the replayed set.
@@ -363,7 +359,7 @@ impl State {
 
 impl Engine {
     /// Cancels by ids or filter; answers per invariant 3.
-    pub fn cancel(&self, targets: Targets) -> Result<Vec<String>, GrpcStatus> {
+    pub(crate) fn cancel(&self, targets: Targets) -> Result<Vec<String>, GrpcStatus> {
         targets.validate()?;
         let mut st = self.state.lock();
         let ids = targets.resolve(&st, CANCEL_FILTER_CAP);
@@ -374,7 +370,7 @@ impl Engine {
     }
 
     /// Replays by ids or filter; answers with the task ids replayed.
-    pub fn replay(&self, targets: Targets) -> Result<Vec<String>, GrpcStatus> {
+    pub(crate) fn replay(&self, targets: Targets) -> Result<Vec<String>, GrpcStatus> {
         targets.validate()?;
         let mut st = self.state.lock();
         let ids = targets.resolve(&st, REPLAY_FILTER_CAP);

@@ -19,7 +19,7 @@ use hatchet_runtime::protocol::v1;
 /// What the real engine's validator finds wrong with a registration, `(field, condition)` in
 /// its field order (`Name`, `CronTriggers[i]`, `DefaultPriority`, `Idempotency.*`); empty when
 /// nothing is. Answered as `InvalidArgument` in its words (`rules::validation_failed`).
-pub fn validation_problems(req: &v1::CreateWorkflowVersionRequest) -> Vec<(String, String)> {
+pub(crate) fn validation_problems(req: &v1::CreateWorkflowVersionRequest) -> Vec<(String, String)> {
     let mut out = Vec::new();
     if req.name.is_empty() {
         out.push(("Name".into(), "on condition 'required'".into()));
@@ -52,7 +52,7 @@ pub fn validation_problems(req: &v1::CreateWorkflowVersionRequest) -> Vec<(Strin
 /// A registration whose tasks do not make a DAG, which the real engine fails past its
 /// validator with a bare `Internal` ("An internal error occurred."): no task, a task without
 /// a readable id or action, two tasks of one id, or a cycle of parents. The reason, for the log.
-pub fn shape_problem(req: &v1::CreateWorkflowVersionRequest) -> Option<String> {
+pub(crate) fn shape_problem(req: &v1::CreateWorkflowVersionRequest) -> Option<String> {
     if req.tasks.is_empty() {
         return Some("a workflow needs at least one task".into());
     }
@@ -100,7 +100,7 @@ pub fn shape_problem(req: &v1::CreateWorkflowVersionRequest) -> Option<String> {
 }
 
 /// The `workflowConfig` of a registration.
-pub fn workflow_config(req: &v1::CreateWorkflowVersionRequest) -> Value {
+pub(crate) fn workflow_config(req: &v1::CreateWorkflowVersionRequest) -> Value {
     let list = |v: &[String]| {
         if v.is_empty() { Value::Null } else { json!(v) }
     };

@@ -11,18 +11,18 @@ use std::collections::VecDeque;
 use crate::store::model::StoredEvent;
 
 /// Events kept for durable look-back and REST reads.
-pub const EVENTS_KEPT: usize = 10_000;
+pub(crate) const EVENTS_KEPT: usize = 10_000;
 
 /// The kept events, oldest first, and the last sequence number given.
 #[derive(Debug, Default)]
-pub struct EventLog {
+pub(crate) struct EventLog {
     kept: VecDeque<StoredEvent>,
     seq: u64,
 }
 
 impl EventLog {
     /// Keeps `ev` with the next sequence number (invariants 1 and 2) and returns it as kept.
-    pub fn record(&mut self, mut ev: StoredEvent) -> StoredEvent {
+    pub(crate) fn record(&mut self, mut ev: StoredEvent) -> StoredEvent {
         self.seq += 1;
         ev.seq = self.seq;
         self.kept.push_back(ev.clone());
@@ -33,29 +33,29 @@ impl EventLog {
     }
 
     /// The sequence number of the last recorded event (0 before the first).
-    pub fn seq(&self) -> u64 {
+    pub(crate) fn seq(&self) -> u64 {
         self.seq
     }
 
     /// The kept events, oldest first.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &StoredEvent> {
+    pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = &StoredEvent> {
         self.kept.iter()
     }
 
     /// The kept event `id`.
-    pub fn get(&self, id: &str) -> Option<&StoredEvent> {
+    pub(crate) fn get(&self, id: &str) -> Option<&StoredEvent> {
         self.kept.iter().rev().find(|e| e.id == id)
     }
 
     /// Notes the runs event `id` started (the events list shows them).
-    pub fn set_runs(&mut self, id: &str, runs: Vec<String>) {
+    pub(crate) fn set_runs(&mut self, id: &str, runs: Vec<String>) {
         if let Some(e) = self.kept.iter_mut().rev().find(|e| e.id == id) {
             e.runs = runs;
         }
     }
 
     /// Notes that event `id` came through webhook `name` (the events list shows it).
-    pub fn mark_webhook(&mut self, id: &str, name: &str) {
+    pub(crate) fn mark_webhook(&mut self, id: &str, name: &str) {
         if let Some(e) = self.kept.iter_mut().rev().find(|e| e.id == id) {
             e.webhook = Some(name.to_string());
         }

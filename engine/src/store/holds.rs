@@ -26,7 +26,7 @@ impl State {
     }
 
     /// Pauses `workflow` (or changes its rule), holding its queued tasks (invariant 1).
-    pub fn pause_workflow(&mut self, workflow: &str, rule: PauseRule, now: Instant) {
+    pub(crate) fn pause_workflow(&mut self, workflow: &str, rule: PauseRule, now: Instant) {
         let mut moved = Vec::new();
         let (tasks, runs) = (&self.tasks, &self.runs);
         self.queue.retain(|tid| {
@@ -43,7 +43,7 @@ impl State {
     }
 
     /// Unpauses `workflow`, queueing what it held in order (invariant 2); answers how many.
-    pub fn unpause_workflow(&mut self, workflow: &str) -> usize {
+    pub(crate) fn unpause_workflow(&mut self, workflow: &str) -> usize {
         let held = self.pauses.end(workflow);
         let n = held.len();
         for tid in held {

@@ -72,7 +72,7 @@ impl Status {
 
 /// A task of a workflow definition.
 #[derive(Debug, Clone)]
-pub struct TaskDef {
+pub(crate) struct TaskDef {
     pub readable_id: String,
     pub action: String,
     pub parents: Vec<String>,
@@ -98,7 +98,7 @@ pub struct TaskDef {
 
 /// A workflow: the latest version registered under its name.
 #[derive(Debug, Clone)]
-pub struct Workflow {
+pub(crate) struct Workflow {
     pub id: String,
     pub version_id: String,
     pub name: String,
@@ -123,12 +123,13 @@ pub struct Workflow {
 
 /// One task of one run.
 #[derive(Debug, Clone)]
-pub struct Task {
+pub(crate) struct Task {
     pub id: String,
     pub run_id: String,
     pub readable_id: String,
     pub action: String,
-    pub status: Status,
+    /// Changed only by the transitions of `impl Task` below (read it with [`Task::status`]).
+    pub(in crate::store) status: Status,
     /// The current attempt's retry count (the attempt key is `(id, retry_count)`).
     pub retry_count: i32,
     /// User-error retries used (internal requeues do not count).
@@ -203,7 +204,7 @@ pub struct Task {
 /// An attempt that ended and was followed by another (a retry, an internal requeue, a
 /// replay): what its spans in the run's trace are made from.
 #[derive(Debug, Clone)]
-pub struct PastAttempt {
+pub(crate) struct PastAttempt {
     pub retry_count: i32,
     /// When it went to a worker (`None` if it never did).
     pub started_at: Option<SystemTime>,
@@ -219,7 +220,7 @@ pub struct PastAttempt {
 
 /// Why an attempt was followed by another (the event the real engine writes for it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NextAttempt {
+pub(crate) enum NextAttempt {
     /// A retry of a failure (`RETRYING`, "This is retry number N."), the Nth retry.
     Retry(i32),
     /// A replay (`RETRIED_BY_USER`).
@@ -230,7 +231,7 @@ pub enum NextAttempt {
 
 /// How a past attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PastEnd {
+pub(crate) enum PastEnd {
     Finished,
     Failed,
     Cancelled,
@@ -239,9 +240,148 @@ pub enum PastEnd {
     Requeued,
 }
 
+/// The task's life, one transition per cause: the only writers of its status (the engine's
+/// rules decide which applies; each transition sets what belongs with the status it enters).
 impl Task {
+    /// Its status.
+    pub(crate) fn status(&self) -> Status {
+        self.status
+    }
+
+    /// Offered to `worker` on `session`: it runs there, holding a slot of `slot_type` (or none,
+    /// a batch member's).
+    pub(crate) fn assign(
+        &mut self,
+        worker: String,
+        session: u64,
+        slot_type: String,
+        slot_held: bool,
+    ) {
+        self.status = Status::Running;
+        self.worker_id = Some(worker);
+        self.unlinked = false;
+        self.session = Some(session);
+        self.answered = false;
+        self.slot_type = slot_type;
+        self.slot_held = slot_held;
+    }
+
+    /// Its conditions (or its parents) let it run: queued, with what triggered it.
+    pub(crate) fn release(
+        &mut self,
+        now: SystemTime,
+        triggers: serde_json::Map<String, serde_json::Value>,
+    ) {
+        self.status = Status::Queued;
+        self.released_at = Some(now);
+        self.triggers = triggers;
+    }
+
+    /// An `on_failure` task, or one its parents were waiting to queue: queued.
+    pub(crate) fn queue(&mut self) {
+        self.status = Status::Queued;
+    }
+
+    /// Skipped (by its conditions, or left pending when its run settled): completed with
+    /// `output`, the engine's skipped marker.
+    pub(crate) fn skip(&mut self, now: SystemTime, output: &str) {
+        self.status = Status::Completed;
+        self.output = Some(output.to_string());
+        self.finished_at = Some(now);
+    }
+
+    /// Cancelled by its conditions (no error text, as the real engine reports it).
+    pub(crate) fn cancel_by_condition(&mut self, now: SystemTime) {
+        self.status = Status::Cancelled;
+        self.finished_at = Some(now);
+    }
+
+    /// Held by its concurrency group until a place frees.
+    pub(crate) fn hold(&mut self) {
+        self.status = Status::Pending;
+        self.held = true;
+    }
+
+    /// Let through by its concurrency group: queued.
+    pub(crate) fn admit(&mut self) {
+        self.held = false;
+        self.status = Status::Queued;
+    }
+
+    /// An evicted invocation restored: queued for its next invocation.
+    pub(crate) fn restore(&mut self) {
+        self.status = Status::Queued;
+        self.worker_id = None;
+        self.deadline = None;
+    }
+
+    /// Replayed by hand: queued when it has no parent in the replayed set (`rooted`), else
+    /// pending on its parents again.
+    pub(crate) fn replay(&mut self, rooted: bool) {
+        self.status = if rooted {
+            Status::Queued
+        } else {
+            Status::Pending
+        };
+    }
+
+    /// Completed with `output`.
+    pub(crate) fn complete(&mut self, output: String, now: SystemTime) {
+        self.status = Status::Completed;
+        self.output = Some(output);
+        self.finished_at = Some(now);
+        self.deadline = None;
+    }
+
+    /// Completed by an answer that came after its cancel (the real engine records it).
+    pub(crate) fn complete_late(&mut self, output: String) {
+        self.status = Status::Completed;
+        self.output = Some(output);
+        self.error = None;
+    }
+
+    /// Failed with retries left: queued again for the next attempt, not before `not_before`.
+    pub(crate) fn retry(&mut self, not_before: Instant) {
+        self.status = Status::Queued;
+        self.worker_id = None;
+        self.not_before = Some(not_before);
+    }
+
+    /// Failed for good with `error`.
+    pub(crate) fn fail(&mut self, error: String, now: SystemTime) {
+        self.status = Status::Failed;
+        self.error = Some(error);
+        self.finished_at = Some(now);
+    }
+
+    /// Taken from its worker for another (the worker went silent): queued as a new attempt.
+    pub(crate) fn reassign(&mut self) {
+        self.status = Status::Queued;
+        self.worker_id = None;
+        self.deadline = None;
+        self.not_before = None;
+        self.reoffered = false;
+    }
+
+    /// Offered again as the same attempt (its assignment may never have reached the worker).
+    pub(crate) fn offer_again(&mut self) {
+        self.status = Status::Queued;
+        self.worker_id = None;
+        self.session = None;
+        self.deadline = None;
+        self.reoffered = true;
+    }
+
+    /// Cancelled (no error text: the reason goes in its CANCELLED event).
+    pub(crate) fn cancel(&mut self, now: SystemTime) {
+        self.status = Status::Cancelled;
+        self.error = Some(String::new());
+        self.finished_at = Some(now);
+        self.deadline = None;
+    }
+
     /// Keeps the current attempt's times before the next attempt counts the retry up.
-    pub fn keep_attempt(&mut self, end: PastEnd, now: SystemTime, next: NextAttempt) {
+    pub(crate) fn keep_attempt(&mut self, end: PastEnd, now: SystemTime, next: NextAttempt) {
         self.past_attempts.push(PastAttempt {
             retry_count: self.retry_count,
             started_at: self.started_at,
@@ -259,7 +399,7 @@ impl Worker {
     /// heartbeat is [`crate::rules::LIVE_HEARTBEAT`] old (a legacy `Listen` stream keeps it
     /// beating), whatever else; else PAUSED if paused; else ACTIVE. A worker whose stream just
     /// closed reads as before until its heartbeat ages, as there.
-    pub fn status(&self, now: Instant) -> &'static str {
+    pub(crate) fn status(&self, now: Instant) -> &'static str {
         let beating = self.sessions.iter().any(|s| s.legacy)
             || now.saturating_duration_since(self.last_heartbeat) < crate::rules::LIVE_HEARTBEAT;
         if !beating {
@@ -274,7 +414,7 @@ impl Worker {
 
 /// One line a task logged (`EventsService/PutLog`).
 #[derive(Debug, Clone)]
-pub struct LogLine {
+pub(crate) struct LogLine {
     /// When the engine stored it (the request's `created_at` is ignored, as the real engine
     /// does).
     pub at: SystemTime,
@@ -318,7 +458,7 @@ pub struct Run {
 
 /// A listener session of a worker (one ListenV2 or Listen stream).
 #[derive(Debug)]
-pub struct Session {
+pub(crate) struct Session {
     pub id: u64,
     pub tx: mpsc::Sender<Result<proto::AssignedAction, tonic::Status>>,
     /// Legacy `Listen`: the stream itself keeps the worker alive, no Heartbeat needed.
@@ -327,7 +467,7 @@ pub struct Session {
 
 /// A registered worker.
 #[derive(Debug)]
-pub struct Worker {
+pub(crate) struct Worker {
     pub id: String,
     pub name: String,
     pub actions: HashSet<String>,
@@ -350,7 +490,7 @@ pub struct Worker {
 
 /// A pushed event.
 #[derive(Debug, Clone)]
-pub struct StoredEvent {
+pub(crate) struct StoredEvent {
     pub id: String,
     pub key: String,
     pub payload: serde_json::Value,
@@ -368,7 +508,7 @@ pub struct StoredEvent {
 
 /// Options of one run creation.
 #[derive(Debug, Default, Clone)]
-pub struct TriggerOpts {
+pub(crate) struct TriggerOpts {
     pub parent_task: Option<String>,
     pub child_index: Option<i32>,
     pub child_key: Option<String>,

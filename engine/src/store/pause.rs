@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 /// How a workflow is paused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PauseRule {
+pub(crate) struct PauseRule {
     /// How long a held task waits before it is cancelled.
     pub ttl: Duration,
     /// Cron ticks start nothing while paused (`DROP`); otherwise their runs are held.
@@ -30,7 +30,7 @@ pub struct PauseRule {
 
 impl PauseRule {
     /// From the request's `pause` object; `None` for an unpause, `Err` for a bad one.
-    pub fn from_json(pause: &serde_json::Value) -> Result<Option<PauseRule>, String> {
+    pub(crate) fn from_json(pause: &serde_json::Value) -> Result<Option<PauseRule>, String> {
         match pause["action"].as_str() {
             Some("unpause") => Ok(None),
             Some("pause") => {
@@ -52,7 +52,7 @@ impl PauseRule {
     }
 
     /// The engine's words for the two behaviours.
-    pub fn behaviours(&self) -> (&'static str, &'static str) {
+    pub(crate) fn behaviours(&self) -> (&'static str, &'static str) {
         let word = |drop: bool| if drop { "DROP" } else { "QUEUE" };
         (word(self.drop_crons), word(self.drop_schedules))
     }
@@ -60,7 +60,7 @@ impl PauseRule {
 
 /// The real engine's TTL form: a number and `ms`, `s`, `m`, `h`, `d`, `w` or `y`; anything it
 /// cannot read is five minutes.
-pub fn parse_ttl(s: &str) -> Duration {
+pub(crate) fn parse_ttl(s: &str) -> Duration {
     const FALLBACK: Duration = Duration::from_secs(300);
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
@@ -83,14 +83,14 @@ pub fn parse_ttl(s: &str) -> Duration {
 
 /// The pauses and the tasks they hold.
 #[derive(Debug, Default)]
-pub struct Pauses {
+pub(crate) struct Pauses {
     rules: HashMap<String, PauseRule>,
     held: HashMap<String, VecDeque<(String, Instant)>>,
 }
 
 impl Pauses {
     /// The rule of a paused workflow (by name).
-    pub fn rule(&self, workflow: &str) -> Option<PauseRule> {
+    pub(crate) fn rule(&self, workflow: &str) -> Option<PauseRule> {
         if self.rules.is_empty() {
             return None;
         }
@@ -98,28 +98,28 @@ impl Pauses {
     }
 
     /// Whether `tid` is held.
-    pub fn holds(&self, tid: &str) -> bool {
+    pub(crate) fn holds(&self, tid: &str) -> bool {
         !self.held.is_empty() && self.held.values().flatten().any(|(t, _)| t == tid)
     }
 
     /// Every held task's id.
-    pub fn held_ids(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn held_ids(&self) -> impl Iterator<Item = &str> {
         self.held.values().flatten().map(|(t, _)| t.as_str())
     }
 
     /// Tasks held for `workflow`.
     #[cfg(test)]
-    pub fn held(&self, workflow: &str) -> usize {
+    pub(crate) fn held(&self, workflow: &str) -> usize {
         self.held.get(workflow).map_or(0, VecDeque::len)
     }
 
     /// Whether `workflow` (by name) is paused.
-    pub fn is_paused(&self, workflow: &str) -> bool {
+    pub(crate) fn is_paused(&self, workflow: &str) -> bool {
         !self.rules.is_empty() && self.rules.contains_key(workflow)
     }
 
     /// Holds task `tid` of paused `workflow`, after the ones held before it (invariant 1).
-    pub fn hold(&mut self, workflow: &str, tid: &str, now: Instant) {
+    pub(crate) fn hold(&mut self, workflow: &str, tid: &str, now: Instant) {
         self.held
             .entry(workflow.to_string())
             .or_default()
@@ -128,7 +128,13 @@ impl Pauses {
 
     /// Pauses `workflow` under `rule` (or changes its rule), holding `queued`, its tasks taken
     /// out of the queue, after what it already holds (invariant 1).
-    pub fn pause(&mut self, workflow: &str, rule: PauseRule, queued: Vec<String>, now: Instant) {
+    pub(crate) fn pause(
+        &mut self,
+        workflow: &str,
+        rule: PauseRule,
+        queued: Vec<String>,
+        now: Instant,
+    ) {
         self.rules.insert(workflow.to_string(), rule);
         let held = self.held.entry(workflow.to_string()).or_default();
         held.extend(queued.into_iter().map(|t| (t, now)));
@@ -136,14 +142,14 @@ impl Pauses {
 
     /// Ends `workflow`'s pause (an unpause or its deletion) and gives back what it held, in the
     /// order it was held (invariant 2).
-    pub fn end(&mut self, workflow: &str) -> Vec<String> {
+    pub(crate) fn end(&mut self, workflow: &str) -> Vec<String> {
         self.rules.remove(workflow);
         let held = self.held.remove(workflow).unwrap_or_default();
         held.into_iter().map(|(t, _)| t).collect()
     }
 
     /// Takes out the held tasks older than their pause's TTL at `now` (invariant 3).
-    pub fn expired(&mut self, now: Instant) -> Vec<String> {
+    pub(crate) fn expired(&mut self, now: Instant) -> Vec<String> {
         let mut expired = Vec::new();
         for (wf, held) in &mut self.held {
             let Some(rule) = self.rules.get(wf) else {

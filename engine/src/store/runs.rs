@@ -14,7 +14,7 @@ use hatchet_runtime::protocol::{self as proto, v1};
 
 impl State {
     /// Creates a run and queues its root tasks. Child dedupe and idempotency keys apply.
-    pub fn create_run(
+    pub(crate) fn create_run(
         &mut self,
         tenant: &str,
         name: &str,
@@ -253,7 +253,7 @@ impl State {
 
     /// Completes every queued task of `workflow`'s runs with `{}` (a bench and test control:
     /// finishes runs without a worker). Returns how many tasks it completed.
-    pub fn complete_all_queued(&mut self, workflow: &str) -> usize {
+    pub(crate) fn complete_all_queued(&mut self, workflow: &str) -> usize {
         let ids: Vec<String> = self
             .tasks
             .values()
@@ -281,10 +281,7 @@ impl State {
             let Some(t) = self.tasks.get_mut(tid) else {
                 return;
             };
-            t.status = Status::Completed;
-            t.output = Some(output.clone());
-            t.finished_at = Some(self.clock.system_now());
-            t.deadline = None;
+            t.complete(output.clone(), self.clock.system_now());
             t.run_id.clone()
         };
         self.emit_task_event(tid, proto::ResourceEventType::Completed, output);
@@ -307,9 +304,7 @@ impl State {
             let Some(t) = self.tasks.get_mut(tid) else {
                 return;
             };
-            t.status = Status::Completed;
-            t.output = Some(output);
-            t.error = None;
+            t.complete_late(output);
             t.run_id.clone()
         };
         let Some(run) = self.runs.get(&run_id) else {
@@ -328,7 +323,7 @@ impl State {
     /// Fails the current attempt: retried with backoff while retries remain, else final.
     /// As [`State::fail_attempt`], for an end the engine decides (a timeout, the reassignment
     /// limit): `message` is what the real engine's event says, the attempt span's status.
-    pub fn fail_attempt_as_engine(
+    pub(crate) fn fail_attempt_as_engine(
         &mut self,
         tid: &str,
         error: String,
@@ -341,7 +336,7 @@ impl State {
         self.fail_attempt(tid, error, no_retry);
     }
 
-    pub fn fail_attempt(&mut self, tid: &str, error: String, no_retry: bool) {
+    pub(crate) fn fail_attempt(&mut self, tid: &str, error: String, no_retry: bool) {
         self.free_slot(tid);
         let Some(t) = self.tasks.get_mut(tid) else {
             return;
@@ -359,8 +354,6 @@ impl State {
             }
             t.user_retries_used += 1;
             t.retry_count += 1;
-            t.status = Status::Queued;
-            t.worker_id = None;
             let factor = f64::from(t.backoff_factor.unwrap_or(0.0));
             let delay = if factor > 0.0 {
                 let max = f64::from(t.backoff_max_seconds.unwrap_or(60).max(1));
@@ -368,13 +361,11 @@ impl State {
             } else {
                 Duration::ZERO
             };
-            t.not_before = Some(self.clock.now() + delay);
+            t.retry(self.clock.now() + delay);
             self.enqueue(tid);
             return;
         }
-        t.status = Status::Failed;
-        t.error = Some(error.clone());
-        t.finished_at = Some(self.clock.system_now());
+        t.fail(error.clone(), self.clock.system_now());
         let run_id = t.run_id.clone();
         let first = (!t.on_failure).then(|| (t.readable_id.clone(), error.clone()));
         if let Some(r) = self.runs.get_mut(&run_id)
@@ -409,7 +400,7 @@ impl State {
             .collect();
         for id in waiting {
             if let Some(t) = self.tasks.get_mut(&id) {
-                t.status = Status::Queued;
+                t.queue();
             }
             self.enqueue(&id);
             self.emit_task_event(&id, proto::ResourceEventType::Started, String::new());
@@ -441,10 +432,9 @@ impl State {
         }
         const SKIPPED: &str = r#"{"skipped":true}"#;
         for id in pending {
+            let now = self.clock.system_now();
             if let Some(t) = self.tasks.get_mut(&id) {
-                t.status = Status::Completed;
-                t.output = Some(SKIPPED.to_string());
-                t.finished_at = Some(self.clock.system_now());
+                t.skip(now, SKIPPED);
             }
             self.emit_task_event(&id, proto::ResourceEventType::Completed, SKIPPED.into());
         }
@@ -473,11 +463,7 @@ impl State {
             NextAttempt::Reassign,
         );
         t.retry_count += 1;
-        t.status = Status::Queued;
-        t.worker_id = None;
-        t.deadline = None;
-        t.not_before = None;
-        t.reoffered = false;
+        t.reassign();
         self.enqueue(tid);
     }
 
@@ -488,19 +474,15 @@ impl State {
         let Some(t) = self.tasks.get_mut(tid) else {
             return;
         };
-        t.status = Status::Queued;
-        t.worker_id = None;
-        t.session = None;
-        t.deadline = None;
         // Same attempt, same invocation: the next assignment does not count the invocation up,
         // so a worker that did get the first copy recognises the second, and its durable calls
         // for that invocation are accepted while the copy waits in the queue.
-        t.reoffered = true;
+        t.offer_again();
         self.enqueue_front(tid);
     }
 
     /// Cancels a task (and fails its run's pending tasks).
-    pub fn cancel_task(&mut self, tid: &str, why: &str) {
+    pub(crate) fn cancel_task(&mut self, tid: &str, why: &str) {
         let Some(t) = self.tasks.get(tid) else { return };
         if t.status.is_terminal() {
             return;
@@ -513,12 +495,7 @@ impl State {
         let Some(t) = self.tasks.get_mut(tid) else {
             return;
         };
-        t.status = Status::Cancelled;
-        // The real engine reports no error text for a cancelled task (the reason goes in the
-        // task's CANCELLED event).
-        t.error = Some(String::new());
-        t.finished_at = Some(self.clock.system_now());
-        t.deadline = None;
+        t.cancel(self.clock.system_now());
         let run_id = t.run_id.clone();
         self.emit_task_event(tid, proto::ResourceEventType::Cancelled, why.to_string());
         self.durable_task_finished(tid);
@@ -564,7 +541,7 @@ impl State {
     }
 
     /// The `WorkflowRunEvent` of a finished run.
-    pub fn run_event(&self, run: &Run) -> proto::WorkflowRunEvent {
+    pub(crate) fn run_event(&self, run: &Run) -> proto::WorkflowRunEvent {
         let results = run
             .tasks
             .iter()
@@ -594,16 +571,16 @@ impl State {
 
 /// The payload threshold of the run stream: the real engine's `SERVER_GRPC_MAX_MSG_SIZE`
 /// default (4 MiB).
-pub const RESULTS_THRESHOLD: usize = 4 * 1024 * 1024;
+pub(crate) const RESULTS_THRESHOLD: usize = 4 * 1024 * 1024;
 
 /// The error text that replaces an oversized error on the run stream (the real engine's).
-pub const ERROR_TOO_LARGE: &str = "Error is too large to send over the Hatchet stream.";
+pub(crate) const ERROR_TOO_LARGE: &str = "Error is too large to send over the Hatchet stream.";
 
 /// The results a finished run's event carries, as the real engine decides: all of them while
 /// outputs and errors together stay under `threshold`; none when the outputs alone reach it;
 /// otherwise each error longer than its share of what is left is replaced by
 /// [`ERROR_TOO_LARGE`], and none if that still does not fit.
-pub fn fit_results(
+pub(crate) fn fit_results(
     mut results: Vec<proto::StepRunResult>,
     threshold: usize,
 ) -> Vec<proto::StepRunResult> {

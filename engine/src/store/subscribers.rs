@@ -34,7 +34,7 @@ impl State {
     }
 
     /// Sends `ev` to every subscriber following `run_id`.
-    pub fn publish_event(&self, run_id: &str, ev: proto::WorkflowEvent) {
+    pub(crate) fn publish_event(&self, run_id: &str, ev: proto::WorkflowEvent) {
         self.subscriptions.publish(run_id, &ev);
     }
 

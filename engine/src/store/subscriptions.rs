@@ -22,7 +22,7 @@ type EventTx = mpsc::UnboundedSender<Result<proto::WorkflowEvent, tonic::Status>
 
 /// What a `SubscribeToWorkflowEvents` stream follows.
 #[derive(Debug, Clone)]
-pub enum EventFilter {
+pub(crate) enum EventFilter {
     /// One run.
     Run(String),
     /// Every run whose additional metadata has this key and value.
@@ -47,7 +47,7 @@ struct EventSubscriber {
 
 /// Every open subscription.
 #[derive(Debug, Default)]
-pub struct Subscriptions {
+pub(crate) struct Subscriptions {
     runs: HashMap<u64, RunSubscriber>,
     events: HashMap<u64, EventSubscriber>,
     last_id: u64,
@@ -60,7 +60,7 @@ impl Subscriptions {
     }
 
     /// Opens a run subscription sending on `tx`; answers its id.
-    pub fn open_runs(&mut self, tx: RunTx) -> u64 {
+    pub(crate) fn open_runs(&mut self, tx: RunTx) -> u64 {
         let id = self.next_id();
         self.runs.insert(
             id,
@@ -74,7 +74,12 @@ impl Subscriptions {
 
     /// Subscription `sub` asks for run `run_id`: `finished` is its end if it has finished
     /// (sent at once), else it waits (invariant 1).
-    pub fn want_run(&mut self, sub: u64, run_id: &str, finished: Option<proto::WorkflowRunEvent>) {
+    pub(crate) fn want_run(
+        &mut self,
+        sub: u64,
+        run_id: &str,
+        finished: Option<proto::WorkflowRunEvent>,
+    ) {
         let Some(s) = self.runs.get_mut(&sub) else {
             return;
         };
@@ -89,12 +94,12 @@ impl Subscriptions {
     }
 
     /// Closes run subscription `sub`.
-    pub fn close_runs(&mut self, sub: u64) {
+    pub(crate) fn close_runs(&mut self, sub: u64) {
         self.runs.remove(&sub);
     }
 
     /// Run `run_id` finished with `ev`: every subscription waiting for it gets it (invariant 1).
-    pub fn run_ended(&mut self, run_id: &str, ev: &proto::WorkflowRunEvent) {
+    pub(crate) fn run_ended(&mut self, run_id: &str, ev: &proto::WorkflowRunEvent) {
         for sub in self.runs.values_mut() {
             if sub.pending.remove(run_id) {
                 let _ = sub.tx.send(Ok(ev.clone()));
@@ -103,30 +108,30 @@ impl Subscriptions {
     }
 
     /// Every run some subscription waits for (with repeats).
-    pub fn awaited(&self) -> impl Iterator<Item = &String> {
+    pub(crate) fn awaited(&self) -> impl Iterator<Item = &String> {
         self.runs.values().flat_map(|s| &s.pending)
     }
 
     /// How many run subscriptions are open, and how many runs they wait for.
-    pub fn run_counts(&self) -> (usize, usize) {
+    pub(crate) fn run_counts(&self) -> (usize, usize) {
         let pending = self.runs.values().map(|s| s.pending.len()).sum();
         (self.runs.len(), pending)
     }
 
     /// How many event subscriptions are open.
-    pub fn event_count(&self) -> usize {
+    pub(crate) fn event_count(&self) -> usize {
         self.events.len()
     }
 
     /// Opens an event subscription following `filter`, sending on `tx`.
-    pub fn open_events(&mut self, tx: EventTx, filter: EventFilter) {
+    pub(crate) fn open_events(&mut self, tx: EventTx, filter: EventFilter) {
         let id = self.next_id();
         self.events.insert(id, EventSubscriber { tx, filter });
     }
 
     /// A run was created with metadata `meta`: metadata subscriptions that match follow it
     /// (invariant 2).
-    pub fn track(&mut self, run_id: &str, meta: &Map<String, Value>) {
+    pub(crate) fn track(&mut self, run_id: &str, meta: &Map<String, Value>) {
         for sub in self.events.values_mut() {
             if let EventFilter::Metadata {
                 key,
@@ -146,7 +151,7 @@ impl Subscriptions {
     }
 
     /// Sends `ev` to every event subscription following `run_id`.
-    pub fn publish(&self, run_id: &str, ev: &proto::WorkflowEvent) {
+    pub(crate) fn publish(&self, run_id: &str, ev: &proto::WorkflowEvent) {
         for sub in self.events.values() {
             let follows = match &sub.filter {
                 EventFilter::Run(id) => id == run_id,
@@ -160,7 +165,12 @@ impl Subscriptions {
 
     /// Run `run_id` ended with `base` (a run event, `completed` if it completed): its followers
     /// get it, and those it ends hang up and close (invariant 2).
-    pub fn publish_run_end(&mut self, run_id: &str, base: &proto::WorkflowEvent, completed: bool) {
+    pub(crate) fn publish_run_end(
+        &mut self,
+        run_id: &str,
+        base: &proto::WorkflowEvent,
+        completed: bool,
+    ) {
         let mut done = Vec::new();
         for (id, sub) in self.events.iter_mut() {
             let hangup = match &mut sub.filter {
@@ -187,7 +197,7 @@ impl Subscriptions {
     }
 
     /// Ends every subscription (the engine restarts or stops): their streams see EOF.
-    pub fn close_all(&mut self) {
+    pub(crate) fn close_all(&mut self) {
         self.runs.clear();
         self.events.clear();
     }

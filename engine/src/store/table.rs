@@ -20,7 +20,7 @@ use crate::traces::spans;
 
 /// Every run by id, in creation order, and by trace.
 #[derive(Debug, Default)]
-pub struct Runs {
+pub(crate) struct Runs {
     by_id: HashMap<String, Run>,
     order: Vec<String>,
     /// Run ids by the trace their spans go to (invariant 2).
@@ -32,7 +32,7 @@ pub struct Runs {
 impl Runs {
     /// Stores a new run, last in creation order (invariant 1) and filed by trace (invariant 2).
     /// A second run with an id already stored replaces the record and keeps its place.
-    pub fn insert(&mut self, run: Run) {
+    pub(crate) fn insert(&mut self, run: Run) {
         if !self.by_id.contains_key(&run.id) {
             self.order.push(run.id.clone());
             let trace = spans::trace_of_run(&run.additional_metadata, &run.id);
@@ -51,12 +51,12 @@ impl Runs {
     }
 
     /// The runs whose spans go to trace `trace` (invariant 2), in creation order.
-    pub fn in_trace<'a>(&'a self, trace: &[u8]) -> impl Iterator<Item = &'a Run> + 'a {
+    pub(crate) fn in_trace<'a>(&'a self, trace: &[u8]) -> impl Iterator<Item = &'a Run> + 'a {
         self.filed(&self.by_trace, trace)
     }
 
     /// The runs started by events that a task of a run in derived trace `trace` pushed.
-    pub fn pushed_into<'a>(&'a self, trace: &[u8]) -> impl Iterator<Item = &'a Run> + 'a {
+    pub(crate) fn pushed_into<'a>(&'a self, trace: &[u8]) -> impl Iterator<Item = &'a Run> + 'a {
         self.filed(&self.pushed_into, trace)
     }
 
@@ -73,7 +73,7 @@ impl Runs {
     }
 
     /// The run `id`.
-    pub fn get<Q: Hash + Eq + ?Sized>(&self, id: &Q) -> Option<&Run>
+    pub(crate) fn get<Q: Hash + Eq + ?Sized>(&self, id: &Q) -> Option<&Run>
     where
         String: Borrow<Q>,
     {
@@ -81,7 +81,7 @@ impl Runs {
     }
 
     /// The run `id`, to change.
-    pub fn get_mut<Q: Hash + Eq + ?Sized>(&mut self, id: &Q) -> Option<&mut Run>
+    pub(crate) fn get_mut<Q: Hash + Eq + ?Sized>(&mut self, id: &Q) -> Option<&mut Run>
     where
         String: Borrow<Q>,
     {
@@ -89,7 +89,7 @@ impl Runs {
     }
 
     /// Whether run `id` is stored.
-    pub fn contains_key<Q: Hash + Eq + ?Sized>(&self, id: &Q) -> bool
+    pub(crate) fn contains_key<Q: Hash + Eq + ?Sized>(&self, id: &Q) -> bool
     where
         String: Borrow<Q>,
     {
@@ -97,17 +97,17 @@ impl Runs {
     }
 
     /// How many runs there are.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.by_id.len()
     }
 
     /// Every run, in no order.
-    pub fn values(&self) -> impl Iterator<Item = &Run> {
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Run> {
         self.by_id.values()
     }
 
     /// Every run, newest first.
-    pub fn newest_first(&self) -> impl Iterator<Item = &Run> {
+    pub(crate) fn newest_first(&self) -> impl Iterator<Item = &Run> {
         self.order.iter().rev().filter_map(|id| self.by_id.get(id))
     }
 }

@@ -33,7 +33,7 @@ use crate::dag::expr::Expr;
 
 /// How a webhook authenticates its requests.
 #[derive(Clone, PartialEq)]
-pub enum Auth {
+pub(crate) enum Auth {
     /// `Authorization: Basic base64(username:password)`.
     Basic { username: String, password: String },
     /// A header carrying a fixed key.
@@ -55,7 +55,7 @@ impl std::fmt::Debug for Auth {
 
 impl Auth {
     /// The engine's name for the kind (`BASIC`, `API_KEY`, `HMAC`).
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Auth::Basic { .. } => "BASIC",
             Auth::ApiKey { .. } => "API_KEY",
@@ -64,7 +64,7 @@ impl Auth {
     }
 
     /// From a create request's `authType` and `auth`.
-    pub fn from_json(kind: Option<&str>, auth: &Value) -> Result<Auth, String> {
+    pub(crate) fn from_json(kind: Option<&str>, auth: &Value) -> Result<Auth, String> {
         let text = |k: &str| {
             auth[k]
                 .as_str()
@@ -94,7 +94,7 @@ impl Auth {
 
 /// An HMAC's hash.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Algorithm {
+pub(crate) enum Algorithm {
     Sha1,
     Sha256,
     Sha512,
@@ -115,7 +115,7 @@ impl Algorithm {
 
 /// How a signature is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Encoding {
+pub(crate) enum Encoding {
     Hex,
     Base64,
     Base64Url,
@@ -133,11 +133,11 @@ impl Encoding {
 }
 
 /// The sources the real engine knows.
-pub const SOURCES: [&str; 6] = ["GENERIC", "GITHUB", "STRIPE", "SLACK", "LINEAR", "SVIX"];
+pub(crate) const SOURCES: [&str; 6] = ["GENERIC", "GITHUB", "STRIPE", "SLACK", "LINEAR", "SVIX"];
 
 /// A stored webhook.
 #[derive(Debug, Clone)]
-pub struct Webhook {
+pub(crate) struct Webhook {
     pub name: String,
     pub source: String,
     pub event_key_expression: String,
@@ -151,7 +151,7 @@ pub struct Webhook {
 
 impl Webhook {
     /// The `V1Webhook` object (its id is the nil UUID on the real engine: webhooks go by name).
-    pub fn to_json(&self, tenant: &str) -> Value {
+    pub(crate) fn to_json(&self, tenant: &str) -> Value {
         let at = |t| hatchet_runtime::protocol::rfc3339(t);
         let mut v = json!({
             "metadata": {"id": "00000000-0000-0000-0000-000000000000",
@@ -171,7 +171,7 @@ impl Webhook {
 
     /// Checks a request against the webhook's scheme at `now` (Unix seconds; invariants 1, 2
     /// and 4); `Err` is the status and the sentence to answer.
-    pub fn check(
+    pub(crate) fn check(
         &self,
         headers: &Map<String, Value>,
         body: &[u8],
@@ -221,7 +221,7 @@ impl Webhook {
     }
 
     /// The event a checked request becomes: its key, payload and scope (invariant 3).
-    pub fn event(
+    pub(crate) fn event(
         &self,
         content_type: &str,
         headers: &Map<String, Value>,
@@ -274,7 +274,7 @@ impl Webhook {
 
 /// The event a webhook request becomes.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Incoming {
+pub(crate) struct Incoming {
     /// Its key (the event key expression's value).
     pub key: String,
     /// Its payload: the body with the static payload merged in.
@@ -505,7 +505,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// `HMAC_algorithm(secret, body)`, encoded.
-pub fn sign(algorithm: Algorithm, encoding: Encoding, secret: &[u8], body: &[u8]) -> String {
+pub(crate) fn sign(algorithm: Algorithm, encoding: Encoding, secret: &[u8], body: &[u8]) -> String {
     // An HMAC takes a key of any length, so the key is never refused.
     macro_rules! mac {
         ($d:ty) => {
@@ -570,13 +570,13 @@ pub mod signing {
 
 /// The webhooks by name (invariant 5).
 #[derive(Debug, Default)]
-pub struct Webhooks {
+pub(crate) struct Webhooks {
     by_name: std::collections::BTreeMap<String, Webhook>,
 }
 
 impl Webhooks {
     /// Stores `hook` as `name`, unless a webhook has that name (then `false`).
-    pub fn add(&mut self, name: &str, hook: Webhook) -> bool {
+    pub(crate) fn add(&mut self, name: &str, hook: Webhook) -> bool {
         if self.by_name.contains_key(name) {
             return false;
         }
@@ -585,22 +585,22 @@ impl Webhooks {
     }
 
     /// Webhook `name`.
-    pub fn get(&self, name: &str) -> Option<&Webhook> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Webhook> {
         self.by_name.get(name)
     }
 
     /// Webhook `name`, to change (its name stays).
-    pub fn get_mut(&mut self, name: &str) -> Option<&mut Webhook> {
+    pub(crate) fn get_mut(&mut self, name: &str) -> Option<&mut Webhook> {
         self.by_name.get_mut(name)
     }
 
     /// Removes webhook `name`.
-    pub fn remove(&mut self, name: &str) -> Option<Webhook> {
+    pub(crate) fn remove(&mut self, name: &str) -> Option<Webhook> {
         self.by_name.remove(name)
     }
 
     /// Every webhook, in name order.
-    pub fn iter(&self) -> impl Iterator<Item = &Webhook> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Webhook> {
         self.by_name.values()
     }
 }

@@ -33,7 +33,7 @@ use crate::store::model::Workflow;
 
 /// Every workflow by name, and every version's definition.
 #[derive(Debug, Default)]
-pub struct Workflows {
+pub(crate) struct Workflows {
     by_name: HashMap<String, Workflow>,
     /// The definitions (`workflowConfig`) of versions a newer one replaced, by version id.
     past_configs: HashMap<String, serde_json::Value>,
@@ -41,14 +41,14 @@ pub struct Workflows {
 
 impl Workflows {
     /// The id a new version of `name` takes (invariant 1): the live workflow's, or `new`.
-    pub fn id_for(&self, name: &str, new: impl FnOnce() -> String) -> String {
+    pub(crate) fn id_for(&self, name: &str, new: impl FnOnce() -> String) -> String {
         self.live(name).map(|w| w.id.clone()).unwrap_or_else(new)
     }
 
     /// Stores `w` as the latest version of its name.
     /// Answers the version id it has: the live version's when `w` declares the same (invariant
     /// 1), else its own.
-    pub fn put(&mut self, mut w: Workflow) -> String {
+    pub(crate) fn put(&mut self, mut w: Workflow) -> String {
         if let Some(old) = self.by_name.get(&w.name) {
             if !old.deleted && old.config == w.config {
                 w.version_id = old.version_id.clone();
@@ -64,7 +64,7 @@ impl Workflows {
     }
 
     /// The definition of version `version` of workflow `name` (invariant 4).
-    pub fn config_of(&self, name: &str, version: &str) -> Option<&serde_json::Value> {
+    pub(crate) fn config_of(&self, name: &str, version: &str) -> Option<&serde_json::Value> {
         match self.by_name.get(name) {
             Some(w) if w.version_id == version => Some(&w.config),
             _ => self.past_configs.get(version),
@@ -72,22 +72,22 @@ impl Workflows {
     }
 
     /// Workflow `name`, live or deleted.
-    pub fn get(&self, name: &str) -> Option<&Workflow> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Workflow> {
         self.by_name.get(name)
     }
 
     /// The live workflow `name` (invariant 2).
-    pub fn live(&self, name: &str) -> Option<&Workflow> {
+    pub(crate) fn live(&self, name: &str) -> Option<&Workflow> {
         self.by_name.get(name).filter(|w| !w.deleted)
     }
 
     /// The live workflow whose id is `id`.
-    pub fn live_by_id(&self, id: &str) -> Option<&Workflow> {
+    pub(crate) fn live_by_id(&self, id: &str) -> Option<&Workflow> {
         self.by_name.values().find(|w| w.id == id && !w.deleted)
     }
 
     /// Deletes the live workflow `name` (invariant 2); whether there was one.
-    pub fn delete(&mut self, name: &str) -> bool {
+    pub(crate) fn delete(&mut self, name: &str) -> bool {
         match self.by_name.get_mut(name).filter(|w| !w.deleted) {
             Some(w) => {
                 w.deleted = true;
@@ -98,19 +98,19 @@ impl Workflows {
     }
 
     /// Every workflow, live or deleted, in no order.
-    pub fn values(&self) -> impl Iterator<Item = &Workflow> {
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Workflow> {
         self.by_name.values()
     }
 
     /// Every live workflow, in no order.
-    pub fn live_ones(&self) -> impl Iterator<Item = &Workflow> {
+    pub(crate) fn live_ones(&self) -> impl Iterator<Item = &Workflow> {
         self.by_name.values().filter(|w| !w.deleted)
     }
 }
 
 /// The idempotency keys claimed, by key (the tenant's): who holds each and until when.
 #[derive(Debug, Default)]
-pub struct IdempotencyKeys {
+pub(crate) struct IdempotencyKeys {
     claims: HashMap<String, Claim>,
 }
 
@@ -126,7 +126,7 @@ struct Claim {
 impl IdempotencyKeys {
     /// The run holding `key` at `now` (invariant 3): a claim holds until its TTL, and with
     /// `by_status` only while no task carrying it has ended (`ended(task)`).
-    pub fn holder(
+    pub(crate) fn holder(
         &self,
         key: &str,
         now: Instant,
@@ -140,7 +140,7 @@ impl IdempotencyKeys {
     }
 
     /// `run` claims `key` until `until`, carried by `tasks`.
-    pub fn claim(&mut self, key: String, run: &str, until: Instant, tasks: Vec<String>) {
+    pub(crate) fn claim(&mut self, key: String, run: &str, until: Instant, tasks: Vec<String>) {
         self.claims.insert(
             key,
             Claim {
@@ -154,7 +154,7 @@ impl IdempotencyKeys {
 
 /// What is wrong with a workflow's idempotency config, as the real engine's validator names it
 /// (field, condition), in its field order; empty when it is fine.
-pub fn idempotency_config_problems(
+pub(crate) fn idempotency_config_problems(
     c: &hatchet_runtime::protocol::v1::IdempotencyConfig,
 ) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -181,11 +181,11 @@ pub fn idempotency_config_problems(
 }
 
 /// The prefix the real engine keeps for its own keys: a key that starts with it is refused.
-pub const RESERVED_KEY_PREFIX: &str = "hatchet_internal_";
+pub(crate) const RESERVED_KEY_PREFIX: &str = "hatchet_internal_";
 
 /// The key a workflow's idempotency `expression` gives for one trigger (invariant 5), or why
 /// it gives none.
-pub fn idempotency_key(
+pub(crate) fn idempotency_key(
     expression: &str,
     input: &serde_json::Value,
     meta: &serde_json::Map<String, serde_json::Value>,

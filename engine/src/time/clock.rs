@@ -26,7 +26,7 @@ const POLL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The wall clock plus a skew.
 #[derive(Debug, Default)]
-pub struct Clock {
+pub(crate) struct Clock {
     skew_nanos: AtomicU64,
     virtual_time: AtomicBool,
     /// Runs a client polled, and when (on the wall clock): a waiter that polls instead of
@@ -36,32 +36,32 @@ pub struct Clock {
 
 impl Clock {
     /// A clock that jumps by itself when the engine only waits (see invariant 4).
-    pub fn set_virtual(&self, on: bool) {
+    pub(crate) fn set_virtual(&self, on: bool) {
         self.virtual_time.store(on, Ordering::Relaxed);
     }
 
     /// Whether the engine may jump by itself.
-    pub fn is_virtual(&self) -> bool {
+    pub(crate) fn is_virtual(&self) -> bool {
         self.virtual_time.load(Ordering::Relaxed)
     }
 
     /// How far ahead of the wall clock this clock is.
-    pub fn skew(&self) -> Duration {
+    pub(crate) fn skew(&self) -> Duration {
         Duration::from_nanos(self.skew_nanos.load(Ordering::Relaxed))
     }
 
     /// Now, for timers and deadlines.
-    pub fn now(&self) -> Instant {
+    pub(crate) fn now(&self) -> Instant {
         Instant::now() + self.skew()
     }
 
     /// Now, for the times the engine reports.
-    pub fn system_now(&self) -> SystemTime {
+    pub(crate) fn system_now(&self) -> SystemTime {
         SystemTime::now() + self.skew()
     }
 
     /// Notes that a client polled `run` (virtual time only).
-    pub fn polled(&self, run: &str) {
+    pub(crate) fn polled(&self, run: &str) {
         if self.is_virtual() {
             let now = std::time::Instant::now();
             let mut p = self.polled.lock();

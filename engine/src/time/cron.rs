@@ -8,7 +8,7 @@ use hatchet_runtime::protocol::calendar::{civil, days_from_civil};
 
 /// A parsed cron expression.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cron {
+pub(crate) struct Cron {
     seconds: u64,
     minutes: u64,
     hours: u64,
@@ -76,7 +76,7 @@ fn field(text: &str, min: u32, max: u32, names: &[&str], first_name: u32) -> Res
 
 impl Cron {
     /// Parses an expression; the error says which field is wrong and why.
-    pub fn parse(expr: &str) -> Result<Cron, String> {
+    pub(crate) fn parse(expr: &str) -> Result<Cron, String> {
         let fields: Vec<&str> = expr.split_whitespace().collect();
         let (sec, [m, h, dom, mon, dow]) = (match fields[..] {
             [m, h, dom, mon, dow] => Some((None, [m, h, dom, mon, dow])),
@@ -125,7 +125,7 @@ impl Cron {
 
     /// The first second strictly after `secs` (Unix seconds, UTC) that matches, or `None` when
     /// nothing matches within eight years.
-    pub fn next_after(&self, secs: i64) -> Option<i64> {
+    pub(crate) fn next_after(&self, secs: i64) -> Option<i64> {
         let minute = secs.div_euclid(60) * 60;
         if self.first_minute_from(minute) == Some(minute)
             && let Some(s) = (secs - minute + 1..60).find(|s| self.seconds & (1 << s) != 0)

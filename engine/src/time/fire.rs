@@ -31,7 +31,12 @@ impl State {
     /// checked here, as the real engine's REST create does not check it (v0.104.9 stores any
     /// text); one that does not parse never fires. A workflow's own crons are checked at
     /// registration ([`State::set_workflow_crons`]).
-    pub fn add_cron(&mut self, p: &Planned, name: &str, expr: &str) -> Result<Value, String> {
+    pub(crate) fn add_cron(
+        &mut self,
+        p: &Planned,
+        name: &str,
+        expr: &str,
+    ) -> Result<Value, String> {
         let mut row = self.base_row(p)?;
         row["cron"] = json!(expr);
         row["name"] = json!(name);
@@ -41,7 +46,11 @@ impl State {
     }
 
     /// Replaces the crons `workflow` declares with `exprs` (all validated first).
-    pub fn set_workflow_crons(&mut self, p: &Planned, exprs: &[String]) -> Result<(), String> {
+    pub(crate) fn set_workflow_crons(
+        &mut self,
+        p: &Planned,
+        exprs: &[String],
+    ) -> Result<(), String> {
         for e in exprs {
             Cron::parse(e)?;
         }
@@ -55,7 +64,7 @@ impl State {
     }
 
     /// Stores a one-off schedule at `at`.
-    pub fn add_schedule(&mut self, p: &Planned, at: SystemTime) -> Result<Value, String> {
+    pub(crate) fn add_schedule(&mut self, p: &Planned, at: SystemTime) -> Result<Value, String> {
         let mut row = self.base_row(p)?;
         row["triggerAt"] = json!(format_rfc3339(at));
         self.calendar.scheduled.push(row.clone());
@@ -63,7 +72,7 @@ impl State {
     }
 
     /// A schedule row as the API shows it: once fired, with its run's current status.
-    pub fn scheduled_view(&self, row: &Value) -> Value {
+    pub(crate) fn scheduled_view(&self, row: &Value) -> Value {
         let mut row = row.clone();
         let run = row["workflowRunId"]
             .as_str()
@@ -81,7 +90,7 @@ impl State {
     }
 
     /// Fires what is due at `now` (invariants 2 and 3).
-    pub fn fire_calendar(&mut self, now: SystemTime) {
+    pub(crate) fn fire_calendar(&mut self, now: SystemTime) {
         let now_secs = unix_secs(now);
         let since = self.calendar.checked.replace(now_secs).unwrap_or(now_secs);
         let mut due: Vec<(Value, Option<usize>)> = Vec::new();
@@ -166,7 +175,11 @@ impl State {
 impl State {
     /// Runs cron `id` now (`POST .../workflows/crons/{id}`), with its input, metadata and
     /// priority, whether or not it is enabled; `None` for an unknown cron.
-    pub fn trigger_cron(&mut self, id: &str, now: SystemTime) -> Option<Result<String, String>> {
+    pub(crate) fn trigger_cron(
+        &mut self,
+        id: &str,
+        now: SystemTime,
+    ) -> Option<Result<String, String>> {
         let row = self.calendar.cron(id)?.clone();
         Some(
             self.start_row(&row, true, now)

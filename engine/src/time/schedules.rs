@@ -22,7 +22,7 @@ use hatchet_runtime::protocol::calendar::format_rfc3339;
 
 /// What a new cron or schedule row holds besides its timing.
 #[derive(Debug, Clone)]
-pub struct Planned {
+pub(crate) struct Planned {
     /// The tenant.
     pub tenant: String,
     /// The workflow's name.
@@ -40,7 +40,7 @@ pub struct Planned {
 /// The crons and one-off schedules (REST rows), and when they were last checked (Unix
 /// seconds, see `fire.rs`). The time room's files (`fire.rs`) read and change the fields.
 #[derive(Debug, Default)]
-pub struct Calendar {
+pub(crate) struct Calendar {
     pub(super) crons: Vec<Value>,
     pub(super) scheduled: Vec<Value>,
     pub(super) checked: Option<i64>,
@@ -58,38 +58,38 @@ fn remove_by_id(rows: &mut Vec<Value>, id: &str) -> bool {
 
 impl Calendar {
     /// The crons, oldest first.
-    pub fn crons(&self) -> &[Value] {
+    pub(crate) fn crons(&self) -> &[Value] {
         &self.crons
     }
 
     /// The schedules not fired yet, oldest first (see [`State::scheduled_view`] for the row
     /// a reader sees).
-    pub fn schedules(&self) -> &[Value] {
+    pub(crate) fn schedules(&self) -> &[Value] {
         &self.scheduled
     }
 
     /// The cron `id`.
-    pub fn cron(&self, id: &str) -> Option<&Value> {
+    pub(crate) fn cron(&self, id: &str) -> Option<&Value> {
         by_id(&self.crons, id)
     }
 
     /// The schedule `id`.
-    pub fn schedule(&self, id: &str) -> Option<&Value> {
+    pub(crate) fn schedule(&self, id: &str) -> Option<&Value> {
         by_id(&self.scheduled, id)
     }
 
     /// Deletes the cron `id`; whether there was one.
-    pub fn remove_cron(&mut self, id: &str) -> bool {
+    pub(crate) fn remove_cron(&mut self, id: &str) -> bool {
         remove_by_id(&mut self.crons, id)
     }
 
     /// Deletes the schedule `id`; whether there was one.
-    pub fn remove_schedule(&mut self, id: &str) -> bool {
+    pub(crate) fn remove_schedule(&mut self, id: &str) -> bool {
         remove_by_id(&mut self.scheduled, id)
     }
 
     /// Deletes the crons and schedules of the workflow `name` (it was deleted).
-    pub fn drop_workflow(&mut self, name: &str) {
+    pub(crate) fn drop_workflow(&mut self, name: &str) {
         self.crons.retain(|c| c["workflowName"] != name);
         self.scheduled.retain(|c| c["workflowName"] != name);
     }

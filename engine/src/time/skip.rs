@@ -10,7 +10,7 @@ use crate::store::model::Status;
 
 impl State {
     /// Moves the clock forward by `by` (invariants 2 and 3).
-    pub fn advance_clock(&mut self, by: Duration) {
+    pub(crate) fn advance_clock(&mut self, by: Duration) {
         self.clock.add(by);
         for w in self.workers.values_mut() {
             w.last_heartbeat += by;
@@ -29,9 +29,9 @@ impl State {
         let busy = self
             .tasks
             .values()
-            .any(|t| t.status == Status::Running && !blocked.contains(t.id.as_str()));
+            .any(|t| t.status() == Status::Running && !blocked.contains(t.id.as_str()));
         let assignable = self.tasks.values().any(|t| {
-            t.status == Status::Queued
+            t.status() == Status::Queued
                 && !t.held
                 && t.not_before.is_none_or(|at| at <= now)
                 && !self.pauses.holds(&t.id)
@@ -46,7 +46,7 @@ impl State {
         let retries = self
             .tasks
             .values()
-            .filter(|t| t.status == Status::Queued)
+            .filter(|t| t.status() == Status::Queued)
             .filter_map(|t| t.not_before);
         let conditions = self.condition_sleeps.next_due();
         let calendar = self.next_calendar_fire(system).map(from_system);

@@ -14,23 +14,23 @@ use tokio::time::Instant;
 
 /// Task ids due at instants.
 #[derive(Debug, Default)]
-pub struct Timers {
+pub(crate) struct Timers {
     heap: BinaryHeap<Reverse<(Instant, String)>>,
 }
 
 impl Timers {
     /// Task `tid` is due at `at`.
-    pub fn add(&mut self, at: Instant, tid: &str) {
+    pub(crate) fn add(&mut self, at: Instant, tid: &str) {
         self.heap.push(Reverse((at, tid.to_string())));
     }
 
     /// When the earliest timer is due.
-    pub fn next_due(&self) -> Option<Instant> {
+    pub(crate) fn next_due(&self) -> Option<Instant> {
         self.heap.peek().map(|Reverse((at, _))| *at)
     }
 
     /// Takes the earliest timer if it is due at `now` (invariant 1).
-    pub fn pop_due(&mut self, now: Instant) -> Option<(Instant, String)> {
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(Instant, String)> {
         if self.next_due()? > now {
             return None;
         }

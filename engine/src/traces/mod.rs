@@ -23,11 +23,11 @@ use serde_json::{Map, Value};
 
 /// Spans kept in all (the development engine's bound on memory; the real engine keeps them in
 /// its OLAP tables until their retention ends).
-pub const MAX_SPANS: usize = 200_000;
+pub(crate) const MAX_SPANS: usize = 200_000;
 
 /// One stored span, as the trace read answers it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SpanRow {
+pub(crate) struct SpanRow {
     pub trace_id: Vec<u8>,
     pub span_id: Vec<u8>,
     /// Empty for a root span.
@@ -72,7 +72,7 @@ struct Trace {
 
 /// Every trace, the lookup table, and the order traces arrived in (for the bound).
 #[derive(Debug, Default)]
-pub struct Traces {
+pub(crate) struct Traces {
     traces: HashMap<Vec<u8>, Trace>,
     lookup: HashMap<String, Vec<Lookup>>,
     order: VecDeque<Vec<u8>>,
@@ -83,7 +83,7 @@ impl Traces {
     /// Stores `spans` (a repeat of a stored (trace, start, span id) is ignored) and their
     /// lookup entries: each task run id once, and its workflow run id when that differs (a DAG's
     /// tasks make their run findable).
-    pub fn record(&mut self, spans: Vec<SpanRow>) {
+    pub(crate) fn record(&mut self, spans: Vec<SpanRow>) {
         for span in spans {
             self.lookup_entries(&span);
             let trace = self.trace_mut(&span.trace_id);
@@ -150,12 +150,12 @@ impl Traces {
     /// The trace of a run or task id: its entry with the highest retry count, then the latest
     /// start. `None` when no span named it.
     #[cfg(test)]
-    pub fn trace_of(&self, id: &str) -> Option<&[u8]> {
+    pub(crate) fn trace_of(&self, id: &str) -> Option<&[u8]> {
         self.ranked_trace_of(id).map(|(_, t)| t)
     }
 
     /// [`Traces::trace_of`] with the rank (retry count, start) of the entry that won.
-    pub fn ranked_trace_of(&self, id: &str) -> Option<((i32, u64), &[u8])> {
+    pub(crate) fn ranked_trace_of(&self, id: &str) -> Option<((i32, u64), &[u8])> {
         self.lookup
             .get(id)?
             .iter()
@@ -164,7 +164,7 @@ impl Traces {
     }
 
     /// A trace's spans, in no order.
-    pub fn spans(&self, trace_id: &[u8]) -> impl Iterator<Item = &SpanRow> {
+    pub(crate) fn spans(&self, trace_id: &[u8]) -> impl Iterator<Item = &SpanRow> {
         self.traces
             .get(trace_id)
             .into_iter()
@@ -181,13 +181,13 @@ impl Traces {
 
     /// Spans stored in all.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.count
     }
 }
 
 /// Lower-case hex of an id.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
     bytes.iter().fold(String::new(), |mut s, b| {
         let _ = write!(s, "{b:02x}");
@@ -196,7 +196,7 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// The bytes of a hex id; `None` for anything else.
-pub fn unhex(text: &str) -> Option<Vec<u8>> {
+pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) {
         return None;
     }

@@ -69,7 +69,7 @@ fn id_attr(attrs: &[otlp::KeyValue], key: &str) -> Option<String> {
 }
 
 /// Every span of an export, as rows.
-pub fn rows(req: &otlp::ExportTraceServiceRequest) -> Vec<SpanRow> {
+pub(crate) fn rows(req: &otlp::ExportTraceServiceRequest) -> Vec<SpanRow> {
     let mut out = Vec::new();
     for rs in &req.resource_spans {
         let resource = rs

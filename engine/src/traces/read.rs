@@ -34,7 +34,7 @@ fn nanos(t: SystemTime) -> u64 {
 /// lookup ranks its entries; `None` while the record holds none.
 fn rank(t: &Task) -> Option<(i32, u64)> {
     let current =
-        (t.started_at.is_some() || t.status == Status::Cancelled || t.status == Status::Failed)
+        (t.started_at.is_some() || t.status() == Status::Cancelled || t.status() == Status::Failed)
             .then(|| (t.retry_count, nanos(t.started_at.unwrap_or(t.created_at))));
     current.or_else(|| {
         t.past_attempts
@@ -185,7 +185,7 @@ impl State {
             // start in the record until it is sent again).
             let before = t.past_attempts.last().and_then(|a| a.started_at);
             let started = t.started_at.filter(|s| {
-                (t.status == Status::Running || t.status.is_terminal()) && Some(*s) != before
+                (t.status() == Status::Running || t.status().is_terminal()) && Some(*s) != before
             });
             if let Some(s) = started {
                 out.push(f.queued(queued, nanos(s)));
@@ -193,7 +193,7 @@ impl State {
             // As the real engine tells them: a worker's failure and a cancellation carry no
             // text (`task failed`, `task cancelled`); an end the engine decided carries its own.
             let message = t.end_message.as_deref().unwrap_or("");
-            let end = match t.status {
+            let end = match t.status() {
                 Status::Completed if started.is_some() => Some(AttemptEnd::Finished),
                 Status::Failed => Some(AttemptEnd::Failed(message)),
                 Status::Cancelled => Some(AttemptEnd::Cancelled(message)),

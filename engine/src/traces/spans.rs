@@ -22,7 +22,7 @@ use super::SpanRow;
 const NIL: &str = "00000000-0000-0000-0000-000000000000";
 
 /// Where the engine's spans say they come from.
-pub const ENGINE_SERVICE: &str = "hatchet-engine";
+pub(crate) const ENGINE_SERVICE: &str = "hatchet-engine";
 
 fn derive(size: usize, parts: &[&[u8]]) -> Vec<u8> {
     let mut h = Sha256::new();
@@ -38,17 +38,17 @@ fn id_bytes(id: &str) -> Vec<u8> {
 }
 
 /// A run's derived trace id.
-pub fn run_trace_id(run: &str) -> Vec<u8> {
+pub(crate) fn run_trace_id(run: &str) -> Vec<u8> {
     derive(16, &[b"hatchet-engine-wf-trace:", &id_bytes(run)])
 }
 
 /// A run's derived root span id.
-pub fn run_span_id(run: &str) -> Vec<u8> {
+pub(crate) fn run_span_id(run: &str) -> Vec<u8> {
     derive(8, &[b"hatchet-engine-wf-span:", &id_bytes(run)])
 }
 
 /// The span id of a task attempt's `queued` or `step_run` span.
-pub fn step_span_id(task: &str, retry_count: i32, kind: &str) -> Vec<u8> {
+pub(crate) fn step_span_id(task: &str, retry_count: i32, kind: &str) -> Vec<u8> {
     let rc = (retry_count as u32).to_be_bytes();
     derive(
         8,
@@ -62,7 +62,7 @@ pub fn step_span_id(task: &str, retry_count: i32, kind: &str) -> Vec<u8> {
 }
 
 /// The span id of an event's span for one run it started.
-pub fn event_span_id(event: &str, run: &str) -> Vec<u8> {
+pub(crate) fn event_span_id(event: &str, run: &str) -> Vec<u8> {
     derive(
         8,
         &[
@@ -74,7 +74,7 @@ pub fn event_span_id(event: &str, run: &str) -> Vec<u8> {
 }
 
 /// A W3C `traceparent`'s trace and span ids, if it is one (`00-<32 hex>-<16 hex>-<flags>`).
-pub fn parse_traceparent(tp: &str) -> Option<(Vec<u8>, Vec<u8>)> {
+pub(crate) fn parse_traceparent(tp: &str) -> Option<(Vec<u8>, Vec<u8>)> {
     let parts: Vec<&str> = tp.split('-').collect();
     if parts.len() != 4 || parts[1].len() != 32 || parts[2].len() != 16 {
         return None;
@@ -101,7 +101,7 @@ fn is_uuid(s: &str) -> bool {
 /// Gives a run's metadata its `traceparent` unless it carries a valid one: the trace of its
 /// parent run (a child), else of its source run (an event a task pushed), else its own, and
 /// the run's root span.
-pub fn ensure_traceparent(meta: &mut Map<String, Value>, run: &str) {
+pub(crate) fn ensure_traceparent(meta: &mut Map<String, Value>, run: &str) {
     // The real engine keeps one shaped like W3C's (four parts, ids of 32 and 16 characters)
     // even when its ids are not hex; its spans then use the derived trace.
     let shaped = |tp: &str| {
@@ -172,7 +172,7 @@ fn origin(meta: &Map<String, Value>) -> Option<Origin> {
 }
 
 /// The trace a run's spans belong to.
-pub fn trace_of_run(meta: &Map<String, Value>, run: &str) -> Vec<u8> {
+pub(crate) fn trace_of_run(meta: &Map<String, Value>, run: &str) -> Vec<u8> {
     if let Some((trace, _)) = traceparent_of(meta) {
         return trace;
     }
@@ -211,7 +211,7 @@ fn engine_span(name: &str, trace_id: Vec<u8>, span_id: Vec<u8>, parent: Vec<u8>)
 }
 
 /// A run as its root span reads it.
-pub struct RunFacts<'a> {
+pub(crate) struct RunFacts<'a> {
     pub run: &'a str,
     pub workflow_id: &'a str,
     pub display_name: &'a str,
@@ -220,7 +220,7 @@ pub struct RunFacts<'a> {
 }
 
 /// `hatchet.engine.workflow_run`: a run's root span, an instant at its creation.
-pub fn workflow_run_span(f: &RunFacts<'_>) -> SpanRow {
+pub(crate) fn workflow_run_span(f: &RunFacts<'_>) -> SpanRow {
     let origin = origin(f.meta);
     let tp = traceparent_of(f.meta);
     let own = run_span_id(f.run);
@@ -267,7 +267,7 @@ pub fn workflow_run_span(f: &RunFacts<'_>) -> SpanRow {
 
 /// `hatchet.engine.event`: the event that started a run, under the pushing SDK's span when the
 /// event's metadata carries its `traceparent` (else in the run's own derived trace).
-pub fn event_span(
+pub(crate) fn event_span(
     event: &str,
     key: &str,
     seen_ns: u64,
@@ -300,7 +300,7 @@ pub fn event_span(
 /// The run and task that pushed the event which started a run, when its metadata names both
 /// as UUIDs (`hatchet__source_workflow_run_id`, `hatchet__source_step_run_id`, written by an
 /// SDK pushing from inside a task); the real engine draws `event_emitted` only then.
-pub fn event_source(meta: &Map<String, Value>) -> Option<(String, String)> {
+pub(crate) fn event_source(meta: &Map<String, Value>) -> Option<(String, String)> {
     let run = meta_str(meta, "hatchet__source_workflow_run_id").filter(|s| is_uuid(s))?;
     let task = meta_str(meta, "hatchet__source_step_run_id").filter(|s| is_uuid(s))?;
     Some((run.to_string(), task.to_string()))
@@ -308,13 +308,13 @@ pub fn event_source(meta: &Map<String, Value>) -> Option<(String, String)> {
 
 /// Whether a run's metadata carries an SDK's `traceparent` (not the one the engine stamped,
 /// whose span is the run's own root).
-pub fn has_sdk_traceparent(meta: &Map<String, Value>, run: &str) -> bool {
+pub(crate) fn has_sdk_traceparent(meta: &Map<String, Value>, run: &str) -> bool {
     traceparent_of(meta).is_some_and(|(_, s)| s != run_span_id(run))
 }
 
 /// `hatchet.engine.event_emitted`: an event a task pushed, in its source run's derived trace
 /// under the task's `step_run` span (attempt 0), naming the runs it started.
-pub fn event_emitted_span(
+pub(crate) fn event_emitted_span(
     event: &str,
     key: &str,
     seen_ns: u64,
@@ -347,7 +347,7 @@ pub fn event_emitted_span(
 }
 
 /// A task attempt as its spans read it.
-pub struct AttemptFacts<'a> {
+pub(crate) struct AttemptFacts<'a> {
     pub task: &'a str,
     pub run: &'a str,
     pub readable_id: &'a str,
@@ -389,13 +389,13 @@ impl AttemptFacts<'_> {
     }
 
     /// `hatchet.engine.queued`: from the task's creation to its assignment.
-    pub fn queued(&self, queued_ns: u64, sent_ns: u64) -> SpanRow {
+    pub(crate) fn queued(&self, queued_ns: u64, sent_ns: u64) -> SpanRow {
         self.span("hatchet.engine.queued", "queued", queued_ns, sent_ns)
     }
 
     /// `hatchet.engine.start_step_run`: the attempt from its start (its creation if it never
     /// started) to its end; an attempt that did not finish is an `ERROR` with what ended it.
-    pub fn ran(&self, start_ns: u64, end_ns: u64, end: &AttemptEnd<'_>) -> SpanRow {
+    pub(crate) fn ran(&self, start_ns: u64, end_ns: u64, end: &AttemptEnd<'_>) -> SpanRow {
         let mut s = self.span(
             "hatchet.engine.start_step_run",
             "step_run",
@@ -416,7 +416,7 @@ impl AttemptFacts<'_> {
 }
 
 /// How an attempt ended.
-pub enum AttemptEnd<'a> {
+pub(crate) enum AttemptEnd<'a> {
     Finished,
     /// Its error (a timeout's included).
     Failed(&'a str),
@@ -428,7 +428,7 @@ pub enum AttemptEnd<'a> {
 /// JSONB, read back as Go values and encoded again), so every number is a float64 in Go's
 /// encoding (`1.0` reads `1`, `1e21` reads `1e+21`, an integer past 2^53 rounds), object keys
 /// are sorted, and strings escape `<`, `>`, `&`, U+2028 and U+2029 as Go's encoder does.
-pub fn go_json(v: &Value) -> String {
+pub(crate) fn go_json(v: &Value) -> String {
     let mut out = String::new();
     write_go_json(v, &mut out);
     out
@@ -503,7 +503,7 @@ fn write_go_string(s: &str, out: &mut String) {
 /// A span as the trace read answers it (`OtelSpan`): attribute values as strings (a string as
 /// itself, anything else as its JSON), `null` for no attributes, optional texts left out when
 /// empty.
-pub fn span_json(s: &SpanRow) -> Value {
+pub(crate) fn span_json(s: &SpanRow) -> Value {
     // None read `null`, as the real engine answers a span stored without any.
     let as_strings = |m: &Map<String, Value>| -> Value {
         if m.is_empty() {

@@ -69,7 +69,7 @@ pub(crate) fn data(st: &View<'_>, now: SystemTime, beat_now: tokio::time::Instan
                 .map(|t| {
                     json!({
                         "name": t.readable_id,
-                        "status": status(t.status),
+                        "status": status(t.status()),
                         "parents": t.parents,
                         "retry_count": t.retry_count,
                         "worker_id": t.worker_id,

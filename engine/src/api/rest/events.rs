@@ -19,7 +19,7 @@ use hatchet_runtime::protocol::rfc3339;
 const DEFAULT_LOOK_BACK: Duration = Duration::from_secs(24 * 3_600);
 
 /// The routes of this module.
-pub fn routes() -> axum::Router<Rest> {
+pub(super) fn routes() -> axum::Router<Rest> {
     axum::Router::new()
         .route("/api/v1/stable/tenants/{tenant}/events", get(list_events))
         .route(

@@ -20,7 +20,7 @@ use crate::dag::filters::{Filter, Filters};
 const DEFAULT_LIMIT: usize = 20_000;
 
 /// The routes of this module.
-pub fn routes() -> axum::Router<Rest> {
+pub(super) fn routes() -> axum::Router<Rest> {
     axum::Router::new()
         .route(
             "/api/v1/stable/tenants/{tenant}/filters",

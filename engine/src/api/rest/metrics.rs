@@ -14,7 +14,7 @@ use super::{Params, Rest, err, tenant_ok};
 use crate::store::model::Status;
 
 /// The routes of this module.
-pub fn routes() -> axum::Router<Rest> {
+pub(super) fn routes() -> axum::Router<Rest> {
     axum::Router::new()
         .route(
             "/api/v1/stable/tenants/{tenant}/task-metrics",
@@ -106,7 +106,7 @@ async fn queue_metrics(AxState(s): AxState<Rest>, Path(tenant): Path<String>) ->
     let held: HashSet<&str> = st.pauses().held_ids().collect();
     let mut queues: BTreeMap<&str, u64> = BTreeMap::new();
     for t in st.tasks() {
-        if t.status == Status::Queued && !held.contains(t.id.as_str()) {
+        if t.status() == Status::Queued && !held.contains(t.id.as_str()) {
             *queues.entry(t.action.as_str()).or_default() += 1;
         }
     }

@@ -32,7 +32,7 @@ use hatchet_runtime::protocol::rfc3339;
 
 /// Shared by the handlers.
 #[derive(Clone)]
-pub struct Rest {
+pub(crate) struct Rest {
     pub engine: Arc<Engine>,
     pub faults: Faults,
     pub token: Arc<str>,
@@ -628,7 +628,7 @@ async fn advance_clock(AxState(s): AxState<Rest>, Query(q): Query<Value>) -> Res
 }
 
 /// The REST router.
-pub fn router(state: Rest) -> axum::Router {
+pub(crate) fn router(state: Rest) -> axum::Router {
     axum::Router::new()
         .merge(runs::routes())
         .merge(filters::routes())

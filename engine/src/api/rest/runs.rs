@@ -35,7 +35,7 @@ const DEFAULT_LIMIT: usize = 50;
 const MAX_LOG_LIMIT: usize = 10_000;
 
 /// The routes of this module.
-pub fn routes() -> axum::Router<Rest> {
+pub(super) fn routes() -> axum::Router<Rest> {
     axum::Router::new()
         .route("/api/v1/stable/workflow-runs/{run}", get(run_details))
         .route("/api/v1/stable/workflow-runs/{run}/status", get(run_status))
@@ -113,7 +113,7 @@ fn tasks_of<'a>(st: &'a View<'a>, run: &Run) -> Vec<&'a Task> {
 fn run_output(tasks: &[&Task]) -> Value {
     tasks
         .iter()
-        .filter(|t| t.status == Status::Completed)
+        .filter(|t| t.status() == Status::Completed)
         .max_by_key(|t| t.finished_at)
         .map(|t| output_of(t))
         .unwrap_or_else(|| json!({}))
@@ -123,7 +123,7 @@ fn run_output(tasks: &[&Task]) -> Value {
 fn run_json(st: &View<'_>, run: &Run, tasks: &[&Task], tenant: &str) -> Value {
     let error = tasks
         .iter()
-        .filter(|t| t.status == Status::Failed)
+        .filter(|t| t.status() == Status::Failed)
         .find_map(|t| t.error.clone())
         .unwrap_or_default();
     let started = tasks.iter().filter_map(|t| t.started_at).min();
@@ -170,7 +170,7 @@ fn task_json(st: &View<'_>, t: &Task, run: &Run, tenant: &str, with_payloads: bo
         "actionId": t.action,
         // `<task>-<unix ms>`, as the real engine names a task.
         "displayName": crate::rules::display_name(&t.readable_id, t.created_at),
-        "status": t.status.rest(),
+        "status": t.status().rest(),
         "type": "TASK",
         // The task's stored input (`input`, `parents`, `triggers`, ...), as the real engine's.
         "input": if with_payloads { st.task_input(&t.id) } else { json!({}) },
@@ -295,7 +295,7 @@ async fn run_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Respo
     // completed (or its condition holds), and reads none before.
     let task_rows: Vec<Value> = tasks
         .iter()
-        .filter(|t| t.status != crate::store::model::Status::Pending)
+        .filter(|t| t.status() != crate::store::model::Status::Pending)
         .map(|t| read_row(task_json(&st, t, run, tenant, true)))
         .collect();
     Json(json!({
@@ -378,7 +378,7 @@ fn task_events(t: &Task) -> Vec<Value> {
     if let Some(f) = t.finished_at {
         let message = t.end_message.as_deref().unwrap_or("");
         let error = t.error.as_deref().unwrap_or("");
-        match t.status {
+        match t.status() {
             Status::Completed => {
                 push(
                     "FINISHED",
@@ -500,7 +500,7 @@ async fn task_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Resp
         return bad_id_or_missing(&id, "task");
     };
     let mut v = read_row(task_json(&st, t, run, &s.engine.tenant_id, true));
-    if st.queued_stamped_late() && t.status == Status::Running {
+    if st.queued_stamped_late() && t.status() == Status::Running {
         v["status"] = json!("QUEUED");
     }
     // A standalone task's read shows the trigger's input; a DAG task's the stored object.
@@ -602,7 +602,7 @@ async fn list_runs(
             .flat_map(|r| tasks_of(&st, r).into_iter().map(move |t| (t, *r)))
             .filter(|(t, _)| worker.is_none_or(|w| t.worker_id.as_deref() == Some(w)))
             .filter(|(t, _)| {
-                filter.statuses.is_empty() || filter.statuses.iter().any(|x| x == t.status.rest())
+                filter.statuses.is_empty() || filter.statuses.iter().any(|x| x == t.status().rest())
             })
             .map(|(t, r)| list_row(task_json(&st, t, r, tenant, payloads)))
             .collect()

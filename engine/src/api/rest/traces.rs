@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::{Params, Rest, err, tenant_ok};
 
 /// The routes of this module.
-pub fn routes() -> axum::Router<Rest> {
+pub(super) fn routes() -> axum::Router<Rest> {
     axum::Router::new().route("/api/v1/stable/tenants/{tenant}/traces", get(get_trace))
 }
 

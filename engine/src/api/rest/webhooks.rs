@@ -15,7 +15,7 @@ use super::{Params, Rest, err, message, tenant_ok};
 use crate::store::webhooks::{Auth, SOURCES, Webhook};
 
 /// The routes of this module.
-pub fn routes() -> axum::Router<Rest> {
+pub(super) fn routes() -> axum::Router<Rest> {
     axum::Router::new()
         .route(
             "/api/v1/stable/tenants/{tenant}/webhooks",
@@ -28,7 +28,7 @@ pub fn routes() -> axum::Router<Rest> {
 }
 
 /// Whether a request is a webhook's receive (it carries no bearer token).
-pub fn is_receive(method: &axum::http::Method, path: &str) -> bool {
+pub(super) fn is_receive(method: &axum::http::Method, path: &str) -> bool {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     method == axum::http::Method::POST
         && parts.len() == 7

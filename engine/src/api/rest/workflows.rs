@@ -14,7 +14,7 @@ use crate::store::model::Workflow;
 use crate::store::pause::PauseRule;
 
 /// The routes of this module.
-pub fn routes() -> axum::Router<Rest> {
+pub(super) fn routes() -> axum::Router<Rest> {
     axum::Router::new()
         .route("/api/v1/tenants/{tenant}/workflows", get(list_workflows))
         .route(
