@@ -100,6 +100,9 @@ pub(crate) struct State {
     pub batches: crate::sched::batches::Batches,
     /// Open run and event subscriptions (see `store/subscriptions.rs`).
     pub subscriptions: crate::store::subscriptions::Subscriptions,
+    /// Run ends the run streams will hear of at the next status poll (see
+    /// `store/readable.rs`).
+    pub published: crate::store::model::Published,
     /// Pushed events (see `store/events.rs`).
     pub events: crate::store::events::EventLog,
     /// Claimed idempotency keys (see `store/workflows.rs`).
@@ -951,7 +954,7 @@ impl Engine {
         let finished = st
             .runs
             .get(run_id)
-            .filter(|r| r.status.is_terminal())
+            .filter(|r| st.run_end_published(r))
             .map(|r| st.run_event(r));
         st.subscriptions.want_run(sub, run_id, finished);
     }
@@ -1141,6 +1144,8 @@ impl Engine {
         // Crons and schedules fire when due (the real engine's scheduler runs them on time).
         let wall = st.clock.system_now();
         st.fire_calendar(wall);
+        // What REST reads, and the run streams' ends, catch up at the status poll.
+        st.poll_statuses(now);
         // A worker silent long enough to lose its tasks is never live (matters when tests make
         // the reassignment window shorter than the liveness window).
         st.assign(now, LIVE_HEARTBEAT.min(self.reassign_after));
@@ -1181,6 +1186,19 @@ pub(crate) fn state_with(workflow: v1::CreateWorkflowVersionRequest) -> State {
     }
     engine.put_workflow(workflow).expect("put");
     std::mem::take(&mut *engine.state.lock())
+}
+
+/// A run of workflow `name` with an empty input and no options (unit tests).
+#[cfg(test)]
+pub(crate) fn plain_run(st: &mut State, name: &str) -> String {
+    st.create_run(
+        "tenant",
+        name,
+        serde_json::json!({}),
+        Default::default(),
+        Default::default(),
+    )
+    .expect("a run of a known workflow")
 }
 
 /// A one-task workflow named `wf` (action `wf:t`).

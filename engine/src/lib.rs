@@ -650,6 +650,19 @@ impl DevEngine {
         self.engine.wake.notify_one();
     }
 
+    /// The real engine's status poll (on by default, every 2 s): with `Some(every)`, what REST
+    /// reads of a task's or a run's status, and a run's end on the run streams
+    /// (`SubscribeToWorkflowRuns`, what a client's `result()` waits on), catch up at polls
+    /// `every` apart, as the real engine's OLAP controller publishes them; a run's result
+    /// arrives up to `every` after its last task finished, and a short task may never read
+    /// RUNNING over REST. `GetRunDetails` reads the live state either way. `None` is a kindness
+    /// for tests: both read the live state at once.
+    pub fn poll_statuses(&self, every: Option<Duration>) {
+        self.engine.state.lock().switches.poll_statuses =
+            every.map(crate::faults::TimerPoll::every);
+        self.engine.wake.notify_one();
+    }
+
     /// Fault injection, the real engine's write backlog: single triggers of workflows without
     /// an idempotency key are answered with their run's id at once and written `after` later
     /// (reading NotFound until then), as the real engine does when its optimistic write slots

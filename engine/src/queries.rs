@@ -10,7 +10,7 @@ use crate::core::{Engine, State};
 use crate::dag::filters::Filters;
 use crate::sched::rate_limits::RateLimits;
 use crate::store::events::EventLog;
-use crate::store::model::{Task, Worker, Workflow};
+use crate::store::model::{Run, Status, Task, Worker, Workflow};
 use crate::store::pause::Pauses;
 use crate::store::table::Runs;
 use crate::store::webhooks::Webhooks;
@@ -41,6 +41,17 @@ impl View<'_> {
     /// Task `id`.
     pub(crate) fn task(&self, id: &str) -> Option<&Task> {
         self.st.tasks.get(id)
+    }
+
+    /// The status REST reads of task `t`: as of the engine's last status poll
+    /// (`store/readable.rs`).
+    pub(crate) fn task_status(&self, t: &Task) -> Status {
+        self.st.readable_task_status(t)
+    }
+
+    /// The status REST reads of run `r`: as of the engine's last status poll.
+    pub(crate) fn run_status(&self, r: &Run) -> Status {
+        self.st.readable_run_status(r)
     }
 
     /// Every task, in no order.

@@ -89,11 +89,13 @@ impl RunFilter {
         })
     }
 
-    /// Whether `run` is selected (creation time bounds are inclusive).
-    pub fn matches(&self, run: &Run) -> bool {
+    /// Whether `run`, whose status reads `status`, is selected (creation time bounds are
+    /// inclusive). The status is what REST reads (`store/readable.rs`): the real engine selects
+    /// by its OLAP tables.
+    pub fn matches(&self, run: &Run, status: Status) -> bool {
         self.since.is_none_or(|t| run.created_at >= t)
             && self.until.is_none_or(|t| run.created_at <= t)
-            && (self.statuses.is_empty() || self.statuses.iter().any(|s| s == run.status.rest()))
+            && (self.statuses.is_empty() || self.statuses.iter().any(|s| s == status.rest()))
             && (self.workflow_ids.is_empty() || self.workflow_ids.contains(&run.workflow_id))
             && self.metadata.iter().all(|(k, v)| has_metadata(run, k, v))
     }
@@ -159,7 +161,7 @@ impl Targets {
             Some(f) => st
                 .runs
                 .newest_first()
-                .filter(|r| f.matches(r))
+                .filter(|r| f.matches(r, st.readable_run_status(r)))
                 .take(cap)
                 .map(|r| r.id.clone())
                 .collect(),
@@ -303,6 +305,7 @@ impl State {
                 }
             }
             self.feed_outside_parents(&chosen, &names);
+            self.reopen(&run_id);
             if let Some(r) = self.runs.get_mut(&run_id) {
                 r.status = Status::Queued;
                 r.finished_at = None;

@@ -7,6 +7,7 @@ pub(crate) mod events;
 pub(crate) mod holds;
 pub(crate) mod model;
 pub(crate) mod pause;
+pub(crate) mod readable;
 pub(crate) mod runs;
 pub(crate) mod subscribers;
 pub(crate) mod subscriptions;

@@ -130,6 +130,9 @@ pub(crate) struct Task {
     pub action: String,
     /// Changed only by the transitions of `impl Task` below (read it with [`Task::status`]).
     pub(in crate::store) status: Status,
+    /// The status REST reads: `status` as of the engine's last status poll (see
+    /// `Switches::poll_statuses`; read it with `State::readable_task_status`).
+    pub(in crate::store) readable: Status,
     /// The current attempt's retry count (the attempt key is `(id, retry_count)`).
     pub retry_count: i32,
     /// User-error retries used (internal requeues do not count).
@@ -246,6 +249,11 @@ impl Task {
     /// Its status.
     pub(crate) fn status(&self) -> Status {
         self.status
+    }
+
+    /// The status poll reads it: REST sees its status from now on.
+    pub(in crate::store) fn publish(&mut self) {
+        self.readable = self.status;
     }
 
     /// Offered to `worker` on `session`: it runs there, holding a slot of `slot_type` (or none,
@@ -436,6 +444,11 @@ pub struct Run {
     pub input: serde_json::Value,
     pub additional_metadata: serde_json::Map<String, serde_json::Value>,
     pub status: Status,
+    /// The status REST reads, and whether the run streams were told of its end: as of the
+    /// engine's last status poll (see `Switches::poll_statuses`; read them with
+    /// `State::readable_run_status` and `State::run_end_published`).
+    pub(in crate::store) readable: Status,
+    pub(in crate::store) end_published: bool,
     pub tasks: Vec<String>,
     pub parent_task_id: Option<String>,
     pub child_index: Option<i32>,
@@ -524,4 +537,12 @@ pub(crate) struct TriggerOpts {
     /// The run's id when it was answered before the run was written (a deferred write);
     /// `None`: a new one.
     pub run_id: Option<String>,
+}
+
+/// The status poll's record (its actions are in `readable.rs`): runs whose end the run streams
+/// have not been told yet, and the last poll.
+#[derive(Debug, Default)]
+pub(crate) struct Published {
+    pub(in crate::store) ends: Vec<String>,
+    pub(in crate::store) last_poll: Option<Instant>,
 }

@@ -136,6 +136,7 @@ impl State {
                     readable_id: def.readable_id.clone(),
                     action: def.action.clone(),
                     status,
+                    readable: status,
                     retry_count: 0,
                     user_retries_used: 0,
                     retries: def.retries,
@@ -209,6 +210,8 @@ impl State {
             input,
             additional_metadata: meta,
             status: Status::Queued,
+            readable: Status::Queued,
+            end_published: false,
             tasks: task_ids.clone(),
             parent_task_id: opts.parent_task.clone(),
             child_index: opts.child_index,
@@ -528,8 +531,7 @@ impl State {
             r.status = status;
             r.finished_at = Some(self.clock.system_now());
         }
-        let event = self.run_event(&self.runs[run_id]);
-        self.subscriptions.run_ended(run_id, &event);
+        self.end_to_publish(run_id);
         let kind = match status {
             Status::Failed => proto::ResourceEventType::Failed,
             Status::Cancelled => proto::ResourceEventType::Cancelled,

@@ -106,6 +106,11 @@ impl Runs {
         self.by_id.values()
     }
 
+    /// Every run, in no order, to change.
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut Run> {
+        self.by_id.values_mut()
+    }
+
     /// Every run, newest first.
     pub(crate) fn newest_first(&self) -> impl Iterator<Item = &Run> {
         self.order.iter().rev().filter_map(|id| self.by_id.get(id))
@@ -130,15 +135,7 @@ mod tests {
     #[test]
     fn runs_are_filed_once_under_their_trace_and_a_pushed_event_s_runs_under_the_pusher_s() {
         let mut st = crate::core::state_with(crate::core::one_task_workflow());
-        let plain = st
-            .create_run(
-                "tenant",
-                "wf",
-                serde_json::json!({}),
-                Default::default(),
-                Default::default(),
-            )
-            .expect("run");
+        let plain = crate::core::plain_run(&mut st, "wf");
         let template = st.runs[plain.as_str()].clone();
         let sdk_trace = "0af7651916cd43dd8448eb211c80319c";
         let mut traced = template.clone();

@@ -19,7 +19,12 @@ impl State {
 
     /// Whether the engine may jump now (invariant 4).
     pub(crate) fn may_skip(&self, now: Instant) -> bool {
-        let unfinished = |run: &String| self.runs.get(run).is_some_and(|r| !r.status.is_terminal());
+        // Unfinished as its reader sees it: an end not yet published is still awaited.
+        let unfinished = |run: &String| {
+            self.runs.get(run).is_some_and(|r| {
+                !self.run_end_published(r) || !self.readable_run_status(r).is_terminal()
+            })
+        };
         let awaited = self.subscriptions.awaited().any(unfinished)
             || self.clock.recently_polled().iter().any(unfinished);
         if !awaited {
@@ -61,6 +66,7 @@ impl State {
             .map(read)
             .chain(self.batches.next_due())
             .chain(calendar)
+            .chain(self.next_status_poll(now))
             .filter(|at| *at > now)
             .min()
     }
@@ -143,14 +149,7 @@ mod tests {
             .next()
             .map(|w| w.name.clone())
             .expect("a workflow");
-        st.create_run(
-            "tenant",
-            &wf,
-            serde_json::json!({}),
-            Default::default(),
-            Default::default(),
-        )
-        .expect("run");
+        crate::core::plain_run(&mut st, &wf);
         // A queued task nobody awaits: no subscriber, so no skip.
         assert!(!st.may_skip(st.clock.now()));
         assert_eq!(st.skip_if_idle(), None);

@@ -326,15 +326,66 @@ async fn task_status(h: &H, task: &str) -> serde_json::Value {
         .clone()
 }
 
+/// The run read of `run` over REST (status).
+async fn run_status(h: &H, run: &str) -> serde_json::Value {
+    let path = format!("/api/v1/stable/workflow-runs/{run}/status");
+    crate::parity::rest(h, reqwest::Method::GET, &path, None)
+        .await
+        .1
+}
+
+#[tokio::test]
+async fn statuses_and_run_ends_are_published_at_the_status_poll() {
+    let h = H::new().await;
+    h.engine.poll_statuses(Some(Duration::from_secs(10)));
+    let (wid, mut actions, run, start) = h.one_started("olap", "").await;
+    let (mut ends, _keep) = h.subscribe(std::slice::from_ref(&run)).await;
+    h.complete(&wid, &start, r#"{"x":1}"#).await;
+    // The live tables have it (GetRunDetails reads them) ...
+    let details = h
+        .admin()
+        .get_run_details(proto::v1::GetRunDetailsRequest {
+            external_id: run.clone(),
+        })
+        .await
+        .expect("details")
+        .into_inner();
+    assert_eq!(details.status, proto::v1::RunStatus::Completed as i32);
+    // ... REST and the run stream do not, until the poll: the run read QUEUED throughout (it
+    // never read RUNNING), and the stream still waits for it.
+    assert_eq!(run_status(&h, &run).await, "QUEUED");
+    assert_eq!(task_status(&h, &run).await, "QUEUED");
+    assert_eq!(
+        h.engine.pending_run_subscriptions(),
+        1,
+        "the end is not out yet"
+    );
+    h.engine.advance(Duration::from_secs(10));
+    let end = next(&mut ends).await;
+    assert_eq!(end.workflow_run_id, run);
+    assert_eq!(end.results.len(), 1);
+    assert_eq!(run_status(&h, &run).await, "COMPLETED");
+    assert_eq!(task_status(&h, &run).await, "COMPLETED");
+    // A subscription after the poll gets the end at once, once.
+    let (mut late, _k) = h.subscribe(std::slice::from_ref(&run)).await;
+    assert_eq!(next(&mut late).await.workflow_run_id, run);
+    assert_eq!(h.engine.pending_run_subscriptions(), 0);
+    // With the poll off (the kindness), both read the live state at once.
+    h.engine.poll_statuses(None);
+    let second = h.trigger("olap", "{}").await;
+    let (mut ends, _keep) = h.subscribe(std::slice::from_ref(&second)).await;
+    let start = next(&mut actions).await;
+    assert_eq!(run_status(&h, &second).await, "RUNNING");
+    h.complete(&wid, &start, "{}").await;
+    assert_eq!(next(&mut ends).await.workflow_run_id, second);
+    assert_eq!(run_status(&h, &second).await, "COMPLETED");
+}
+
 #[tokio::test]
 async fn polled_timers_fire_at_the_next_poll_not_when_due() {
     let h = H::new().await;
     h.engine.poll_timers(Some(Duration::from_secs(10)));
-    h.put("polled", &[("s", &[], 0, "1s")], &[]).await;
-    let wid = h.register(&["polled:s".into()], 2).await;
-    let mut actions = h.listen(&wid).await;
-    let run = h.trigger("polled", "{}").await;
-    let _start = next(&mut actions).await;
+    let (_wid, mut actions, run, _start) = h.one_started("polled", "1s").await;
     // `advance` runs a pass before it returns: the timeout is due, the next poll is not.
     h.engine.advance(Duration::from_secs(2));
     assert_eq!(task_status(&h, &run).await, "RUNNING", "due, not read yet");
@@ -351,25 +402,15 @@ async fn polled_timers_fire_at_the_next_poll_not_when_due() {
 #[tokio::test]
 async fn the_single_task_race_reads_queued_for_a_running_task() {
     let h = H::new().await;
-    h.put("raced", &[("s", &[], 0, "")], &[]).await;
-    let wid = h.register(&["raced:s".into()], 1).await;
-    let mut actions = h.listen(&wid).await;
-    let run = h.trigger("raced", "{}").await;
-    let start = next(&mut actions).await;
+    h.engine.poll_statuses(None);
+    let (wid, _actions, run, start) = h.one_started("raced", "").await;
     assert_eq!(task_status(&h, &run).await, "RUNNING");
     h.engine.stamp_queued_late(true);
     assert_eq!(task_status(&h, &run).await, "QUEUED", "the late stamp wins");
     let path = format!("/api/v1/stable/workflow-runs/{run}/status");
     let (_, run_status) = crate::parity::rest(&h, reqwest::Method::GET, &path, None).await;
     assert_eq!(run_status, "RUNNING", "run reads are not affected");
-    h.event(
-        &wid,
-        &start,
-        proto::StepActionEventType::StepEventTypeCompleted,
-        "{}",
-    )
-    .await
-    .expect("done");
+    h.complete(&wid, &start, "{}").await;
     assert_eq!(
         task_status(&h, &run).await,
         "COMPLETED",

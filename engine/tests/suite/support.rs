@@ -155,6 +155,39 @@ impl H {
             .map(|_| ())
     }
 
+    /// Completes assignment `a` of worker `worker_id` with output `payload`.
+    pub async fn complete(&self, worker_id: &str, a: &proto::AssignedAction, payload: &str) {
+        self.event(
+            worker_id,
+            a,
+            proto::StepActionEventType::StepEventTypeCompleted,
+            payload,
+        )
+        .await
+        .expect("the completion is accepted");
+    }
+
+    /// Workflow `name` of one task `s` (execution timeout `timeout`, "" for the default), a
+    /// worker for it with its listener, and one run of it, started: the worker, its listener,
+    /// the run and its task's assignment.
+    pub async fn one_started(
+        &self,
+        name: &str,
+        timeout: &str,
+    ) -> (
+        String,
+        tonic::Streaming<proto::AssignedAction>,
+        String,
+        proto::AssignedAction,
+    ) {
+        self.put(name, &[("s", &[], 0, timeout)], &[]).await;
+        let wid = self.register(&[format!("{name}:s")], 2).await;
+        let mut actions = self.listen(&wid).await;
+        let run = self.trigger(name, "{}").await;
+        let start = next(&mut actions).await;
+        (wid, actions, run, start)
+    }
+
     /// Subscribes to `run_ids` on a fresh stream; returns the receiving side and the sender.
     pub async fn subscribe(
         &self,

@@ -34,7 +34,7 @@ fn event_json(st: &View<'_>, e: &StoredEvent) -> Value {
     let mut summary =
         json!({"queued": 0, "running": 0, "succeeded": 0, "failed": 0, "cancelled": 0});
     for run in e.runs.iter().filter_map(|id| st.runs().get(id)) {
-        let k = match run.status {
+        let k = match st.run_status(run) {
             Status::Pending | Status::Queued => "queued",
             Status::Running => "running",
             Status::Completed => "succeeded",
@@ -119,7 +119,7 @@ impl EventFilter {
             && (self.workflow_ids.is_empty()
                 || runs().any(|r| self.workflow_ids.contains(&r.workflow_id)))
             && (self.statuses.is_empty()
-                || runs().any(|r| self.statuses.iter().any(|s| s == r.status.rest())))
+                || runs().any(|r| self.statuses.iter().any(|s| s == st.run_status(r).rest())))
     }
 }
 

@@ -73,10 +73,9 @@ async fn task_metrics(
         });
     let mut running = 0;
     for r in runs {
-        let status = if r.status == Status::Pending {
-            Status::Queued
-        } else {
-            r.status
+        let status = match st.run_status(r) {
+            Status::Pending => Status::Queued,
+            s => s,
         };
         if status == Status::Running {
             running += 1;

@@ -110,10 +110,10 @@ fn tasks_of<'a>(st: &'a View<'a>, run: &Run) -> Vec<&'a Task> {
 }
 
 /// Invariant 3: the output of the task that finished last.
-fn run_output(tasks: &[&Task]) -> Value {
+fn run_output(st: &View<'_>, tasks: &[&Task]) -> Value {
     tasks
         .iter()
-        .filter(|t| t.status() == Status::Completed)
+        .filter(|t| st.task_status(t) == Status::Completed)
         .max_by_key(|t| t.finished_at)
         .map(|t| output_of(t))
         .unwrap_or_else(|| json!({}))
@@ -123,14 +123,16 @@ fn run_output(tasks: &[&Task]) -> Value {
 fn run_json(st: &View<'_>, run: &Run, tasks: &[&Task], tenant: &str) -> Value {
     let error = tasks
         .iter()
-        .filter(|t| t.status() == Status::Failed)
+        .filter(|t| st.task_status(t) == Status::Failed)
         .find_map(|t| t.error.clone())
         .unwrap_or_default();
     let started = tasks.iter().filter_map(|t| t.started_at).min();
-    let finished = run.finished_at;
+    let status = st.run_status(run);
+    // Finished when REST reads it finished (the status poll, `store/readable.rs`).
+    let finished = run.finished_at.filter(|_| status.is_terminal());
     let mut v = json!({
         "metadata": meta(&run.id, run.created_at),
-        "status": run.status.rest(),
+        "status": status.rest(),
         "tenantId": tenant,
         "workflowId": run.workflow_id,
         "workflowVersionId": run.workflow_version_id,
@@ -141,7 +143,7 @@ fn run_json(st: &View<'_>, run: &Run, tasks: &[&Task], tenant: &str) -> Value {
             _ => object(&run.input),
         },
         "additionalMetadata": run.additional_metadata,
-        "output": run_output(tasks),
+        "output": run_output(st, tasks),
         "errorMessage": error,
         "startedAt": started.map(rfc3339).unwrap_or_else(|| ZERO_TIME.into()),
         "finishedAt": finished.map(rfc3339).unwrap_or_else(|| ZERO_TIME.into()),
@@ -170,7 +172,7 @@ fn task_json(st: &View<'_>, t: &Task, run: &Run, tenant: &str, with_payloads: bo
         "actionId": t.action,
         // `<task>-<unix ms>`, as the real engine names a task.
         "displayName": crate::rules::display_name(&t.readable_id, t.created_at),
-        "status": t.status().rest(),
+        "status": st.task_status(t).rest(),
         "type": "TASK",
         // The task's stored input (`input`, `parents`, `triggers`, ...), as the real engine's.
         "input": if with_payloads { st.task_input(&t.id) } else { json!({}) },
@@ -215,7 +217,7 @@ fn run_row(st: &View<'_>, run: &Run, tenant: &str, with_payloads: bool) -> Value
     v["workflowRunExternalId"] = json!(run.id);
     v["type"] = json!("DAG");
     v["output"] = if with_payloads {
-        run_output(&tasks)
+        run_output(st, &tasks)
     } else {
         json!({})
     };
@@ -479,7 +481,7 @@ async fn run_status(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Respon
     s.engine.clock.polled(&id);
     let st = s.engine.view();
     match st.runs().get(&id) {
-        Some(r) => Json(Value::String(r.status.rest().into())).into_response(),
+        Some(r) => Json(Value::String(st.run_status(r).rest().into())).into_response(),
         None => bad_id_or_missing(&id, "workflow run"),
     }
 }
@@ -500,7 +502,7 @@ async fn task_details(AxState(s): AxState<Rest>, Path(id): Path<String>) -> Resp
         return bad_id_or_missing(&id, "task");
     };
     let mut v = read_row(task_json(&st, t, run, &s.engine.tenant_id, true));
-    if st.queued_stamped_late() && t.status() == Status::Running {
+    if st.queued_stamped_late() && st.task_status(t) == Status::Running {
         v["status"] = json!("QUEUED");
     }
     // A standalone task's read shows the trigger's input; a DAG task's the stored object.
@@ -553,7 +555,7 @@ fn selected<'a>(st: &'a View<'a>, p: &Params, filter: &RunFilter, by_parent: boo
     };
     st.runs()
         .newest_first()
-        .filter(|r| plain.matches(r) && by_metadata(r))
+        .filter(|r| plain.matches(r, st.run_status(r)) && by_metadata(r))
         .filter(|r| parent.is_none_or(|p| r.parent_task_id.as_deref() == Some(p)))
         .filter(|r| {
             event.is_none_or(|e| r.triggering_event.as_ref().is_some_and(|(id, _)| id == e))
@@ -602,7 +604,11 @@ async fn list_runs(
             .flat_map(|r| tasks_of(&st, r).into_iter().map(move |t| (t, *r)))
             .filter(|(t, _)| worker.is_none_or(|w| t.worker_id.as_deref() == Some(w)))
             .filter(|(t, _)| {
-                filter.statuses.is_empty() || filter.statuses.iter().any(|x| x == t.status().rest())
+                filter.statuses.is_empty()
+                    || filter
+                        .statuses
+                        .iter()
+                        .any(|x| x == st.task_status(t).rest())
             })
             .map(|(t, r)| list_row(task_json(&st, t, r, tenant, payloads)))
             .collect()
