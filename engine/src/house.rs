@@ -1,10 +1,10 @@
 //! The engine's house rules, checked on its own source. First: no engine file imports another
 //! in a circle. A room (its records and their invariants) imports only what is below it; the hub
-//! (`core.rs`) imports the rooms; the actions that cross rooms (`impl State` blocks in files such
+//! (`core/`) imports the rooms; the actions that cross rooms (`impl State` blocks in files such
 //! as `sched/assign.rs`) import the hub, and nothing imports them. A `mod x;` declaration is not
 //! an import, and neither is a test module. Second: the transports (`api/`) never reach into
-//! the state; they read through [`crate::queries::View`] and change through the engine's entry
-//! points (`core.rs`, `commands.rs`).
+//! the state; they read through [`crate::core::queries::View`] and change through the engine's entry
+//! points (`core/`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -214,7 +214,7 @@ fn transports_read_through_views_and_change_through_the_engine_s_entry_points() 
     assert!(
         found.is_empty(),
         "a transport reaches into the engine's state: {found:?}. Read through `Engine::view` \
-         (queries.rs) and change through an entry point (core.rs, commands.rs)"
+         (core/queries.rs) and change through an entry point (core/)"
     );
     // The check sees both kinds of reach.
     files.insert(

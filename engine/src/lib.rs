@@ -13,17 +13,14 @@
 // The rooms (ARCHITECTURE.md draws them): the transports, the store of runs and tasks, the
 // scheduler, the DAG rules, time, durable execution, and the test switches and counters.
 mod api;
-mod commands;
 mod core;
 mod dag;
 mod durable;
 mod faults;
 #[cfg(test)]
 mod house;
-mod queries;
 mod rules;
 mod sched;
-mod stats;
 mod store;
 mod time;
 mod traces;

@@ -77,10 +77,13 @@ class Grouped(BaseModel):
               concurrency=ConcurrencyExpression(
                   expression="input.group", max_runs=1,
                   limit_strategy=ConcurrencyLimitStrategy.GROUP_ROUND_ROBIN))
-async def one_per_group(input: Grouped, ctx: Context) -> dict[str, str]:
+async def one_per_group(input: Grouped, ctx: Context) -> dict[str, object]:
     import asyncio
+    import time
+    started = time.time()
     await asyncio.sleep(1.5)
-    return {"nonce": input.nonce}
+    # When it ran, by the worker's clock: the check compares the runs' spans.
+    return {"nonce": input.nonce, "started": started, "ended": time.time()}
 
 
 ALL_WORKFLOWS = [echo, on_ping, durable_sleep_then_event, rate_limited, one_per_group]

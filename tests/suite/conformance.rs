@@ -192,6 +192,16 @@ impl Target {
         }
     }
 
+    /// The tenant the client's token is for.
+    pub(crate) fn tenant_id(&self) -> String {
+        self.config
+            .env_lines()
+            .into_iter()
+            .find(|(k, _)| k == "HATCHET_CLIENT_TENANT_ID")
+            .map(|(_, v)| v)
+            .unwrap_or_default()
+    }
+
     /// A REST read with the client's token (for reads the runtime has no typed call for yet).
     pub(crate) async fn rest_get(&self, path: &str) -> Value {
         match self.rest_read(path).await {
@@ -227,6 +237,8 @@ impl Target {
     /// A `GET` as answered, whatever its status: the status and the body (`null` when it is
     /// not JSON).
     pub(crate) async fn rest_answer(&self, path: &str) -> (u16, Value) {
+        // A raw client: the process may have no runtime yet to pick the TLS crypto provider.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let env: Vec<(String, String)> = self.config.env_lines();
         let get = |k: &str| {
             env.iter()
@@ -3512,13 +3524,7 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
         )
         .await;
     }
-    let tenant = {
-        let env = t.config().env_lines();
-        env.iter()
-            .find(|(k, _)| k == "HATCHET_CLIENT_TENANT_ID")
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default()
-    };
+    let tenant = t.tenant_id();
     let task_of_one = api.run(h1.run_id()).await.expect("run").tasks["only"]
         .task_run_id
         .clone();

@@ -266,287 +266,304 @@ impl State {
             self.durable_close(stream);
         }
         match msg {
-            Req::RegisterWorker(r) => {
-                if self.workers.contains_key(&r.worker_id) {
-                    self.dsend(
-                        stream,
-                        Resp::RegisterWorker(v1::DurableTaskResponseRegisterWorker {
-                            worker_id: r.worker_id,
-                        }),
-                    );
-                }
-            }
-            Req::WaitFor(w) => {
-                let task = w.durable_task_external_id.clone();
-                if !self.durable_check(stream, &task, w.invocation_count) {
-                    return;
-                }
-                let conds = w.wait_for_conditions.clone().unwrap_or_default();
-                let key = wait_key(&conds);
-                let now = self.clock.now();
-                let seq = self.events.seq();
-                let parsed = match Conditions::from_proto(&conds, now, seq) {
-                    Ok(c) => c,
-                    Err(_) => return, // bad input: logged by the engine, no response (as the engine does)
-                };
-                match self.next_node(&task, &key, || NodeKind::Wait(parsed)) {
-                    Err(node) => self.nondeterminism(stream, &task, w.invocation_count, node),
-                    Ok((node, _)) => {
-                        self.dsend(
-                            stream,
-                            Resp::WaitForAck(v1::DurableTaskEventWaitForAckResponse {
-                                r#ref: Some(self.eref_of(&task, w.invocation_count, node)),
-                            }),
-                        );
-                        // A look-back wait may already be satisfied by stored events.
-                        let events: Vec<StoredEvent> = self.events.iter().cloned().collect();
-                        let mut satisfied_now = false;
-                        if let Some(n) = self
-                            .durable
-                            .logs
-                            .get_mut(&task)
-                            .and_then(|l| l.nodes.get_mut(&node))
-                            && let NodeKind::Wait(c) = &mut n.kind
-                            && n.result.is_none()
-                        {
-                            for ev in &events {
-                                c.event(ev);
-                            }
-                            c.tick(now);
-                            if c.satisfied() {
-                                n.result = Some((c.payload(), false, None));
-                                satisfied_now = true;
-                            }
-                        }
-                        self.asked(&task, node);
-                        if satisfied_now {
-                            self.send_completion(&task, node);
-                        }
-                    }
-                }
-            }
-            Req::Memo(m) => {
-                let task = m.durable_task_external_id.clone();
-                if !self.durable_check(stream, &task, m.invocation_count) {
-                    return;
-                }
-                let key = format!("memo:{}", String::from_utf8_lossy(&m.key));
-                match self.next_node(&task, &key, || NodeKind::Memo) {
-                    Err(node) => self.nondeterminism(stream, &task, m.invocation_count, node),
-                    Ok((node, existed)) => {
-                        let log = self.durable.logs.get_mut(&task).expect("log exists");
-                        let n = log.nodes.get_mut(&node).expect("node exists");
-                        if n.result.is_none()
-                            && let Some(p) = &m.payload
-                        {
-                            n.result = Some((p.clone(), false, None));
-                        }
-                        let stored = n.result.as_ref().map(|r| r.0.clone());
-                        self.dsend(
-                            stream,
-                            Resp::MemoAck(v1::DurableTaskEventMemoAckResponse {
-                                r#ref: Some(self.eref_of(&task, m.invocation_count, node)),
-                                memo_already_existed: existed && stored.is_some(),
-                                memo_result_payload: stored,
-                            }),
-                        );
-                        self.asked(&task, node);
-                    }
-                }
-            }
-            Req::CompleteMemo(c) => {
-                let Some(r) = c.r#ref else { return };
+            Req::RegisterWorker(r) => self.durable_register_worker(stream, r),
+            Req::WaitFor(w) => self.durable_wait_for(stream, w),
+            Req::Memo(m) => self.durable_memo(stream, m),
+            Req::CompleteMemo(c) => self.durable_complete_memo(c),
+            Req::TriggerRuns(t) => self.durable_trigger_runs(stream, tenant, t),
+            Req::EvictInvocation(e) => self.durable_evict(stream, e),
+            Req::WorkerStatus(s) => self.durable_worker_status(stream, s),
+        }
+    }
+
+    /// A worker registers on the stream: acknowledged when the engine knows it.
+    fn durable_register_worker(&mut self, stream: u64, r: v1::DurableTaskRequestRegisterWorker) {
+        if self.workers.contains_key(&r.worker_id) {
+            self.dsend(
+                stream,
+                Resp::RegisterWorker(v1::DurableTaskResponseRegisterWorker {
+                    worker_id: r.worker_id,
+                }),
+            );
+        }
+    }
+
+    /// A wait for conditions: recorded as the next node (or a non-determinism error), acknowledged, and satisfied at once by stored events a look-back wait matches.
+    fn durable_wait_for(&mut self, stream: u64, w: v1::DurableTaskWaitForRequest) {
+        let task = w.durable_task_external_id.clone();
+        if !self.durable_check(stream, &task, w.invocation_count) {
+            return;
+        }
+        let conds = w.wait_for_conditions.clone().unwrap_or_default();
+        let key = wait_key(&conds);
+        let now = self.clock.now();
+        let seq = self.events.seq();
+        let parsed = match Conditions::from_proto(&conds, now, seq) {
+            Ok(c) => c,
+            Err(_) => return, // bad input: logged by the engine, no response (as the engine does)
+        };
+        match self.next_node(&task, &key, || NodeKind::Wait(parsed)) {
+            Err(node) => self.nondeterminism(stream, &task, w.invocation_count, node),
+            Ok((node, _)) => {
+                self.dsend(
+                    stream,
+                    Resp::WaitForAck(v1::DurableTaskEventWaitForAckResponse {
+                        r#ref: Some(self.eref_of(&task, w.invocation_count, node)),
+                    }),
+                );
+                // A look-back wait may already be satisfied by stored events.
+                let events: Vec<StoredEvent> = self.events.iter().cloned().collect();
+                let mut satisfied_now = false;
                 if let Some(n) = self
                     .durable
                     .logs
-                    .get_mut(&r.durable_task_external_id)
-                    .and_then(|l| l.nodes.get_mut(&r.node_id))
+                    .get_mut(&task)
+                    .and_then(|l| l.nodes.get_mut(&node))
+                    && let NodeKind::Wait(c) = &mut n.kind
                     && n.result.is_none()
                 {
-                    n.result = Some((c.payload, false, None));
-                }
-            }
-            Req::TriggerRuns(t) => {
-                let task = t.durable_task_external_id.clone();
-                if !self.durable_check(stream, &task, t.invocation_count) {
-                    return;
-                }
-                // A spawn at a slot whose recorded child is another workflow (or, without a
-                // child key, another input) is nondeterministic, as the real engine answers it
-                // (its words); every spawn of the request is checked before any child is made.
-                for opt in &t.trigger_opts {
-                    let Some(node) = self.recorded_child(&task, opt) else {
-                        continue;
-                    };
-                    let recorded = &self.durable.logs[&task].nodes[&node].key;
-                    let key = format!("run:{}:{}", opt.name, opt.input);
-                    if opt.child_key.is_none() && *recorded != key {
-                        let expected = recorded
-                            .strip_prefix("run:")
-                            .and_then(|r| r.split(':').next())
-                            .unwrap_or_default()
-                            .to_string();
-                        let received: Vec<&str> =
-                            t.trigger_opts.iter().map(|o| o.name.as_str()).collect();
-                        let branch = self.durable.logs[&task].nodes.branch_of(node);
-                        return self.nondeterminism_saying(
-                            stream,
-                            (&task, t.invocation_count, node),
-                            format!(
-                                "non-determinism error in task {task} at node {node}:{branch}\n  expected: run({expected})\n  received: run({})",
-                                received.join(", ")
-                            ),
-                        );
+                    for ev in &events {
+                        c.event(ev);
+                    }
+                    c.tick(now);
+                    if c.satisfied() {
+                        n.result = Some((c.payload(), false, None));
+                        satisfied_now = true;
                     }
                 }
-                let mut entries = Vec::new();
-                let mut nodes = Vec::new();
-                for opt in &t.trigger_opts {
-                    let key = format!("run:{}:{}", opt.name, opt.input);
-                    let recorded = self.recorded_child(&task, opt);
-                    let node = if let Some(node) = recorded {
-                        // Found by its slot: no new node; the log's count moves past it.
-                        let log = self.durable.logs.entry(task.clone()).or_default();
-                        log.next_node = log.next_node.max(node);
-                        node
-                    } else {
-                        match self.next_node(&task, &key, || NodeKind::Run(String::new())) {
-                            Err(node) => {
-                                return self.nondeterminism(
-                                    stream,
-                                    &task,
-                                    t.invocation_count,
-                                    node,
-                                );
-                            }
-                            Ok((node, _)) => node,
-                        }
-                    };
-                    self.asked(&task, node);
-                    let existing = match &self.durable.logs[&task].nodes[&node].kind {
-                        NodeKind::Run(id) if !id.is_empty() => Some(id.clone()),
-                        _ => None,
-                    };
-                    let run_id = match existing {
-                        Some(id) => id,
-                        None => {
-                            let input = serde_json::from_str(&opt.input)
-                                .unwrap_or(Value::Object(Default::default()));
-                            let meta = opt
-                                .additional_metadata
-                                .as_deref()
-                                .and_then(|m| {
-                                    serde_json::from_str::<serde_json::Map<String, Value>>(m).ok()
-                                })
-                                .unwrap_or_default();
-                            let opts = TriggerOpts {
-                                parent_task: Some(task.clone()),
-                                // Keyed as the real engine keys a durable child: by its key,
-                                // else by its index (a spawn of the same index, durable or
-                                // not, is the same child).
-                                child_index: opt.child_index,
-                                child_key: opt.child_key.clone(),
-                                priority: opt.priority,
-                                event: None,
-                                desired_worker: opt.desired_worker_id.clone(),
-                                desired_labels: crate::sched::placement::desired_labels(
-                                    &opt.desired_worker_labels,
-                                ),
-                                filter_payload: None,
-                                run_id: None,
-                            };
-                            match self.create_run(tenant, &opt.name, input, meta, opts) {
-                                Ok(id) => id,
-                                // As TriggerWorkflow answers it: an id no run will have.
-                                Err(e) if crate::rules::is_skipped_trigger(&e) => {
-                                    crate::rules::new_id()
-                                }
-                                Err(_) => return,
-                            }
-                        }
-                    };
-                    if let Some(n) = self
-                        .durable
-                        .logs
-                        .get_mut(&task)
-                        .and_then(|l| l.nodes.get_mut(&node))
-                    {
-                        n.kind = NodeKind::Run(run_id.clone());
-                    }
-                    self.durable_child_finished(&run_id);
-                    entries.push(v1::DurableTaskRunAckEntry {
-                        node_id: node,
-                        branch_id: self.durable.logs[&task].nodes.branch_of(node),
-                        workflow_run_external_id: run_id,
-                    });
-                    nodes.push(node);
-                }
-                self.dsend(
-                    stream,
-                    Resp::TriggerRunsAck(v1::DurableTaskEventTriggerRunsAckResponse {
-                        durable_task_external_id: task.clone(),
-                        invocation_count: t.invocation_count,
-                        run_entries: entries,
-                    }),
-                );
-                for node in nodes {
+                self.asked(&task, node);
+                if satisfied_now {
                     self.send_completion(&task, node);
                 }
             }
-            Req::EvictInvocation(e) => {
-                let task = e.durable_task_external_id.clone();
-                if self.switches.complete_waits_on_evict > 0 {
-                    // Fault: the task's waits end at this moment, before the eviction lands.
-                    self.switches.complete_waits_on_evict -= 1;
-                    let forever =
-                        self.clock.now() + std::time::Duration::from_secs(100 * 365 * 86_400);
-                    self.satisfy_waits_of(Some(&task), |c| c.tick(forever));
+        }
+    }
+
+    /// A memo: its node recorded (or a non-determinism error), the payload it carries stored
+    /// unless the node has a result already, and the stored result acknowledged.
+    fn durable_memo(&mut self, stream: u64, m: v1::DurableTaskMemoRequest) {
+        let task = m.durable_task_external_id.clone();
+        if !self.durable_check(stream, &task, m.invocation_count) {
+            return;
+        }
+        let key = format!("memo:{}", String::from_utf8_lossy(&m.key));
+        match self.next_node(&task, &key, || NodeKind::Memo) {
+            Err(node) => self.nondeterminism(stream, &task, m.invocation_count, node),
+            Ok((node, existed)) => {
+                let log = self.durable.logs.get_mut(&task).expect("log exists");
+                let n = log.nodes.get_mut(&node).expect("node exists");
+                if n.result.is_none()
+                    && let Some(p) = &m.payload
+                {
+                    n.result = Some((p.clone(), false, None));
                 }
-                // As the real engine's eviction (v0.104.9, `EvictTask`): any invocation of a
-                // running task not evicted yet whose timeout has not passed; the count the
-                // request names is not compared (an SDK's graceful shutdown names its own).
-                let now = self.clock.now();
-                if self.tasks.get(&task).is_some_and(|t| {
-                    t.status() == Status::Running
-                        && !t.evicted
-                        && t.deadline.is_none_or(|d| d > now)
-                }) {
-                    self.free_slot(&task);
-                    if let Some(t) = self.tasks.get_mut(&task) {
-                        t.evicted = true;
-                    }
-                }
+                let stored = n.result.as_ref().map(|r| r.0.clone());
                 self.dsend(
                     stream,
-                    Resp::EvictionAck(v1::DurableTaskEvictionAckResponse {
-                        invocation_count: e.invocation_count,
-                        durable_task_external_id: task,
+                    Resp::MemoAck(v1::DurableTaskEventMemoAckResponse {
+                        r#ref: Some(self.eref_of(&task, m.invocation_count, node)),
+                        memo_already_existed: existed && stored.is_some(),
+                        memo_result_payload: stored,
                     }),
                 );
+                self.asked(&task, node);
             }
-            Req::WorkerStatus(s) => {
-                for w in s.waiting_entries {
-                    let task = w.durable_task_external_id.clone();
-                    let current = self
-                        .tasks
-                        .get(&task)
-                        .map(|t| t.invocation_count)
-                        .unwrap_or(0);
-                    if w.invocation_count < current {
-                        self.dsend(
-                            stream,
-                            Resp::ServerEvict(v1::DurableTaskServerEvictNotice {
-                                durable_task_external_id: task,
-                                invocation_count: w.invocation_count,
-                                reason: "stale invocation".into(),
-                            }),
-                        );
-                        continue;
+        }
+    }
+
+    /// A memo's result: stored on its node.
+    fn durable_complete_memo(&mut self, c: v1::DurableTaskCompleteMemoRequest) {
+        let Some(r) = c.r#ref else { return };
+        if let Some(n) = self
+            .durable
+            .logs
+            .get_mut(&r.durable_task_external_id)
+            .and_then(|l| l.nodes.get_mut(&r.node_id))
+            && n.result.is_none()
+        {
+            n.result = Some((c.payload, false, None));
+        }
+    }
+
+    /// Children spawned: each matched to its node (the same child again on replay, a non-determinism error for another workflow), created, and acknowledged.
+    fn durable_trigger_runs(
+        &mut self,
+        stream: u64,
+        tenant: &str,
+        t: v1::DurableTaskTriggerRunsRequest,
+    ) {
+        let task = t.durable_task_external_id.clone();
+        if !self.durable_check(stream, &task, t.invocation_count) {
+            return;
+        }
+        // A spawn at a slot whose recorded child is another workflow (or, without a
+        // child key, another input) is nondeterministic, as the real engine answers it
+        // (its words); every spawn of the request is checked before any child is made.
+        for opt in &t.trigger_opts {
+            let Some(node) = self.recorded_child(&task, opt) else {
+                continue;
+            };
+            let recorded = &self.durable.logs[&task].nodes[&node].key;
+            let key = format!("run:{}:{}", opt.name, opt.input);
+            if opt.child_key.is_none() && *recorded != key {
+                let expected = recorded
+                    .strip_prefix("run:")
+                    .and_then(|r| r.split(':').next())
+                    .unwrap_or_default()
+                    .to_string();
+                let received: Vec<&str> = t.trigger_opts.iter().map(|o| o.name.as_str()).collect();
+                let branch = self.durable.logs[&task].nodes.branch_of(node);
+                return self.nondeterminism_saying(
+                    stream,
+                    (&task, t.invocation_count, node),
+                    format!(
+                        "non-determinism error in task {task} at node {node}:{branch}\n  expected: run({expected})\n  received: run({})",
+                        received.join(", ")
+                    ),
+                );
+            }
+        }
+        let mut entries = Vec::new();
+        let mut nodes = Vec::new();
+        for opt in &t.trigger_opts {
+            let key = format!("run:{}:{}", opt.name, opt.input);
+            let recorded = self.recorded_child(&task, opt);
+            let node = if let Some(node) = recorded {
+                // Found by its slot: no new node; the log's count moves past it.
+                let log = self.durable.logs.entry(task.clone()).or_default();
+                log.next_node = log.next_node.max(node);
+                node
+            } else {
+                match self.next_node(&task, &key, || NodeKind::Run(String::new())) {
+                    Err(node) => {
+                        return self.nondeterminism(stream, &task, t.invocation_count, node);
                     }
-                    self.durable.routes.insert(task.clone(), stream);
-                    self.send_completion(&task, w.node_id);
+                    Ok((node, _)) => node,
                 }
+            };
+            self.asked(&task, node);
+            let existing = match &self.durable.logs[&task].nodes[&node].kind {
+                NodeKind::Run(id) if !id.is_empty() => Some(id.clone()),
+                _ => None,
+            };
+            let run_id = match existing {
+                Some(id) => id,
+                None => {
+                    let input = serde_json::from_str(&opt.input)
+                        .unwrap_or(Value::Object(Default::default()));
+                    let meta = opt
+                        .additional_metadata
+                        .as_deref()
+                        .and_then(|m| {
+                            serde_json::from_str::<serde_json::Map<String, Value>>(m).ok()
+                        })
+                        .unwrap_or_default();
+                    let opts = TriggerOpts {
+                        parent_task: Some(task.clone()),
+                        // Keyed as the real engine keys a durable child: by its key,
+                        // else by its index (a spawn of the same index, durable or
+                        // not, is the same child).
+                        child_index: opt.child_index,
+                        child_key: opt.child_key.clone(),
+                        priority: opt.priority,
+                        event: None,
+                        desired_worker: opt.desired_worker_id.clone(),
+                        desired_labels: crate::sched::placement::desired_labels(
+                            &opt.desired_worker_labels,
+                        ),
+                        filter_payload: None,
+                        run_id: None,
+                    };
+                    match self.create_run(tenant, &opt.name, input, meta, opts) {
+                        Ok(id) => id,
+                        // As TriggerWorkflow answers it: an id no run will have.
+                        Err(e) if crate::rules::is_skipped_trigger(&e) => crate::rules::new_id(),
+                        Err(_) => return,
+                    }
+                }
+            };
+            if let Some(n) = self
+                .durable
+                .logs
+                .get_mut(&task)
+                .and_then(|l| l.nodes.get_mut(&node))
+            {
+                n.kind = NodeKind::Run(run_id.clone());
             }
+            self.durable_child_finished(&run_id);
+            entries.push(v1::DurableTaskRunAckEntry {
+                node_id: node,
+                branch_id: self.durable.logs[&task].nodes.branch_of(node),
+                workflow_run_external_id: run_id,
+            });
+            nodes.push(node);
+        }
+        self.dsend(
+            stream,
+            Resp::TriggerRunsAck(v1::DurableTaskEventTriggerRunsAckResponse {
+                durable_task_external_id: task.clone(),
+                invocation_count: t.invocation_count,
+                run_entries: entries,
+            }),
+        );
+        for node in nodes {
+            self.send_completion(&task, node);
+        }
+    }
+
+    /// An invocation evicted: acknowledged once its waits are held, the task marked evicted.
+    fn durable_evict(&mut self, stream: u64, e: v1::DurableTaskEvictInvocationRequest) {
+        let task = e.durable_task_external_id.clone();
+        if self.switches.complete_waits_on_evict > 0 {
+            // Fault: the task's waits end at this moment, before the eviction lands.
+            self.switches.complete_waits_on_evict -= 1;
+            let forever = self.clock.now() + std::time::Duration::from_secs(100 * 365 * 86_400);
+            self.satisfy_waits_of(Some(&task), |c| c.tick(forever));
+        }
+        // As the real engine's eviction (v0.104.9, `EvictTask`): any invocation of a
+        // running task not evicted yet whose timeout has not passed; the count the
+        // request names is not compared (an SDK's graceful shutdown names its own).
+        let now = self.clock.now();
+        if self.tasks.get(&task).is_some_and(|t| {
+            t.status() == Status::Running && !t.evicted && t.deadline.is_none_or(|d| d > now)
+        }) {
+            self.free_slot(&task);
+            if let Some(t) = self.tasks.get_mut(&task) {
+                t.evicted = true;
+            }
+        }
+        self.dsend(
+            stream,
+            Resp::EvictionAck(v1::DurableTaskEvictionAckResponse {
+                invocation_count: e.invocation_count,
+                durable_task_external_id: task,
+            }),
+        );
+    }
+
+    /// A worker's status: a stale invocation's wait is told to evict; every other wait's stream
+    /// is this one, and its completion, if its node has one, is sent again.
+    fn durable_worker_status(&mut self, stream: u64, s: v1::DurableTaskWorkerStatusRequest) {
+        for w in s.waiting_entries {
+            let task = w.durable_task_external_id.clone();
+            let current = self
+                .tasks
+                .get(&task)
+                .map(|t| t.invocation_count)
+                .unwrap_or(0);
+            if w.invocation_count < current {
+                self.dsend(
+                    stream,
+                    Resp::ServerEvict(v1::DurableTaskServerEvictNotice {
+                        durable_task_external_id: task,
+                        invocation_count: w.invocation_count,
+                        reason: "stale invocation".into(),
+                    }),
+                );
+                continue;
+            }
+            self.durable.routes.insert(task.clone(), stream);
+            self.send_completion(&task, w.node_id);
         }
     }
 

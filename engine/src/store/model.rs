@@ -1,5 +1,5 @@
 //! The development engine's in-memory records. Plain data: the rules that change them live with
-//! the rooms of their concepts (`sched`, `dag`, `time`, `durable`) and the hub (`core.rs`).
+//! the rooms of their concepts (`sched`, `dag`, `time`, `durable`) and the hub (`core/`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, SystemTime};

@@ -1554,3 +1554,40 @@ async fn conf_stripe_slack_and_svix_webhooks_check_their_own_signatures() {
     }
     rt.shutdown(Duration::from_secs(5)).await;
 }
+
+/// A tenant route naming a tenant the engine does not have is refused before anything is read:
+/// 404 `not found` for another tenant's UUID, 400 `invalid tenant id` for a tenant that is not
+/// a UUID (the real engine's tenant lookup), on every tenant route; the token's tenant reads 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_tenant_route_of_another_tenant_reads_not_found() {
+    let t = Target::new("tenants").await;
+    let routes = |tenant: &str| {
+        [
+            "stable/tenants/{t}/workflow-runs?since=2020-01-01T00:00:00Z&only_tasks=false&limit=1",
+            "stable/tenants/{t}/events?limit=1",
+            "stable/tenants/{t}/filters",
+            "stable/tenants/{t}/webhooks",
+            "tenants/{t}/workflows/crons",
+            "tenants/{t}/worker",
+            "tenants/{t}/rate-limits",
+            "tenants/{t}/workflows",
+        ]
+        .map(|r| format!("/api/v1/{}", r.replace("{t}", tenant)))
+    };
+    let other = uuid::Uuid::new_v4().to_string();
+    for path in routes(&other) {
+        let answer = t.rest_answer(&path).await;
+        assert_eq!(answer, (404, json!({"message": "not found"})), "{path}");
+    }
+    for path in routes("not-a-uuid") {
+        let answer = t.rest_answer(&path).await;
+        assert_eq!(
+            answer,
+            (400, json!({"message": "invalid tenant id"})),
+            "{path}"
+        );
+    }
+    for path in routes(&t.tenant_id()) {
+        assert_eq!(t.rest_answer(&path).await.0, 200, "{path}");
+    }
+}

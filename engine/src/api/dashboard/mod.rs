@@ -18,7 +18,7 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use crate::queries::View;
+use crate::core::queries::View;
 use crate::store::model::Status;
 
 /// Runs shown, newest first.

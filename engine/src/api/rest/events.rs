@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use super::{Params, Rest, bad_id_or_missing, err, message, meta, tenant_ok};
-use crate::queries::View;
+use super::{Params, Rest, bad_id_or_missing, err, message, meta};
+use crate::core::queries::View;
 use crate::store::model::{Status, StoredEvent};
 use hatchet_runtime::protocol::rfc3339;
 
@@ -126,12 +126,8 @@ impl EventFilter {
 /// `GET /api/v1/stable/tenants/{tenant}/events`: newest first, 50 to a page.
 async fn list_events(
     AxState(s): AxState<Rest>,
-    Path(tenant): Path<String>,
     Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
     let p = Params(q);
     let filter = match EventFilter::from_params(&p, s.engine.clock.system_now()) {
         Ok(f) => f,
@@ -174,13 +170,7 @@ async fn list_events(
 }
 
 /// `GET /api/v1/stable/tenants/{tenant}/events/{event}`.
-async fn get_event(
-    AxState(s): AxState<Rest>,
-    Path((tenant, id)): Path<(String, String)>,
-) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
+async fn get_event(AxState(s): AxState<Rest>, Path((_, id)): Path<(String, String)>) -> Response {
     let st = s.engine.view();
     match st.events().get(&id) {
         Some(e) => {

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use super::{Rest, err, tenant_ok};
+use super::{Rest, err};
 use crate::dag::filters::{Filter, Filters};
 
 const DEFAULT_LIMIT: usize = 20_000;
@@ -40,14 +40,7 @@ fn all<'a>(q: &'a [(String, String)], k: &str) -> Vec<&'a str> {
         .collect()
 }
 
-async fn list(
-    AxState(s): AxState<Rest>,
-    Path(tenant): Path<String>,
-    Query(q): Query<Vec<(String, String)>>,
-) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
+async fn list(AxState(s): AxState<Rest>, Query(q): Query<Vec<(String, String)>>) -> Response {
     let num = |k: &str, d: usize| {
         q.iter()
             .find(|(a, _)| a == k)
@@ -81,14 +74,7 @@ fn text(body: &Value, k: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-async fn create(
-    AxState(s): AxState<Rest>,
-    Path(tenant): Path<String>,
-    body: Option<Json<Value>>,
-) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
+async fn create(AxState(s): AxState<Rest>, body: Option<Json<Value>>) -> Response {
     let Some(Json(body)) = body else {
         return err(StatusCode::BAD_REQUEST, "the body must be a JSON object");
     };
@@ -128,13 +114,9 @@ async fn create(
 /// Runs `f` on the filter `id`, or answers 403 (another tenant), 400 (a malformed id) or 404.
 fn with_filter(
     s: &Rest,
-    tenant: &str,
     id: &str,
     f: impl FnOnce(&mut Filters, &str) -> Option<Value>,
 ) -> Response {
-    if let Some(r) = tenant_ok(s, tenant) {
-        return r;
-    }
     match s.engine.with_filters(|fs| f(fs, id)) {
         Some(v) => Json(v).into_response(),
         None if uuid::Uuid::parse_str(id).is_err() => {
@@ -144,23 +126,23 @@ fn with_filter(
     }
 }
 
-async fn read(AxState(s): AxState<Rest>, Path((tenant, id)): Path<(String, String)>) -> Response {
+async fn read(AxState(s): AxState<Rest>, Path((_, id)): Path<(String, String)>) -> Response {
     let tenant_id = s.engine.tenant_id.clone();
-    with_filter(&s, &tenant, &id, |fs, id| {
+    with_filter(&s, &id, |fs, id| {
         fs.get_mut(id).map(|f| f.to_json(&tenant_id))
     })
 }
 
-async fn remove(AxState(s): AxState<Rest>, Path((tenant, id)): Path<(String, String)>) -> Response {
+async fn remove(AxState(s): AxState<Rest>, Path((_, id)): Path<(String, String)>) -> Response {
     let tenant_id = s.engine.tenant_id.clone();
-    with_filter(&s, &tenant, &id, |fs, id| {
+    with_filter(&s, &id, |fs, id| {
         fs.remove(id).map(|f| f.to_json(&tenant_id))
     })
 }
 
 async fn update(
     AxState(s): AxState<Rest>,
-    Path((tenant, id)): Path<(String, String)>,
+    Path((_, id)): Path<(String, String)>,
     body: Option<Json<Value>>,
 ) -> Response {
     let Some(Json(body)) = body else {
@@ -168,7 +150,7 @@ async fn update(
     };
     let tenant_id = s.engine.tenant_id.clone();
     let now = s.engine.clock.system_now();
-    with_filter(&s, &tenant, &id, |fs, id| {
+    with_filter(&s, &id, |fs, id| {
         let f = fs.get_mut(id)?;
         if let Some(e) = text(&body, "expression") {
             f.expression = e;

@@ -26,8 +26,8 @@ mod workflows;
 
 use crate::api::gate::bearer_ok;
 use crate::core::Engine;
+use crate::core::queries::View;
 use crate::faults::{Fault, FaultRule, Faults};
-use crate::queries::View;
 use hatchet_runtime::protocol::rfc3339;
 
 /// Shared by the handlers.
@@ -139,21 +139,36 @@ pub(crate) fn page(q: &Value) -> (usize, usize) {
     (n("offset", 0), n("limit", 50).min(1000))
 }
 
-pub(crate) fn tenant_ok(s: &Rest, tenant: &str) -> Option<Response> {
-    (tenant != s.engine.tenant_id).then(|| {
-        err(
-            StatusCode::FORBIDDEN,
-            "the token's tenant differs from the path's",
-        )
-    })
+/// The tenant a path names (`.../tenants/{tenant}/...`), if any.
+fn path_tenant(path: &str) -> Option<&str> {
+    let mut segments = path.split('/');
+    segments.find(|s| *s == "tenants")?;
+    segments.next()
+}
+
+/// A tenant route of a tenant the engine does not have is refused before its handler runs, as
+/// the real engine's tenant lookup does (v0.104.9): 400 `invalid tenant id` when the path's
+/// tenant is not a UUID, 404 `not found` when it is another tenant's (the engine has one, the
+/// token's). A route layer, so a path no route matches still reads 404, and after [`gate`]
+/// (authentication and faults first). A webhook's receive is the sender's (see [`gate`]).
+async fn tenant_gate(AxState(s): AxState<Rest>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    if !webhooks::is_receive(req.method(), path)
+        && let Some(tenant) = path_tenant(path)
+        && tenant != s.engine.tenant_id
+    {
+        return if uuid::Uuid::parse_str(tenant).is_err() {
+            message(StatusCode::BAD_REQUEST, "invalid tenant id")
+        } else {
+            message(StatusCode::NOT_FOUND, "not found")
+        };
+    }
+    next.run(req).await
 }
 
 /// `GET /api/v1/tenants/{tenant}`: the tenant, on the v1 engine (the TypeScript SDK reads
 /// `version` at start and warns about anything but `V1`).
-async fn get_tenant(AxState(s): AxState<Rest>, Path(tenant): Path<String>) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
+async fn get_tenant(AxState(s): AxState<Rest>) -> Response {
     let id = &s.engine.tenant_id;
     Json(json!({"metadata": meta(id, SystemTime::UNIX_EPOCH), "name": "development", "slug": "development",
                 "analyticsOptOut": true, "alertMemberEmails": false, "version": "V1",
@@ -173,14 +188,7 @@ fn planned(s: &Rest, workflow: &str, body: &Value) -> crate::time::schedules::Pl
     }
 }
 
-async fn list_crons(
-    AxState(s): AxState<Rest>,
-    Path(tenant): Path<String>,
-    Query(q): Query<Vec<(String, String)>>,
-) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
+async fn list_crons(AxState(s): AxState<Rest>, Query(q): Query<Vec<(String, String)>>) -> Response {
     let p = Params(q);
     let st = s.engine.view();
     let rows = st.calendar().crons().iter().cloned();
@@ -204,12 +212,9 @@ fn calendar_page(selected: Result<(Vec<Value>, usize), String>, p: &Params) -> R
 
 async fn create_cron(
     AxState(s): AxState<Rest>,
-    Path((tenant, wf)): Path<(String, String)>,
+    Path((_, wf)): Path<(String, String)>,
     body: Option<Json<Value>>,
 ) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
     let Some(Json(b)) = body else {
         return err(StatusCode::BAD_REQUEST, "body must be a JSON object");
     };
@@ -232,12 +237,8 @@ async fn create_cron(
 
 async fn list_scheduled(
     AxState(s): AxState<Rest>,
-    Path(tenant): Path<String>,
     Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
     let p = Params(q);
     let st = s.engine.view();
     let rows = st
@@ -250,12 +251,9 @@ async fn list_scheduled(
 
 async fn create_scheduled(
     AxState(s): AxState<Rest>,
-    Path((tenant, wf)): Path<(String, String)>,
+    Path((_, wf)): Path<(String, String)>,
     body: Option<Json<Value>>,
 ) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
     let Some(Json(b)) = body else {
         return err(StatusCode::BAD_REQUEST, "body must be a JSON object");
     };
@@ -307,14 +305,10 @@ const SCHEDULE: Misses = Misses {
 /// Answers a GET of one calendar row: the row `view` makes, or what `misses` says.
 fn get_row(
     s: &Rest,
-    tenant: &str,
     id: &str,
     misses: &Misses,
     view: impl FnOnce(&View<'_>) -> Option<Value>,
 ) -> Response {
-    if let Some(r) = tenant_ok(s, tenant) {
-        return r;
-    }
     match view(&s.engine.view()) {
         Some(row) => Json(row).into_response(),
         None => misses.answer(id),
@@ -325,14 +319,10 @@ fn get_row(
 /// `misses` says.
 fn delete_row(
     s: &Rest,
-    tenant: &str,
     id: &str,
     misses: &Misses,
     remove: impl FnOnce(&Engine) -> bool,
 ) -> Response {
-    if let Some(r) = tenant_ok(s, tenant) {
-        return r;
-    }
     if !remove(&s.engine) {
         misses.answer(id)
     } else {
@@ -340,30 +330,19 @@ fn delete_row(
     }
 }
 
-async fn get_cron(
-    AxState(s): AxState<Rest>,
-    Path((tenant, id)): Path<(String, String)>,
-) -> Response {
-    get_row(&s, &tenant, &id, &CRON, |st| {
-        st.calendar().cron(&id).cloned()
-    })
+async fn get_cron(AxState(s): AxState<Rest>, Path((_, id)): Path<(String, String)>) -> Response {
+    get_row(&s, &id, &CRON, |st| st.calendar().cron(&id).cloned())
 }
 
-async fn delete_cron(
-    AxState(s): AxState<Rest>,
-    Path((tenant, id)): Path<(String, String)>,
-) -> Response {
-    delete_row(&s, &tenant, &id, &CRON, |e| e.remove_cron(&id))
+async fn delete_cron(AxState(s): AxState<Rest>, Path((_, id)): Path<(String, String)>) -> Response {
+    delete_row(&s, &id, &CRON, |e| e.remove_cron(&id))
 }
 
 /// `POST .../workflows/crons/{id}`: runs the cron now; answers the run's id.
 async fn trigger_cron(
     AxState(s): AxState<Rest>,
-    Path((tenant, id)): Path<(String, String)>,
+    Path((_, id)): Path<(String, String)>,
 ) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
     match s.engine.trigger_cron(&id) {
         Some(Ok(run)) => Json(json!({ "externalId": run })).into_response(),
         Some(Err(why)) => err(StatusCode::INTERNAL_SERVER_ERROR, &why),
@@ -373,18 +352,18 @@ async fn trigger_cron(
 
 async fn get_scheduled(
     AxState(s): AxState<Rest>,
-    Path((tenant, id)): Path<(String, String)>,
+    Path((_, id)): Path<(String, String)>,
 ) -> Response {
-    get_row(&s, &tenant, &id, &SCHEDULE, |st| {
+    get_row(&s, &id, &SCHEDULE, |st| {
         st.calendar().schedule(&id).map(|r| st.scheduled_view(r))
     })
 }
 
 async fn delete_scheduled(
     AxState(s): AxState<Rest>,
-    Path((tenant, id)): Path<(String, String)>,
+    Path((_, id)): Path<(String, String)>,
 ) -> Response {
-    delete_row(&s, &tenant, &id, &SCHEDULE, |e| e.remove_schedule(&id))
+    delete_row(&s, &id, &SCHEDULE, |e| e.remove_schedule(&id))
 }
 
 /// The development engine's one dispatcher (the REST models require a UUID).
@@ -450,14 +429,7 @@ pub(crate) fn without(mut v: Value, keys: &[&str]) -> Value {
     v
 }
 
-async fn list_workers(
-    AxState(s): AxState<Rest>,
-    Path(tenant): Path<String>,
-    Query(q): Query<Value>,
-) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
+async fn list_workers(AxState(s): AxState<Rest>, Query(q): Query<Value>) -> Response {
     let (offset, limit) = page(&q);
     let now = s.engine.clock.now();
     let st = s.engine.view();
@@ -495,14 +467,7 @@ async fn patch_worker(
     get_worker(AxState(s), Path(id)).await
 }
 
-async fn list_rate_limits(
-    AxState(s): AxState<Rest>,
-    Path(tenant): Path<String>,
-    Query(q): Query<Value>,
-) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
+async fn list_rate_limits(AxState(s): AxState<Rest>, Query(q): Query<Value>) -> Response {
     let (offset, limit) = page(&q);
     let search = q
         .get("search")
@@ -674,6 +639,10 @@ pub(crate) fn router(state: Rest) -> axum::Router {
         .route("/_dev/counters", get(counters))
         .route("/_dev/drop-connections", post(drop_connections))
         .route("/_dev/advance", post(advance_clock))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            tenant_gate,
+        ))
         .layer(axum::extract::DefaultBodyLimit::max(
             hatchet_runtime::protocol::MAX_MESSAGE_BYTES,
         ))

@@ -21,8 +21,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 
-use super::{Rest, err, meta, tenant_ok};
-use crate::queries::View;
+use super::{Rest, err, meta};
+use crate::core::queries::View;
 use crate::store::control::{RunFilter, Targets};
 use crate::store::model::{NextAttempt, PastEnd, Run, Status, Task};
 use hatchet_runtime::protocol::rfc3339;
@@ -563,14 +563,7 @@ fn selected<'a>(st: &'a View<'a>, p: &Params, filter: &RunFilter, by_parent: boo
         .collect()
 }
 
-async fn list_runs(
-    AxState(s): AxState<Rest>,
-    Path(tenant): Path<String>,
-    Query(q): Query<Vec<(String, String)>>,
-) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
+async fn list_runs(AxState(s): AxState<Rest>, Query(q): Query<Vec<(String, String)>>) -> Response {
     let p = Params(q);
     let Some(only_tasks) = p.one("only_tasks").map(|v| v == "true") else {
         return super::err(StatusCode::BAD_REQUEST, "only_tasks is required");
@@ -632,12 +625,8 @@ async fn list_runs(
 /// and replay with it).
 async fn list_run_ids(
     AxState(s): AxState<Rest>,
-    Path(tenant): Path<String>,
     Query(q): Query<Vec<(String, String)>>,
 ) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
     let p = Params(q);
     if p.one("since").is_none() {
         return super::err(StatusCode::BAD_REQUEST, "since is required");
@@ -677,32 +666,19 @@ fn targets_of(body: &Value) -> Result<Targets, String> {
     Ok(Targets { ids, filter })
 }
 
-async fn cancel(
-    AxState(s): AxState<Rest>,
-    Path(tenant): Path<String>,
-    body: Option<Json<Value>>,
-) -> Response {
-    control(&s, &tenant, body, |t| s.engine.cancel(t))
+async fn cancel(AxState(s): AxState<Rest>, body: Option<Json<Value>>) -> Response {
+    control(body, |t| s.engine.cancel(t))
 }
 
-async fn replay(
-    AxState(s): AxState<Rest>,
-    Path(tenant): Path<String>,
-    body: Option<Json<Value>>,
-) -> Response {
-    control(&s, &tenant, body, |t| s.engine.replay(t))
+async fn replay(AxState(s): AxState<Rest>, body: Option<Json<Value>>) -> Response {
+    control(body, |t| s.engine.replay(t))
 }
 
 /// Invariant 4 for cancel and replay: `{"ids": [...]}` or the proxy's errors.
 fn control(
-    s: &Rest,
-    tenant: &str,
     body: Option<Json<Value>>,
     run: impl FnOnce(Targets) -> Result<Vec<String>, tonic::Status>,
 ) -> Response {
-    if let Some(r) = tenant_ok(s, tenant) {
-        return r;
-    }
     let Some(Json(body)) = body else {
         return message(StatusCode::BAD_REQUEST, "the body must be a JSON object");
     };
@@ -786,14 +762,7 @@ async fn task_logs(
 /// `POST /api/v1/stable/tenants/{tenant}/durable-tasks/branch` with `{taskExternalId, nodeId,
 /// branchId}`: the real engine's REST face of `BranchDurableTask` (the Python SDK's
 /// `runs.reset_durable_task`); answers the same fields, `branchId` the new branch's.
-async fn branch_durable_task(
-    AxState(s): AxState<Rest>,
-    Path(tenant): Path<String>,
-    body: Option<Json<Value>>,
-) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
+async fn branch_durable_task(AxState(s): AxState<Rest>, body: Option<Json<Value>>) -> Response {
     let b = body.map(|Json(b)| b).unwrap_or_default();
     let (Some(task), Some(node), Some(branch)) = (
         b["taskExternalId"].as_str(),

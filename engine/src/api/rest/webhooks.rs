@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Map, Value, json};
 
-use super::{Params, Rest, err, message, tenant_ok};
+use super::{Params, Rest, err, message};
 use crate::store::webhooks::{Auth, SOURCES, Webhook};
 
 /// The routes of this module.
@@ -45,14 +45,7 @@ fn refused() -> Response {
     message(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error")
 }
 
-async fn create(
-    AxState(s): AxState<Rest>,
-    Path(tenant): Path<String>,
-    body: Option<Json<Value>>,
-) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
+async fn create(AxState(s): AxState<Rest>, body: Option<Json<Value>>) -> Response {
     let Some(Json(b)) = body else {
         return err(
             StatusCode::BAD_REQUEST,
@@ -96,14 +89,7 @@ async fn create(
 }
 
 /// `GET .../webhooks`: newest first, every row (no pagination object, as on the real engine).
-async fn list(
-    AxState(s): AxState<Rest>,
-    Path(tenant): Path<String>,
-    Query(q): Query<Vec<(String, String)>>,
-) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
+async fn list(AxState(s): AxState<Rest>, Query(q): Query<Vec<(String, String)>>) -> Response {
     let p = Params(q);
     let (offset, limit) = match (p.number("offset", 0), p.number("limit", 20_000)) {
         (Ok(o), Ok(l)) if l > 0 => (o, l),
@@ -127,10 +113,7 @@ async fn list(
     Json(json!({ "rows": rows })).into_response()
 }
 
-async fn read(AxState(s): AxState<Rest>, Path((tenant, name)): Path<(String, String)>) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
+async fn read(AxState(s): AxState<Rest>, Path((_, name)): Path<(String, String)>) -> Response {
     match s.engine.view().webhooks().get(&name) {
         Some(h) => Json(h.to_json(&s.engine.tenant_id)).into_response(),
         None => not_found(),
@@ -140,12 +123,9 @@ async fn read(AxState(s): AxState<Rest>, Path((tenant, name)): Path<(String, Str
 /// `PATCH`: the fields given change (an empty scope clears it); auth and source stay.
 async fn update(
     AxState(s): AxState<Rest>,
-    Path((tenant, name)): Path<(String, String)>,
+    Path((_, name)): Path<(String, String)>,
     body: Option<Json<Value>>,
 ) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
     let b = body.map(|Json(b)| b).unwrap_or_default();
     let now = s.engine.clock.system_now();
     let changed = s.engine.update_webhook(&name, |h| {
@@ -175,13 +155,7 @@ async fn update(
 }
 
 /// `DELETE`: 200 with the deleted webhook.
-async fn remove(
-    AxState(s): AxState<Rest>,
-    Path((tenant, name)): Path<(String, String)>,
-) -> Response {
-    if let Some(r) = tenant_ok(&s, &tenant) {
-        return r;
-    }
+async fn remove(AxState(s): AxState<Rest>, Path((_, name)): Path<(String, String)>) -> Response {
     match s.engine.remove_webhook(&name) {
         Some(h) => Json(h.to_json(&s.engine.tenant_id)).into_response(),
         None => not_found(),

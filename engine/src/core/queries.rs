@@ -1,7 +1,7 @@
 //! What the transports read: a view of the state through queries. A [`View`] holds the state's
 //! lock for as long as it lives (a REST read or a dashboard snapshot is one consistent read)
 //! and offers read-only queries of the rooms; it has no field of the state and changes
-//! nothing. Changes go through the engine's entry points (`core.rs`, `commands.rs`).
+//! nothing. Changes go through the engine's entry points (`core/`).
 
 use parking_lot::MutexGuard;
 use serde_json::Value;

@@ -1,5 +1,5 @@
 //! The engine's entry points for what the transports change beyond the protocol's own calls
-//! (those are in `core.rs`): durable streams, REST writes (filters, webhooks, crons and
+//! (those are in the other files of `core/`): durable streams, REST writes (filters, webhooks, crons and
 //! schedules, workflows, workers, evicted tasks). Each takes the state's lock once, so a
 //! transport never holds it or reads the state's fields (`house.rs` checks).
 
