@@ -29,7 +29,7 @@ if [ "$rc" -ne 0 ]; then
     flaky+=("$t")
   done
 fi
-timeout 600 cargo test --test suite conformance::conf_results_survive_the_engine_restarting_mid_run ||
+timeout 600 cargo test --test suite conformance::results::conf_results_survive_the_engine_restarting_mid_run ||
   exit 1
 for t in "${flaky[@]}"; do
   echo "FLAKY $t: the first attempt failed, the rerun passed"
