@@ -148,10 +148,10 @@ impl fmt::Display for Outcome {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Cause {
-    /// A gRPC status returned by the engine or made by the transport.
+    /// A gRPC status returned by the engine, or made by the transport for a connection it could
+    /// not make or lost (code `Unavailable`: refused, reset, TLS; the channel connects lazily, so
+    /// a transport failure always arrives as a status).
     Status(GrpcStatus),
-    /// A gRPC transport failure (connection refused, reset, TLS).
-    Transport(TransportError),
     /// An HTTP client failure from the REST path (no response: connect, TLS, timeout, body).
     Http(TransportError),
     /// A non-success HTTP response; the body is kept (bounded) for diagnosis.
@@ -400,7 +400,6 @@ impl fmt::Display for Cause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Cause::Status(s) => write!(f, "status {s}"),
-            Cause::Transport(e) => write!(f, "transport: {e}"),
             Cause::Http(e) => write!(f, "http: {e}"),
             Cause::HttpStatus { status, body } => write!(f, "http status {status}: {body}"),
             Cause::Config(e) => write!(f, "{e}"),
@@ -418,7 +417,6 @@ impl std::error::Error for Cause {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Cause::Status(s) => Some(s),
-            Cause::Transport(e) => Some(e),
             Cause::Http(e) => Some(e),
             Cause::Config(e) => Some(e),
             Cause::Json(e) => Some(e),
@@ -620,7 +618,6 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.0.cause {
             Some(Cause::Status(s)) => Some(s),
-            Some(Cause::Transport(e)) => Some(e),
             Some(Cause::Http(e)) => Some(e),
             Some(Cause::Config(e)) => Some(e),
             Some(Cause::Json(e)) => Some(e),

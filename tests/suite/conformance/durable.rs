@@ -95,10 +95,13 @@ async fn conf_chained_durable_sleeps_each_end_at_the_engine_s_next_timer_poll() 
         .expect("result");
     let took = took.lock().clone();
     assert_eq!(took.len(), 1, "one invocation: {took:?}");
-    // 2 s and up to one period, then 3 s and 3 s (each registered just after a poll).
+    // 2 s and up to one period, then 3 s and 3 s (each registered just after a poll): at least
+    // 8 s, which a slow machine can only lengthen. How much longer is the engine's and the
+    // machine's (printed below; the poll's exact instants are checked on a virtual clock in the
+    // engine's `faults::TimerPoll` tests).
     assert!(
-        (Duration::from_millis(7_900)..Duration::from_millis(10_500)).contains(&took[0]),
-        "three 2 s sleeps took {:?}",
+        took[0] >= Duration::from_millis(7_900),
+        "three 2 s sleeps took {:?}: each should end at the poll after its deadline",
         took[0]
     );
     eprintln!(
