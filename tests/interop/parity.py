@@ -73,53 +73,26 @@ INTEROP_KEEP=1 to keep the work dir, PARITY_ONLY=p1,p5 to run only some checks.
 import datetime
 import json
 import os
-import shutil
-import signal
 import subprocess
-import sys
-import tempfile
 import time
-import traceback
 import uuid
 from pathlib import Path
 
-from interop_util import (bounded, check, dump_logs, expect, failures, forget_pid, log,
-                          remember_pid, stop, wait_until)
-from scenario import rest_get, start_engine
+from interop_harness import Session, drive, short, wait_registered
+from interop_util import bounded, check, expect, log, wait_until
 
-HERE = Path(__file__).resolve().parent
 UTC = datetime.timezone.utc
 
 
-def start_worker(which: str, work: Path) -> subprocess.Popen[bytes]:
+def start_worker(which: str, session: Session) -> subprocess.Popen[bytes]:
     # The worker keeps the SDK's default REST retries; the client (this process) uses fewer,
     # so a missing endpoint fails fast instead of backing off for ~15 s.
-    env = {**os.environ, "HATCHET_CLIENT_TENACITY_MAX_ATTEMPTS": "5"}
-    proc = subprocess.Popen([sys.executable, str(HERE / "parity_worker.py"), which],
-                            start_new_session=True, env=env, stdin=subprocess.DEVNULL,
-                            stdout=open(work / f"worker-{which}.log", "wb"),
-                            stderr=subprocess.STDOUT)
-    remember_pid(f"-{proc.pid}")
-    return proc
+    return session.python(f"worker-{which}", "parity_worker.py", which,
+                          HATCHET_CLIENT_TENACITY_MAX_ATTEMPTS="5")
 
 
-def wait_registered(hs: dict[str, str], name: str, actions: set[str],
-                    proc: subprocess.Popen[bytes], timeout: float) -> None:
-    def registered() -> bool:
-        expect(proc.poll() is None, f"worker {name} exited with {proc.returncode}")
-        rows = rest_get(hs, f"/api/v1/tenants/{hs['tenant_id']}/worker")["rows"]
-        return any(w["name"] == name and w.get("status") == "ACTIVE"
-                   and actions <= set(w.get("actions") or []) for w in rows)
-
-    wait_until(f"worker {name} ACTIVE with {sorted(actions)}", registered, timeout, 0.3)
-
-
-def short(e: BaseException, limit: int = 600) -> str:
-    text = f"{type(e).__name__}: {e}".replace("\n", " | ")
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[bytes]]) -> None:
+def run_checks(session: Session, procs: dict[str, subprocess.Popen[bytes]]) -> None:
+    markers = session.markers
     import parity_tasks as t  # builds Hatchet() from the env set by main()
     from hatchet_sdk import BulkPushEventWithMetadata, Priority
     from hatchet_sdk.clients.rest.models.v1_task_status import V1TaskStatus as S
@@ -328,7 +301,7 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
                 pass
             s = status_or_404(r.workflow_run_id)
             expect(s == "QUEUED", f"run {label} is {s} with no worker")
-        procs["prio"] = start_worker("prio", work)
+        procs["prio"] = start_worker("prio", session)
         order_file = mark(f"order-{nonce}")
 
         def all_ran() -> bool:
@@ -388,7 +361,7 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
             log(f"p9 control failed as expected: {short(e, 200)}")
         # release_slot on the 1-slot prio worker: another run starts while the first runs
         if "prio" not in procs:  # p6 starts it; when p6 did not run, start it here
-            procs["prio"] = start_worker("prio", work)
+            procs["prio"] = start_worker("prio", session)
         if procs["prio"].poll() is not None:
             problems.append("release_slot: the 1-slot prio worker exited")
         else:
@@ -1010,7 +983,7 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
         from hatchet_sdk.opentelemetry.instrumentor import HatchetInstrumentor
 
         if "otel" not in procs:  # its runs below wait for it to be up
-            procs["otel"] = start_worker("otel", work)
+            procs["otel"] = start_worker("otel", session)
         for wf in t.OTEL_WORKFLOWS:  # registered as its worker will register them
             bounded(lambda wf=wf: h._client.admin.put_workflow(wf.to_proto()), 15)
         HatchetInstrumentor().instrument()
@@ -1128,72 +1101,15 @@ def run_checks(work: Path, markers: Path, procs: dict[str, subprocess.Popen[byte
             check(name, fn)
 
 
-def main() -> int:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    work = Path(tempfile.mkdtemp(prefix="hatchet-parity-"))
-    markers = work / "markers"
-    markers.mkdir()
-    os.chdir(work)  # the SDK reads .env files from the current directory: keep it clean
-    log(f"work dir {work}")
-    engine = None
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    try:
-        try:
-            engine, hs = start_engine(work)
-        except Exception as e:  # noqa: BLE001 - a failed setup step is a counted failure
-            failures.append("setup")
-            print(f"FAIL setup: engine start: {type(e).__name__}: {e}", flush=True)
-            return 1
-        log(f"engine up: grpc {hs['grpc_address']}, api {hs['api_url']}")
-        os.environ.update(
-            HATCHET_CLIENT_TOKEN=hs["token"],
-            HATCHET_CLIENT_HOST_PORT=hs["grpc_address"],
-            HATCHET_CLIENT_SERVER_URL=hs["api_url"],
-            HATCHET_CLIENT_TLS_STRATEGY="none",
-            HATCHET_CLIENT_TENACITY_MAX_ATTEMPTS="2",
-            INTEROP_MARKER_DIR=str(markers),
-            PYTHONPATH=str(HERE),
-        )
-        procs["main"] = start_worker("main", work)
-
-        def setup() -> None:
-            import parity_tasks as t
-            wait_registered(hs, "parity-main", {"parity-slow:parity-slow"}, procs["main"], 40)
-            # Workflows no worker serves yet: registered the way a worker registers them.
-            for wf in (t.prio_wf, t.release, t.hold, t.quick, t.orphan, t.doomed):
-                bounded(lambda wf=wf: t.hatchet._client.admin.put_workflow(wf.to_proto()), 15)
-
-        try:
-            setup()
-        except Exception as e:  # noqa: BLE001 - a failed setup step is a counted failure
-            failures.append("setup")
-            print(f"FAIL setup: {short(e)}", flush=True)
-            return 1
-        run_checks(work, markers, procs)
-    except Exception:  # noqa: BLE001
-        failures.append("scenario")
-        print("FAIL scenario crashed:\n" + traceback.format_exc(), flush=True)
-    finally:
-        for name, proc in procs.items():
-            stop(proc, f"{name} worker", grace=15)
-        if engine is not None:
-            engine.stdin.close()
-            try:
-                engine.wait(10)
-            except subprocess.TimeoutExpired:
-                engine.kill()
-                engine.wait(5)
-            forget_pid(str(engine.pid))
-        if failures:
-            dump_logs(*(work / f"worker-{n}.log" for n in procs), work / "engine.log")
-        if failures or os.environ.get("INTEROP_KEEP") == "1":
-            log(f"kept work dir {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    return 1 if failures else 0
+def body(session: Session) -> None:
+    import parity_tasks as t
+    procs: dict[str, subprocess.Popen[bytes]] = {"main": start_worker("main", session)}
+    wait_registered(session.hs, "parity-main", {"parity-slow:parity-slow"}, procs["main"], 40)
+    # Workflows no worker serves yet: registered the way a worker registers them.
+    for wf in (t.prio_wf, t.release, t.hold, t.quick, t.orphan, t.doomed):
+        bounded(lambda wf=wf: t.hatchet._client.admin.put_workflow(wf.to_proto()), 15)
+    run_checks(session, procs)
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    os._exit(code)  # threads of a timed-out SDK call must not keep the process alive
+    drive("hatchet-parity-", body, client_env={"HATCHET_CLIENT_TENACITY_MAX_ATTEMPTS": "2"})

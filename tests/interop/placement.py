@@ -34,20 +34,13 @@ INTEROP_KEEP=1 to keep the work dir, PLACEMENT_ONLY=q1,q3 to run only some check
 
 import json
 import os
-import shutil
-import signal
 import subprocess
-import sys
-import tempfile
 import time
-import traceback
 import uuid
 from pathlib import Path
 
-from interop_util import (bounded, check, dump_logs, expect, failures, forget_pid, log,
-                          remember_pid, stop, wait_until)
-from parity import short, wait_registered
-from scenario import real_engine, start_engine
+from interop_harness import Session, drive, real_engine, short, wait_registered
+from interop_util import bounded, check, expect, log, wait_until
 
 HERE = Path(__file__).resolve().parent
 WORKERS = ("a", "b")
@@ -71,15 +64,10 @@ class Budget:
         return min(cap, left)
 
 
-def start_worker(which: str, work: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "HATCHET_CLIENT_TENACITY_MAX_ATTEMPTS": "5",
-           "INTEROP_WORKER_NAME": f"placement-{which}"}
-    proc = subprocess.Popen([sys.executable, str(HERE / "placement_worker.py"), which],
-                            start_new_session=True, env=env, stdin=subprocess.DEVNULL,
-                            stdout=open(work / f"worker-{which}.log", "wb"),
-                            stderr=subprocess.STDOUT)
-    remember_pid(f"-{proc.pid}")
-    return proc
+def start_worker(which: str, session: Session) -> subprocess.Popen[bytes]:
+    return session.python(f"worker-{which}", "placement_worker.py", which,
+                          HATCHET_CLIENT_TENACITY_MAX_ATTEMPTS="5",
+                          INTEROP_WORKER_NAME=f"placement-{which}")
 
 
 def run_checks(markers: Path) -> None:
@@ -474,70 +462,16 @@ def run_checks(markers: Path) -> None:
             check(name, fn)
 
 
-def main() -> int:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    work = Path(tempfile.mkdtemp(prefix="hatchet-placement-"))
-    markers = work / "markers"
-    markers.mkdir()
-    os.chdir(work)  # the SDK reads .env files from the current directory: keep it clean
-    log(f"work dir {work}")
-    engine = None
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-    try:
-        try:
-            engine, hs = start_engine(work)
-        except Exception as e:  # noqa: BLE001 - a failed setup step is a counted failure
-            failures.append("setup")
-            print(f"FAIL setup: engine start: {type(e).__name__}: {e}", flush=True)
-            return 1
-        log(f"engine up: grpc {hs['grpc_address']}, api {hs['api_url']}")
-        os.environ.update(
-            HATCHET_CLIENT_TOKEN=hs["token"],
-            HATCHET_CLIENT_HOST_PORT=hs["grpc_address"],
-            HATCHET_CLIENT_SERVER_URL=hs["api_url"],
-            HATCHET_CLIENT_TLS_STRATEGY="none",
-            HATCHET_CLIENT_TENACITY_MAX_ATTEMPTS="2",
-            INTEROP_MARKER_DIR=str(markers),
-            PYTHONPATH=str(HERE),
-        )
-        for which in WORKERS:
-            procs[which] = start_worker(which, work)
-        try:
-            for which in WORKERS:
-                wait_registered(hs, f"placement-{which}",
-                                {"placement-fast-only:placement-fast-only",
-                                 "placement-conditions:c_join",
-                                 "placement-durable-or:placement-durable-or"},
-                                procs[which], 40)
-        except Exception as e:  # noqa: BLE001 - a failed setup step is a counted failure
-            failures.append("setup")
-            print(f"FAIL setup: {short(e)}", flush=True)
-            return 1
-        run_checks(markers)
-    except Exception:  # noqa: BLE001
-        failures.append("scenario")
-        print("FAIL scenario crashed:\n" + traceback.format_exc(), flush=True)
-    finally:
-        for name, proc in procs.items():
-            stop(proc, f"worker {name}", grace=15)
-        if engine is not None:
-            engine.stdin.close()
-            try:
-                engine.wait(10)
-            except subprocess.TimeoutExpired:
-                engine.kill()
-                engine.wait(5)
-            forget_pid(str(engine.pid))
-        if failures:
-            dump_logs(*(work / f"worker-{n}.log" for n in procs), work / "engine.log")
-        if failures or os.environ.get("INTEROP_KEEP") == "1":
-            log(f"kept work dir {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    return 1 if failures else 0
+def body(session: Session) -> None:
+    procs = {which: start_worker(which, session) for which in WORKERS}
+    for which in WORKERS:
+        wait_registered(session.hs, f"placement-{which}",
+                        {"placement-fast-only:placement-fast-only",
+                         "placement-conditions:c_join",
+                         "placement-durable-or:placement-durable-or"},
+                        procs[which], 40)
+    run_checks(session.markers)
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    os._exit(code)  # threads of a timed-out SDK call must not keep the process alive
+    drive("hatchet-placement-", body, client_env={"HATCHET_CLIENT_TENACITY_MAX_ATTEMPTS": "2"})

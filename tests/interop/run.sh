@@ -20,6 +20,9 @@
 # go/go.mod with go/go.sum: DAG, retries, children, durable sleep + event, on_failure, cancel,
 # bulk, concurrency, rate limits, and our Rust client and worker beside the Go ones), built with
 # the Go toolchain from the Go module proxy; INTEROP_SKIP_GO=1 skips it.
+# The Python drivers share one harness, interop_harness.py: the engine (ours from its handshake,
+# or the real one from the environment), the SDK's environment, worker processes, and the
+# cleanup (workers stopped, our engine stopped through its stdin, logs dumped on a failure).
 #
 #   tests/interop/run.sh      # builds the engine and the worker/client examples (debug) first
 #   HATCHET_DEV_ENGINE_BIN=/path/to/engine HATCHET_RUST_WORKER_BIN=/path/to/examples/worker \

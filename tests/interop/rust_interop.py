@@ -19,30 +19,16 @@ INTEROP_PIDFILE (optional, for run.sh's trap), INTEROP_KEEP=1 to keep the work d
 import asyncio
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import uuid
 from pathlib import Path
 
-from interop_util import (bounded, check, dump_logs, expect, failures, forget_pid, log,
-                          remember_pid, stop, wait_until)
-from scenario import rest_get, start_engine
+from interop_harness import Session, drive, rest_get, wait_registered
+from interop_util import bounded, check, expect, log, remember_pid, stop
 
-HERE = Path(__file__).resolve().parent
 PY_WORKER = "interop-worker"
 RUST_WORKER = "rust-worker"  # the name examples/worker.rs registers with
-
-
-def start_group(argv: list[str], log_path: Path, **env: str) -> subprocess.Popen[bytes]:
-    """Start a long-lived child in its own process group; run.sh's trap knows the group."""
-    proc = subprocess.Popen(argv, start_new_session=True, env={**os.environ, **env},
-                            stdin=subprocess.DEVNULL, stdout=open(log_path, "wb"),
-                            stderr=subprocess.STDOUT)
-    remember_pid(f"-{proc.pid}")
-    return proc
 
 
 def rust_client(work: Path, *args: str, timeout: float = 45) -> tuple[int, str, str]:
@@ -59,17 +45,6 @@ def rust_client(work: Path, *args: str, timeout: float = 45) -> tuple[int, str, 
     finally:
         stop(proc, "rust client", grace=5)
     return proc.returncode, out.read_text(errors="replace"), err.read_text(errors="replace")
-
-
-def wait_registered(hs: dict[str, str], name: str, actions: set[str],
-                    proc: subprocess.Popen[bytes], timeout: float) -> None:
-    def registered() -> bool:
-        expect(proc.poll() is None, f"{name} exited with {proc.returncode}")
-        rows = rest_get(hs, f"/api/v1/tenants/{hs['tenant_id']}/worker")["rows"]
-        return any(w["name"] == name and w.get("status") == "ACTIVE"
-                   and actions <= set(w.get("actions") or []) for w in rows)
-
-    wait_until(f"worker {name} ACTIVE with {sorted(actions)}", registered, timeout, 0.3)
 
 
 def run_checks(hs: dict[str, str], work: Path, py_worker: subprocess.Popen[bytes],
@@ -138,67 +113,15 @@ def run_checks(hs: dict[str, str], work: Path, py_worker: subprocess.Popen[bytes
     check("h3 Rust worker pauses, drains and exits 0 on SIGTERM", h3_rust_worker_exits_on_sigterm)
 
 
-def main() -> int:
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    work = Path(tempfile.mkdtemp(prefix="hatchet-interop-rust-"))
-    markers = work / "markers"
-    markers.mkdir()
-    os.chdir(work)  # the SDK reads .env files from the current directory: keep it clean
-    log(f"work dir {work}")
-    engine = py_worker = rust_worker = None
-    try:
-        for var in ("HATCHET_RUST_WORKER_BIN", "HATCHET_RUST_CLIENT_BIN"):
-            if not os.access(os.environ.get(var, ""), os.X_OK):
-                failures.append("setup")
-                print(f"FAIL setup: ${var} is not an executable file", flush=True)
-                return 1
-        try:
-            engine, hs = start_engine(work)
-        except Exception as e:  # noqa: BLE001 - a failed setup step is a counted failure
-            failures.append("setup")
-            print(f"FAIL setup: engine start: {type(e).__name__}: {e}", flush=True)
-            return 1
-        log(f"engine up: grpc {hs['grpc_address']}, api {hs['api_url']}")
-        os.environ.update(
-            HATCHET_CLIENT_TOKEN=hs["token"],
-            HATCHET_CLIENT_HOST_PORT=hs["grpc_address"],
-            HATCHET_CLIENT_SERVER_URL=hs["api_url"],
-            HATCHET_CLIENT_TLS_STRATEGY="none",
-            INTEROP_MARKER_DIR=str(markers),
-            INTEROP_WORKER_NAME=PY_WORKER,
-            PYTHONPATH=str(HERE),
-        )
-        rust_worker = start_group([os.environ["HATCHET_RUST_WORKER_BIN"]],
-                                  work / "rust-worker.log", WORKER_SLOTS="4")
-        py_worker = start_group([sys.executable, str(HERE / "interop_worker.py")],
-                                work / "worker.log")
-        run_checks(hs, work, py_worker, rust_worker)
-    except Exception as e:  # noqa: BLE001 - e.g. a worker never registered
-        failures.append("setup")
-        print(f"FAIL setup: {type(e).__name__}: {e}", flush=True)
-    finally:
-        stop(rust_worker, "rust worker", grace=15)
-        stop(py_worker, "worker", grace=15)
-        if engine is not None:
-            engine.stdin.close()
-            try:
-                engine.wait(10)
-            except subprocess.TimeoutExpired:
-                engine.kill()
-                engine.wait(5)
-            forget_pid(str(engine.pid))
-        if failures:
-            dump_logs(work / "rust-worker.log", work / "worker.log", work / "engine.log",
-                      work / "client.err")
-        elif os.environ.get("INTEROP_KEEP") != "1":
-            shutil.rmtree(work, ignore_errors=True)
-    return 1 if failures else 0
+def body(session: Session) -> None:
+    for var in ("HATCHET_RUST_WORKER_BIN", "HATCHET_RUST_CLIENT_BIN"):
+        expect(os.access(os.environ.get(var, ""), os.X_OK), f"${var} is not an executable file")
+    session.logs.append(session.work / "client.err")
+    rust_worker = session.spawn("rust worker", [os.environ["HATCHET_RUST_WORKER_BIN"]],
+                                "rust-worker.log", WORKER_SLOTS="4")
+    py_worker = session.python("worker", "interop_worker.py")
+    run_checks(session.hs, session.work, py_worker, rust_worker)
 
 
 if __name__ == "__main__":
-    try:
-        code = main()
-    except SystemExit as e:  # SIGTERM: `finally` stopped the children; skip joining SDK threads
-        code = e.code if isinstance(e.code, int) else 1
-    sys.stdout.flush()
-    os._exit(code)  # threads of a timed-out SDK call must not keep the process alive
+    drive("hatchet-interop-rust-", body, client_env={"INTEROP_WORKER_NAME": PY_WORKER})

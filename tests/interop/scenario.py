@@ -18,75 +18,19 @@ INTEROP_KEEP=1 to keep the work dir (logs, markers) after a passing run.
 
 import asyncio
 import datetime
-import json
 import os
-import shutil
-import signal
 import subprocess
-import sys
-import tempfile
 import time
 import urllib.request
 import urllib.parse
 import uuid
 from pathlib import Path
 
-from interop_util import (bounded, check, dump_logs, expect, failures, forget_pid, log,
-                          remember_pid, stop, wait_until)
+from interop_harness import Session, drive, rest_get
+from interop_util import bounded, check, expect, log, wait_until
 
 HERE = Path(__file__).resolve().parent
 WORKER_NAME = "interop-worker"
-
-
-def real_engine() -> bool:
-    """Whether the scenarios run against the real Hatchet engine (scripts/real-engine.sh env)."""
-    return os.environ.get("HATCHET_REAL_ENGINE") in ("1", "true")
-
-
-def start_engine(work: Path) -> tuple[subprocess.Popen[bytes] | None, dict[str, str]]:
-    """Our engine, started for this scenario; or the real one, already running (no process)."""
-    if real_engine():
-        env = os.environ
-        hs = {"token": env["HATCHET_CLIENT_TOKEN"], "tenant_id": env["HATCHET_CLIENT_TENANT_ID"],
-              "grpc_address": env["HATCHET_CLIENT_HOST_PORT"],
-              "api_url": env["HATCHET_CLIENT_SERVER_URL"]}
-        return None, hs
-    hs_path = work / "handshake.json"
-    engine = subprocess.Popen(
-        [os.environ["HATCHET_DEV_ENGINE_BIN"], "-handshake-file", str(hs_path),
-         "-grpc-port", "0", "-api-port", "0",
-         *os.environ.get("INTEROP_ENGINE_FLAGS", "").split()],
-        stdin=subprocess.PIPE,  # the engine exits when this pipe closes
-        stdout=subprocess.DEVNULL,
-        stderr=open(work / "engine.log", "wb"),
-    )
-    remember_pid(str(engine.pid))
-
-    def ready() -> dict[str, str] | None:
-        if engine.poll() is not None:
-            raise RuntimeError(f"engine exited with {engine.returncode} before the handshake")
-        try:
-            return json.loads(hs_path.read_text())
-        except (OSError, ValueError):
-            return None
-
-    try:
-        hs = wait_until("the engine's handshake file", ready, 20)
-    except BaseException:
-        engine.kill()
-        engine.wait(5)
-        forget_pid(str(engine.pid))
-        raise
-    missing = {"token", "tenant_id", "grpc_address", "api_url"} - hs.keys()
-    expect(not missing, f"handshake lacks {missing}")
-    return engine, hs
-
-
-def rest_get(hs: dict[str, str], path: str) -> dict:
-    req = urllib.request.Request(hs["api_url"] + path,
-                                 headers={"Authorization": f"Bearer {hs['token']}"})
-    with urllib.request.urlopen(req, timeout=5) as res:
-        return json.load(res)
 
 
 def run_checks(hs: dict[str, str], markers: Path, worker: subprocess.Popen[bytes]) -> None:
@@ -258,69 +202,16 @@ def run_checks(hs: dict[str, str], markers: Path, worker: subprocess.Popen[bytes
     check("e4 a task's concurrency runs one per group", e4_concurrency_runs_one_per_group)
 
 
-def main() -> int:
-    # SIGTERM (e.g. from `timeout`) unwinds through `finally`, so children get stopped.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    work = Path(tempfile.mkdtemp(prefix="hatchet-interop-"))
-    markers = work / "markers"
-    markers.mkdir()
-    os.chdir(work)  # the SDK reads .env files from the current directory: keep it clean
-    log(f"work dir {work}")
-    engine = worker = None
-    try:
-        try:
-            engine, hs = start_engine(work)
-        except Exception as e:  # noqa: BLE001 - a failed setup step is a counted failure
-            failures.append("setup")
-            print(f"FAIL setup: engine start: {type(e).__name__}: {e}", flush=True)
-            return 1
-        log(f"engine up: grpc {hs['grpc_address']}, api {hs['api_url']}")
-        os.environ.update(
-            HATCHET_CLIENT_TOKEN=hs["token"],
-            HATCHET_CLIENT_HOST_PORT=hs["grpc_address"],
-            HATCHET_CLIENT_SERVER_URL=hs["api_url"],
-            HATCHET_CLIENT_TLS_STRATEGY="none",
-            INTEROP_MARKER_DIR=str(markers),
-            INTEROP_WORKER_NAME=WORKER_NAME,
-            PYTHONPATH=str(HERE),
-        )
-        # A static rate limit must exist before the workflow naming it is registered (the real
-        # engine refuses the workflow otherwise): e3's key first.
-        import interop_tasks as tasks
-        from hatchet_sdk import RateLimitDuration
-        bounded(lambda: tasks.hatchet.rate_limits.put(tasks.RATE_KEY, 1, RateLimitDuration.MINUTE), 15)
-        worker = subprocess.Popen(
-            [sys.executable, str(HERE / "interop_worker.py")],
-            start_new_session=True,  # own process group: stop() reaches its children too
-            stdout=open(work / "worker.log", "wb"),
-            stderr=subprocess.STDOUT,
-        )
-        remember_pid(f"-{worker.pid}")
-        run_checks(hs, markers, worker)
-    finally:
-        stop(worker, "worker", grace=15)
-        if engine is None and real_engine():
-            log("check f (the engine exits when stdin closes) is our engine's; skipped on the real one")
-        if engine is not None:
-            def f_engine_exits_on_stdin_eof() -> None:
-                engine.stdin.close()
-                try:
-                    engine.wait(10)
-                except subprocess.TimeoutExpired:
-                    engine.kill()
-                    engine.wait(5)
-                    raise AssertionError("engine still running 10s after stdin closed")
-                finally:
-                    forget_pid(str(engine.pid))
-            check("f engine exits when stdin closes", f_engine_exits_on_stdin_eof)
-        if failures:
-            dump_logs(work / "worker.log", work / "engine.log")
-        elif os.environ.get("INTEROP_KEEP") != "1":
-            shutil.rmtree(work, ignore_errors=True)
-    return 1 if failures else 0
+def body(s: Session) -> None:
+    # A static rate limit must exist before the workflow naming it is registered (the real
+    # engine refuses the workflow otherwise): e3's key first.
+    import interop_tasks as tasks
+    from hatchet_sdk import RateLimitDuration
+    bounded(lambda: tasks.hatchet.rate_limits.put(tasks.RATE_KEY, 1, RateLimitDuration.MINUTE), 15)
+    worker = s.python("worker", "interop_worker.py")
+    run_checks(s.hs, s.markers, worker)
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    os._exit(code)  # threads of a timed-out SDK call must not keep the process alive
+    drive("hatchet-interop-", body, client_env={"INTEROP_WORKER_NAME": WORKER_NAME},
+          engine_exit_check="f engine exits when stdin closes")

@@ -1,9 +1,12 @@
 //! `hatchet-dev-engine`: the embedded development engine as a standalone process.
 //!
-//! By hand: `hatchet-dev-engine [--grpc-port N] [--api-port N] [--virtual-time]` prints the token
+//! By hand: `hatchet-dev-engine [--grpc-port N] [--api-port N] [--virtual-time]
+//! [--no-status-poll]` prints the token
 //! and the `HATCHET_CLIENT_*` lines a client needs, and serves until Ctrl-C. With
 //! `--virtual-time` the engine's clock jumps over waits (see `DevEngineOptions::virtual_time`);
-//! `POST /_dev/advance?seconds=N` on the REST port jumps by hand.
+//! `POST /_dev/advance?seconds=N` on the REST port jumps by hand. With `--no-status-poll` run
+//! ends and REST statuses are published at once, not at the real engine's 2 s status poll (a
+//! kindness for benchmarks; see `DevEngine::poll_statuses`).
 //!
 //! As the official Python SDK's embedded engine (`HATCHET_CLIENT_EMBEDDED_BINARY_PATH`): accepts
 //! `-handshake-file F`, `-grpc-port N`, `-api-port N` (one or two dashes), ignores the database and
@@ -32,6 +35,7 @@ struct Args {
     api_port: u16,
     handshake: Option<PathBuf>,
     virtual_time: bool,
+    no_status_poll: bool,
 }
 
 fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
@@ -62,6 +66,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
             }
             "handshake-file" => out.handshake = Some(PathBuf::from(value("handshake-file")?)),
             "virtual-time" => out.virtual_time = true,
+            "no-status-poll" => out.no_status_poll = true,
             n if IGNORED_WITH_VALUE.contains(&n) => {
                 value(n)?;
             }
@@ -74,7 +79,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
 }
 
 const USAGE: &str = "usage: hatchet-dev-engine [--grpc-port N] [--api-port N] [--handshake-file F] \
-                     [--virtual-time]";
+                     [--virtual-time] [--no-status-poll]";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -101,6 +106,11 @@ async fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if args.no_status_poll {
+        // A kindness for benchmarks of what runs on the engine: run ends and REST statuses at
+        // once instead of at the real engine's 2 s status poll (`DevEngine::poll_statuses`).
+        engine.poll_statuses(None);
+    }
     let config = engine.client_config();
     match &args.handshake {
         Some(path) => {
@@ -175,6 +185,7 @@ mod tests {
         let a = args("--grpc-port=1 --api-port 2").expect("parses");
         assert_eq!((a.grpc_port, a.api_port, a.virtual_time), (1, 2, false));
         assert!(args("--virtual-time").expect("parses").virtual_time);
+        assert!(args("--no-status-poll").expect("parses").no_status_poll);
     }
 
     #[test]

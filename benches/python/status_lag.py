@@ -1,0 +1,78 @@
+"""How late an engine publishes a run's end: for N runs of a 0.5 s task, the time from the task's
+return (the worker's clock) to (a) the run reading COMPLETED over REST and (b) the official
+Python SDK's `aio_result()` returning, and whether REST ever read RUNNING. The real engine
+publishes both at its OLAP controller's status poll (2 s); ours does the same by default
+(`DevEngine::poll_statuses`).
+
+    # the real engine (scripts/real-engine.sh start):
+    eval "$(scripts/real-engine.sh env)"; python benches/python/status_lag.py 12
+    # ours: start target/release/hatchet-dev-engine and export the lines it prints, then the same
+
+Needs hatchet-sdk (tests/interop/.venv has it). Prints one line a run, then min/median/max.
+"""
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from hatchet_sdk import Context, EmptyModel, Hatchet
+from hatchet_sdk.clients.rest.models.v1_task_status import V1TaskStatus
+
+os.environ.setdefault("HATCHET_CLIENT_NAMESPACE", "status-lag")
+hatchet = Hatchet()
+lag = hatchet.workflow(name="status-lag")
+
+
+@lag.task()
+async def step(_: EmptyModel, ctx: Context) -> dict[str, float]:
+    started = time.time()
+    await asyncio.sleep(0.5)
+    return {"started": started, "ended": time.time()}
+
+
+async def measure(n: int) -> None:
+    rows = []
+    for i in range(n):
+        ref = await lag.aio_run(wait_for_result=False)
+        result = asyncio.create_task(ref.aio_result())
+        running = completed = returned = None
+        while completed is None or returned is None:
+            status = await hatchet.runs.aio_get_status(ref.workflow_run_id)
+            now = time.time()
+            if status == V1TaskStatus.RUNNING and running is None:
+                running = now
+            if status == V1TaskStatus.COMPLETED and completed is None:
+                completed = now
+            if result.done() and returned is None:
+                returned = now
+            await asyncio.sleep(0.02)
+        ended = result.result()["step"]["ended"]
+        rows.append((completed - ended, returned - ended, running is not None))
+        print(f"run {i}: REST COMPLETED +{rows[-1][0]:.3f}s, result +{rows[-1][1]:.3f}s, "
+              f"REST read RUNNING: {rows[-1][2]}", flush=True)
+        await asyncio.sleep(0.37)  # spread the runs over the poll's phase
+    for name, xs in (("REST COMPLETED", [r[0] for r in rows]), ("result", [r[1] for r in rows])):
+        print(f"{name} after the task returned: min {min(xs):.3f}s, "
+              f"median {statistics.median(xs):.3f}s, max {max(xs):.3f}s")
+    print(f"REST never read RUNNING in {sum(not r[2] for r in rows)} of {len(rows)} runs")
+
+
+def main() -> None:
+    if sys.argv[1:] == ["worker"]:
+        hatchet.worker("status-lag", workflows=[lag], slots=4).start()
+        return
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 12
+    worker = subprocess.Popen([sys.executable, __file__, "worker"], start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(8)  # the worker registers
+        asyncio.run(measure(n))
+    finally:
+        os.killpg(worker.pid, 15)
+        worker.wait(20)
+
+
+if __name__ == "__main__":
+    main()
