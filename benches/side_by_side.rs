@@ -171,7 +171,7 @@ async fn unary(r: &mut Report, smoke: bool) {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    // The runtime's cost, not the engine's status poll (2 s, as the real engine's):
+    // The runtime's cost, not the engine's status poll (1 s, as the real engine's lag):
     // run ends go out at once.
     engine.poll_statuses(None);
     let raw = raw_dispatcher(&engine);
@@ -308,7 +308,7 @@ async fn fanin_setup(n: usize) -> (DevEngine, hatchet_runtime::RuntimeHandle, Ve
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    // The runtime's cost, not the engine's status poll (2 s, as the real engine's):
+    // The runtime's cost, not the engine's status poll (1 s, as the real engine's lag):
     // run ends go out at once.
     engine.poll_statuses(None);
     let rt = Runtime::spawn(engine.client_config())
@@ -579,7 +579,7 @@ async fn reconnect(r: &mut Report, smoke: bool) {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    // The runtime's cost, not the engine's status poll (2 s, as the real engine's):
+    // The runtime's cost, not the engine's status poll (1 s, as the real engine's lag):
     // run ends go out at once.
     engine.poll_statuses(None);
     let rt = Runtime::spawn(engine.client_config())
@@ -657,7 +657,7 @@ async fn reconnect(r: &mut Report, smoke: bool) {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    // The runtime's cost, not the engine's status poll (2 s, as the real engine's):
+    // The runtime's cost, not the engine's status poll (1 s, as the real engine's lag):
     // run ends go out at once.
     engine.poll_statuses(None);
     let rt = Runtime::spawn(engine.client_config())
@@ -679,7 +679,7 @@ async fn reconnect(r: &mut Report, smoke: bool) {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    // The runtime's cost, not the engine's status poll (2 s, as the real engine's):
+    // The runtime's cost, not the engine's status poll (1 s, as the real engine's lag):
     // run ends go out at once.
     engine.poll_statuses(None);
     let rt = Runtime::spawn(engine.client_config())
@@ -863,7 +863,7 @@ async fn outage(r: &mut Report, smoke: bool) {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    // The runtime's cost, not the engine's status poll (2 s, as the real engine's):
+    // The runtime's cost, not the engine's status poll (1 s, as the real engine's lag):
     // run ends go out at once.
     engine.poll_statuses(None);
     r.line(&format!("| readers | ours: operations / attempts | ours: attempts per operation | {go_name}: operations / attempts | attempts per operation |"));
@@ -914,7 +914,7 @@ async fn memory(r: &mut Report, smoke: bool) {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    // The runtime's cost, not the engine's status poll (2 s, as the real engine's):
+    // The runtime's cost, not the engine's status poll (1 s, as the real engine's lag):
     // run ends go out at once.
     engine.poll_statuses(None);
     let metrics = tokio::runtime::Handle::current().metrics();

@@ -1,7 +1,7 @@
 """How late an engine publishes a run's end: for N runs of a 0.5 s task, the time from the task's
 return (the worker's clock) to (a) the run reading COMPLETED over REST and (b) the official
 Python SDK's `aio_result()` returning, and whether REST ever read RUNNING. The real engine
-publishes both at its OLAP controller's status poll (2 s); ours does the same by default
+publishes both late and together; ours publishes both at a status poll once a second by default
 (`DevEngine::poll_statuses`).
 
     # the real engine (scripts/real-engine.sh start):

@@ -46,7 +46,7 @@ impl Target {
             let engine = DevEngine::start(DevEngineOptions::default())
                 .await
                 .expect("engine");
-            // The runtime's latency, not the engine's status poll (2 s, as the real engine's):
+            // The runtime's latency, not the engine's status poll (1 s, as the real engine's lag):
             // run ends go out at once. `BENCH_ENGINE=real` measures the real one's.
             engine.poll_statuses(None);
             return Target::Dev(engine);
@@ -369,7 +369,7 @@ pub async fn cold_start(r: &mut Report, smoke: bool) {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    // The runtime's cost, not the engine's status poll (2 s, as the real engine's):
+    // The runtime's cost, not the engine's status poll (1 s, as the real engine's lag):
     // run ends go out at once.
     engine.poll_statuses(None);
     let mut samples = Vec::with_capacity(tries);

@@ -47,7 +47,7 @@ pub(crate) struct Switches {
     /// Timers read on a poll, as the real engine reads them (see [`TimerPoll`]).
     pub poll_timers: Option<TimerPoll>,
     /// What REST reads of a task's or a run's status, and a run's end on the run streams,
-    /// published on a poll, as the real engine's OLAP controller publishes them (see
+    /// published on a poll, as the real engine publishes them late (see
     /// [`TimerPoll::STATUSES`]). `None` is a kindness for tests: both at once.
     pub poll_statuses: Option<TimerPoll>,
     /// A kindness the real engine lacks: assignments a worker never answered are offered
@@ -134,14 +134,16 @@ impl TimerPoll {
     /// The real engine's period.
     pub(crate) const REAL: std::time::Duration = std::time::Duration::from_secs(1);
 
-    /// The real engine's status poll: its OLAP controller applies the task and run status
-    /// events it has buffered every 2 s (v0.104.9 `internal/services/controllers/olap/
-    /// controller.go`, `pollIntervalSec := 2`, `SERVER_OLAP_POLL_INTERVAL`), and only then
-    /// tells the run streams that a run finished (`notifyTasksUpdated`). Measured there: a
-    /// 0.5 s task's run read COMPLETED over REST, and its result reached the official Python
-    /// SDK's `aio_result`, together, 0.03 to 1.47 s after the task returned (median 0.90 s,
-    /// 12 runs); REST never read RUNNING in 10 of them.
-    pub(crate) const STATUSES: std::time::Duration = std::time::Duration::from_secs(2);
+    /// The status poll. The real engine's REST reads statuses from OLAP tables its controller
+    /// fills from buffered events (v0.104.9 `internal/services/controllers/olap/controller.go`,
+    /// a 2 s job by default), and a run stream sends a run's end when a message tells it, or
+    /// its 1 s ticker re-reads the run (`internal/services/dispatcher/server.go`,
+    /// `subscribeToWorkflowRunsV1`). Measured there with the official Python SDK
+    /// (`benches/python/status_lag.py`): a 0.5 s task's result and its run's REST COMPLETED
+    /// arrived together, 0.03 to 1.48 s after the task returned (median 0.84 s, 24 runs; a
+    /// standalone task's the same: median 0.93 s, 10 runs), and REST read RUNNING in few of
+    /// them. One poll a second publishes both here, together.
+    pub(crate) const STATUSES: std::time::Duration = std::time::Duration::from_secs(1);
 
     /// Polls every `every`, the first at the next pass.
     pub(crate) fn every(every: std::time::Duration) -> Self {

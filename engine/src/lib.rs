@@ -647,13 +647,13 @@ impl DevEngine {
         self.engine.wake.notify_one();
     }
 
-    /// The real engine's status poll (on by default, every 2 s): with `Some(every)`, what REST
-    /// reads of a task's or a run's status, and a run's end on the run streams
-    /// (`SubscribeToWorkflowRuns`, what a client's `result()` waits on), catch up at polls
-    /// `every` apart, as the real engine's OLAP controller publishes them; a run's result
-    /// arrives up to `every` after its last task finished, and a short task may never read
-    /// RUNNING over REST. `GetRunDetails` reads the live state either way. `None` is a kindness
-    /// for tests: both read the live state at once.
+    /// The real engine's status lag (on by default, a poll every second): with `Some(every)`,
+    /// what REST reads of a task's or a run's status, and a run's end on the run streams
+    /// (`SubscribeToWorkflowRuns`, what a client's `result()` waits on), catch up together at
+    /// polls `every` apart, as they arrive late on the real engine; a result arrives up to
+    /// `every` after the run's last task finished, and a short task may never read RUNNING over
+    /// REST. `GetRunDetails` reads the live state either way. `None` is a kindness for tests:
+    /// both read the live state at once.
     pub fn poll_statuses(&self, every: Option<Duration>) {
         self.engine.state.lock().switches.poll_statuses =
             every.map(crate::faults::TimerPoll::every);

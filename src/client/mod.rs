@@ -94,15 +94,34 @@ impl ClientCore {
 
     /// [`ClientCore::outputs_from_details`] over REST, for details too large for a gRPC
     /// message; an output read as `{}` is refused as undecodable rather than reported as the
-    /// task's.
+    /// task's. REST reads tables the engine fills after the run's end reached the run stream
+    /// (the real engine's OLAP tables: up to about 1.5 s later), so the read is repeated until
+    /// it shows the run and every task finished, for up to [`DETAILS_SETTLE`]; a run it still
+    /// shows unfinished is never read as failed or cancelled.
     async fn outputs_from_rest(
         &self,
         run_id: &str,
     ) -> Result<serde_json::Map<String, Value>, Error> {
-        let view = api::Api::new(self.conn.clone())
-            .run(run_id)
-            .await
-            .map_err(|e| e.with_run_id(run_id))?;
+        let api = api::Api::new(self.conn.clone());
+        let give_up = tokio::time::Instant::now() + DETAILS_SETTLE;
+        let mut every = Duration::from_millis(100);
+        let view = loop {
+            let view = api.run(run_id).await.map_err(|e| e.with_run_id(run_id))?;
+            if rest_view_settled(&view) {
+                break view;
+            }
+            if tokio::time::Instant::now() + every >= give_up {
+                return Err(Error::new(Outcome::NotFinished, "wait for run")
+                    .with_detail(format!(
+                        "the engine reported the run finished, its details are too large for a gRPC message, and its REST read still shows it {} after {}s; read it again with RuntimeHandle::api().run",
+                        view.status.as_str(),
+                        DETAILS_SETTLE.as_secs()
+                    ))
+                    .with_run_id(run_id));
+            }
+            tokio::time::sleep(every).await;
+            every = (every * 2).min(Duration::from_secs(2));
+        };
         let outputs = outputs_of(run_id, view.into_event())?;
         if let Some((task, _)) = outputs
             .iter()
@@ -393,6 +412,12 @@ pub(crate) const FRESH_FOR: Duration = Duration::from_secs(1);
 /// Whether a wait reads its run once first ([`FRESH_FOR`]).
 pub(crate) fn late_wait(origin: Origin, since_trigger: Duration) -> bool {
     origin == Origin::Given || since_trigger >= FRESH_FOR
+}
+
+/// Whether a REST read shows the run finished with every task finished (the read may lag the
+/// run stream: see [`ClientCore::outputs_from_rest`]).
+fn rest_view_settled(view: &crate::run::RunView) -> bool {
+    view.status.is_final() && view.tasks.values().all(|t| t.status.is_final())
 }
 
 /// Whether a run's details show it done with every completed task's output written (a task

@@ -30,8 +30,14 @@ async fn typed_reads_of_runs_workers_crons_schedules_and_rate_limits() {
         .expect("trigger");
     let _: Value = h.result().await.expect("done");
     let api = rt.api();
-    let d = api.run(h.run_id()).await.expect("details");
-    assert_eq!(d.status, RunStatus::Completed);
+    // REST catches up at the engine's status poll (the real engine's OLAP tables lag too).
+    let d = crate::support::until_read(
+        "the run to read COMPLETED over REST",
+        || api.run(h.run_id()),
+        |d| d.as_ref().is_ok_and(|d| d.status == RunStatus::Completed),
+    )
+    .await
+    .expect("details");
     assert_eq!(d.tasks["t"].output, Some(json!({"x": 1})));
     assert_eq!(d.output::<Value>("t").expect("typed output")["x"], 1);
     assert_eq!(

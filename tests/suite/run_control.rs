@@ -313,7 +313,18 @@ async fn cancel_and_replay_by_filter_select_runs_by_metadata_and_time() {
         RunStatus::Running,
         "the other batch is untouched"
     );
-    // Replay what the filter selects among cancelled runs: the three run again.
+    // Replay what the filter selects among cancelled runs: the three run again, once REST reads
+    // them cancelled (the engine's status poll; the real engine's OLAP tables lag too).
+    let api = rt.api();
+    for h in &a {
+        crate::support::until_read(
+            "a cancelled run to read CANCELLED over REST",
+            || api.run_status(h.run_id()),
+            |s| s.as_ref().is_ok_and(|s| *s == RunStatus::Cancelled),
+        )
+        .await
+        .expect("status");
+    }
     let replayed = rt
         .replay_where(&filter.clone().status(RunStatus::Cancelled))
         .await

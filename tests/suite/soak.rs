@@ -39,7 +39,7 @@ async fn soak_with_periodic_restarts_keeps_tasks_and_memory_flat() {
             .expect("engine"),
     );
     // The soak measures the runtime under load and restarts, not the engine's status poll
-    // (which holds each result up to 2 s, as the real engine's does): ends go out at once.
+    // (which holds each result up to 1 s, as the real engine's lag does): ends go out at once.
     engine.poll_statuses(None);
     let rt = Runtime::spawn(engine.client_config())
         .await

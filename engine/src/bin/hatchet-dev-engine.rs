@@ -5,8 +5,8 @@
 //! and the `HATCHET_CLIENT_*` lines a client needs, and serves until Ctrl-C. With
 //! `--virtual-time` the engine's clock jumps over waits (see `DevEngineOptions::virtual_time`);
 //! `POST /_dev/advance?seconds=N` on the REST port jumps by hand. With `--no-status-poll` run
-//! ends and REST statuses are published at once, not at the real engine's 2 s status poll (a
-//! kindness for benchmarks; see `DevEngine::poll_statuses`).
+//! ends and REST statuses are published at once, not at a status poll once a second as the real
+//! engine's lag (a kindness for benchmarks; see `DevEngine::poll_statuses`).
 //!
 //! As the official Python SDK's embedded engine (`HATCHET_CLIENT_EMBEDDED_BINARY_PATH`): accepts
 //! `-handshake-file F`, `-grpc-port N`, `-api-port N` (one or two dashes), ignores the database and
@@ -107,8 +107,8 @@ async fn main() -> ExitCode {
         }
     };
     if args.no_status_poll {
-        // A kindness for benchmarks of what runs on the engine: run ends and REST statuses at
-        // once instead of at the real engine's 2 s status poll (`DevEngine::poll_statuses`).
+        // A kindness for benchmarks: run ends and REST statuses at once instead of at the
+        // status poll (`DevEngine::poll_statuses`).
         engine.poll_statuses(None);
     }
     let config = engine.client_config();
