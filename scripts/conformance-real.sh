@@ -29,8 +29,16 @@ if [ "$rc" -ne 0 ]; then
     flaky+=("$t")
   done
 fi
-timeout 600 cargo test --test suite conformance::results::conf_results_survive_the_engine_restarting_mid_run ||
-  exit 1
+restart=conformance::results::conf_results_survive_the_engine_restarting_mid_run
+if ! timeout 600 cargo test --test suite "$restart" -- --exact; then
+  # The same policy as above: once more alone (the engine restarts again), FLAKY if it passes.
+  echo "== rerunning $restart alone"
+  if ! timeout 600 cargo test --test suite "$restart" -- --exact; then
+    echo "FAIL $restart: failed twice on the real engine" >&2
+    exit 1
+  fi
+  flaky+=("$restart")
+fi
 for t in "${flaky[@]}"; do
   echo "FLAKY $t: the first attempt failed, the rerun passed"
 done
