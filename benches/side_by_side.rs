@@ -171,9 +171,9 @@ async fn unary(r: &mut Report, smoke: bool) {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    // The runtime's cost, not the engine's status poll (1 s, as the real engine's lag):
+    // The runtime's cost, not the engine's status lag (1 to 2 s for a new run, as the real engine's):
     // run ends go out at once.
-    engine.poll_statuses(None);
+    engine.status_lag(None);
     let raw = raw_dispatcher(&engine);
     let rt = Runtime::spawn(engine.client_config())
         .await
@@ -308,9 +308,9 @@ async fn fanin_setup(n: usize) -> (DevEngine, hatchet_runtime::RuntimeHandle, Ve
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    // The runtime's cost, not the engine's status poll (1 s, as the real engine's lag):
+    // The runtime's cost, not the engine's status lag (1 to 2 s for a new run, as the real engine's):
     // run ends go out at once.
-    engine.poll_statuses(None);
+    engine.status_lag(None);
     let rt = Runtime::spawn(engine.client_config())
         .await
         .expect("runtime");
@@ -579,9 +579,9 @@ async fn reconnect(r: &mut Report, smoke: bool) {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    // The runtime's cost, not the engine's status poll (1 s, as the real engine's lag):
+    // The runtime's cost, not the engine's status lag (1 to 2 s for a new run, as the real engine's):
     // run ends go out at once.
-    engine.poll_statuses(None);
+    engine.status_lag(None);
     let rt = Runtime::spawn(engine.client_config())
         .await
         .expect("runtime");
@@ -657,9 +657,9 @@ async fn reconnect(r: &mut Report, smoke: bool) {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    // The runtime's cost, not the engine's status poll (1 s, as the real engine's lag):
+    // The runtime's cost, not the engine's status lag (1 to 2 s for a new run, as the real engine's):
     // run ends go out at once.
-    engine.poll_statuses(None);
+    engine.status_lag(None);
     let rt = Runtime::spawn(engine.client_config())
         .await
         .expect("runtime");
@@ -679,9 +679,9 @@ async fn reconnect(r: &mut Report, smoke: bool) {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    // The runtime's cost, not the engine's status poll (1 s, as the real engine's lag):
+    // The runtime's cost, not the engine's status lag (1 to 2 s for a new run, as the real engine's):
     // run ends go out at once.
-    engine.poll_statuses(None);
+    engine.status_lag(None);
     let rt = Runtime::spawn(engine.client_config())
         .await
         .expect("runtime");
@@ -863,9 +863,9 @@ async fn outage(r: &mut Report, smoke: bool) {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    // The runtime's cost, not the engine's status poll (1 s, as the real engine's lag):
+    // The runtime's cost, not the engine's status lag (1 to 2 s for a new run, as the real engine's):
     // run ends go out at once.
-    engine.poll_statuses(None);
+    engine.status_lag(None);
     r.line(&format!("| readers | ours: operations / attempts | ours: attempts per operation | {go_name}: operations / attempts | attempts per operation |"));
     r.line("|---|---|---|---|---|");
     let counts: &[usize] = if smoke { &[20] } else { &[20, 100, 1000] };
@@ -914,9 +914,9 @@ async fn memory(r: &mut Report, smoke: bool) {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    // The runtime's cost, not the engine's status poll (1 s, as the real engine's lag):
+    // The runtime's cost, not the engine's status lag (1 to 2 s for a new run, as the real engine's):
     // run ends go out at once.
-    engine.poll_statuses(None);
+    engine.status_lag(None);
     let metrics = tokio::runtime::Handle::current().metrics();
     // The engine's own tasks settle first (its listeners start as it comes up): counted at once,
     // the baseline read 3 or 4 in back-to-back runs, and "left after shutdown" with it.

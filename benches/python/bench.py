@@ -119,10 +119,10 @@ def run_side(side: str, out_path: Path) -> int:
     engine = worker = None
     ok = False
     try:
-        # Ours without its status poll (results as they finish: the bench measures workers, not
+        # Ours without its status lag (results as they finish: the bench measures workers, not
         # the real engine's 2 s publication lag); BENCH_ENGINE_FLAGS="" keeps the poll. The real
         # engine (HATCHET_REAL_ENGINE=1): no process.
-        flags = os.environ.get("BENCH_ENGINE_FLAGS", "--no-status-poll").split()
+        flags = os.environ.get("BENCH_ENGINE_FLAGS", "--no-status-lag").split()
         engine, hs = start_engine(work, flags)
 
         def engine_cpu() -> float:

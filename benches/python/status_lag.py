@@ -1,12 +1,15 @@
 """How late an engine publishes a run's end: for N runs of a 0.5 s task, the time from the task's
 return (the worker's clock) to (a) the run reading COMPLETED over REST and (b) the official
 Python SDK's `aio_result()` returning, and whether REST ever read RUNNING. The real engine
-publishes both late and together; ours publishes both at a status poll once a second by default
-(`DevEngine::poll_statuses`).
+publishes both late and together: a new run 1 to 2 s after its creation, its later changes at
+once; ours does the same by default (`DevEngine::status_lag`).
 
     # the real engine (scripts/real-engine.sh start):
     eval "$(scripts/real-engine.sh env)"; python benches/python/status_lag.py 12
     # ours: start target/release/hatchet-dev-engine and export the lines it prints, then the same
+
+`STATUS_LAG_TASK_SECS` sets the task's length (0.5 s by default). With `durable` after N, the task is durable and sleeps three times for 2 s (`aio_sleep_for`):
+each line also gives how long each sleep took, as the worker saw it.
 
 Needs hatchet-sdk (tests/interop/.venv has it). Prints one line a run, then min/median/max.
 """
@@ -16,8 +19,9 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import timedelta
 
-from hatchet_sdk import Context, EmptyModel, Hatchet
+from hatchet_sdk import Context, DurableContext, EmptyModel, Hatchet
 from hatchet_sdk.clients.rest.models.v1_task_status import V1TaskStatus
 
 os.environ.setdefault("HATCHET_CLIENT_NAMESPACE", "status-lag")
@@ -28,14 +32,27 @@ lag = hatchet.workflow(name="status-lag")
 @lag.task()
 async def step(_: EmptyModel, ctx: Context) -> dict[str, float]:
     started = time.time()
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(float(os.environ.get("STATUS_LAG_TASK_SECS", "0.5")))
     return {"started": started, "ended": time.time()}
 
 
-async def measure(n: int) -> None:
+durable = hatchet.workflow(name="status-lag-durable")
+
+
+@durable.durable_task()
+async def sleeps(_: EmptyModel, ctx: DurableContext) -> dict[str, object]:
+    took = []
+    for _ in range(3):
+        before = time.time()
+        await ctx.aio_sleep_for(timedelta(seconds=2))
+        took.append(round(time.time() - before, 3))
+    return {"sleeps": took, "ended": time.time()}
+
+
+async def measure(n: int, wf) -> None:
     rows = []
     for i in range(n):
-        ref = await lag.aio_run(wait_for_result=False)
+        ref = await wf.aio_run(wait_for_result=False)
         result = asyncio.create_task(ref.aio_result())
         running = completed = returned = None
         while completed is None or returned is None:
@@ -48,10 +65,13 @@ async def measure(n: int) -> None:
             if result.done() and returned is None:
                 returned = now
             await asyncio.sleep(0.02)
-        ended = result.result()["step"]["ended"]
+        out = next(iter(result.result().values()))
+        ended = out["ended"]
         rows.append((completed - ended, returned - ended, running is not None))
         print(f"run {i}: REST COMPLETED +{rows[-1][0]:.3f}s, result +{rows[-1][1]:.3f}s, "
-              f"REST read RUNNING: {rows[-1][2]}", flush=True)
+              f"REST read RUNNING: {rows[-1][2]}, phase (wall clock mod 1 s) ended "
+              f"{ended % 1:.3f} result {returned % 1:.3f}"
+              + (f", sleeps took {out['sleeps']}" if "sleeps" in out else ""), flush=True)
         await asyncio.sleep(0.37)  # spread the runs over the poll's phase
     for name, xs in (("REST COMPLETED", [r[0] for r in rows]), ("result", [r[1] for r in rows])):
         print(f"{name} after the task returned: min {min(xs):.3f}s, "
@@ -61,14 +81,15 @@ async def measure(n: int) -> None:
 
 def main() -> None:
     if sys.argv[1:] == ["worker"]:
-        hatchet.worker("status-lag", workflows=[lag], slots=4).start()
+        hatchet.worker("status-lag", workflows=[lag, durable], slots=4).start()
         return
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 12
+    wf = durable if sys.argv[2:3] == ["durable"] else lag
     worker = subprocess.Popen([sys.executable, __file__, "worker"], start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(8)  # the worker registers
-        asyncio.run(measure(n))
+        asyncio.run(measure(n, wf))
     finally:
         os.killpg(worker.pid, 15)
         worker.wait(20)

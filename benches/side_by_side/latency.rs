@@ -46,9 +46,9 @@ impl Target {
             let engine = DevEngine::start(DevEngineOptions::default())
                 .await
                 .expect("engine");
-            // The runtime's latency, not the engine's status poll (1 s, as the real engine's lag):
+            // The runtime's latency, not the engine's status lag (1 to 2 s for a new run, as the real engine's):
             // run ends go out at once. `BENCH_ENGINE=real` measures the real one's.
-            engine.poll_statuses(None);
+            engine.status_lag(None);
             return Target::Dev(engine);
         }
         let config = ClientConfig::from_env().unwrap_or_else(|e| {
@@ -369,9 +369,9 @@ pub async fn cold_start(r: &mut Report, smoke: bool) {
     let engine = DevEngine::start(DevEngineOptions::default())
         .await
         .expect("engine");
-    // The runtime's cost, not the engine's status poll (1 s, as the real engine's lag):
+    // The runtime's cost, not the engine's status lag (1 to 2 s for a new run, as the real engine's):
     // run ends go out at once.
-    engine.poll_statuses(None);
+    engine.status_lag(None);
     let mut samples = Vec::with_capacity(tries);
     for i in 0..tries {
         let name = format!("cold-{i}");

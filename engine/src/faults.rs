@@ -47,9 +47,10 @@ pub(crate) struct Switches {
     /// Timers read on a poll, as the real engine reads them (see [`TimerPoll`]).
     pub poll_timers: Option<TimerPoll>,
     /// What REST reads of a task's or a run's status, and a run's end on the run streams,
-    /// published on a poll, as the real engine publishes them late (see
-    /// [`TimerPoll::STATUSES`]). `None` is a kindness for tests: both at once.
-    pub poll_statuses: Option<TimerPoll>,
+    /// published late, as the real engine publishes them: a new run `lag` to `2 * lag` after
+    /// its creation, later changes at once behind it (`store/readable.rs`). `None` is a
+    /// kindness for tests: both at once.
+    pub status_lag: Option<std::time::Duration>,
     /// A kindness the real engine lacks: assignments a worker never answered are offered
     /// again when their stream closes, instead of running out their timeout.
     pub reoffer_unanswered: bool,
@@ -91,6 +92,10 @@ pub(crate) struct Switches {
     pub defer_trigger_writes: Option<std::time::Duration>,
 }
 
+/// The real engine's lag for a new run: it reaches REST and the run streams 1 to 2 s after its
+/// creation (measured: `docs/guide/real-engine.md`; the pipeline is `store/readable.rs`).
+pub(crate) const STATUS_LAG: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Default for Switches {
     fn default() -> Self {
         Switches {
@@ -99,7 +104,7 @@ impl Default for Switches {
             release_slot_frees: false,
             stamp_queued_late: false,
             poll_timers: Some(TimerPoll::every(TimerPoll::REAL)),
-            poll_statuses: Some(TimerPoll::every(TimerPoll::STATUSES)),
+            status_lag: Some(STATUS_LAG),
             reoffer_unanswered: false,
             duplicate_assignments: 0,
             late_duplicates: 0,
@@ -133,17 +138,6 @@ pub(crate) struct TimerPoll {
 impl TimerPoll {
     /// The real engine's period.
     pub(crate) const REAL: std::time::Duration = std::time::Duration::from_secs(1);
-
-    /// The status poll. The real engine's REST reads statuses from OLAP tables its controller
-    /// fills from buffered events (v0.104.9 `internal/services/controllers/olap/controller.go`,
-    /// a 2 s job by default), and a run stream sends a run's end when a message tells it, or
-    /// its 1 s ticker re-reads the run (`internal/services/dispatcher/server.go`,
-    /// `subscribeToWorkflowRunsV1`). Measured there with the official Python SDK
-    /// (`benches/python/status_lag.py`): a 0.5 s task's result and its run's REST COMPLETED
-    /// arrived together, 0.03 to 1.48 s after the task returned (median 0.84 s, 24 runs; a
-    /// standalone task's the same: median 0.93 s, 10 runs), and REST read RUNNING in few of
-    /// them. One poll a second publishes both here, together.
-    pub(crate) const STATUSES: std::time::Duration = std::time::Duration::from_secs(1);
 
     /// Polls every `every`, the first at the next pass.
     pub(crate) fn every(every: std::time::Duration) -> Self {

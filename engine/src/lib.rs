@@ -647,16 +647,17 @@ impl DevEngine {
         self.engine.wake.notify_one();
     }
 
-    /// The real engine's status lag (on by default, a poll every second): with `Some(every)`,
-    /// what REST reads of a task's or a run's status, and a run's end on the run streams
-    /// (`SubscribeToWorkflowRuns`, what a client's `result()` waits on), catch up together at
-    /// polls `every` apart, as they arrive late on the real engine; a result arrives up to
-    /// `every` after the run's last task finished, and a short task may never read RUNNING over
-    /// REST. `GetRunDetails` reads the live state either way. `None` is a kindness for tests:
-    /// both read the live state at once.
-    pub fn poll_statuses(&self, every: Option<Duration>) {
-        self.engine.state.lock().switches.poll_statuses =
-            every.map(crate::faults::TimerPoll::every);
+    /// The real engine's status lag (on by default, 1 s): with `Some(lag)`, what REST reads
+    /// of a task's or a run's status, and a run's end on the run streams
+    /// (`SubscribeToWorkflowRuns`, what a client's `result()` waits on), come through one
+    /// pipeline, in order, as on the real engine: a new run `lag` to `2 * lag` after its
+    /// creation, later changes at once unless a run ahead of them is still on its way. So a
+    /// run that ends within about a second of its creation gets its result, and reads
+    /// COMPLETED over REST, up to 2 s after it was created, and may never read RUNNING; a
+    /// longer one at once. `GetRunDetails` reads the live state either way. `None` is a
+    /// kindness for tests: both read the live state at once.
+    pub fn status_lag(&self, lag: Option<Duration>) {
+        self.engine.state.lock().switches.status_lag = lag;
         self.engine.wake.notify_one();
     }
 

@@ -180,7 +180,7 @@ def run_checks(hs: dict[str, str], markers: Path, worker: subprocess.Popen[bytes
             t.Grouped(nonce=uuid.uuid4().hex, group=g), wait_for_result=False), 15)
             for g in ("x", "x", "y")]
         # When each ran, by the worker's clock (REST statuses lag on the real engine, and on
-        # ours: its status poll). Group x's runs never overlap; group y's does not wait on x.
+        # ours: its status lag). Group x's runs never overlap; group y's does not wait on x.
         spans = [bounded(r.result, 30) for r in runs]
         spans = [next(iter(s.values())) if "started" not in s else s for s in spans]
         (x1, x2) = sorted((spans[0], spans[1]), key=lambda s: s["started"])

@@ -287,7 +287,7 @@ async fn dag_conditions_wait_skip_and_cancel_as_the_engine_decides() {
         hatchet_runtime::Outcome::RunCancelled,
         "{err}"
     );
-    // REST catches up at the engine's status poll (the real engine's OLAP lag).
+    // REST catches up through the engine's status lag (the real engine's OLAP lag).
     let v = crate::support::until_read("the run to read CANCELLED over REST", view, |v| {
         v.status == RunStatus::Cancelled
     })

@@ -30,7 +30,7 @@ async fn typed_reads_of_runs_workers_crons_schedules_and_rate_limits() {
         .expect("trigger");
     let _: Value = h.result().await.expect("done");
     let api = rt.api();
-    // REST catches up at the engine's status poll (the real engine's OLAP tables lag too).
+    // REST catches up through the engine's status lag (the real engine's OLAP tables lag too).
     let d = crate::support::until_read(
         "the run to read COMPLETED over REST",
         || api.run(h.run_id()),

@@ -314,7 +314,7 @@ async fn cancel_and_replay_by_filter_select_runs_by_metadata_and_time() {
         "the other batch is untouched"
     );
     // Replay what the filter selects among cancelled runs: the three run again, once REST reads
-    // them cancelled (the engine's status poll; the real engine's OLAP tables lag too).
+    // them cancelled (the engine's status lag; the real engine's OLAP tables lag too).
     let api = rt.api();
     for h in &a {
         crate::support::until_read(

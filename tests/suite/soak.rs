@@ -38,9 +38,9 @@ async fn soak_with_periodic_restarts_keeps_tasks_and_memory_flat() {
             .await
             .expect("engine"),
     );
-    // The soak measures the runtime under load and restarts, not the engine's status poll
+    // The soak measures the runtime under load and restarts, not the engine's status lag
     // (which holds each result up to 1 s, as the real engine's lag does): ends go out at once.
-    engine.poll_statuses(None);
+    engine.status_lag(None);
     let rt = Runtime::spawn(engine.client_config())
         .await
         .expect("runtime");

@@ -334,7 +334,7 @@ async fn a_drain_longer_than_the_heartbeat_window_keeps_the_task_on_its_worker()
     assert_eq!(second, json!({"n": 2}));
     // The first run's result arrives, and it ran exactly once across both workers. It is read
     // through the runtime that stays: the draining one stops once its worker is drained, which
-    // may come before the engine publishes the run's end (its status poll), and a stopped
+    // may come before the engine publishes the run's end (its status lag), and a stopped
     // runtime's waits end `Closed`.
     let first = other.run_handle(first.run_id());
     let out: Value = tokio::time::timeout(Duration::from_secs(10), first.result())

@@ -1,12 +1,12 @@
 //! `hatchet-dev-engine`: the embedded development engine as a standalone process.
 //!
 //! By hand: `hatchet-dev-engine [--grpc-port N] [--api-port N] [--virtual-time]
-//! [--no-status-poll]` prints the token
+//! [--no-status-lag]` prints the token
 //! and the `HATCHET_CLIENT_*` lines a client needs, and serves until Ctrl-C. With
 //! `--virtual-time` the engine's clock jumps over waits (see `DevEngineOptions::virtual_time`);
-//! `POST /_dev/advance?seconds=N` on the REST port jumps by hand. With `--no-status-poll` run
-//! ends and REST statuses are published at once, not at a status poll once a second as the real
-//! engine's lag (a kindness for benchmarks; see `DevEngine::poll_statuses`).
+//! `POST /_dev/advance?seconds=N` on the REST port jumps by hand. With `--no-status-lag` run
+//! ends and REST statuses are published at once, not 1 to 2 s after a run's creation as the
+//! real engine's lag (a kindness for benchmarks; see `DevEngine::status_lag`).
 //!
 //! As the official Python SDK's embedded engine (`HATCHET_CLIENT_EMBEDDED_BINARY_PATH`): accepts
 //! `-handshake-file F`, `-grpc-port N`, `-api-port N` (one or two dashes), ignores the database and
@@ -35,7 +35,7 @@ struct Args {
     api_port: u16,
     handshake: Option<PathBuf>,
     virtual_time: bool,
-    no_status_poll: bool,
+    no_status_lag: bool,
 }
 
 fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
@@ -66,7 +66,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
             }
             "handshake-file" => out.handshake = Some(PathBuf::from(value("handshake-file")?)),
             "virtual-time" => out.virtual_time = true,
-            "no-status-poll" => out.no_status_poll = true,
+            "no-status-lag" => out.no_status_lag = true,
             n if IGNORED_WITH_VALUE.contains(&n) => {
                 value(n)?;
             }
@@ -79,7 +79,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
 }
 
 const USAGE: &str = "usage: hatchet-dev-engine [--grpc-port N] [--api-port N] [--handshake-file F] \
-                     [--virtual-time] [--no-status-poll]";
+                     [--virtual-time] [--no-status-lag]";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -106,10 +106,10 @@ async fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if args.no_status_poll {
-        // A kindness for benchmarks: run ends and REST statuses at once instead of at the
-        // status poll (`DevEngine::poll_statuses`).
-        engine.poll_statuses(None);
+    if args.no_status_lag {
+        // A kindness for benchmarks: run ends and REST statuses at once instead of through
+        // the status pipeline (`DevEngine::status_lag`).
+        engine.status_lag(None);
     }
     let config = engine.client_config();
     match &args.handshake {
@@ -185,7 +185,7 @@ mod tests {
         let a = args("--grpc-port=1 --api-port 2").expect("parses");
         assert_eq!((a.grpc_port, a.api_port, a.virtual_time), (1, 2, false));
         assert!(args("--virtual-time").expect("parses").virtual_time);
-        assert!(args("--no-status-poll").expect("parses").no_status_poll);
+        assert!(args("--no-status-lag").expect("parses").no_status_lag);
     }
 
     #[test]

@@ -102,14 +102,15 @@ pub(crate) struct State {
     pub workflows: crate::store::workflows::Workflows,
     /// Every run, in creation order (see `store/table.rs`).
     pub runs: crate::store::table::Runs,
-    pub tasks: HashMap<String, Task>,
+    /// Every task (see `store/table.rs`).
+    pub tasks: crate::store::table::Tasks,
     pub queue: crate::sched::queue::TaskQueue,
     pub workers: HashMap<String, Worker>,
     /// Batch tasks' buffers and running batches (see `sched/batches.rs`).
     pub batches: crate::sched::batches::Batches,
     /// Open run and event subscriptions (see `store/subscriptions.rs`).
     pub subscriptions: crate::store::subscriptions::Subscriptions,
-    /// Run ends the run streams will hear of at the next status poll (see
+    /// The status pipeline: run changes on their way to REST and the run streams (see
     /// `store/readable.rs`).
     pub published: crate::store::model::Published,
     /// Pushed events (see `store/events.rs`).

@@ -43,13 +43,13 @@ impl View<'_> {
         self.st.tasks.get(id)
     }
 
-    /// The status REST reads of task `t`: as of the engine's last status poll
+    /// The status REST reads of task `t`: as of the status pipeline's last entry for it
     /// (`store/readable.rs`).
     pub(crate) fn task_status(&self, t: &Task) -> Status {
         self.st.readable_task_status(t)
     }
 
-    /// The status REST reads of run `r`: as of the engine's last status poll.
+    /// The status REST reads of run `r`: as of the status pipeline's last entry for it.
     pub(crate) fn run_status(&self, r: &Run) -> Status {
         self.st.readable_run_status(r)
     }

@@ -66,7 +66,7 @@ impl Engine {
                 .runs
                 .get(id)
                 .ok_or_else(|| GrpcStatus::not_found("run not found"))?;
-            if run.status.is_terminal() {
+            if run.status().is_terminal() {
                 return Ok(None);
             }
         }
@@ -94,7 +94,7 @@ impl Engine {
         // Like the real engine: until the run is finalized, a task reads QUEUED or RUNNING
         // (or EVICTED), without output or error, whether or not it finished; per-task progress
         // is the REST read's.
-        let done = run.status.is_terminal();
+        let done = run.status().is_terminal();
         let mut any_running = false;
         let mut any_evicted = false;
         let mut task_runs = HashMap::new();
@@ -139,7 +139,7 @@ impl Engine {
             }
         }
         let status = if done {
-            run.status.v1()
+            run.status().v1()
         } else if any_running {
             v1::RunStatus::Running as i32
         } else {

@@ -1,4 +1,4 @@
-//! Scheduling: the scheduler's pass (reassignment, timers, the status poll, assignment) and
+//! Scheduling: the scheduler's pass (reassignment, timers, the status pipeline, assignment) and
 //! hanging up every stream on a restart.
 
 use super::*;
@@ -31,8 +31,8 @@ impl Engine {
         // Crons and schedules fire when due (the real engine's scheduler runs them on time).
         let wall = st.clock.system_now();
         st.fire_calendar(wall);
-        // What REST reads, and the run streams' ends, catch up at the status poll.
-        st.poll_statuses(now);
+        // What REST reads, and the run streams' ends, come through the status pipeline.
+        st.publish_statuses(now);
         // A worker silent long enough to lose its tasks is never live (matters when tests make
         // the reassignment window shorter than the liveness window).
         st.assign(now, LIVE_HEARTBEAT.min(self.reassign_after));

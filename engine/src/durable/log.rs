@@ -699,11 +699,11 @@ impl State {
             return;
         };
         // Only a child (spawned by a task) can have a durable RUN node waiting on it.
-        if !run.status.is_terminal() || run.parent_task_id.is_none() {
+        if !run.status().is_terminal() || run.parent_task_id.is_none() {
             return;
         }
         let ev = self.run_event(run);
-        let failed = run.status != Status::Completed;
+        let failed = run.status() != Status::Completed;
         let payload = if failed {
             Vec::new()
         } else if ev.results.len() == 1 {

@@ -15,7 +15,7 @@ impl State {
             .filter(|r| {
                 r.id != except
                     && !r.held
-                    && !r.status.is_terminal()
+                    && !r.status().is_terminal()
                     && r.workflow_name == group.0
                     && r.groups.iter().any(|(i, k)| *i == group.1 && *k == group.2)
             })
@@ -177,7 +177,7 @@ impl State {
                 let waiting = self
                     .runs
                     .get(&next)
-                    .is_some_and(|r| r.held && !r.status.is_terminal());
+                    .is_some_and(|r| r.held && !r.status().is_terminal());
                 if !waiting {
                     continue; // cancelled while held
                 }
@@ -244,7 +244,7 @@ mod tests {
         assert!(queued(&st, &a) && st.runs[&b].held && st.runs[&c].held);
         let b_task = st.runs[&b].tasks[0].clone();
         st.cancel_task(&b_task, "cancelled by the test");
-        assert_eq!(st.runs[&b].status, Status::Cancelled);
+        assert_eq!(st.runs[&b].status(), Status::Cancelled);
         assert_eq!(st.complete_all_queued("wf"), 1, "only a runs");
         assert!(queued(&st, &c), "c is admitted; cancelled b is skipped");
         assert!(st.held_runs.is_empty());

@@ -225,11 +225,9 @@ impl State {
             self.deadlines.add(now + t.timeout, tid);
             run
         };
-        if let Some(r) = self.runs.get_mut(&run_id)
-            && r.status == Status::Queued
-        {
-            r.status = Status::Running;
-            r.started_at = Some(self.clock.system_now());
+        let now = self.clock.system_now();
+        if let Some(r) = self.runs.get_mut(&run_id) {
+            r.start(now);
         }
         Offer::Sent(slot)
     }
@@ -552,11 +550,8 @@ impl State {
                 t.started_at = Some(started);
                 let run = t.run_id.clone();
                 self.deadlines.add(now + t.timeout, tid);
-                if let Some(r) = self.runs.get_mut(&run)
-                    && r.status == Status::Queued
-                {
-                    r.status = Status::Running;
-                    r.started_at = Some(started);
+                if let Some(r) = self.runs.get_mut(&run) {
+                    r.start(started);
                 }
             }
         }

@@ -305,10 +305,8 @@ impl State {
                 }
             }
             self.feed_outside_parents(&chosen, &names);
-            self.reopen(&run_id);
             if let Some(r) = self.runs.get_mut(&run_id) {
-                r.status = Status::Queued;
-                r.finished_at = None;
+                r.replay();
                 if r.first_failure
                     .as_ref()
                     .is_some_and(|(n, _)| names.contains(n))

@@ -130,8 +130,8 @@ pub(crate) struct Task {
     pub action: String,
     /// Changed only by the transitions of `impl Task` below (read it with [`Task::status`]).
     pub(in crate::store) status: Status,
-    /// The status REST reads: `status` as of the engine's last status poll (see
-    /// `Switches::poll_statuses`; read it with `State::readable_task_status`).
+    /// The status REST reads: `status` as of the status pipeline's last entry for its run (see
+    /// `Switches::status_lag`; read it with `State::readable_task_status`).
     pub(in crate::store) readable: Status,
     /// The current attempt's retry count (the attempt key is `(id, retry_count)`).
     pub retry_count: i32,
@@ -251,9 +251,9 @@ impl Task {
         self.status
     }
 
-    /// The status poll reads it: REST sees its status from now on.
-    pub(in crate::store) fn publish(&mut self) {
-        self.readable = self.status;
+    /// The status pipeline has it as it was: REST reads `status` from now on.
+    pub(in crate::store) fn publish(&mut self, status: Status) {
+        self.readable = status;
     }
 
     /// Offered to `worker` on `session`: it runs there, holding a slot of `slot_type` (or none,
@@ -443,12 +443,17 @@ pub struct Run {
     pub workflow_version_id: String,
     pub input: serde_json::Value,
     pub additional_metadata: serde_json::Map<String, serde_json::Value>,
-    pub status: Status,
+    /// Changed only by the transitions of `impl Run` below (read it with [`Run::status`]).
+    pub(in crate::store) status: Status,
     /// The status REST reads, and whether the run streams were told of its end: as of the
-    /// engine's last status poll (see `Switches::poll_statuses`; read them with
+    /// status pipeline's last entry for it (see `Switches::status_lag`; read them with
     /// `State::readable_run_status` and `State::run_end_published`).
     pub(in crate::store) readable: Status,
     pub(in crate::store) end_published: bool,
+    /// Whether the status pipeline has had it (its creation's entry was queued).
+    pub(in crate::store) in_pipeline: bool,
+    /// How many times it was replayed: an end on its way from before a replay is not news.
+    pub(in crate::store) replays: u32,
     pub tasks: Vec<String>,
     pub parent_task_id: Option<String>,
     pub child_index: Option<i32>,
@@ -467,6 +472,44 @@ pub struct Run {
     pub first_failure: Option<(String, String)>,
     /// The payload of the event filter that started it (`triggers.filter_payload`).
     pub filter_payload: Option<serde_json::Value>,
+}
+
+/// The run's life, one transition per cause: the only writers of its status. A run's status
+/// follows its tasks': the engine's rules decide when a transition applies.
+impl Run {
+    /// Its status.
+    pub(crate) fn status(&self) -> Status {
+        self.status
+    }
+
+    /// A task of it was assigned at `at`: a queued run runs from then on (a running or ended
+    /// run keeps its status).
+    pub(crate) fn start(&mut self, at: SystemTime) {
+        if self.status == Status::Queued {
+            self.status = Status::Running;
+            self.started_at = Some(at);
+        }
+    }
+
+    /// Every task ended: the run ends with `status` (completed, failed or cancelled) at `at`.
+    pub(in crate::store) fn end(&mut self, status: Status, at: SystemTime) {
+        self.status = status;
+        self.finished_at = Some(at);
+    }
+
+    /// Every task completed after all (a completion that came after a cancel, recorded as
+    /// the real engine does): the run reads completed; its end time stays the cancel's.
+    pub(in crate::store) fn complete_late(&mut self) {
+        self.status = Status::Completed;
+    }
+
+    /// Replayed: queued again, its end forgotten (the run streams hear of its next end).
+    pub(in crate::store) fn replay(&mut self) {
+        self.status = Status::Queued;
+        self.finished_at = None;
+        self.end_published = false;
+        self.replays += 1;
+    }
 }
 
 /// A listener session of a worker (one ListenV2 or Listen stream).
@@ -539,10 +582,20 @@ pub(crate) struct TriggerOpts {
     pub run_id: Option<String>,
 }
 
-/// The status poll's record (its actions are in `readable.rs`): runs whose end the run streams
-/// have not been told yet, and the last poll.
+/// The status pipeline (its actions are in `readable.rs`): runs as they were when they
+/// changed, each to publish when it falls due, in order (the times never decrease).
 #[derive(Debug, Default)]
 pub(crate) struct Published {
-    pub(in crate::store) ends: Vec<String>,
-    pub(in crate::store) last_poll: Option<Instant>,
+    pub(in crate::store) queue: std::collections::VecDeque<Entry>,
+}
+
+/// One change of a run on its way through the status pipeline: the run and its tasks as they
+/// were then.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(in crate::store) due: Instant,
+    pub(in crate::store) run: String,
+    pub(in crate::store) status: Status,
+    pub(in crate::store) tasks: Vec<(String, Status)>,
+    pub(in crate::store) replays: u32,
 }

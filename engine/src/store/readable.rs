@@ -1,34 +1,56 @@
 //! What REST and the run streams see of statuses. The real engine publishes them late: REST
 //! reads OLAP tables its controller fills from buffered events, and a run's end reaches the run
-//! streams (`SubscribeToWorkflowRuns`) with the same lag; measured, both arrive together, 0.03 to
-//! 1.48 s after the change (see `TimerPoll::STATUSES`). Here both are published at a status poll
-//! once a second; `GetRunDetails` reads the live tables and does not lag.
+//! streams (`SubscribeToWorkflowRuns`) when the same pipeline has it. Measured on v0.104.9
+//! (`benches/python/status_lag.py`): a run that ends 0.5 s into its life reads COMPLETED over
+//! REST, and its result arrives, 0.55 to 1.48 s after its task returned, both at the same
+//! moment; a run that ends 3 s into its life, or after durable sleeps, 0.02 to 0.06 s after.
+//! The lag is the new run's: once the pipeline has a run, its changes pass at once, and a
+//! change behind a run still on its way waits for it (a parent's end never goes out before its
+//! children read as they are). `GetRunDetails` reads the live tables and does not lag.
 //!
 //! # Invariants
 //!
-//! 1. With the poll on (the default), REST reads a task's and a run's status as of the last
-//!    poll, and a run's end reaches the run streams at the first poll at or after it: once per
-//!    end, and with the status REST reads already the end's.
-//! 2. With the poll off (`DevEngine::poll_statuses(None)`, a kindness for tests), REST reads the
+//! 1. With the lag on (the default, `faults::STATUS_LAG`), runs reach REST and the run streams
+//!    through one pipeline, in order: a new run `lag` to `2 * lag` after its creation (a draw
+//!    fixed by its id), every later change of it or its tasks at the next pass, except that no
+//!    entry overtakes an earlier one. Until its entry is through, REST reads the run and its
+//!    tasks as they were then (a new run: as created).
+//! 2. A run's end reaches the run streams when the pipeline has it: once per end (a replay's
+//!    end is a new one), and with the status REST reads already the end's.
+//! 3. With the lag off (`DevEngine::status_lag(None)`, a kindness for tests), REST reads the
 //!    live status and a run's end goes out when the run ends.
+//! 4. A pass reads only the runs and tasks that changed since the last (table.rs invariant 3)
+//!    and the entries that fall due: nothing scans every run.
+
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::core::State;
-use crate::store::model::{Run, Status, Task};
+use crate::store::model::{Entry, Run, Status, Task};
+
+/// How long after its creation run `id` comes through the pipeline under `lag`: `lag` to
+/// `2 * lag`, the same for one id every time (invariant 1).
+pub(crate) fn new_run_lag(id: &str, lag: Duration) -> Duration {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    id.hash(&mut h);
+    lag + lag.mul_f64((h.finish() % 1_000) as f64 / 1_000.0)
+}
 
 impl State {
-    /// The status REST reads of task `t` (invariants 1 and 2).
+    /// The status REST reads of task `t` (invariants 1 and 3).
     pub(crate) fn readable_task_status(&self, t: &Task) -> Status {
-        match self.switches.poll_statuses {
+        match self.switches.status_lag {
             Some(_) => t.readable,
             None => t.status(),
         }
     }
 
-    /// The status REST reads of run `r` (invariants 1 and 2).
+    /// The status REST reads of run `r` (invariants 1 and 3).
     pub(crate) fn readable_run_status(&self, r: &Run) -> Status {
-        match self.switches.poll_statuses {
+        match self.switches.status_lag {
             Some(_) => r.readable,
             None => r.status,
         }
@@ -39,66 +61,101 @@ impl State {
         r.status.is_terminal() && r.end_published
     }
 
-    /// Run `run_id` just ended: the run streams hear of it at the next poll, or now with the
-    /// poll off.
+    /// Run `run_id` just ended: with the lag off its end goes out now (invariant 3); with it
+    /// on, the pipeline has the change (the run was touched) and sends it (invariant 2).
     pub(crate) fn end_to_publish(&mut self, run_id: &str) {
-        match self.switches.poll_statuses {
-            Some(_) => self.published.ends.push(run_id.to_string()),
-            None => self.publish_end(run_id),
+        if self.switches.status_lag.is_none()
+            && let Some(entry) = self.entry(run_id, self.clock.now())
+        {
+            self.publish(entry);
         }
     }
 
-    /// Run `run_id` runs again (a replay): its end is news again.
-    pub(crate) fn reopen(&mut self, run_id: &str) {
-        if let Some(r) = self.runs.get_mut(run_id) {
-            r.end_published = false;
+    /// One pass of the pipeline at `now`: what changed since the last pass joins it as it is
+    /// now, and what falls due comes through (invariants 1, 2 and 4). With the lag off
+    /// everything comes through at once, so that turning the lag on later starts from the
+    /// live state.
+    pub(crate) fn publish_statuses(&mut self, now: Instant) {
+        let mut changed = HashSet::new();
+        self.tasks.take_touched(|t| {
+            changed.insert(t.run_id.clone());
+        });
+        self.runs.take_touched(|r| {
+            changed.insert(r.id.clone());
+        });
+        for id in changed {
+            if let Some(entry) = self.entry(&id, now) {
+                self.published.queue.push_back(entry);
+            }
+        }
+        while self
+            .published
+            .queue
+            .front()
+            .is_some_and(|entry| entry.due <= now)
+        {
+            if let Some(entry) = self.published.queue.pop_front() {
+                self.publish(entry);
+            }
         }
     }
 
-    /// The status poll at `now`: at the first pass at or after each poll, every status REST
-    /// reads catches up and every run ended since the last poll is announced (invariant 1).
-    pub(crate) fn poll_statuses(&mut self, now: Instant) {
-        let Some(poll) = self.switches.poll_statuses.as_mut() else {
+    /// Run `run_id` as it is, to come through the pipeline: a new run's own lag after `now`,
+    /// a known one's at `now`, and never before the last entry (invariant 1).
+    fn entry(&mut self, run_id: &str, now: Instant) -> Option<Entry> {
+        let lag = self.switches.status_lag;
+        let r = self.runs.get_unmarked(run_id)?;
+        let due = match lag {
+            Some(lag) if !r.in_pipeline => now + new_run_lag(run_id, lag),
+            _ => now,
+        };
+        r.in_pipeline = true;
+        let due = self
+            .published
+            .queue
+            .back()
+            .map_or(due, |last| due.max(last.due));
+        let r = &self.runs[run_id];
+        let tasks = r
+            .tasks
+            .iter()
+            .filter_map(|tid| self.tasks.get(tid))
+            .map(|t| (t.id.clone(), t.status()))
+            .collect();
+        Some(Entry {
+            due,
+            run: run_id.to_string(),
+            status: r.status,
+            tasks,
+            replays: r.replays,
+        })
+    }
+
+    /// `entry` comes through the pipeline: REST reads its run and tasks as they were then, and
+    /// the run streams hear of its end, once (invariants 1 and 2).
+    fn publish(&mut self, entry: Entry) {
+        let Some(r) = self.runs.get_unmarked(&entry.run) else {
             return;
         };
-        let at = poll.read(now);
-        if self.published.last_poll == Some(at) {
-            return;
+        r.readable = entry.status;
+        let ended = entry.status.is_terminal() && !r.end_published && entry.replays == r.replays;
+        r.end_published |= ended;
+        for (tid, status) in entry.tasks {
+            if let Some(t) = self.tasks.get_unmarked(&tid) {
+                t.publish(status);
+            }
         }
-        self.published.last_poll = Some(at);
-        for t in self.tasks.values_mut() {
-            t.publish();
-        }
-        for r in self.runs.values_mut() {
-            r.readable = r.status;
-        }
-        for run_id in std::mem::take(&mut self.published.ends) {
-            self.publish_end(&run_id);
+        if ended {
+            let event = self.run_event(&self.runs[entry.run.as_str()]);
+            self.subscriptions.run_ended(&entry.run, &event);
         }
     }
 
-    /// Tells the run streams that `run_id` ended, once (invariant 1).
-    fn publish_end(&mut self, run_id: &str) {
-        let Some(r) = self.runs.get_mut(run_id) else {
-            return;
-        };
-        if !r.status.is_terminal() || r.end_published {
-            return;
-        }
-        r.end_published = true;
-        r.readable = r.status;
-        let event = self.run_event(&self.runs[run_id]);
-        self.subscriptions.run_ended(run_id, &event);
-    }
-
-    /// When virtual time may jump for the status poll: the next poll after `now`, while a
-    /// status or an end waits for it.
+    /// When virtual time may jump for the pipeline: when its first entry falls due.
     pub(crate) fn next_status_poll(&self, now: Instant) -> Option<Instant> {
-        let poll = self.switches.poll_statuses?;
-        let waiting = !self.published.ends.is_empty()
-            || self.runs.values().any(|r| r.readable != r.status)
-            || self.tasks.values().any(|t| t.readable != t.status());
-        waiting.then(|| poll.reads(now + std::time::Duration::from_nanos(1)))
+        self.switches.status_lag?;
+        let due = self.published.queue.front()?.due;
+        (due > now).then_some(due)
     }
 }
 
@@ -109,29 +166,40 @@ mod tests {
     use tokio::sync::mpsc::UnboundedReceiver;
     use tokio::time::Instant;
 
+    use super::new_run_lag;
     use crate::core::State;
-    use crate::faults::TimerPoll;
     use crate::store::model::Status;
 
     type Ends =
         UnboundedReceiver<Result<hatchet_runtime::protocol::WorkflowRunEvent, tonic::Status>>;
 
-    /// A one-task run a subscription waits for, its task completed under `poll` (the first
-    /// poll, at `t0`, before the run): the state, `t0`, the run, its task and the subscription's
-    /// receiver.
-    fn completed_run(poll: Option<TimerPoll>) -> (State, Instant, String, String, Ends) {
+    const LAG: Duration = Duration::from_secs(1);
+
+    /// An engine with the status lag `lag`, and its clock's start.
+    fn engine(lag: Option<Duration>) -> (State, Instant) {
         let mut st = crate::core::state_with(crate::core::one_task_workflow());
-        st.switches.poll_statuses = poll;
+        st.switches.status_lag = lag;
         let t0 = st.clock.now();
-        st.poll_statuses(t0);
-        let run = crate::core::plain_run(&mut st, "wf");
+        (st, t0)
+    }
+
+    /// A new one-task run a subscription waits for, after a pass at `now`: the run, its task,
+    /// the subscription's receiver and when the run comes through.
+    fn new_run(st: &mut State, now: Instant) -> (String, String, Ends, Instant) {
+        let run = crate::core::plain_run(st, "wf");
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let sub = st.subscriptions.open_runs(tx);
         st.subscriptions.want_run(sub, &run, None);
         let tid = st.runs[&run].tasks[0].clone();
-        st.complete_task(&tid, "{}".into());
-        assert_eq!(st.runs[&run].status, Status::Completed);
-        (st, t0, run, tid, rx)
+        st.publish_statuses(now);
+        let due = now + new_run_lag(&run, LAG);
+        (run, tid, rx, due)
+    }
+
+    /// Completes task `tid` and makes a pass at `now`.
+    fn complete(st: &mut State, tid: &str, now: Instant) {
+        st.complete_task(tid, "{}".into());
+        st.publish_statuses(now);
     }
 
     /// The run id of the next end on `rx`, if one is there.
@@ -143,39 +211,147 @@ mod tests {
     }
 
     #[test]
-    fn an_end_is_published_once_at_the_first_poll_after_it_and_reads_lag_until_then() {
-        let (mut st, t0, run, tid, mut rx) =
-            completed_run(Some(TimerPoll::every(Duration::from_secs(2))));
+    fn a_run_s_own_lag_is_one_to_two_lags_and_fixed_by_its_id() {
+        for i in 0..200 {
+            let id = format!("run-{i}");
+            let lag = new_run_lag(&id, LAG);
+            assert!(lag >= LAG && lag < 2 * LAG, "{id}: {lag:?}");
+            assert_eq!(new_run_lag(&id, LAG), lag, "the same draw for one id");
+        }
+        let spread: std::collections::HashSet<_> = (0..50)
+            .map(|i| new_run_lag(&format!("r{i}"), LAG))
+            .collect();
+        assert!(spread.len() > 40, "the draws spread: {}", spread.len());
+    }
+
+    #[test]
+    fn a_new_run_s_end_goes_out_when_the_run_comes_through_once_and_reads_lag_until_then() {
+        let (mut st, t0) = engine(Some(LAG));
+        let (run, tid, mut rx, due) = new_run(&mut st, t0);
+        complete(&mut st, &tid, t0);
+        assert_eq!(st.runs[&run].status(), Status::Completed, "live");
         assert_eq!(st.readable_run_status(&st.runs[&run]), Status::Queued);
         assert_eq!(st.readable_task_status(&st.tasks[&tid]), Status::Queued);
-        assert_eq!(end(&mut rx), None, "not before the poll");
-        // A pass within the same period is not a poll.
-        st.poll_statuses(t0 + Duration::from_millis(1_999));
-        assert_eq!(end(&mut rx), None, "a pass between polls publishes nothing");
+        assert_eq!(end(&mut rx), None, "not before the run comes through");
         assert_eq!(
-            st.next_status_poll(t0 + Duration::from_millis(1_999)),
-            Some(t0 + Duration::from_secs(2)),
-            "virtual time may jump to the poll"
+            st.next_status_poll(t0),
+            Some(due),
+            "virtual time may jump to it"
         );
-        st.poll_statuses(t0 + Duration::from_millis(2_050));
+        st.publish_statuses(due - Duration::from_millis(1));
+        assert_eq!(end(&mut rx), None, "not a moment early");
+        st.publish_statuses(due);
         assert_eq!(end(&mut rx), Some(run.clone()));
         assert_eq!(st.readable_run_status(&st.runs[&run]), Status::Completed);
         assert_eq!(st.readable_task_status(&st.tasks[&tid]), Status::Completed);
         assert!(st.run_end_published(&st.runs[&run]));
-        st.poll_statuses(t0 + Duration::from_secs(4));
+        st.publish_statuses(due + 3 * LAG);
         assert_eq!(end(&mut rx), None, "once");
-        assert_eq!(
-            st.next_status_poll(t0 + Duration::from_secs(4)),
-            None,
-            "nothing waits"
-        );
+        assert_eq!(st.next_status_poll(due + 3 * LAG), None, "nothing waits");
     }
 
     #[test]
-    fn with_the_poll_off_reads_are_live_and_an_end_goes_out_at_once() {
-        let (st, _, run, tid, mut rx) = completed_run(None);
+    fn a_run_the_pipeline_has_passes_its_changes_at_once() {
+        let (mut st, t0) = engine(Some(LAG));
+        let (run, tid, mut rx, due) = new_run(&mut st, t0);
+        st.publish_statuses(due);
+        assert_eq!(end(&mut rx), None, "it has not ended");
+        let later = due + LAG;
+        complete(&mut st, &tid, later);
+        assert_eq!(end(&mut rx), Some(run.clone()), "at once");
+        assert_eq!(st.readable_task_status(&st.tasks[&tid]), Status::Completed);
+    }
+
+    #[test]
+    fn a_change_waits_behind_a_newer_run_still_on_its_way() {
+        let (mut st, t0) = engine(Some(LAG));
+        let (older, older_task, mut older_ends, due) = new_run(&mut st, t0);
+        st.publish_statuses(due);
+        let (newer, newer_task, mut newer_ends, newer_due) = new_run(&mut st, due);
+        complete(&mut st, &newer_task, due);
+        complete(&mut st, &older_task, due);
+        assert_eq!(end(&mut older_ends), None, "behind the newer run");
+        assert_eq!(st.next_status_poll(due), Some(newer_due));
+        st.publish_statuses(newer_due);
+        assert_eq!(end(&mut newer_ends), Some(newer.clone()));
+        assert_eq!(end(&mut older_ends), Some(older.clone()));
+    }
+
+    #[test]
+    fn an_entry_publishes_the_run_as_it_was_then_not_as_it_is() {
+        let (mut st, t0) = engine(Some(LAG));
+        let (older, older_task, mut older_ends, older_due) = new_run(&mut st, t0);
+        // A newer run, due after the older one's creation comes through (at least 2 s in).
+        let (_newer, _newer_task, _newer_ends, newer_due) = new_run(&mut st, t0 + LAG);
+        assert!(older_due < newer_due);
+        complete(&mut st, &older_task, t0 + LAG);
+        st.publish_statuses(older_due);
+        assert_eq!(
+            st.readable_run_status(&st.runs[&older]),
+            Status::Queued,
+            "its creation came through, as it was then"
+        );
+        assert_eq!(
+            st.readable_task_status(&st.tasks[&older_task]),
+            Status::Queued
+        );
+        assert_eq!(
+            end(&mut older_ends),
+            None,
+            "its end is behind the newer run"
+        );
+        st.publish_statuses(newer_due);
+        assert_eq!(st.readable_run_status(&st.runs[&older]), Status::Completed);
+        assert_eq!(end(&mut older_ends), Some(older));
+    }
+
+    #[test]
+    fn with_the_lag_off_reads_are_live_and_an_end_goes_out_at_once() {
+        let (mut st, t0) = engine(None);
+        let (run, tid, mut rx, _) = new_run(&mut st, t0);
+        st.complete_task(&tid, "{}".into());
         assert_eq!(st.readable_run_status(&st.runs[&run]), Status::Completed);
         assert_eq!(st.readable_task_status(&st.tasks[&tid]), Status::Completed);
-        assert_eq!(end(&mut rx), Some(run));
+        assert_eq!(end(&mut rx), Some(run), "without a pass");
+    }
+
+    #[test]
+    fn a_pass_reads_only_what_changed_and_leaves_no_marks() {
+        let (mut st, t0) = engine(Some(LAG));
+        let (run, tid, _rx, due) = new_run(&mut st, t0);
+        st.complete_task(&tid, "{}".into());
+        assert!(
+            st.tasks.touched().any(|t| t.id == tid),
+            "a changed task is marked"
+        );
+        assert!(
+            st.runs.touched().any(|r| r.id == run),
+            "a changed run is marked"
+        );
+        st.publish_statuses(t0);
+        st.publish_statuses(due);
+        assert_eq!(
+            st.tasks.touched().count(),
+            0,
+            "the pass took every task mark"
+        );
+        assert_eq!(st.runs.touched().count(), 0, "the pass took every run mark");
+        assert_eq!(st.published.queue.len(), 0, "nothing left on its way");
+        assert_eq!(st.readable_task_status(&st.tasks[&tid]), Status::Completed);
+    }
+
+    #[test]
+    fn turned_on_after_running_off_the_lag_starts_from_the_live_state() {
+        let (mut st, t0) = engine(None);
+        let (run, tid, _rx, _) = new_run(&mut st, t0);
+        complete(&mut st, &tid, t0);
+        assert_eq!(
+            st.tasks.touched().count(),
+            0,
+            "marks do not pile up with the lag off"
+        );
+        st.switches.status_lag = Some(LAG);
+        assert_eq!(st.readable_run_status(&st.runs[&run]), Status::Completed);
+        assert_eq!(st.readable_task_status(&st.tasks[&tid]), Status::Completed);
     }
 }

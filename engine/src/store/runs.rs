@@ -212,6 +212,8 @@ impl State {
             status: Status::Queued,
             readable: Status::Queued,
             end_published: false,
+            in_pipeline: false,
+            replays: 0,
             tasks: task_ids.clone(),
             parent_task_id: opts.parent_task.clone(),
             child_index: opts.child_index,
@@ -319,7 +321,7 @@ impl State {
                 .is_some_and(|t| t.status == Status::Completed)
         });
         if all_done && let Some(r) = self.runs.get_mut(&run_id) {
-            r.status = Status::Completed;
+            r.complete_late();
         }
     }
 
@@ -527,9 +529,9 @@ impl State {
         } else {
             Status::Completed
         };
+        let now = self.clock.system_now();
         if let Some(r) = self.runs.get_mut(run_id) {
-            r.status = status;
-            r.finished_at = Some(self.clock.system_now());
+            r.end(status, now);
         }
         self.end_to_publish(run_id);
         let kind = match status {

@@ -1,5 +1,6 @@
-//! The runs table: every run by id, and the order they were created in (lists read newest
-//! first).
+//! The runs and tasks tables: every run by id, and the order they were created in (lists read
+//! newest first); every task by id; and in both, what changed since the status pipeline last read
+//! them.
 //!
 //! # Invariants
 //!
@@ -10,12 +11,15 @@
 //!    task's run's derived trace (where the push is drawn): a trace read looks up its runs
 //!    instead of scanning every run. Both are fixed when the run is created (its metadata never
 //!    changes).
+//! 3. A run or task handed out to change (`get_mut`, `insert`) is marked touched until the
+//!    status pipeline takes the marks (`take_touched`): it reads what changed, not every run
+//!    the engine ever held (`store/readable.rs`). Nothing changes a record without a mark.
 
 use std::borrow::Borrow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 
-use crate::store::model::Run;
+use crate::store::model::{Run, Task};
 use crate::traces::spans;
 
 /// Every run by id, in creation order, and by trace.
@@ -27,6 +31,8 @@ pub(crate) struct Runs {
     by_trace: HashMap<Vec<u8>, Vec<String>>,
     /// Ids of runs a pushed event started, by the trace of the run that pushed it.
     pushed_into: HashMap<Vec<u8>, Vec<String>>,
+    /// Runs handed out to change since the status pipeline last took the marks (invariant 3).
+    touched: HashSet<String>,
 }
 
 impl Runs {
@@ -47,6 +53,7 @@ impl Runs {
                     .push(run.id.clone());
             }
         }
+        self.touched.insert(run.id.clone());
         self.by_id.insert(run.id.clone(), run);
     }
 
@@ -80,12 +87,31 @@ impl Runs {
         self.by_id.get(id)
     }
 
-    /// The run `id`, to change.
+    /// The run `id`, to change: marked touched (invariant 3).
     pub(crate) fn get_mut<Q: Hash + Eq + ?Sized>(&mut self, id: &Q) -> Option<&mut Run>
     where
         String: Borrow<Q>,
     {
+        let run = self.by_id.get_mut(id)?;
+        if !self.touched.contains::<str>(&run.id) {
+            self.touched.insert(run.id.clone());
+        }
+        Some(run)
+    }
+
+    /// The run `id`, to change without a mark: only for the status pipeline's own fields
+    /// (`readable.rs`), which a mark would feed back to it.
+    pub(in crate::store) fn get_unmarked(&mut self, id: &str) -> Option<&mut Run> {
         self.by_id.get_mut(id)
+    }
+
+    /// Takes the marks (invariant 3): `read` sees each run touched since the last call.
+    pub(crate) fn take_touched(&mut self, mut read: impl FnMut(&mut Run)) {
+        for id in std::mem::take(&mut self.touched) {
+            if let Some(run) = self.by_id.get_mut(&id) {
+                read(run);
+            }
+        }
     }
 
     /// Whether run `id` is stored.
@@ -106,9 +132,10 @@ impl Runs {
         self.by_id.values()
     }
 
-    /// Every run, in no order, to change.
-    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut Run> {
-        self.by_id.values_mut()
+    /// The runs touched since the status pipeline last took the marks, in no order.
+    #[cfg(test)]
+    pub(crate) fn touched(&self) -> impl Iterator<Item = &Run> {
+        self.touched.iter().filter_map(|id| self.by_id.get(id))
     }
 
     /// Every run, newest first.
@@ -124,6 +151,92 @@ where
     type Output = Run;
 
     fn index(&self, id: &Q) -> &Run {
+        &self.by_id[id]
+    }
+}
+
+/// Every task by id, and which were handed out to change since the status pipeline last read
+/// them (invariant 3).
+#[derive(Debug, Default)]
+pub(crate) struct Tasks {
+    by_id: HashMap<String, Task>,
+    touched: HashSet<String>,
+}
+
+impl Tasks {
+    /// Stores task `id`, marked touched.
+    pub(crate) fn insert(&mut self, id: String, task: Task) {
+        self.touched.insert(id.clone());
+        self.by_id.insert(id, task);
+    }
+
+    /// The task `id`.
+    pub(crate) fn get<Q: Hash + Eq + ?Sized>(&self, id: &Q) -> Option<&Task>
+    where
+        String: Borrow<Q>,
+    {
+        self.by_id.get(id)
+    }
+
+    /// The task `id`, to change: marked touched (invariant 3).
+    pub(crate) fn get_mut<Q: Hash + Eq + ?Sized>(&mut self, id: &Q) -> Option<&mut Task>
+    where
+        String: Borrow<Q>,
+    {
+        let task = self.by_id.get_mut(id)?;
+        if !self.touched.contains::<str>(&task.id) {
+            self.touched.insert(task.id.clone());
+        }
+        Some(task)
+    }
+
+    /// Whether task `id` is stored.
+    pub(crate) fn contains_key<Q: Hash + Eq + ?Sized>(&self, id: &Q) -> bool
+    where
+        String: Borrow<Q>,
+    {
+        self.by_id.contains_key(id)
+    }
+
+    /// Every task, in no order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Task> {
+        self.by_id.values()
+    }
+
+    /// How many tasks there are.
+    pub(crate) fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// The tasks touched since the status pipeline last took the marks, in no order.
+    #[cfg(test)]
+    pub(crate) fn touched(&self) -> impl Iterator<Item = &Task> {
+        self.touched.iter().filter_map(|id| self.by_id.get(id))
+    }
+
+    /// The task `id`, to change without a mark: only for the status pipeline's own fields
+    /// (`readable.rs`), which a mark would feed back to it.
+    pub(in crate::store) fn get_unmarked(&mut self, id: &str) -> Option<&mut Task> {
+        self.by_id.get_mut(id)
+    }
+
+    /// Takes the marks (invariant 3): `read` sees each task touched since the last call.
+    pub(crate) fn take_touched(&mut self, mut read: impl FnMut(&mut Task)) {
+        for id in std::mem::take(&mut self.touched) {
+            if let Some(task) = self.by_id.get_mut(&id) {
+                read(task);
+            }
+        }
+    }
+}
+
+impl<Q: Hash + Eq + ?Sized> std::ops::Index<&Q> for Tasks
+where
+    String: Borrow<Q>,
+{
+    type Output = Task;
+
+    fn index(&self, id: &Q) -> &Task {
         &self.by_id[id]
     }
 }

@@ -78,7 +78,7 @@ impl State {
             .as_str()
             .and_then(|id| self.runs.get(id));
         if let Some(run) = run {
-            row["workflowRunStatus"] = json!(run.status.workflow_run());
+            row["workflowRunStatus"] = json!(run.status().workflow_run());
             row["workflowRunCreatedAt"] = json!(format_rfc3339(run.created_at));
             row["workflowRunName"] = json!(run.workflow_name);
         } else {

@@ -335,9 +335,9 @@ async fn run_status(h: &H, run: &str) -> serde_json::Value {
 }
 
 #[tokio::test]
-async fn statuses_and_run_ends_are_published_at_the_status_poll() {
+async fn statuses_and_run_ends_pass_the_status_pipeline() {
     let h = H::new().await;
-    h.engine.poll_statuses(Some(Duration::from_secs(10)));
+    h.engine.status_lag(Some(Duration::from_secs(2)));
     let (wid, mut actions, run, start) = h.one_started("olap", "").await;
     let (mut ends, _keep) = h.subscribe(std::slice::from_ref(&run)).await;
     h.complete(&wid, &start, r#"{"x":1}"#).await;
@@ -351,8 +351,9 @@ async fn statuses_and_run_ends_are_published_at_the_status_poll() {
         .expect("details")
         .into_inner();
     assert_eq!(details.status, proto::v1::RunStatus::Completed as i32);
-    // ... REST and the run stream do not, until the poll: the run read QUEUED throughout (it
-    // never read RUNNING), and the stream still waits for it.
+    // ... REST and the run stream do not, until the new run comes through (2 to 4 s after its
+    // creation): the run reads QUEUED throughout (it never read RUNNING), and the stream still
+    // waits for it.
     assert_eq!(run_status(&h, &run).await, "QUEUED");
     assert_eq!(task_status(&h, &run).await, "QUEUED");
     assert_eq!(
@@ -360,18 +361,33 @@ async fn statuses_and_run_ends_are_published_at_the_status_poll() {
         1,
         "the end is not out yet"
     );
-    h.engine.advance(Duration::from_secs(10));
+    h.engine.advance(Duration::from_millis(1_900));
+    assert_eq!(run_status(&h, &run).await, "QUEUED", "not before 2 s");
+    h.engine.advance(Duration::from_millis(2_100));
     let end = next(&mut ends).await;
     assert_eq!(end.workflow_run_id, run);
     assert_eq!(end.results.len(), 1);
     assert_eq!(run_status(&h, &run).await, "COMPLETED");
     assert_eq!(task_status(&h, &run).await, "COMPLETED");
-    // A subscription after the poll gets the end at once, once.
+    // A subscription after it came through gets the end at once, once.
     let (mut late, _k) = h.subscribe(std::slice::from_ref(&run)).await;
     assert_eq!(next(&mut late).await.workflow_run_id, run);
     assert_eq!(h.engine.pending_run_subscriptions(), 0);
-    // With the poll off (the kindness), both read the live state at once.
-    h.engine.poll_statuses(None);
+    // A run the pipeline has passes its changes at once: through while it runs, then ended.
+    let third = h.trigger("olap", "{}").await;
+    let start = next(&mut actions).await;
+    h.engine.advance(Duration::from_secs(4));
+    assert_eq!(run_status(&h, &third).await, "RUNNING");
+    let (mut ends, _keep) = h.subscribe(std::slice::from_ref(&third)).await;
+    h.complete(&wid, &start, "{}").await;
+    assert_eq!(
+        next(&mut ends).await.workflow_run_id,
+        third,
+        "without a jump"
+    );
+    assert_eq!(run_status(&h, &third).await, "COMPLETED");
+    // With the lag off (the kindness), both read the live state at once.
+    h.engine.status_lag(None);
     let second = h.trigger("olap", "{}").await;
     let (mut ends, _keep) = h.subscribe(std::slice::from_ref(&second)).await;
     let start = next(&mut actions).await;
@@ -402,7 +418,7 @@ async fn polled_timers_fire_at_the_next_poll_not_when_due() {
 #[tokio::test]
 async fn the_single_task_race_reads_queued_for_a_running_task() {
     let h = H::new().await;
-    h.engine.poll_statuses(None);
+    h.engine.status_lag(None);
     let (wid, _actions, run, start) = h.one_started("raced", "").await;
     assert_eq!(task_status(&h, &run).await, "RUNNING");
     h.engine.stamp_queued_late(true);

@@ -110,8 +110,8 @@ async fn queued_tasks_are_offered_highest_priority_first() {
 #[tokio::test]
 async fn cancel_and_replay_over_rest_answer_like_the_real_engine() {
     let h = H::new().await;
-    // Shapes, not timing: REST reads the live status (the status poll is `faults.rs`'s).
-    h.engine.poll_statuses(None);
+    // Shapes, not timing: REST reads the live status (the status lag is `store/readable.rs`'s).
+    h.engine.status_lag(None);
     h.put("c", &[("t", &[], 0, "")], &[]).await;
     let run = h.trigger("c", "{}").await;
     let tenant = h.engine.tenant_id().to_string();
@@ -186,8 +186,8 @@ async fn cancel_and_replay_over_rest_answer_like_the_real_engine() {
 #[tokio::test]
 async fn run_reads_are_strict_in_every_state() {
     let h = H::new().await;
-    // Shapes, not timing: REST reads the live status (the status poll is `faults.rs`'s).
-    h.engine.poll_statuses(None);
+    // Shapes, not timing: REST reads the live status (the status lag is `store/readable.rs`'s).
+    h.engine.status_lag(None);
     h.put("dag", &[("a", &[], 0, ""), ("b", &["a"], 0, "")], &[])
         .await;
     let run = h.trigger("dag", r#"{"n":1}"#).await;
@@ -376,8 +376,8 @@ async fn logs_are_validated_like_the_real_engine_and_read_back_with_filters() {
 #[tokio::test]
 async fn on_failure_gets_the_first_failure_and_every_completed_output() {
     let h = H::new().await;
-    // Shapes, not timing: REST reads the live status (the status poll is `faults.rs`'s).
-    h.engine.poll_statuses(None);
+    // Shapes, not timing: REST reads the live status (the status lag is `store/readable.rs`'s).
+    h.engine.status_lag(None);
     h.raw
         .admin()
         .put_workflow(v1::CreateWorkflowVersionRequest {

@@ -82,7 +82,7 @@ pub(crate) fn data(st: &View<'_>, now: SystemTime, beat_now: tokio::time::Instan
             json!({
                 "id": r.id,
                 "workflow": r.workflow_name,
-                "status": status(r.status),
+                "status": status(r.status()),
                 "created_at": hatchet_runtime::protocol::calendar::format_rfc3339(r.created_at),
                 "duration_ms": r.started_at.map(|s| millis(s, end)),
                 "tasks": tasks,

@@ -128,7 +128,7 @@ fn run_json(st: &View<'_>, run: &Run, tasks: &[&Task], tenant: &str) -> Value {
         .unwrap_or_default();
     let started = tasks.iter().filter_map(|t| t.started_at).min();
     let status = st.run_status(run);
-    // Finished when REST reads it finished (the status poll, `store/readable.rs`).
+    // Finished when REST reads it finished (the status pipeline, `store/readable.rs`).
     let finished = run.finished_at.filter(|_| status.is_terminal());
     let mut v = json!({
         "metadata": meta(&run.id, run.created_at),
