@@ -747,7 +747,7 @@ async fn outage_run(
     // Ours: a fresh runtime (its own retry budget), every reader calling `engine_version`.
     let rt = Runtime::spawn_with(
         engine.client_config(),
-        hatchet_runtime::RuntimeOptions::default().seed(7),
+        hatchet_runtime::RuntimeOptions::new().seed(7),
     )
     .await
     .expect("runtime");
@@ -923,7 +923,7 @@ async fn memory(r: &mut Report, smoke: bool) {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let tasks_before = metrics.num_alive_tasks();
     let rss_before = rss_kib();
-    let rt: RuntimeHandle = Runtime::spawn_with(engine.client_config(), RuntimeOptions::default())
+    let rt: RuntimeHandle = Runtime::spawn_with(engine.client_config(), RuntimeOptions::new())
         .await
         .expect("runtime");
     rt.register(noop()).await.expect("register");

@@ -156,7 +156,7 @@ fn workflows(log: &Path) -> Vec<Workflow> {
     // Retries: a worker killed mid-task gets its task back on another attempt. The timeout is
     // short so a task whose completion the engine lost is retried within the suite's bound.
     let opts = || {
-        TaskOptions::default()
+        TaskOptions::new()
             .retries(3)
             .timeout(Duration::from_secs(30))
     };

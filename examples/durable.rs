@@ -20,7 +20,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rt = Runtime::spawn(engine.client_config()).await?;
     rt.register(Workflow::new("expense").durable_task(
         "approve",
-        TaskOptions::default(),
+        TaskOptions::new(),
         |input: Value, ctx: Context| async move {
             let started: u64 = ctx
                 .memo("started-at", || async {

@@ -66,9 +66,7 @@ fn order_pipeline(executions: &Executions) -> Workflow {
         })
         .task_with(
             "receipt",
-            TaskOptions::default()
-                .parents(["validate", "price"])
-                .retries(2),
+            TaskOptions::new().parents(["validate", "price"]).retries(2),
             move |o: Order, c: Context| {
                 let e = e3.clone();
                 async move {
@@ -83,7 +81,7 @@ fn order_pipeline(executions: &Executions) -> Workflow {
 fn approval() -> Workflow {
     Workflow::new("approval").durable_task(
         "await-approval",
-        TaskOptions::default(),
+        TaskOptions::new(),
         |o: Order, c: Context| async move {
             c.sleep_for(Duration::from_secs(1)).await?;
             // Scoped, with a lookback: the approval may be pushed while the task still sleeps.

@@ -32,7 +32,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             })
             .task_with(
                 "second",
-                TaskOptions::default().parents(["first"]),
+                TaskOptions::new().parents(["first"]),
                 |_i: Value, c: Context| async move {
                     let first: Value = c.parent_output("first")?;
                     Ok::<_, TaskError>(json!({"n": first["n"].as_i64().unwrap_or(0) * 10}))

@@ -50,7 +50,7 @@ impl<I> BulkRun<I> {
     pub fn new(input: I) -> Self {
         BulkRun {
             input,
-            options: TriggerOptions::default(),
+            options: TriggerOptions::new(),
         }
     }
 

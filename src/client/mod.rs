@@ -433,31 +433,32 @@ pub(crate) fn details_settled(d: &v1::GetRunDetailsResponse) -> bool {
 /// How long a finished run's details may trail its result on the run stream.
 pub(crate) const DETAILS_SETTLE: Duration = Duration::from_secs(60);
 
-/// Options of one trigger, built with [`TriggerOptions::new`] and its methods (fields may be
-/// added: the struct is `#[non_exhaustive]`). A child run is spawned from its parent's task
+/// Options of one trigger: [`TriggerOptions::new`], then a method for each option that applies
+/// (fields may be added: the struct is `#[non_exhaustive]`). A child run is spawned from its parent's task
 /// ([`crate::Context::spawn_child_with_options`]), never forged here.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct TriggerOptions {
     /// Additional metadata (a JSON object).
-    pub metadata: Option<serde_json::Map<String, Value>>,
+    pub(crate) metadata: Option<serde_json::Map<String, Value>>,
     /// Priority 1–3.
-    pub priority: Option<i32>,
+    pub(crate) priority: Option<i32>,
     /// The caller declares this trigger idempotent: the workflow has an idempotency key, so a
     /// repeat is answered with the existing run. The trigger is then retried like a read, and an
     /// `ALREADY_EXISTS` collision resolves to the existing run id.
-    pub idempotent: bool,
+    pub(crate) idempotent: bool,
     /// Child run: `(parent run id, parent task run id, child index)` (set by the task context).
     pub(crate) parent: Option<(String, String, i32)>,
     /// Child key (instead of, or with, the index; set by the task context).
     pub(crate) child_key: Option<String>,
     /// Deadline of the trigger call.
-    pub timeout: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
     /// The worker the run should start on (honoured for sticky workflows:
     /// [`crate::Workflow::sticky`]).
-    pub desired_worker_id: Option<String>,
+    pub(crate) desired_worker_id: Option<String>,
     /// Labels the run's workers should have; when given they replace every task's own.
-    pub desired_labels: std::collections::HashMap<String, crate::worker::placement::DesiredLabel>,
+    pub(crate) desired_labels:
+        std::collections::HashMap<String, crate::worker::placement::DesiredLabel>,
 }
 
 impl TriggerOptions {
@@ -517,8 +518,10 @@ impl TriggerOptions {
     }
 }
 
-/// Options of one event push: [`PushOptions::new`], then what applies.
+/// Options of one event push: [`PushOptions::new`], then a method for each option that applies
+/// (fields may be added: the struct is `#[non_exhaustive]`).
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct PushOptions {
     /// Additional metadata, copied onto the runs the event starts.
     pub(crate) metadata: Option<serde_json::Map<String, Value>>,

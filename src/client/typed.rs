@@ -377,8 +377,7 @@ impl<I: Serialize, O: DeserializeOwned> WorkflowRef<I, O> {
     ///
     /// As [`crate::RuntimeHandle::run_no_wait`].
     pub async fn run_no_wait(&self, input: &I) -> Result<TypedRun<O>, Error> {
-        self.run_no_wait_with(input, TriggerOptions::default())
-            .await
+        self.run_no_wait_with(input, TriggerOptions::new()).await
     }
 
     /// Triggers a run with options (metadata, priority, idempotency).

@@ -83,22 +83,29 @@ pub(crate) struct Inner {
 #[derive(Debug)]
 pub struct Runtime;
 
-/// Options of [`Runtime::spawn_with`].
+/// Options of [`Runtime::spawn_with`]: [`RuntimeOptions::new`], then a method for each option
+/// that applies (fields may be added: the struct is `#[non_exhaustive]`).
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct RuntimeOptions {
     /// The retry budget.
-    pub budget: BudgetConfig,
+    pub(crate) budget: BudgetConfig,
     /// Seed of the retry jitter (tests fix it).
-    pub seed: Option<u64>,
+    pub(crate) seed: Option<u64>,
     /// Listener reconnect backoff (tests scale it down).
-    pub stream_backoff: crate::listener::StreamBackoff,
+    pub(crate) stream_backoff: crate::listener::StreamBackoff,
     /// Heartbeat interval (4 s when `None`; tests
     /// shorten it together with the engine's reassignment window).
-    pub heartbeat_every: Option<Duration>,
+    pub(crate) heartbeat_every: Option<Duration>,
 }
 
 impl RuntimeOptions {
+    /// The defaults: the default retry budget, a random jitter seed, the listeners' default
+    /// backoff, a heartbeat every 4 s.
+    pub fn new() -> Self {
+        RuntimeOptions::default()
+    }
+
     /// Sets the retry budget.
     pub fn budget(mut self, b: BudgetConfig) -> Self {
         self.budget = b;
@@ -130,7 +137,7 @@ impl Runtime {
     /// Not cancel safe: dropping the future mid-way may leave actors running until the process
     /// ends; call it to completion.
     pub async fn spawn(config: ClientConfig) -> Result<RuntimeHandle, Error> {
-        Self::spawn_with(config, RuntimeOptions::default()).await
+        Self::spawn_with(config, RuntimeOptions::new()).await
     }
 
     /// [`Runtime::spawn`] with options.

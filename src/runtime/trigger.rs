@@ -24,7 +24,7 @@ impl RuntimeHandle {
     ) -> Result<RunHandle, Error> {
         self.inner
             .client
-            .run_no_wait_with(workflow, input, TriggerOptions::default())
+            .run_no_wait_with(workflow, input, TriggerOptions::new())
             .await
     }
 
@@ -71,7 +71,7 @@ impl RuntimeHandle {
         workflow: &str,
         inputs: &[I],
     ) -> Vec<Result<RunHandle, Error>> {
-        let defaults = TriggerOptions::default();
+        let defaults = TriggerOptions::new();
         let items: Vec<(&I, &TriggerOptions)> = inputs.iter().map(|i| (i, &defaults)).collect();
         self.inner.client.run_many(workflow, &items).await
     }
@@ -139,7 +139,7 @@ impl RuntimeHandle {
     ///
     /// Not cancel safe (a write): a dropped push may or may not have happened.
     pub async fn push<P: Serialize>(&self, key: &str, payload: &P) -> Result<String, Error> {
-        self.push_with(key, payload, PushOptions::default()).await
+        self.push_with(key, payload, PushOptions::new()).await
     }
 
     /// [`RuntimeHandle::push`] with metadata (copied onto the runs it starts), a priority for

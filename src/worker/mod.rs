@@ -74,19 +74,20 @@ pub(crate) fn max_output_bytes(config: &crate::config::ClientConfig) -> usize {
 /// Pause between delivery rounds of a final step event.
 const REDELIVER_PAUSE: Duration = Duration::from_secs(1);
 
-/// Options of the worker.
+/// Options of the worker: [`WorkerOptions::new`] with its name and slots, then a method for
+/// each other option that applies (fields may be added: the struct is `#[non_exhaustive]`).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct WorkerOptions {
     /// Worker name (`^[a-zA-Z0-9.\-_]+$`).
-    pub name: String,
+    pub(crate) name: String,
     /// Concurrent tasks (default slots).
-    pub slots: usize,
+    pub(crate) slots: usize,
     /// Concurrent durable tasks (durable slots; registered only when a task of the worker is
     /// durable, see [`WorkerOptions::durable_slots`]).
-    pub durable_slots: usize,
+    pub(crate) durable_slots: usize,
     /// Labels (tasks can want or require them; see [`DesiredLabel`](crate::task::DesiredLabel)).
-    pub labels: HashMap<String, placement::LabelValue>,
+    pub(crate) labels: HashMap<String, placement::LabelValue>,
 }
 
 impl WorkerOptions {

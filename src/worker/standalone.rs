@@ -39,7 +39,7 @@ where
         F: Fn(I, Context) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, E>> + Send + 'static,
     {
-        Self::with_options(name, TaskOptions::default(), f)
+        Self::with_options(name, TaskOptions::new(), f)
     }
 
     /// A task with `options` (retries, timeouts, rate limits, labels, conditions).

@@ -15,7 +15,7 @@ use crate::runtime_e2e::setup;
 fn echo(timeout: Duration) -> Workflow {
     Workflow::new("echo").task_with(
         "t",
-        TaskOptions::default().timeout(timeout),
+        TaskOptions::new().timeout(timeout),
         |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
     )
 }
@@ -163,7 +163,7 @@ async fn a_handler_that_never_returns_is_cancelled_at_its_timeout_and_frees_its_
     let c2 = cancelled.clone();
     rt.register(Workflow::new("stuck").task_with(
         "t",
-        TaskOptions::default().timeout(Duration::from_secs(1)),
+        TaskOptions::new().timeout(Duration::from_secs(1)),
         move |i: Value, ctx: Context| {
             let c2 = c2.clone();
             async move {
@@ -297,7 +297,7 @@ async fn tasks_that_make_no_dag_are_refused_before_anything_is_sent() {
         for (name, parents) in tasks {
             wf = wf.task_with(
                 &name,
-                TaskOptions::default().parents(parents),
+                TaskOptions::new().parents(parents),
                 |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
             );
         }

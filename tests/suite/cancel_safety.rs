@@ -5,21 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
-use hatchet_runtime::{
-    Context, Outcome, Runtime, RuntimeHandle, TaskError, WorkerOptions, Workflow,
-};
+use hatchet_dev_engine::Fault;
+use hatchet_runtime::{Context, Outcome, TaskError, WorkerOptions, Workflow};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
-async fn setup() -> (DevEngine, RuntimeHandle) {
-    let e = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
-    let rt = Runtime::spawn(e.client_config()).await.expect("runtime");
-    (e, rt)
-}
-
+use crate::support::engine_and_runtime as setup;
 use crate::support::until as eventually;
 
 fn echo() -> Workflow {

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hatchet_dev_engine::{DevEngine, DevEngineOptions};
+use hatchet_dev_engine::DevEngine;
 use hatchet_runtime::config::{ClientConfig, TlsStrategy};
 use hatchet_runtime::{Context, Runtime, TaskError, TriggerOptions, WorkerOptions, Workflow};
 use parking_lot::Mutex;
@@ -182,9 +182,7 @@ fn workflow(executions: Executions) -> Workflow {
 async fn random_cuts_delays_stalls_and_resets_lose_nothing_and_run_nothing_twice() {
     const OPS: usize = 150;
     const DEADLINE: Duration = Duration::from_secs(60);
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
+    let engine = crate::support::engine().await;
     // A START lost in a cut: the real engine leaves that attempt to run out its timeout (60 s,
     // then a retry), which this test's deadline would have to absorb. The fault has the engine
     // offer it again at once, so the test checks what it is about: the runtime loses nothing
@@ -329,9 +327,7 @@ async fn random_cuts_delays_stalls_and_resets_lose_nothing_and_run_nothing_twice
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_half_open_connection_is_detected_by_keepalive_and_work_completes() {
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
+    let engine = crate::support::engine().await;
     // A START lost in a cut: the real engine leaves that attempt to run out its timeout (60 s,
     // then a retry), which this test's deadline would have to absorb. The fault has the engine
     // offer it again at once, so the test checks what it is about: the runtime loses nothing

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::support::{counter, until, until_read};
-use hatchet_dev_engine::{DevEngine, DevEngineOptions};
+use hatchet_dev_engine::DevEngine;
 use hatchet_runtime::api::RunQuery;
 use hatchet_runtime::config::ClientConfig;
 use hatchet_runtime::durable::{Condition, any_of};
@@ -92,9 +92,7 @@ impl Target {
 
     /// Our engine, embedded, with namespace `ns`.
     pub(crate) async fn ours(ns: &str) -> Target {
-        let e = DevEngine::start(DevEngineOptions::default())
-            .await
-            .expect("engine");
+        let e = crate::support::engine().await;
         let config = ClientConfig::from_lookup(|k| {
             if k == "HATCHET_CLIENT_NAMESPACE" {
                 return Some(ns.to_string());

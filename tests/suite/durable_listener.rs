@@ -11,8 +11,7 @@ use hatchet_runtime::health::ListenerKind;
 use hatchet_runtime::protocol::v1;
 use hatchet_runtime::test_hooks::DURABLE_MAX_SEND_ATTEMPTS as MAX_SEND_ATTEMPTS;
 use hatchet_runtime::{
-    Context, Runtime, RuntimeHandle, RuntimeOptions, TaskError, TaskOptions, WorkerOptions,
-    Workflow,
+    Context, RuntimeHandle, RuntimeOptions, TaskError, TaskOptions, WorkerOptions, Workflow,
 };
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -23,12 +22,7 @@ use super::listeners::{DURABLE, end, fast, stopped};
 use crate::support::until_listener;
 
 async fn runtime(engine: &DevEngine) -> RuntimeHandle {
-    Runtime::spawn_with(
-        engine.client_config(),
-        RuntimeOptions::default().stream_backoff(fast()).seed(5),
-    )
-    .await
-    .expect("runtime")
+    crate::support::runtime_with(engine, RuntimeOptions::new().stream_backoff(fast()).seed(5)).await
 }
 
 async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
@@ -41,7 +35,7 @@ async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
 fn reporting_napper() -> Workflow {
     Workflow::new("nap").durable_task(
         "d",
-        TaskOptions::default(),
+        TaskOptions::new(),
         |_i: Value, c: Context| async move {
             Ok::<_, TaskError>(match c.sleep_for(Duration::from_millis(10)).await {
                 Ok(()) => json!({"woke": true}),
@@ -53,9 +47,7 @@ fn reporting_napper() -> Workflow {
 
 /// Runs [`reporting_napper`] once while the first `n` DurableTask opens end with `code`.
 async fn nap_with_durable_opens_failing(n: u32, code: Code) -> (DevEngine, RuntimeHandle, Value) {
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
+    let engine = crate::support::engine().await;
     let rt = runtime(&engine).await;
     rt.register(reporting_napper()).await.expect("register");
     engine.faults().inject(DURABLE, n, end(code));
@@ -108,15 +100,13 @@ async fn a_stopped_durable_listener_fails_the_waiting_task_instead_of_hanging_it
 
 #[tokio::test]
 async fn a_nondeterministic_replay_fails_the_task_with_a_typed_error_and_is_not_retried() {
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
+    let engine = crate::support::engine().await;
     let rt = runtime(&engine).await;
     let seen: Arc<Mutex<Vec<Option<DurableError>>>> = Arc::default();
     let record = seen.clone();
     rt.register(Workflow::new("drift").durable_task(
         "d",
-        TaskOptions::default().retries(3),
+        TaskOptions::new().retries(3),
         move |_i: Value, c: Context| {
             let record = record.clone();
             async move {
@@ -160,9 +150,7 @@ async fn a_nondeterministic_replay_fails_the_task_with_a_typed_error_and_is_not_
 
 #[tokio::test]
 async fn a_server_eviction_stops_the_evicted_invocation_and_the_next_one_finishes_the_run() {
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
+    let engine = crate::support::engine().await;
     let raw = engine.raw_clients().expect("clients");
     let rt = runtime(&engine).await;
     let (started_tx, mut started) = mpsc::unbounded_channel::<(String, i32)>();
@@ -170,7 +158,7 @@ async fn a_server_eviction_stops_the_evicted_invocation_and_the_next_one_finishe
     let (gate_tx, gate) = watch::channel(false);
     rt.register(Workflow::new("evictee").durable_task(
         "d",
-        TaskOptions::default(),
+        TaskOptions::new(),
         move |_i: Value, c: Context| {
             let (started_tx, ended_tx, mut gate) =
                 (started_tx.clone(), ended_tx.clone(), gate.clone());
@@ -256,9 +244,7 @@ async fn a_server_eviction_stops_the_evicted_invocation_and_the_next_one_finishe
 async fn a_legacy_durable_wait_whose_registration_keeps_failing_errors_and_arms_no_stream() {
     const REGISTER: &str = "/v1.V1Dispatcher/RegisterDurableEvent";
     const EVENTS: &str = "/v1.V1Dispatcher/ListenForDurableEvent";
-    let engine = DevEngine::start(DevEngineOptions::default().version("v0.79.0"))
-        .await
-        .expect("engine");
+    let engine = crate::support::engine_with(DevEngineOptions::default().version("v0.79.0")).await;
     let rt = runtime(&engine).await;
     rt.register(reporting_napper()).await.expect("register");
     engine.faults().inject(
@@ -300,9 +286,7 @@ async fn a_legacy_durable_wait_whose_registration_keeps_failing_errors_and_arms_
 
 #[tokio::test]
 async fn a_completion_lost_by_the_engine_is_recovered_by_the_periodic_worker_status() {
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
+    let engine = crate::support::engine().await;
     let rt = runtime(&engine).await;
     rt.register(reporting_napper()).await.expect("register");
     rt.start_worker(WorkerOptions::new("w", 2))
@@ -319,13 +303,11 @@ async fn a_completion_lost_by_the_engine_is_recovered_by_the_periodic_worker_sta
 
 #[tokio::test]
 async fn a_retried_durable_task_replays_its_sleep_instead_of_diverging() {
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
+    let engine = crate::support::engine().await;
     let rt = runtime(&engine).await;
     rt.register(Workflow::new("replayer").durable_task(
         "d",
-        TaskOptions::default().retries(1),
+        TaskOptions::new().retries(1),
         |_i: Value, c: Context| async move {
             // Each call makes fresh condition-group ids; the replay must still match node 1.
             c.sleep_for(Duration::from_millis(10)).await?;
@@ -350,16 +332,14 @@ async fn a_retried_durable_task_replays_its_sleep_instead_of_diverging() {
 #[tokio::test]
 async fn a_durable_ack_lost_with_its_stream_fails_the_attempt_and_its_retry_replays_onto_the_node()
 {
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
+    let engine = crate::support::engine().await;
     let rt = runtime(&engine).await;
     let executions = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let (count, errors) = (executions.clone(), seen.clone());
     rt.register(Workflow::new("cut").durable_task(
         "d",
-        TaskOptions::default().retries(1),
+        TaskOptions::new().retries(1),
         move |_i: Value, c: Context| {
             let (count, errors) = (count.clone(), errors.clone());
             async move {
@@ -406,16 +386,14 @@ async fn a_durable_ack_lost_with_its_stream_fails_the_attempt_and_its_retry_repl
 /// the restored one, whose replay finds the sleep done.
 #[tokio::test]
 async fn a_wait_that_ends_while_its_eviction_is_on_its_way_is_restored_not_lost() {
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
+    let engine = crate::support::engine().await;
     engine.complete_durable_waits_on_next_evictions(1);
     let rt = runtime(&engine).await;
     let executions = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let count = executions.clone();
     rt.register(Workflow::new("raced").durable_task(
         "d",
-        TaskOptions::default().evict_while_waiting(Duration::from_millis(100)),
+        TaskOptions::new().evict_while_waiting(Duration::from_millis(100)),
         move |_i: Value, c: Context| {
             count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             async move {
@@ -443,15 +421,13 @@ async fn a_wait_that_ends_while_its_eviction_is_on_its_way_is_restored_not_lost(
 
 #[tokio::test]
 async fn two_durable_operations_joined_in_one_invocation_get_their_own_answers() {
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
+    let engine = crate::support::engine().await;
     // Requests sent within 200 ms of each other are numbered and answered newest first.
     engine.answer_durable_requests_out_of_order(Duration::from_millis(200));
     let rt = runtime(&engine).await;
     rt.register(Workflow::new("joined").durable_task(
         "d",
-        TaskOptions::default(),
+        TaskOptions::new(),
         |_i: Value, c: Context| async move {
             let (slept, event) = tokio::join!(
                 c.sleep_for(Duration::from_millis(400)),

@@ -5,8 +5,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hatchet_dev_engine::{DevEngine, DevEngineOptions};
-use hatchet_runtime::{Context, Runtime, TaskError, TaskOptions, WorkerOptions, Workflow};
+use hatchet_runtime::{Context, TaskError, TaskOptions, WorkerOptions, Workflow};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
@@ -39,13 +38,9 @@ async fn the_token_never_appears_in_trace_logs() {
     // now that this subscriber exists.
     tracing::callsite::rebuild_interest_cache();
 
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
+    let engine = crate::support::engine().await;
     let token = engine.client_config().env_lines()[0].1.clone();
-    let rt = Runtime::spawn(engine.client_config())
-        .await
-        .expect("runtime");
+    let rt = crate::support::runtime(&engine).await;
     rt.register(
         Workflow::new("hyg")
             .task("a", |i: Value, c: Context| async move {
@@ -54,7 +49,7 @@ async fn the_token_never_appears_in_trace_logs() {
             })
             .task_with(
                 "b",
-                TaskOptions::default().parents(["a"]),
+                TaskOptions::new().parents(["a"]),
                 |_i: Value, _c: Context| async move { Ok::<_, TaskError>(json!({})) },
             ),
     )
@@ -62,7 +57,7 @@ async fn the_token_never_appears_in_trace_logs() {
     .expect("register");
     rt.register(Workflow::new("hyg-durable").durable_task(
         "d",
-        TaskOptions::default(),
+        TaskOptions::new(),
         |_i: Value, c: Context| async move {
             c.sleep_for(Duration::from_secs(1)).await?;
             Ok::<_, TaskError>(json!({}))
@@ -142,12 +137,8 @@ async fn every_unary_call_the_engine_sees_is_in_the_runtime_s_ledger() {
     // step events, logs, stream chunks, child runs, durable and legacy-free waits, pushes, rate
     // limits, reads, heartbeats, the drain's unsubscribe. Then the engine's count of each unary
     // method must equal the ledger's: a call that bypassed the retry core would show here.
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
-    let rt = Runtime::spawn(engine.client_config())
-        .await
-        .expect("runtime");
+    let engine = crate::support::engine().await;
+    let rt = crate::support::runtime(&engine).await;
     rt.register(
         Workflow::new("kid").task(
             "k",
@@ -172,7 +163,7 @@ async fn every_unary_call_the_engine_sees_is_in_the_runtime_s_ledger() {
     .expect("register");
     rt.register(Workflow::new("nap").durable_task(
         "d",
-        TaskOptions::default(),
+        TaskOptions::new(),
         |_i: Value, c: Context| async move {
             c.sleep_for(Duration::from_millis(10)).await?;
             Ok::<_, TaskError>(json!({}))
@@ -231,18 +222,12 @@ async fn the_last_handle_dropped_warns_only_when_tasks_are_running() {
             .filter(|l| l.contains("the last RuntimeHandle was dropped"))
             .count()
     };
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
+    let engine = crate::support::engine().await;
     // A client: nothing is lost.
-    let client = Runtime::spawn(engine.client_config())
-        .await
-        .expect("runtime");
+    let client = crate::support::runtime(&engine).await;
     drop(client);
     // A worker with nothing running: nothing is lost.
-    let idle = Runtime::spawn(engine.client_config())
-        .await
-        .expect("runtime");
+    let idle = crate::support::runtime(&engine).await;
     idle.register(
         Workflow::new("idle").task("t", |_: Value, _c: Context| async move {
             Ok::<_, TaskError>(json!({}))
@@ -256,9 +241,7 @@ async fn the_last_handle_dropped_warns_only_when_tasks_are_running() {
     drop(idle);
     assert_eq!(warned(&capture), 0, "no warning where nothing is lost");
     // A worker with a task running: it is cancelled and reported to nobody.
-    let busy = Runtime::spawn(engine.client_config())
-        .await
-        .expect("runtime");
+    let busy = crate::support::runtime(&engine).await;
     let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<()>();
     busy.register(
         Workflow::new("busy").task("t", move |_: Value, c: Context| {

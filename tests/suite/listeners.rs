@@ -11,7 +11,7 @@ use hatchet_runtime::health::{ListenerKind, ListenerState};
 use hatchet_runtime::retries::Backoff;
 use hatchet_runtime::retries::StreamBackoff;
 use hatchet_runtime::{
-    Context, Outcome, Runtime, RuntimeHandle, RuntimeOptions, TaskError, WorkerOptions, Workflow,
+    Context, Outcome, RuntimeHandle, RuntimeOptions, TaskError, WorkerOptions, Workflow,
 };
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -39,17 +39,13 @@ pub(crate) fn fast() -> StreamBackoff {
 }
 
 async fn setup() -> (DevEngine, RuntimeHandle) {
-    setup_with(RuntimeOptions::default().stream_backoff(fast()).seed(3)).await
+    setup_with(RuntimeOptions::new().stream_backoff(fast()).seed(3)).await
 }
 
 /// An engine and a runtime with `opts` that knows the `echo` workflow.
 async fn setup_with(opts: RuntimeOptions) -> (DevEngine, RuntimeHandle) {
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
-    let rt = Runtime::spawn_with(engine.client_config(), opts)
-        .await
-        .expect("runtime");
+    let engine = crate::support::engine().await;
+    let rt = crate::support::runtime_with(&engine, opts).await;
     rt.register(
         Workflow::new("echo").task(
             "t",
@@ -267,19 +263,13 @@ async fn a_waiter_cancelled_mid_reconnect_is_not_replayed() {
 
 #[tokio::test]
 async fn shutdown_during_reconnect_leaves_no_task_running() {
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
+    let engine = crate::support::engine().await;
     engine.shutdown().await; // the engine is down for the whole test
     tokio::time::sleep(Duration::from_millis(100)).await;
     let metrics = tokio::runtime::Handle::current().metrics();
     let before = metrics.num_alive_tasks();
-    let rt = Runtime::spawn_with(
-        engine.client_config(),
-        RuntimeOptions::default().stream_backoff(fast()),
-    )
-    .await
-    .expect("runtime");
+    let rt =
+        crate::support::runtime_with(&engine, RuntimeOptions::new().stream_backoff(fast())).await;
     let h = rt.run_handle(uuid::Uuid::new_v4().to_string());
     let waiter = tokio::spawn(async move { h.outputs().await });
     // Let the runs listener fail and schedule reconnects.
@@ -319,9 +309,7 @@ async fn assert_tasks_back_to(before: usize) {
 
 #[tokio::test]
 async fn shutdown_while_a_durable_task_waits_on_a_backing_off_stream_leaves_no_task_running() {
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
+    let engine = crate::support::engine().await;
     engine
         .faults()
         .inject(DURABLE, u32::MAX, end(Code::Unavailable));
@@ -695,15 +683,9 @@ async fn a_durable_stream_cut_after_the_ack_recovers_the_completion() {
 /// An engine before v0.80 (durable waits go through the durable-events listener) and a runtime
 /// with fast stream backoff.
 async fn legacy_durable_engine() -> (DevEngine, RuntimeHandle) {
-    let engine = DevEngine::start(DevEngineOptions::default().version("v0.79.2"))
-        .await
-        .expect("engine");
-    let rt = Runtime::spawn_with(
-        engine.client_config(),
-        RuntimeOptions::default().stream_backoff(fast()),
-    )
-    .await
-    .expect("runtime");
+    let engine = crate::support::engine_with(DevEngineOptions::default().version("v0.79.2")).await;
+    let rt =
+        crate::support::runtime_with(&engine, RuntimeOptions::new().stream_backoff(fast())).await;
     (engine, rt)
 }
 
@@ -928,12 +910,8 @@ async fn napping_setup(options: DevEngineOptions) -> (DevEngine, RuntimeHandle) 
 
 /// A runtime on `engine` (fast backoff) that knows the `nap` durable workflow.
 async fn napping_runtime(engine: &DevEngine) -> RuntimeHandle {
-    let rt = Runtime::spawn_with(
-        engine.client_config(),
-        RuntimeOptions::default().stream_backoff(fast()),
-    )
-    .await
-    .expect("runtime");
+    let rt =
+        crate::support::runtime_with(engine, RuntimeOptions::new().stream_backoff(fast())).await;
     rt.register(napper()).await.expect("register");
     rt
 }
@@ -1099,7 +1077,7 @@ async fn waiters_arriving_during_an_outage_ride_the_scheduled_reconnect_instead_
         poll_after: Duration::from_secs(60),
         poll_every: Duration::from_secs(1),
     };
-    let (engine, rt) = setup_with(RuntimeOptions::default().stream_backoff(backoff).seed(11)).await;
+    let (engine, rt) = setup_with(RuntimeOptions::new().stream_backoff(backoff).seed(11)).await;
     // Every stream open fails at once, while a new waiter arrives every 5 ms for a second.
     engine.faults().inject(RUNS, 1000, end(Code::Unavailable));
     let started = tokio::time::Instant::now();
@@ -1265,7 +1243,7 @@ async fn polling_passes_never_overlap_however_slow_the_engine_answers() {
         poll_every: ms(10),
         ..fast()
     };
-    let (e, rt) = setup_with(RuntimeOptions::default().stream_backoff(backoff).seed(5)).await;
+    let (e, rt) = setup_with(RuntimeOptions::new().stream_backoff(backoff).seed(5)).await;
     e.faults().inject(RUNS, u32::MAX, end(Code::Unavailable));
     // Each GetRunDetails takes 200 ms; no worker, so the runs never finish.
     e.faults()

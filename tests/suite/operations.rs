@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
+use hatchet_dev_engine::Fault;
 use hatchet_runtime::config::ClientConfig;
 use hatchet_runtime::health::ListenerKind;
 use hatchet_runtime::{Context, Runtime, RuntimeOptions, TaskError, WorkerOptions, Workflow};
@@ -20,12 +20,10 @@ fn http() -> reqwest::Client {
 
 #[tokio::test]
 async fn health_and_metrics_endpoints_report_the_worker() {
-    let e = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
+    let e = crate::support::engine().await;
     let mut config = e.client_config();
     config.healthcheck = Some(([127, 0, 0, 1], 0).into());
-    let rt = Runtime::spawn_with(config, RuntimeOptions::default().stream_backoff(fast()))
+    let rt = Runtime::spawn_with(config, RuntimeOptions::new().stream_backoff(fast()))
         .await
         .expect("runtime");
     rt.register(
@@ -251,10 +249,8 @@ async fn a_task_s_tracing_events_reach_the_engine_as_its_logs_with_the_layer() {
     let subscriber = tracing_subscriber::registry().with(hatchet_runtime::task::TaskLogLayer);
     // The test runtime is current-thread: every task of this test sees this subscriber.
     let _guard = tracing::subscriber::set_default(subscriber);
-    let e = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
-    let rt = Runtime::spawn(e.client_config()).await.expect("runtime");
+    let e = crate::support::engine().await;
+    let rt = crate::support::runtime(&e).await;
     let (id_tx, mut id_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     rt.register(
         Workflow::new("chatty").task("t", move |_i: Value, c: Context| {
@@ -328,10 +324,8 @@ async fn each_task_execution_runs_in_a_span_naming_its_run_and_worker() {
     let spans = TaskSpans::default();
     let _guard =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
-    let e = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
-    let rt = Runtime::spawn(e.client_config()).await.expect("runtime");
+    let e = crate::support::engine().await;
+    let rt = crate::support::runtime(&e).await;
     rt.register(
         Workflow::new("spanned").task(
             "t",

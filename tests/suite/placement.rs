@@ -5,14 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hatchet_dev_engine::{DevEngine, DevEngineOptions};
+use hatchet_dev_engine::DevEngine;
 use hatchet_runtime::api::FilterUpdate;
 use hatchet_runtime::durable::{Condition, any_of};
 use hatchet_runtime::run::PushOptions;
 use hatchet_runtime::task::{Comparator, DesiredLabel, StickyStrategy};
 use hatchet_runtime::{
-    Context, RunStatus, Runtime, RuntimeHandle, TaskError, TaskOptions, TriggerOptions,
-    WorkerOptions, Workflow,
+    Context, RunStatus, RuntimeHandle, TaskError, TaskOptions, TriggerOptions, WorkerOptions,
+    Workflow,
 };
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -38,11 +38,7 @@ fn recorder(
     }
 }
 
-async fn engine() -> DevEngine {
-    DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine")
-}
+use crate::support::engine;
 
 /// A runtime with one worker named `name` and `labels`, serving `workflows`.
 async fn worker(
@@ -51,7 +47,7 @@ async fn worker(
     labels: &[(&str, hatchet_runtime::task::LabelValue)],
     workflows: Vec<Workflow>,
 ) -> (RuntimeHandle, String) {
-    let rt = Runtime::spawn(e.client_config()).await.expect("runtime");
+    let rt = crate::support::runtime(e).await;
     for wf in workflows {
         rt.register(wf).await.expect("register");
     }
@@ -71,13 +67,12 @@ async fn labels_steer_placement_required_labels_hold_tasks_and_upserts_apply() {
         vec![
             Workflow::new("fast-only").task_with(
                 "t",
-                TaskOptions::default()
-                    .desired_label("model", DesiredLabel::equals("fast").required()),
+                TaskOptions::new().desired_label("model", DesiredLabel::equals("fast").required()),
                 recorder("fast-only", places.clone()),
             ),
             Workflow::new("big-memory").task_with(
                 "t",
-                TaskOptions::default()
+                TaskOptions::new()
                     .desired_label(
                         "memory",
                         DesiredLabel::compare(Comparator::GreaterThanOrEqual, 1024).weight(10),
@@ -87,8 +82,7 @@ async fn labels_steer_placement_required_labels_hold_tasks_and_upserts_apply() {
             ),
             Workflow::new("gpu").task_with(
                 "t",
-                TaskOptions::default()
-                    .desired_label("gpu", DesiredLabel::equals("a100").required()),
+                TaskOptions::new().desired_label("gpu", DesiredLabel::equals("a100").required()),
                 recorder("gpu", places.clone()),
             ),
         ]
@@ -156,10 +150,10 @@ async fn sticky_runs_keep_their_tasks_and_sticky_children_on_one_worker() {
                     .task("a", recorder("a", places.clone()))
                     .task_with(
                         "b",
-                        TaskOptions::default().parents(["a"]),
+                        TaskOptions::new().parents(["a"]),
                         recorder("b", places.clone()),
                     )
-                    .task_with("c", TaskOptions::default().parents(["b"]), {
+                    .task_with("c", TaskOptions::new().parents(["b"]), {
                         let places = places.clone();
                         move |_: Value, c: Context| {
                             let (places, child_name) = (places.clone(), child_name.clone());
@@ -196,7 +190,7 @@ async fn sticky_runs_keep_their_tasks_and_sticky_children_on_one_worker() {
 #[tokio::test]
 async fn dag_conditions_wait_skip_and_cancel_as_the_engine_decides() {
     let e = engine().await;
-    let rt = Runtime::spawn(e.client_config()).await.expect("runtime");
+    let rt = crate::support::runtime(&e).await;
     let echo = |tag: &'static str| {
         move |_: Value, c: Context| async move {
             Ok::<_, TaskError>(
@@ -211,20 +205,20 @@ async fn dag_conditions_wait_skip_and_cancel_as_the_engine_decides() {
         // Skipped when check's output says so; its child is skipped too (its only parent).
         .task_with(
             "maybe",
-            TaskOptions::default()
+            TaskOptions::new()
                 .parents(["check"])
                 .skip_if(Condition::parent("check").expression("output.n > 5")),
             echo("maybe"),
         )
         .task_with(
             "after-maybe",
-            TaskOptions::default().parents(["maybe"]),
+            TaskOptions::new().parents(["maybe"]),
             echo("after-maybe"),
         )
         // Waits for an approval event (with an expression) OR a long sleep.
         .task_with(
             "approve",
-            TaskOptions::default().parents(["check"]).wait_for(any_of([
+            TaskOptions::new().parents(["check"]).wait_for(any_of([
                 Condition::sleep(Duration::from_secs(600)),
                 Condition::event("approval").expression("input.ok == true"),
             ])),
@@ -233,7 +227,7 @@ async fn dag_conditions_wait_skip_and_cancel_as_the_engine_decides() {
         // Cancelled by an abort event.
         .task_with(
             "abortable",
-            TaskOptions::default()
+            TaskOptions::new()
                 .parents(["check"])
                 .wait_for(Condition::sleep(Duration::from_secs(600)))
                 .cancel_if(Condition::event("abort")),
@@ -311,10 +305,10 @@ async fn dag_conditions_wait_skip_and_cancel_as_the_engine_decides() {
 #[tokio::test]
 async fn durable_waits_on_an_or_group_say_which_condition_fired() {
     let e = engine().await;
-    let rt = Runtime::spawn(e.client_config()).await.expect("runtime");
+    let rt = crate::support::runtime(&e).await;
     rt.register(Workflow::new("wait-or").durable_task(
         "d",
-        TaskOptions::default(),
+        TaskOptions::new(),
         |i: Value, c: Context| async move {
             let secs = i["sleep"].as_u64().unwrap_or(600);
             let r = c

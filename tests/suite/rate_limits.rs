@@ -60,10 +60,10 @@ async fn a_declared_limit_holds_tasks_until_units_are_free() {
     rt.put_rate_limit("api", 2, RateLimitWindow::Minute)
         .await
         .expect("limit");
-    rt.register(echo("limited", TaskOptions::default().rate_limit("api", 1)))
+    rt.register(echo("limited", TaskOptions::new().rate_limit("api", 1)))
         .await
         .expect("register");
-    rt.register(echo("free", TaskOptions::default()))
+    rt.register(echo("free", TaskOptions::new()))
         .await
         .expect("register");
     rt.start_worker(WorkerOptions::new("w", 10))
@@ -116,7 +116,7 @@ async fn a_declared_limit_holds_tasks_until_units_are_free() {
 async fn a_dynamic_key_limits_each_value_on_its_own() {
     let (e, _rt, handles) = running(
         "per-user",
-        TaskOptions::default().rate_limit_by("input.user", 1, 1, RateLimitWindow::Hour),
+        TaskOptions::new().rate_limit_by("input.user", 1, 1, RateLimitWindow::Hour),
         &[],
         ["ada", "bob", "ada"].map(|u| json!({ "user": u })).to_vec(),
     )
@@ -133,7 +133,7 @@ async fn a_dynamic_key_limits_each_value_on_its_own() {
 async fn a_task_taking_more_units_than_the_whole_limit_fails_at_once_and_says_why() {
     let (_e, _rt, handles) = running(
         "greedy",
-        TaskOptions::default().rate_limit("small", 5),
+        TaskOptions::new().rate_limit("small", 5),
         &[("small", 2)],
         vec![json!({})],
     )

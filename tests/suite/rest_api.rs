@@ -233,9 +233,7 @@ async fn schedules_fire_at_their_time_and_crons_are_validated_at_registration() 
 
     // A workflow declaring a bad cron is refused at registration, with the field named. (A
     // runtime without a worker registers them: a started worker takes no new workflows.)
-    let admin = hatchet_runtime::Runtime::spawn(e.client_config())
-        .await
-        .expect("runtime");
+    let admin = crate::support::runtime(&e).await;
     let err = admin
         .register(
             Workflow::new("bad-cron")
@@ -281,12 +279,8 @@ async fn schedules_fire_at_their_time_and_crons_are_validated_at_registration() 
 async fn ids_in_rest_paths_are_percent_encoded() {
     // An id with a slash or a query character must stay one path segment: the read answers
     // for that id (not found), it does not reach another route.
-    let e = hatchet_dev_engine::DevEngine::start(hatchet_dev_engine::DevEngineOptions::default())
-        .await
-        .expect("engine");
-    let rt = hatchet_runtime::Runtime::spawn(e.client_config())
-        .await
-        .expect("runtime");
+    let e = crate::support::engine().await;
+    let rt = crate::support::runtime(&e).await;
     for id in ["a/../../tenants", "x?y=1", "has space"] {
         let err = rt.api().run_status(id).await.expect_err("no such run");
         assert!(

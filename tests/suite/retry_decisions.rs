@@ -14,28 +14,18 @@ async fn seeded() -> (
     hatchet_dev_engine::DevEngine,
     hatchet_runtime::RuntimeHandle,
 ) {
-    let engine =
-        hatchet_dev_engine::DevEngine::start(hatchet_dev_engine::DevEngineOptions::default())
-            .await
-            .expect("engine");
-    let rt = hatchet_runtime::Runtime::spawn_with(
-        engine.client_config(),
-        hatchet_runtime::RuntimeOptions::default().seed(SEED),
-    )
-    .await
-    .expect("runtime");
+    let engine = crate::support::engine().await;
+    let rt =
+        crate::support::runtime_with(&engine, hatchet_runtime::RuntimeOptions::new().seed(SEED))
+            .await;
     (engine, rt)
 }
 
 #[tokio::test]
 async fn a_sustained_outage_costs_at_most_1_2_attempts_per_operation_counted_at_the_engine() {
-    use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
-    let rt = hatchet_runtime::Runtime::spawn(engine.client_config())
-        .await
-        .expect("runtime");
+    use hatchet_dev_engine::Fault;
+    let engine = crate::support::engine().await;
+    let rt = crate::support::runtime(&engine).await;
     engine.faults().inject(
         "/Dispatcher/GetVersion",
         u32::MAX,

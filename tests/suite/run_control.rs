@@ -58,7 +58,7 @@ async fn on_failure_runs_once_after_a_final_failure_and_reads_the_error() {
     let wf = Workflow::new("checkout")
         .task_with(
             "charge",
-            TaskOptions::default().retries(1),
+            TaskOptions::new().retries(1),
             move |_: Order, _c: Context| {
                 let c2 = c2.clone();
                 async move {
@@ -67,17 +67,13 @@ async fn on_failure_runs_once_after_a_final_failure_and_reads_the_error() {
                 }
             },
         )
-        .on_failure(
-            "refund",
-            TaskOptions::default(),
-            move |_: Value, c: Context| {
-                let s2 = s2.clone();
-                async move {
-                    s2.lock().push(c.task_run_errors().clone());
-                    Ok::<_, TaskError>(json!({"refunded": true}))
-                }
-            },
-        );
+        .on_failure("refund", TaskOptions::new(), move |_: Value, c: Context| {
+            let s2 = s2.clone();
+            async move {
+                s2.lock().push(c.task_run_errors().clone());
+                Ok::<_, TaskError>(json!({"refunded": true}))
+            }
+        });
     rt.register(wf).await.expect("register");
     rt.start_worker(WorkerOptions::new("w", 4))
         .await
@@ -113,7 +109,7 @@ async fn on_failure_is_skipped_when_every_task_completes_and_a_typed_result_igno
         })
         .on_failure(
             "refund",
-            TaskOptions::default(),
+            TaskOptions::new(),
             move |_: Value, _c: Context| {
                 h2.fetch_add(1, Ordering::SeqCst);
                 async { Ok::<_, TaskError>(json!({})) }
@@ -169,7 +165,7 @@ async fn typed_references_refuse_types_the_workflow_does_not_declare() {
         })
         .task_with(
             "audit",
-            TaskOptions::default().parents(["price"]),
+            TaskOptions::new().parents(["price"]),
             |_: Value, _c: Context| async { Ok::<_, TaskError>(json!("ok")) },
         );
     let reg = rt.register(wf).await.expect("register");
@@ -481,7 +477,7 @@ async fn refresh_timeout_keeps_a_slow_attempt_alive() {
     let (_e, rt) = setup().await;
     let wf = Workflow::new("refresh").task_with(
         "t",
-        TaskOptions::default().timeout(Duration::from_secs(1)),
+        TaskOptions::new().timeout(Duration::from_secs(1)),
         |extend: bool, c: Context| async move {
             if extend {
                 let at = c.refresh_timeout(Duration::from_secs(5)).await?;
@@ -731,8 +727,8 @@ async fn replaying_a_task_of_a_dag_reruns_it_and_what_follows_not_what_came_befo
     };
     let wf = Workflow::new("chain")
         .task("a", step("a", false))
-        .task_with("b", TaskOptions::default().parents(["a"]), step("b", true))
-        .task_with("c", TaskOptions::default().parents(["b"]), step("c", false));
+        .task_with("b", TaskOptions::new().parents(["a"]), step("b", true))
+        .task_with("c", TaskOptions::new().parents(["b"]), step("c", false));
     rt.register(wf).await.expect("register");
     rt.start_worker(WorkerOptions::new("w", 4))
         .await
@@ -808,7 +804,7 @@ async fn a_memo_whose_value_cannot_be_serialised_is_an_error_and_stores_nothing(
     let (_e, rt) = setup().await;
     let wf = Workflow::new("bad-memo").durable_task(
         "d",
-        TaskOptions::default(),
+        TaskOptions::new(),
         |_: Value, c: Context| async move {
             // JSON object keys must be strings: this map cannot be serialised.
             let first = c

@@ -5,11 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use hatchet_runtime::health::{ListenerKind, ListenerState};
 use hatchet_runtime::{
-    Context, Outcome, Runtime, RuntimeHandle, TaskError, TaskOptions, TriggerOptions,
-    WorkerOptions, Workflow,
+    Context, Outcome, TaskError, TaskOptions, TriggerOptions, WorkerOptions, Workflow,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -19,15 +17,7 @@ struct Num {
     n: i64,
 }
 
-pub async fn setup() -> (DevEngine, RuntimeHandle) {
-    let engine = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
-    let rt = Runtime::spawn(engine.client_config())
-        .await
-        .expect("runtime");
-    (engine, rt)
-}
+pub(crate) use crate::support::engine_and_runtime as setup;
 
 pub(crate) use crate::support::until;
 
@@ -70,7 +60,7 @@ async fn a_dag_child_reads_its_parents_outputs() {
         })
         .task_with(
             "sum",
-            TaskOptions::default().parents(["a", "b"]),
+            TaskOptions::new().parents(["a", "b"]),
             |_i: Value, c: Context| async move {
                 let a: Num = c.parent_output("a")?;
                 let b: Num = c.parent_output("b")?;
@@ -94,7 +84,7 @@ async fn failures_retries_non_retryable_errors_and_panics() {
     let t2 = tries.clone();
     let wf = Workflow::new("flaky").task_with(
         "t",
-        TaskOptions::default().retries(2),
+        TaskOptions::new().retries(2),
         move |_i: Value, c: Context| {
             let tries = t2.clone();
             async move {
@@ -109,7 +99,7 @@ async fn failures_retries_non_retryable_errors_and_panics() {
     );
     let fatal = Workflow::new("fatal").task_with(
         "t",
-        TaskOptions::default().retries(5),
+        TaskOptions::new().retries(5),
         |_i: Value, _c: Context| async move {
             Err::<Value, _>(TaskError::non_retryable("bad input, do not retry"))
         },
@@ -165,7 +155,7 @@ async fn durable_tasks_sleep_wait_for_events_and_memoize() {
     let (_e, rt) = setup().await;
     let wf = Workflow::new("durable").durable_task(
         "d",
-        TaskOptions::default(),
+        TaskOptions::new(),
         |_i: Value, c: Context| async move {
             let stamp: u64 = c.memo("stamp", || async { 7u64 }).await?;
             c.sleep_for(Duration::from_secs(1)).await?;
@@ -206,7 +196,7 @@ async fn child_runs_from_a_task_are_not_duplicated_by_retries() {
     });
     let parent = Workflow::new("parent").task_with(
         "p",
-        TaskOptions::default().retries(1),
+        TaskOptions::new().retries(1),
         |_i: Value, c: Context| async move {
             let h = c.spawn_child("child", &Num { n: 4 }).await?;
             let out: Num = h.result().await?;

@@ -7,10 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use std::collections::HashMap;
 
-use hatchet_runtime::{Context, Outcome, Runtime, TaskError, WorkerOptions, Workflow};
+use hatchet_runtime::{Context, Outcome, TaskError, WorkerOptions, Workflow};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
@@ -33,17 +32,11 @@ async fn soak_with_periodic_restarts_keeps_tasks_and_memory_flat() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(12);
     let alone = std::env::var("SOAK_ALONE").is_ok();
-    let engine = Arc::new(
-        DevEngine::start(DevEngineOptions::default())
-            .await
-            .expect("engine"),
-    );
+    let engine = Arc::new(crate::support::engine().await);
     // The soak measures the runtime under load and restarts, not the engine's status lag
     // (which holds each result up to 1 s, as the real engine's lag does): ends go out at once.
     engine.status_lag(None);
-    let rt = Runtime::spawn(engine.client_config())
-        .await
-        .expect("runtime");
+    let rt = crate::support::runtime(&engine).await;
     // Executions per input, counted in the handler: where a duplicate would happen.
     let executions: Arc<Mutex<HashMap<(u64, u64), u32>>> = Arc::default();
     let counted = executions.clone();

@@ -11,8 +11,8 @@ use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
 use hatchet_runtime::health::{ListenerKind, ListenerState};
 use hatchet_runtime::test_hooks::LISTENER_MAX_RESTARTS as MAX_RESTARTS;
 use hatchet_runtime::{
-    Context, Outcome, Runtime, RuntimeHandle, RuntimeOptions, TaskError, TaskOptions,
-    WorkerOptions, Workflow,
+    Context, Outcome, RuntimeHandle, RuntimeOptions, TaskError, TaskOptions, WorkerOptions,
+    Workflow,
 };
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -28,15 +28,7 @@ const ALL: [ListenerKind; 4] = [
     ListenerKind::DurableTask,
 ];
 
-async fn engine(opts: DevEngineOptions) -> DevEngine {
-    DevEngine::start(opts).await.expect("engine")
-}
-
-async fn runtime(e: &DevEngine, opts: RuntimeOptions) -> RuntimeHandle {
-    Runtime::spawn_with(e.client_config(), opts)
-        .await
-        .expect("runtime")
-}
+use crate::support::{engine_with as engine, runtime_with as runtime};
 
 /// `echo` (returns its input) and `nap` (a durable task that sleeps 10 ms).
 async fn register_echo_and_nap(rt: &RuntimeHandle) {
@@ -50,7 +42,7 @@ async fn register_echo_and_nap(rt: &RuntimeHandle) {
     .expect("register echo");
     rt.register(Workflow::new("nap").durable_task(
         "d",
-        TaskOptions::default(),
+        TaskOptions::new(),
         |_i: Value, c: Context| async move {
             c.sleep_for(Duration::from_millis(10)).await?;
             Ok::<_, TaskError>(json!({"napped": true}))
@@ -64,7 +56,7 @@ async fn register_echo_and_nap(rt: &RuntimeHandle) {
 /// slots; the worker id.
 async fn started() -> (DevEngine, RuntimeHandle, String) {
     let e = engine(DevEngineOptions::default()).await;
-    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    let rt = runtime(&e, RuntimeOptions::new().stream_backoff(fast())).await;
     register_echo_and_nap(&rt).await;
     let id = rt
         .start_worker(WorkerOptions::new("w", 2))
@@ -170,7 +162,7 @@ async fn a_crashed_stream_supervisor_brings_back_every_listener_the_worker_s_inc
 #[tokio::test]
 async fn a_listener_crashing_past_the_intensity_limit_is_stopped_and_its_waiters_say_why() {
     let e = engine(DevEngineOptions::default()).await;
-    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    let rt = runtime(&e, RuntimeOptions::new().stream_backoff(fast())).await;
     register_echo_and_nap(&rt).await;
     // No worker: the run stays queued, so its waiter waits.
     let run = rt.run_no_wait("echo", &json!({})).await.expect("trigger");
@@ -228,7 +220,7 @@ async fn a_listener_crashing_past_the_intensity_limit_is_stopped_and_its_waiters
 #[tokio::test]
 async fn start_worker_resolves_with_the_registered_id_and_a_refused_token_fails_at_once() {
     let e = engine(DevEngineOptions::default()).await;
-    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    let rt = runtime(&e, RuntimeOptions::new().stream_backoff(fast())).await;
     register_echo_and_nap(&rt).await;
     e.faults().inject(
         "/Dispatcher/Register",
@@ -293,7 +285,7 @@ async fn a_drain_longer_than_the_heartbeat_window_keeps_the_task_on_its_worker()
             })
         }
     };
-    let opts = RuntimeOptions::default()
+    let opts = RuntimeOptions::new()
         .stream_backoff(fast())
         .heartbeat_every(Duration::from_millis(200));
     let draining = runtime(&e, opts.clone()).await;
@@ -479,7 +471,7 @@ async fn signals_child() {
 
     let (started_tx, mut started_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let (cancelled_tx, mut cancelled) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let other = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    let other = runtime(&e, RuntimeOptions::new().stream_backoff(fast())).await;
     other
         .register(
             Workflow::new("stuck").task("t", move |_i: Value, c: Context| {
@@ -543,7 +535,7 @@ async fn signals_child() {
 #[tokio::test]
 async fn dropping_the_last_handle_stops_the_runtime_and_fails_its_waits_closed() {
     let e = engine(DevEngineOptions::default()).await;
-    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    let rt = runtime(&e, RuntimeOptions::new().stream_backoff(fast())).await;
     let (started_tx, mut started_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let (cancelled_tx, mut cancelled) = tokio::sync::mpsc::unbounded_channel::<()>();
     rt.register(
@@ -597,7 +589,7 @@ async fn dropping_the_last_handle_stops_the_runtime_and_fails_its_waits_closed()
 #[tokio::test]
 async fn a_handler_using_the_context_s_runtime_does_not_keep_the_runtime_alive() {
     let e = engine(DevEngineOptions::default()).await;
-    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    let rt = runtime(&e, RuntimeOptions::new().stream_backoff(fast())).await;
     let (cancelled_tx, mut cancelled) = tokio::sync::mpsc::unbounded_channel::<()>();
     let (triggered_tx, mut triggered) = tokio::sync::mpsc::unbounded_channel::<String>();
     rt.register(
@@ -667,7 +659,7 @@ where
 #[tokio::test]
 async fn the_worker_actor_and_the_retry_service_restart_within_the_limit_then_stop() {
     let e = engine(DevEngineOptions::default()).await;
-    let rt = runtime(&e, RuntimeOptions::default().stream_backoff(fast())).await;
+    let rt = runtime(&e, RuntimeOptions::new().stream_backoff(fast())).await;
     let mut restarts = 0;
     loop {
         rt.crash_retry_service();

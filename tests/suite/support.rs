@@ -1,15 +1,50 @@
-//! What every suite shares: waits that poll what they wait for, and counters. One place, so a
-//! wait reads the same everywhere and its bound is set once (long enough for the real engine).
+//! What every suite shares: our engine and a runtime on it, waits that poll what they wait for,
+//! and counters. One place, so a wait reads the same everywhere and its bound is set once (long
+//! enough for the real engine). The suites that run on both engines reach the real one through
+//! `conformance.rs`'s `Target`; the faults our engine can inject are its own switches
+//! (`DevEngine`'s methods), the network's are `chaos.rs`'s proxy.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
-use hatchet_runtime::RuntimeHandle;
+use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use hatchet_runtime::health::{ListenerKind, ListenerState};
+use hatchet_runtime::{Runtime, RuntimeHandle, RuntimeOptions};
 
 /// How long a wait polls before it fails the test (the real engine's slowest writes fit).
 const WAIT: Duration = Duration::from_secs(90);
+
+/// Our engine, with the real engine's behaviour (the default options).
+pub(crate) async fn engine() -> DevEngine {
+    engine_with(DevEngineOptions::default()).await
+}
+
+/// Our engine with `opts`.
+pub(crate) async fn engine_with(opts: DevEngineOptions) -> DevEngine {
+    DevEngine::start(opts)
+        .await
+        .expect("the development engine starts")
+}
+
+/// A runtime on `engine`, with the default options.
+pub(crate) async fn runtime(engine: &DevEngine) -> RuntimeHandle {
+    runtime_with(engine, RuntimeOptions::new()).await
+}
+
+/// A runtime on `engine` with `opts`.
+pub(crate) async fn runtime_with(engine: &DevEngine, opts: RuntimeOptions) -> RuntimeHandle {
+    Runtime::spawn_with(engine.client_config(), opts)
+        .await
+        .expect("the runtime spawns")
+}
+
+/// Our engine and a runtime on it, both with the default options.
+pub(crate) async fn engine_and_runtime() -> (DevEngine, RuntimeHandle) {
+    let engine = engine().await;
+    let rt = runtime(&engine).await;
+    (engine, rt)
+}
 
 /// Polls `cond` every 10 ms until it holds; fails the test after 90 s naming `what`.
 pub(crate) async fn until(what: &str, mut cond: impl FnMut() -> bool) {

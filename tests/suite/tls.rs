@@ -55,9 +55,7 @@ async fn tls_engine(ca: &Ca, client_ca: Option<&Ca>) -> DevEngine {
         key_pem,
         client_ca_pem: client_ca.map(Ca::pem),
     };
-    DevEngine::start(DevEngineOptions::default().tls(tls))
-        .await
-        .expect("engine")
+    crate::support::engine_with(DevEngineOptions::default().tls(tls)).await
 }
 
 fn client(
@@ -320,9 +318,7 @@ async fn grpc_and_rest_trust_the_same_roots_and_both_verify_tls_server_name() {
 /// address in `Display`.
 #[tokio::test]
 async fn a_tls_mismatch_and_a_refused_connection_say_what_to_change() {
-    let plain = DevEngine::start(DevEngineOptions::default())
-        .await
-        .expect("engine");
+    let plain = crate::support::engine().await;
     let ca = Ca::new();
     let tls = tls_engine(&ca, None).await;
     for (engine, strategy) in [(&plain, TlsStrategy::Tls), (&tls, TlsStrategy::None)] {

@@ -36,7 +36,7 @@ async fn an_hour_of_sleep_a_retry_backoff_and_a_schedule_pass_in_milliseconds() 
             // durable task that waits past its timeout): give the sleep room.
             .durable_task(
                 "wait",
-                TaskOptions::default().timeout(2 * HOUR),
+                TaskOptions::new().timeout(2 * HOUR),
                 |_: Value, ctx: Context| async move {
                     ctx.sleep_for(HOUR).await?;
                     Ok::<_, TaskError>(json!({ "slept": true }))
@@ -45,7 +45,7 @@ async fn an_hour_of_sleep_a_retry_backoff_and_a_schedule_pass_in_milliseconds() 
             .task_with(
                 "flaky",
                 // The first retry waits ten minutes (600^1 s, capped at 600 s).
-                TaskOptions::default().retries(1).backoff(600.0, 600),
+                TaskOptions::new().retries(1).backoff(600.0, 600),
                 move |_: Value, _c: Context| {
                     let n = a.fetch_add(1, Ordering::SeqCst);
                     async move {
@@ -150,7 +150,7 @@ async fn a_condition_s_hour_of_sleep_and_an_hourly_cron_pass_in_milliseconds() {
             // A DAG condition: "later" starts an hour after "first" completes.
             .task_with(
                 "later",
-                TaskOptions::default()
+                TaskOptions::new()
                     .parents(["first"])
                     .wait_for(hatchet_runtime::durable::Condition::sleep(HOUR)),
                 |_: Value, _c: Context| async move { Ok::<_, TaskError>(json!({ "later": true })) },

@@ -41,7 +41,7 @@ impl Context {
         workflow: &str,
         input: &I,
     ) -> Result<RunHandle, Error> {
-        self.spawn_child_inner(workflow, input, ChildOptions::default(), None)
+        self.spawn_child_inner(workflow, input, ChildOptions::new(), None)
             .await
     }
 
@@ -73,7 +73,7 @@ impl Context {
         workflow: &str,
         input: &I,
     ) -> Result<O, Error> {
-        self.run_child_with_options(workflow, input, ChildOptions::default())
+        self.run_child_with_options(workflow, input, ChildOptions::new())
             .await
     }
 
@@ -126,7 +126,7 @@ impl Context {
             spawns.push((
                 workflow.to_string(),
                 encode_input("run children", input)?,
-                ChildOptions::default(),
+                ChildOptions::new(),
             ));
         }
         match self.durable_path() {

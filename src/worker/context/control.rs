@@ -123,13 +123,8 @@ impl Context {
         let worker = self.inner.core.identity.get().ok_or_else(|| {
             Error::invalid("spawn child", "this worker has no id yet (not registered)")
         })?;
-        self.spawn_child_inner(
-            workflow,
-            input,
-            super::ChildOptions::default(),
-            Some(worker),
-        )
-        .await
+        self.spawn_child_inner(workflow, input, super::ChildOptions::new(), Some(worker))
+            .await
     }
 
     /// Sets labels on this task's worker (only the keys given change), as

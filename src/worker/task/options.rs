@@ -9,7 +9,8 @@ use crate::proto::v1;
 use crate::worker::conditions::{AnyOf, ConditionAction};
 use crate::worker::placement::DesiredLabel;
 
-/// Options of one task.
+/// Options of one task: [`TaskOptions::new`], then a method for each option that applies
+/// (fields may be added: the struct is `#[non_exhaustive]`).
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct TaskOptions {
@@ -97,6 +98,11 @@ impl TaskOptions {
 }
 
 impl TaskOptions {
+    /// No options: no parents, no retries, the engine's timeouts.
+    pub fn new() -> Self {
+        TaskOptions::default()
+    }
+
     /// Sets the parents.
     pub fn parents<S: Into<String>>(mut self, p: impl IntoIterator<Item = S>) -> Self {
         self.parents = p.into_iter().map(Into::into).collect();

@@ -135,7 +135,7 @@ mod tests {
         let wf = Workflow::new("Orders")
             .task_with(
                 "charge",
-                TaskOptions::default()
+                TaskOptions::new()
                     .retries(3)
                     .timeout(Duration::from_secs(30))
                     .slots("default", 2),
@@ -143,7 +143,7 @@ mod tests {
             )
             .durable_task(
                 "ship",
-                TaskOptions::default().parents(["charge"]),
+                TaskOptions::new().parents(["charge"]),
                 |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
             )
             .on_events(["order:paid"])
@@ -178,7 +178,7 @@ mod tests {
     fn on_failure_and_default_priority_reach_the_registration() {
         let wf = Workflow::new("w")
             .task("a", |_: Value, _| async { Ok::<_, TaskError>(1) })
-            .on_failure("cleanup", TaskOptions::default(), |_: Value, _| async {
+            .on_failure("cleanup", TaskOptions::new(), |_: Value, _| async {
                 Ok::<_, TaskError>(())
             })
             .default_priority(3);
@@ -196,7 +196,7 @@ mod tests {
     fn a_task_level_concurrency_limit_is_sent_with_its_task() {
         let wf = Workflow::new("w").task_with(
             "a",
-            TaskOptions::default().concurrency("input.user", 2, ConcurrencyStrategy::CancelNewest),
+            TaskOptions::new().concurrency("input.user", 2, ConcurrencyStrategy::CancelNewest),
             |_: Value, _: Context| async { Ok::<_, TaskError>(1) },
         );
         let req = wf.to_proto_in("w", "");
@@ -218,9 +218,9 @@ mod tests {
         let t = |_: Value, _: Context| async { Ok::<_, TaskError>(1) };
         let wf = Workflow::new("w")
             .task("a", t)
-            .task_with("b", TaskOptions::default().parents(["a"]), t)
-            .task_with("c", TaskOptions::default().parents(["a"]), t)
-            .on_success("done", TaskOptions::default(), t);
+            .task_with("b", TaskOptions::new().parents(["a"]), t)
+            .task_with("c", TaskOptions::new().parents(["a"]), t)
+            .on_success("done", TaskOptions::new(), t);
         let req = wf.to_proto_in("w", "");
         let names: Vec<_> = req.tasks.iter().map(|t| t.readable_id.as_str()).collect();
         assert_eq!(names, ["a", "b", "c", "done"]);
@@ -232,7 +232,7 @@ mod tests {
 
     #[test]
     fn timeouts_are_durations_on_the_wire_as_strings() {
-        let o = TaskOptions::default()
+        let o = TaskOptions::new()
             .timeout(Duration::from_secs(90))
             .schedule_timeout(Duration::from_secs(600));
         let wf =

@@ -390,7 +390,7 @@ impl Workflow {
         F: Fn(I, Context) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, E>> + Send + 'static,
     {
-        self.task_with(name, TaskOptions::default(), f)
+        self.task_with(name, TaskOptions::new(), f)
     }
 
     /// Adds a task with options.
@@ -445,7 +445,7 @@ impl Workflow {
     /// let wf = Workflow::new("emails").batch_task(
     ///     "send",
     ///     Batching::up_to(50).interval(Duration::from_secs(2)).key("input.domain"),
-    ///     TaskOptions::default(),
+    ///     TaskOptions::new(),
     ///     |batch: Batch<serde_json::Value>, _ctx: Context| async move {
     ///         // One call to the mail provider for the whole batch.
     ///         Ok::<_, TaskError>(batch.inputs().map(|_| "sent").collect::<Vec<_>>())

@@ -723,7 +723,7 @@ async fn conf_a_durable_task_s_children_are_entries_of_its_log() {
     let a = attempts.clone();
     let parent = Workflow::new("dparent").durable_task(
         "p",
-        hatchet_runtime::TaskOptions::default().retries(1),
+        hatchet_runtime::TaskOptions::new().retries(1),
         move |_: Value, ctx: Context| {
             a.fetch_add(1, Ordering::SeqCst);
             async move {
@@ -950,7 +950,7 @@ async fn conf_a_durable_task_evicted_while_waiting_frees_its_slot_and_resumes() 
     let s = starts.clone();
     let sleeper = Workflow::new("sleeper").durable_task(
         "s",
-        hatchet_runtime::TaskOptions::default().evict_while_waiting(Duration::from_millis(300)),
+        hatchet_runtime::TaskOptions::new().evict_while_waiting(Duration::from_millis(300)),
         move |_: Value, ctx: Context| {
             s.fetch_add(1, Ordering::SeqCst);
             async move {
@@ -961,7 +961,7 @@ async fn conf_a_durable_task_evicted_while_waiting_frees_its_slot_and_resumes() 
     );
     let quick = Workflow::new("quick").durable_task(
         "q",
-        hatchet_runtime::TaskOptions::default(),
+        hatchet_runtime::TaskOptions::new(),
         |_: Value, _c: Context| async move { Ok::<_, TaskError>(json!({"quick": true})) },
     );
     let (rt, _) = t
@@ -1031,7 +1031,7 @@ async fn conf_a_parent_evicted_while_its_child_runs_is_restored_by_hand_and_find
     let i = invocations.clone();
     let parent = Workflow::new("waiting-parent").durable_task(
         "p",
-        hatchet_runtime::TaskOptions::default().evict_while_waiting(Duration::from_millis(300)),
+        hatchet_runtime::TaskOptions::new().evict_while_waiting(Duration::from_millis(300)),
         move |_: Value, ctx: Context| {
             i.fetch_add(1, Ordering::SeqCst);
             async move {
@@ -1105,7 +1105,7 @@ async fn conf_a_task_s_events_tell_each_attempt() {
     let n = tries.clone();
     let wf = Workflow::new("twice").task_with(
         "t",
-        hatchet_runtime::TaskOptions::default().retries(1),
+        hatchet_runtime::TaskOptions::new().retries(1),
         move |_: Value, _c: Context| {
             let first = n.fetch_add(1, Ordering::SeqCst) == 0;
             async move {
@@ -1304,7 +1304,7 @@ async fn conf_a_durable_reset_replays_the_log_before_its_node_and_runs_the_rest(
     let (ca, cb) = (a.clone(), b.clone());
     let wf = Workflow::new("resettable").durable_task(
         "d",
-        hatchet_runtime::TaskOptions::default(),
+        hatchet_runtime::TaskOptions::new(),
         move |_: Value, ctx: Context| {
             let (ca, cb) = (ca.clone(), cb.clone());
             async move {
@@ -1405,13 +1405,13 @@ async fn conf_task_defaults_reach_the_tasks_that_set_nothing() {
         })
         .task_with(
             "own",
-            TaskOptions::default().retries(2),
+            TaskOptions::new().retries(2),
             move |_: Value, c: Context| {
                 cb.fetch_add(1, Ordering::SeqCst);
                 async move { Ok::<_, TaskError>(json!({"max_attempts": c.max_attempts()})) }
             },
         )
-        .task_defaults(TaskOptions::default().retries(1));
+        .task_defaults(TaskOptions::new().retries(1));
     let rt = t.worker(4, vec![wf]).await;
     let out: Value = rt
         .run_no_wait("defaulted", &json!({}))

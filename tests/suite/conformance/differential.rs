@@ -125,7 +125,7 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
         })
         .task_with(
             "b",
-            TaskOptions::default().parents(["a"]),
+            TaskOptions::new().parents(["a"]),
             |_: Value, _c: Context| async move { Ok::<_, TaskError>(json!({"b": 2})) },
         );
     let fails = Workflow::new("fails").task("boom", |_: Value, _c: Context| async move {
@@ -133,7 +133,7 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
     });
     let tries = Arc::new(AtomicU32::new(0));
     let retried = Workflow::new("retried")
-        .task_with("wobbly", TaskOptions::default().retries(1), {
+        .task_with("wobbly", TaskOptions::new().retries(1), {
             let tries = tries.clone();
             move |_: Value, _c: Context| {
                 let first = tries.fetch_add(1, Ordering::SeqCst) == 0;
@@ -147,7 +147,7 @@ async fn answers(t: &Target) -> Vec<(String, Value)> {
         })
         .task_with(
             "after",
-            TaskOptions::default().parents(["wobbly"]),
+            TaskOptions::new().parents(["wobbly"]),
             |_: Value, _c: Context| async move { Ok::<_, TaskError>(json!({"after": 1})) },
         );
     let rt = t.worker(4, vec![one, dag, fails, retried]).await;

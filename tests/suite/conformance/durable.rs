@@ -11,7 +11,7 @@ async fn conf_durable_sleep_event_or_wait_and_memo() {
     let m = memo_runs.clone();
     let wf = Workflow::new("durable").durable_task(
         "d",
-        TaskOptions::default(),
+        TaskOptions::new(),
         move |_i: Value, c: Context| {
             let m = m.clone();
             async move {
@@ -73,7 +73,7 @@ async fn conf_chained_durable_sleeps_each_end_at_the_engine_s_next_timer_poll() 
     let k = took.clone();
     let wf = Workflow::new("three-naps").durable_task(
         "d",
-        TaskOptions::default(),
+        TaskOptions::new(),
         move |_: Value, c: Context| {
             let k = k.clone();
             async move {
@@ -121,7 +121,7 @@ async fn conf_durable_now_is_the_same_instant_on_replay_and_sleep_until_waits_fo
     let s = seen.clone();
     let wf = Workflow::new("clock").durable_task(
         "d",
-        TaskOptions::default().retries(1),
+        TaskOptions::new().retries(1),
         move |_i: Value, c: Context| {
             let s = s.clone();
             async move {
@@ -173,7 +173,7 @@ async fn conf_a_durable_replay_that_spawns_in_another_order_finds_each_child_by_
     });
     let parent = Workflow::new("reorder").durable_task(
         "d",
-        TaskOptions::default().retries(1),
+        TaskOptions::new().retries(1),
         |_: Value, c: Context| async move {
             let spawn = |key: &'static str| {
                 let c = c.clone();
@@ -232,7 +232,7 @@ async fn conf_a_durable_spawn_at_an_index_bound_to_another_workflow_is_nondeterm
     };
     let parent = Workflow::new("rebind").durable_task(
         "d",
-        TaskOptions::default().retries(1),
+        TaskOptions::new().retries(1),
         |_: Value, c: Context| async move {
             if c.retry_count() == 0 {
                 let _: Value = c.run_child("kid-a", &json!({})).await?;
@@ -297,7 +297,7 @@ async fn conf_an_evicted_task_reads_running_over_grpc_and_says_it_in_is_evicted(
     let t = Target::new("evicted").await;
     let wf = Workflow::new("nap").durable_task(
         "d",
-        TaskOptions::default().evict_while_waiting(Duration::from_millis(100)),
+        TaskOptions::new().evict_while_waiting(Duration::from_millis(100)),
         |_: Value, c: Context| async move {
             let e = c.wait_for_event("evicted:go").await?;
             Ok::<_, TaskError>(json!({ "event": e }))
@@ -345,7 +345,7 @@ async fn conf_an_evicted_durable_task_still_times_out() {
     let t = Target::new("evicttimeout").await;
     let wf = Workflow::new("nap-long").durable_task(
         "d",
-        TaskOptions::default()
+        TaskOptions::new()
             .timeout(Duration::from_secs(3))
             .evict_while_waiting(Duration::from_millis(100)),
         |_: Value, c: Context| async move {
@@ -381,7 +381,7 @@ async fn conf_a_drain_evicts_waiting_durable_tasks_and_another_worker_finishes_t
         let i = invocations.clone();
         Workflow::new("drain-nap").durable_task(
             "d",
-            TaskOptions::default(),
+            TaskOptions::new(),
             move |_: Value, c: Context| {
                 i.fetch_add(1, Ordering::SeqCst);
                 async move {
@@ -450,7 +450,7 @@ async fn conf_durable_operations_joined_in_one_invocation_get_their_own_answers(
     }
     let wf = Workflow::new("joined").durable_task(
         "d",
-        TaskOptions::default(),
+        TaskOptions::new(),
         |i: Value, c: Context| async move {
             let n = i["n"].as_u64().unwrap_or(0);
             let (stamp, slept, event) = tokio::join!(

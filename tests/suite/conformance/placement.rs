@@ -12,14 +12,14 @@ async fn conf_dag_conditions_skip_and_wait() {
         })
         .task_with(
             "maybe",
-            TaskOptions::default()
+            TaskOptions::new()
                 .parents(["check"])
                 .skip_if(Condition::parent("check").expression("output.n > 5")),
             |_: Value, _c: Context| async move { Ok::<_, TaskError>(json!({"ran": true})) },
         )
         .task_with(
             "approve",
-            TaskOptions::default().parents(["check"]).wait_for(any_of([
+            TaskOptions::new().parents(["check"]).wait_for(any_of([
                 Condition::sleep(Duration::from_secs(600)),
                 Condition::event("approval").expression("input.ok == true"),
             ])),
@@ -31,7 +31,7 @@ async fn conf_dag_conditions_skip_and_wait() {
         // its group, so this waits for `conds-gate` (pushed from 3 s on), not just the 1 s sleep.
         .task_with(
             "gated",
-            TaskOptions::default()
+            TaskOptions::new()
                 .parents(["check"])
                 .wait_for(any_of([
                     Condition::parent("check").expression("output.n > 5"),
@@ -105,13 +105,13 @@ async fn conf_labels_and_sticky_place_tasks() {
     };
     let gpu = Workflow::new("gpu").task_with(
         "t",
-        TaskOptions::default().desired_label("gpu", DesiredLabel::equals("yes").required()),
+        TaskOptions::new().desired_label("gpu", DesiredLabel::equals("yes").required()),
         rec("gpu"),
     );
     let sticky = Workflow::new("sticky")
         .sticky(StickyStrategy::Hard)
         .task("a", rec("a"))
-        .task_with("b", TaskOptions::default().parents(["a"]), rec("b"));
+        .task_with("b", TaskOptions::new().parents(["a"]), rec("b"));
     let (rt_gpu, gpu_id) = t
         .worker_with(
             WorkerOptions::new("with-gpu", 4).label("gpu", "yes"),
@@ -249,7 +249,7 @@ async fn conf_rate_limits_and_concurrency_bound_running_tasks() {
     .expect("put rate limit");
     let limited = Workflow::new("limited").task_with(
         "t",
-        TaskOptions::default().rate_limit("conf-limit", 1),
+        TaskOptions::new().rate_limit("conf-limit", 1),
         body(Arc::default(), Arc::default()),
     );
     let grouped = Workflow::new("grouped")
@@ -263,7 +263,7 @@ async fn conf_rate_limits_and_concurrency_bound_running_tasks() {
     let (task_running, task_peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let task_grouped = Workflow::new("task-grouped").task_with(
         "t",
-        TaskOptions::default().concurrency(
+        TaskOptions::new().concurrency(
             "input.group",
             1,
             hatchet_runtime::task::ConcurrencyStrategy::GroupRoundRobin,

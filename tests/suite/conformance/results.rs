@@ -438,7 +438,7 @@ async fn conf_a_wait_outlives_a_gated_run_the_engine_does_not_show_yet() {
     let t = Target::new("gated_root").await;
     let wf = Workflow::new("gated-root").task_with(
         "t",
-        TaskOptions::default().wait_for(Condition::sleep(Duration::from_secs(16))),
+        TaskOptions::new().wait_for(Condition::sleep(Duration::from_secs(16))),
         |_: Value, _c: Context| async move { Ok::<_, TaskError>(json!({"opened": true})) },
     );
     let rt = t.worker(2, vec![wf]).await;
@@ -516,7 +516,7 @@ async fn conf_ours_only_a_run_stalled_by_a_lost_followup_is_named_at_its_deadlin
         })
         .task_with(
             "b",
-            TaskOptions::default().parents(["a"]),
+            TaskOptions::new().parents(["a"]),
             move |_: Value, _c: Context| {
                 let runs = rb.clone();
                 async move {
@@ -616,7 +616,7 @@ async fn conf_ours_only_a_completion_the_engine_lost_times_out_and_is_retried() 
     let r = ran.clone();
     let wf = Workflow::new("lost-completion").task_with(
         "t",
-        TaskOptions::default()
+        TaskOptions::new()
             .retries(1)
             .timeout(Duration::from_secs(3)),
         move |_: Value, _c: Context| {
@@ -690,7 +690,7 @@ async fn conf_a_durable_event_wait_with_a_lookback_takes_an_event_pushed_before_
     let k = key.clone();
     let wf = Workflow::new("lookback").durable_task(
         "d",
-        TaskOptions::default(),
+        TaskOptions::new(),
         move |i: Value, c: Context| {
             let key = k.clone();
             async move {
@@ -802,7 +802,7 @@ async fn conf_a_static_rate_limit_key_must_exist_before_registration() {
     let rt = t.runtime().await;
     let wf = Workflow::new("needs-limit").task_with(
         "t",
-        TaskOptions::default().rate_limit("conf-never-put", 1),
+        TaskOptions::new().rate_limit("conf-never-put", 1),
         |_: Value, _c: Context| async move { Ok::<_, TaskError>(json!({})) },
     );
     let err = rt.register(wf).await.expect_err("the key does not exist");

@@ -28,7 +28,7 @@ async fn conf_a_task_reads_its_attempt_lineage_trigger_and_worker() {
     });
     let parent = Workflow::new("about-parent").task_with(
         "p",
-        TaskOptions::default().retries(2),
+        TaskOptions::new().retries(2),
         |_i: Value, c: Context| async move {
             if c.attempt_number() == 1 {
                 return Err(TaskError::new("the first attempt fails"));
@@ -173,7 +173,7 @@ async fn conf_on_success_runs_after_every_task_and_is_skipped_when_one_fails() {
         })
         .task_with(
             "b",
-            TaskOptions::default().parents(["a"]),
+            TaskOptions::new().parents(["a"]),
             |_i: Value, c: Context| async move {
                 let a: Num = c.parent_output("a")?;
                 Ok::<_, TaskError>(Num { n: a.n * 10 })
@@ -182,18 +182,14 @@ async fn conf_on_success_runs_after_every_task_and_is_skipped_when_one_fails() {
         .task("c", |_i: Value, _c: Context| async move {
             Ok::<_, TaskError>(Num { n: 5 })
         })
-        .on_success(
-            "done",
-            TaskOptions::default(),
-            move |_i: Value, c: Context| {
-                r.fetch_add(1, Ordering::SeqCst);
-                async move {
-                    let b: Num = c.parent_output("b")?;
-                    let cc: Num = c.parent_output("c")?;
-                    Ok::<_, TaskError>(Num { n: b.n + cc.n })
-                }
-            },
-        );
+        .on_success("done", TaskOptions::new(), move |_i: Value, c: Context| {
+            r.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let b: Num = c.parent_output("b")?;
+                let cc: Num = c.parent_output("c")?;
+                Ok::<_, TaskError>(Num { n: b.n + cc.n })
+            }
+        });
     let rt = t.worker(8, vec![wf]).await;
     let out: Value = rt
         .run_no_wait("onsuccess", &Num { n: 1 })
@@ -227,7 +223,7 @@ async fn conf_a_standalone_task_runs_typed() {
     let double = rt
         .register_task(hatchet_runtime::Task::with_options(
             "double",
-            TaskOptions::default().retries(1),
+            TaskOptions::new().retries(1),
             |i: Num, _c: Context| async move { Ok::<_, TaskError>(Num { n: i.n * 2 }) },
         ))
         .await
@@ -287,7 +283,7 @@ async fn conf_registering_the_same_workflow_again_keeps_its_version() {
     let workflow = |retries: i32| {
         Workflow::new("reregistered").task_with(
             "t",
-            TaskOptions::default().retries(retries),
+            TaskOptions::new().retries(retries),
             |_i: Value, _c: Context| async move { Ok::<_, TaskError>(Value::Null) },
         )
     };
@@ -330,7 +326,7 @@ async fn conf_a_worker_registers_a_durable_pool_only_for_durable_tasks() {
     let durable = |name: &str| {
         Workflow::new(name).durable_task(
             "d",
-            TaskOptions::default(),
+            TaskOptions::new(),
             |_i: Value, _c: Context| async move { Ok::<_, TaskError>(json!({ "ran": true })) },
         )
     };
@@ -414,7 +410,7 @@ async fn conf_run_and_dag() {
         })
         .task_with(
             "sum",
-            TaskOptions::default().parents(["a", "b"]),
+            TaskOptions::new().parents(["a", "b"]),
             |_i: Value, c: Context| async move {
                 let a: Num = c.parent_output("a")?;
                 let b: Num = c.parent_output("b")?;
@@ -464,7 +460,7 @@ async fn conf_retries_non_retryable_and_timeouts() {
     let (f1, f2) = (flaky_runs.clone(), fatal_runs.clone());
     let flaky = Workflow::new("flaky").task_with(
         "t",
-        TaskOptions::default().retries(2),
+        TaskOptions::new().retries(2),
         move |_i: Value, c: Context| {
             f1.fetch_add(1, Ordering::SeqCst);
             async move {
@@ -478,7 +474,7 @@ async fn conf_retries_non_retryable_and_timeouts() {
     );
     let fatal = Workflow::new("fatal").task_with(
         "t",
-        TaskOptions::default().retries(3),
+        TaskOptions::new().retries(3),
         move |_i: Value, _c: Context| {
             f2.fetch_add(1, Ordering::SeqCst);
             async move { Err::<Value, _>(TaskError::non_retryable("bad input: no retry")) }
@@ -486,7 +482,7 @@ async fn conf_retries_non_retryable_and_timeouts() {
     );
     let slow = Workflow::new("slow").task_with(
         "t",
-        TaskOptions::default().timeout(Duration::from_secs(3)),
+        TaskOptions::new().timeout(Duration::from_secs(3)),
         |_i: Value, c: Context| async move {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_secs(120)) => {}
@@ -547,7 +543,7 @@ async fn conf_a_batch_flushes_when_its_members_payloads_pass_four_million_bytes(
     let wf = Workflow::new("fat").batch_task(
         "t",
         Batching::up_to(1_000).interval(Duration::from_secs(15)),
-        TaskOptions::default(),
+        TaskOptions::new(),
         move |b: Batch<Value>, _c: Context| {
             seen.lock().push(b.len());
             let outs: Vec<Value> = b.inputs().map(|i| json!({ "n": i["n"] })).collect();
@@ -588,7 +584,7 @@ async fn conf_a_batch_task_gets_its_runs_in_batches_and_answers_each_member() {
         Batching::up_to(3)
             .interval(Duration::from_secs(2))
             .key("input.group"),
-        TaskOptions::default(),
+        TaskOptions::new(),
         move |b: Batch<Value>, _c: Context| {
             let ids: Vec<i64> = b.inputs().filter_map(|i| i["id"].as_i64()).collect();
             seen.lock().push(ids);
@@ -661,7 +657,7 @@ async fn conf_on_failure_runs_once_with_the_error() {
         })
         .on_failure(
             "cleanup",
-            TaskOptions::default(),
+            TaskOptions::new(),
             move |_i: Value, c: Context| {
                 let errs: Vec<String> = c.task_run_errors().values().cloned().collect();
                 s.lock().push(errs.join("|"));

@@ -54,7 +54,7 @@ async fn conf_a_run_s_trace_holds_the_engine_s_spans_and_the_sdk_s() {
     let n = tries.clone();
     let flaky = Workflow::new("traced").task_with(
         "t",
-        TaskOptions::default().retries(1),
+        TaskOptions::new().retries(1),
         move |_: Value, _c: Context| {
             let n = n.clone();
             async move {
@@ -71,7 +71,7 @@ async fn conf_a_run_s_trace_holds_the_engine_s_spans_and_the_sdk_s() {
         })
         .task_with(
             "b",
-            TaskOptions::default().parents(["a"]),
+            TaskOptions::new().parents(["a"]),
             |_: Value, _c: Context| async move { Ok::<_, TaskError>(json!({})) },
         );
     let fails = Workflow::new("traced-fails").task("boom", |_: Value, _c: Context| async move {
@@ -83,7 +83,7 @@ async fn conf_a_run_s_trace_holds_the_engine_s_spans_and_the_sdk_s() {
     });
     let slow = Workflow::new("traced-slow").task_with(
         "nap",
-        TaskOptions::default().timeout(Duration::from_secs(1)),
+        TaskOptions::new().timeout(Duration::from_secs(1)),
         |_: Value, c: Context| async move {
             c.cancellation().cancelled().await;
             Err::<Value, _>(TaskError::new("cancelled"))

@@ -289,7 +289,7 @@ async fn conf_idempotency_keys_are_the_tenant_s_and_a_status_key_ends_with_a_roo
         })
         .task_with(
             "second",
-            TaskOptions::default().parents(["first"]),
+            TaskOptions::new().parents(["first"]),
             move |_: Value, _c: Context| {
                 let g = g2.clone();
                 async move {
@@ -551,7 +551,7 @@ async fn conf_children_by_index_and_key_are_not_duplicated() {
     });
     let parent = Workflow::new("parent").task_with(
         "p",
-        TaskOptions::default().retries(1),
+        TaskOptions::new().retries(1),
         move |_i: Value, c: Context| {
             pr.fetch_add(1, Ordering::SeqCst);
             async move {
