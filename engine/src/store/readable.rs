@@ -306,6 +306,30 @@ mod tests {
     }
 
     #[test]
+    fn an_end_from_before_a_replay_is_not_news_the_replay_s_end_is() {
+        let (mut st, t0) = engine(Some(LAG));
+        let (older, older_task, _older_ends, due) = new_run(&mut st, t0);
+        st.publish_statuses(due);
+        // A newer run keeps the first end on its way while the run is replayed.
+        let (_newer, _newer_task, _newer_ends, newer_due) = new_run(&mut st, due);
+        let (tx, mut ends) = tokio::sync::mpsc::unbounded_channel();
+        let sub = st.subscriptions.open_runs(tx);
+        st.subscriptions.want_run(sub, &older, None);
+        complete(&mut st, &older_task, due);
+        st.replay_ids(std::slice::from_ref(&older));
+        st.publish_statuses(due);
+        st.publish_statuses(newer_due);
+        assert_eq!(
+            end(&mut ends),
+            None,
+            "the end before the replay does not go out"
+        );
+        assert_eq!(st.readable_run_status(&st.runs[&older]), Status::Queued);
+        complete(&mut st, &older_task, newer_due);
+        assert_eq!(end(&mut ends), Some(older), "the replay's end does");
+    }
+
+    #[test]
     fn with_the_lag_off_reads_are_live_and_an_end_goes_out_at_once() {
         let (mut st, t0) = engine(None);
         let (run, tid, mut rx, _) = new_run(&mut st, t0);
