@@ -35,6 +35,7 @@ pub(crate) type AuthChannel = InterceptedService<Channel, AuthInterceptor>;
 
 /// The two reconnect backoff profiles of the listeners, and the polling fallback's timing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StreamBackoff {
     /// Listeners in general (1 s base, 30 s cap).
     pub stream: Backoff,
@@ -50,6 +51,38 @@ pub struct StreamBackoff {
 pub(crate) const POLL_AFTER: Duration = Duration::from_secs(30);
 /// Poll interval of the fallback.
 pub(crate) const POLL_EVERY: Duration = Duration::from_secs(2);
+
+impl StreamBackoff {
+    /// The defaults (docs/contract.md §3 and §4): listeners 1 s to 30 s, the workflow-runs listener
+    /// with waiters 1 s to 5 s, polling every 2 s after 30 s without a result stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The reconnect backoff of the listeners in general.
+    pub fn stream(mut self, backoff: Backoff) -> Self {
+        self.stream = backoff;
+        self
+    }
+
+    /// The reconnect backoff of the workflow-runs listener while waiters are pending.
+    pub fn waiters(mut self, backoff: Backoff) -> Self {
+        self.waiters = backoff;
+        self
+    }
+
+    /// How long waiters go without a result stream before they are also polled.
+    pub fn poll_after(mut self, after: Duration) -> Self {
+        self.poll_after = after;
+        self
+    }
+
+    /// The polling interval then.
+    pub fn poll_every(mut self, every: Duration) -> Self {
+        self.poll_every = every;
+        self
+    }
+}
 
 impl Default for StreamBackoff {
     fn default() -> Self {

@@ -300,6 +300,7 @@ impl std::error::Error for TransportError {
 
 /// One failed task of a failed run ([`Outcome::RunFailed`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TaskFailure {
     /// The task's name in its workflow.
     pub task: String,

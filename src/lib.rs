@@ -95,7 +95,7 @@ pub mod run {
 pub mod task {
     pub use crate::worker::logs::TaskLogLayer;
     pub use crate::worker::placement::{Comparator, DesiredLabel, LabelValue, StickyStrategy};
-    pub use crate::worker::task::{Batch, BatchMember, Batching};
+    pub use crate::worker::task::{Batch, BatchMember, Batching, Handler};
     pub use crate::worker::task::{ConcurrencyStrategy, RateLimitWindow};
 }
 

@@ -9,7 +9,10 @@ once; ours does the same by default (`DevEngine::status_lag`).
     # ours: start target/release/hatchet-dev-engine and export the lines it prints, then the same
 
 `STATUS_LAG_TASK_SECS` sets the task's length (0.5 s by default). With `durable` after N, the task is durable and sleeps three times for 2 s (`aio_sleep_for`):
-each line also gives how long each sleep took, as the worker saw it.
+each line also gives how long each sleep took, as the worker saw it. With `lookback`, the durable
+task waits for an event pushed 3 s before the run, with a 15 s look-back (the official Python
+`test_durable_event_scope` look-back path). Each line also gives when `GetRunDetails` (gRPC)
+first read RUNNING and COMPLETED, relative to the task's return.
 
 Needs hatchet-sdk (tests/interop/.venv has it). Prints one line a run, then min/median/max.
 """
@@ -21,7 +24,7 @@ import sys
 import time
 from datetime import timedelta
 
-from hatchet_sdk import Context, DurableContext, EmptyModel, Hatchet
+from hatchet_sdk import Context, DurableContext, EmptyModel, Hatchet, RunStatus
 from hatchet_sdk.clients.rest.models.v1_task_status import V1TaskStatus
 
 os.environ.setdefault("HATCHET_CLIENT_NAMESPACE", "status-lag")
@@ -37,6 +40,15 @@ async def step(_: EmptyModel, ctx: Context) -> dict[str, float]:
 
 
 durable = hatchet.workflow(name="status-lag-durable")
+lookback = hatchet.workflow(name="status-lag-lookback")
+LOOKBACK_KEY = "status-lag:lookback"
+
+
+@lookback.durable_task()
+async def waits(_: EmptyModel, ctx: DurableContext) -> dict[str, object]:
+    before = time.time()
+    await ctx.aio_wait_for_event(LOOKBACK_KEY, scope="lag", lookback_window=timedelta(seconds=15))
+    return {"waited": round(time.time() - before, 3), "ended": time.time()}
 
 
 @durable.durable_task()
@@ -52,7 +64,13 @@ async def sleeps(_: EmptyModel, ctx: DurableContext) -> dict[str, object]:
 async def measure(n: int, wf) -> None:
     rows = []
     for i in range(n):
+        if wf is lookback:
+            await hatchet.event.aio_push(LOOKBACK_KEY, {}, scope="lag")
+            await asyncio.sleep(3)
+        created = time.time()
         ref = await wf.aio_run(wait_for_result=False)
+        details_running = details_completed = None
+        details_seen: list[str] = []
         result = asyncio.create_task(ref.aio_result())
         running = completed = returned = None
         while completed is None or returned is None:
@@ -64,6 +82,14 @@ async def measure(n: int, wf) -> None:
                 completed = now
             if result.done() and returned is None:
                 returned = now
+            if details_completed is None:
+                d = (await hatchet.runs.aio_get_details(ref.workflow_run_id)).status
+                if not details_seen or details_seen[-1].split("@")[0] != d.name:
+                    details_seen.append(f"{d.name}@{time.time() - created:.2f}")
+                if d == RunStatus.RUNNING and details_running is None:
+                    details_running = time.time()
+                if d == RunStatus.COMPLETED:
+                    details_completed = time.time()
             await asyncio.sleep(0.02)
         out = next(iter(result.result().values()))
         ended = out["ended"]
@@ -71,7 +97,15 @@ async def measure(n: int, wf) -> None:
         print(f"run {i}: REST COMPLETED +{rows[-1][0]:.3f}s, result +{rows[-1][1]:.3f}s, "
               f"REST read RUNNING: {rows[-1][2]}, phase (wall clock mod 1 s) ended "
               f"{ended % 1:.3f} result {returned % 1:.3f}"
-              + (f", sleeps took {out['sleeps']}" if "sleeps" in out else ""), flush=True)
+              + (f", sleeps took {out['sleeps']}" if "sleeps" in out else "")
+              + (f", the look-back wait took {out['waited']}s" if "waited" in out else "")
+              + ", gRPC details read RUNNING: "
+              + (f"{details_running - ended:+.3f}s" if details_running else "never")
+              + ", COMPLETED: "
+              + (f"{details_completed - ended:+.3f}s" if details_completed else "never")
+              + f" (its reads, s after the trigger: {' '.join(details_seen)}; the task ended at "
+              + f"{ended - created:.2f})",
+              flush=True)
         await asyncio.sleep(0.37)  # spread the runs over the poll's phase
     for name, xs in (("REST COMPLETED", [r[0] for r in rows]), ("result", [r[1] for r in rows])):
         print(f"{name} after the task returned: min {min(xs):.3f}s, "
@@ -81,10 +115,10 @@ async def measure(n: int, wf) -> None:
 
 def main() -> None:
     if sys.argv[1:] == ["worker"]:
-        hatchet.worker("status-lag", workflows=[lag, durable], slots=4).start()
+        hatchet.worker("status-lag", workflows=[lag, durable, lookback], slots=4).start()
         return
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 12
-    wf = durable if sys.argv[2:3] == ["durable"] else lag
+    wf = {"durable": durable, "lookback": lookback}.get(sys.argv[2] if sys.argv[2:] else "", lag)
     worker = subprocess.Popen([sys.executable, __file__, "worker"], start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

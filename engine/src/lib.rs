@@ -95,6 +95,8 @@ pub struct WorkerView {
     pub listening: bool,
     /// Its label keys (given at registration or upserted).
     pub label_keys: Vec<String>,
+    /// Its labels, each value as text (an int label as its digits).
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// TLS material of the development engine (PEM).
@@ -394,13 +396,15 @@ impl DevEngine {
         let engine = self.engine.clone();
         let s = stop.clone();
         let scheduler = tokio::spawn(async move {
+            let mut next = TICK;
             loop {
                 tokio::select! {
                     _ = s.cancelled() => break,
                     _ = engine.wake.notified() => {}
-                    _ = tokio::time::sleep(TICK) => {}
+                    _ = tokio::time::sleep(next) => {}
                 }
-                engine.tick();
+                // The next pass at the tick, or sooner when a status entry falls due before.
+                next = engine.tick().map_or(TICK, |due| due.min(TICK));
             }
         });
         *self.serving.lock() = Some(Serving {
@@ -654,11 +658,22 @@ impl DevEngine {
     /// creation, later changes at once unless a run ahead of them is still on its way. So a
     /// run that ends within about a second of its creation gets its result, and reads
     /// COMPLETED over REST, up to 2 s after it was created, and may never read RUNNING; a
-    /// longer one at once. `GetRunDetails` reads the live state either way. `None` is a
+    /// longer one at once. `GetRunDetails` reads the live state either way (after
+    /// [`DevEngine::end_hop`]). `None` is a
     /// kindness for tests: both read the live state at once.
     pub fn status_lag(&self, lag: Option<Duration>) {
         self.engine.state.lock().switches.status_lag = lag;
         self.engine.wake.notify_one();
+    }
+
+    /// The real engine's hop from a worker's end of a task to `GetRunDetails` (on by default,
+    /// 30 ms): with `Some(hop)`, a task whose end the engine received less than `hop` ago
+    /// reads RUNNING there, without output, and its run not done, as the real engine's do
+    /// until its task controller has recorded the end (measured 16 to 48 ms). A client that
+    /// polls a short task's run for RUNNING sees it there, as it does on the real engine.
+    /// `None` is a kindness for tests: the end reads at once.
+    pub fn end_hop(&self, hop: Option<Duration>) {
+        self.engine.state.lock().switches.end_hop = hop;
     }
 
     /// Fault injection, the real engine's write backlog: single triggers of workflows without
@@ -740,6 +755,11 @@ impl DevEngine {
             heartbeats: w.heartbeats,
             listening: !w.sessions.is_empty(),
             label_keys: w.labels.keys().cloned().collect(),
+            labels: w
+                .labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_string()))
+                .collect(),
         })
     }
 

@@ -28,6 +28,7 @@ const STATUS_CHECK_DEADLINE: Duration = Duration::from_secs(5);
 /// hold). Used by [`crate::RuntimeHandle::cancel_where`] and
 /// [`crate::RuntimeHandle::replay_where`].
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RunFilter {
     /// Created at or after.
     pub since: SystemTime,

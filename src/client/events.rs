@@ -66,6 +66,7 @@ pub enum RunEvent {
 
 /// What happened to a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TaskEventKind {
     /// Created (queued).
     Started,
@@ -79,6 +80,7 @@ pub enum TaskEventKind {
 
 /// A run's final status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FinalStatus {
     /// Completed.
     Completed,

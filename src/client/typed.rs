@@ -28,6 +28,7 @@ use crate::worker::task::{TaskTypes, Workflow};
 
 /// A run, read back: status, input, metadata and every task's status, output and error.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct RunView {
     /// The run id.
     pub run_id: String,
@@ -43,6 +44,7 @@ pub struct RunView {
 
 /// One task of a [`RunView`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct TaskView {
     /// The task run id.
     pub task_run_id: String,

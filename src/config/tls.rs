@@ -6,6 +6,7 @@ use super::ConfigError;
 
 /// How the runtime secures its connections to the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum TlsStrategy {
     /// Plaintext HTTP/2 (h2c); for the development engine and local deployments.
     None,
@@ -41,6 +42,7 @@ impl TlsStrategy {
 
 /// TLS material and names.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct TlsSettings {
     /// The strategy.
     pub strategy: TlsStrategy,

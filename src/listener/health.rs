@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 /// The four listeners.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum ListenerKind {
     /// ListenV2 / Listen and the heartbeat.
     WorkerActions,

@@ -13,6 +13,7 @@ use parking_lot::{Mutex, RwLock};
 
 /// Counters of one method (or REST route), as a snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MethodCounters {
     /// Logical operations started.
     pub operations: u64,

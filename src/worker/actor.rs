@@ -129,12 +129,15 @@ pub(crate) fn verdict(phase: Phase, ask: Ask) -> Verdict {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct WorkerActor;
 
-/// The worker actor's state: the core (which outlives a restart of the actor), the phase, and
-/// the messages held until the phase changes.
+/// The worker actor's state: the core (which outlives a restart of the actor), the phase, the
+/// messages held until the phase changes, and the last effect started.
 pub(crate) struct WorkerRoom {
     core: Arc<WorkerCore>,
     phase: Phase,
     held: std::collections::VecDeque<WorkerMsg>,
+    /// The effect (start, upsert, drain) started last: the next one waits for it, so effects reach the engine in the order their messages were decided (two upserts
+    /// of one key end with the second's value), while the actor itself never waits.
+    last_effect: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Actor for WorkerActor {
@@ -159,6 +162,7 @@ impl Actor for WorkerActor {
             core,
             phase,
             held: std::collections::VecDeque::new(),
+            last_effect: None,
         })
     }
 
@@ -208,42 +212,56 @@ impl WorkerRoom {
         }
     }
 
-    /// Starts what `msg` asks (its verdict was [`Verdict::Go`]).
+    /// Starts what `msg` asks (its verdict was [`Verdict::Go`]), after the effect started
+    /// before it has finished.
     fn go(&mut self, myself: &ActorRef<WorkerMsg>, msg: WorkerMsg) {
         let core = self.core.clone();
         let me = myself.clone();
-        match msg {
+        let effect: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match msg {
             WorkerMsg::Register(wf, reply) => {
+                // Registrations of different workflows commute, so they run side by side (a
+                // worker with fifty workflows starts in one round trip, not fifty); the start
+                // waits for all of them (`registering`).
                 core.registering.send_modify(|n| *n += 1);
                 tokio::spawn(async move {
                     let r = register_workflow(&core, *wf).await;
                     core.registering.send_modify(|n| *n -= 1);
                     let _ = reply.send(r);
                 });
+                return;
             }
             WorkerMsg::Start(opts, reply) => {
                 self.phase = Phase::Starting;
-                tokio::spawn(async move {
+                Box::pin(async move {
                     let r = start(&core, opts).await;
                     let _ = me.cast(WorkerMsg::StartEnded(r.is_ok()));
                     let _ = reply.send(r);
-                });
+                })
             }
-            WorkerMsg::UpsertLabels(labels, reply) => {
-                tokio::spawn(async move {
-                    let _ = reply.send(core.upsert_labels(labels).await);
-                });
-            }
+            WorkerMsg::UpsertLabels(labels, reply) => Box::pin(async move {
+                let _ = reply.send(core.upsert_labels(labels).await);
+            }),
             WorkerMsg::Drain(d, reply) => {
                 self.phase = Phase::Draining;
-                tokio::spawn(async move {
+                Box::pin(async move {
                     drain::drain(&core, d).await;
                     let _ = me.cast(WorkerMsg::DrainEnded);
                     let _ = reply.send(());
-                });
+                })
             }
-            other => tracing::debug!(message = ?other, "the worker actor has nothing to start"),
-        }
+            other => {
+                tracing::debug!(message = ?other, "the worker actor has nothing to start");
+                return;
+            }
+        };
+        let before = self.last_effect.take();
+        self.last_effect = Some(tokio::spawn(async move {
+            if let Some(before) = before {
+                // Its outcome went to its own caller; a panic in it is not this effect's.
+                let _ = before.await;
+            }
+            effect.await;
+        }));
     }
 }
 

@@ -315,6 +315,7 @@ pub(crate) fn durable_conditions(
 /// What a durable wait returned: for each condition that fired, its key and data (an event's
 /// payload, or `{"sleep_duration": ...}` for a sleep). With an OR group, normally one key.
 #[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
 pub struct WaitResult {
     /// Fired conditions by key (several items when conditions share a key).
     pub fired: BTreeMap<String, Vec<Value>>,

@@ -69,6 +69,7 @@ impl Comparator {
 
 /// A worker label's value.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LabelValue {
     /// A string label (`model = "fast"`).
     Str(String),

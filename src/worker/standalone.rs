@@ -2,14 +2,12 @@
 //! the one-task `Workflow` by hand (the official SDKs' `hatchet.task(...)`). Its input and output
 //! types come from its handler, so the reference its registration returns is typed with them.
 
-use std::future::Future;
 use std::marker::PhantomData;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::context::Context;
-use super::task::{TaskError, TaskOptions, Workflow};
+use super::task::{Handler, TaskError, TaskOptions, Workflow};
 
 /// A task named `name` that is the whole workflow `name`, taking `I` and returning `O`.
 /// Register it with [`RuntimeHandle::register_task`](crate::RuntimeHandle::register_task),
@@ -33,31 +31,28 @@ where
     O: Serialize + DeserializeOwned + Send + 'static,
 {
     /// A task with default options.
-    pub fn new<E, F, Fut>(name: &str, f: F) -> Self
+    pub fn new<E, F>(name: &str, f: F) -> Self
     where
         E: Into<TaskError> + Send + 'static,
-        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<O, E>> + Send + 'static,
+        F: Handler<I, O, E>,
     {
         Self::with_options(name, TaskOptions::new(), f)
     }
 
     /// A task with `options` (retries, timeouts, rate limits, labels, conditions).
-    pub fn with_options<E, F, Fut>(name: &str, options: TaskOptions, f: F) -> Self
+    pub fn with_options<E, F>(name: &str, options: TaskOptions, f: F) -> Self
     where
         E: Into<TaskError> + Send + 'static,
-        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<O, E>> + Send + 'static,
+        F: Handler<I, O, E>,
     {
         Self::of(Workflow::new(name).task_with(name, options, f))
     }
 
     /// A durable task (its sleeps, waits and memos survive worker restarts).
-    pub fn durable<E, F, Fut>(name: &str, options: TaskOptions, f: F) -> Self
+    pub fn durable<E, F>(name: &str, options: TaskOptions, f: F) -> Self
     where
         E: Into<TaskError> + Send + 'static,
-        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<O, E>> + Send + 'static,
+        F: Handler<I, O, E>,
     {
         Self::of(Workflow::new(name).durable_task(name, options, f))
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use hatchet_runtime::{Context, Outcome, TaskError, TaskOptions, WorkerOptions, Workflow};
 use serde_json::{Value, json};
 
-use crate::runtime_e2e::setup;
+use crate::support::engine_and_runtime as setup;
 
 fn echo(timeout: Duration) -> Workflow {
     Workflow::new("echo").task_with(

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use hatchet_dev_engine::DevEngine;
 use hatchet_runtime::config::{ClientConfig, TlsStrategy};
-use hatchet_runtime::{Context, Runtime, TaskError, TriggerOptions, WorkerOptions, Workflow};
+use hatchet_runtime::{
+    Context, RuntimeOptions, TaskError, TriggerOptions, WorkerOptions, Workflow,
+};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng as _};
@@ -189,9 +191,7 @@ async fn random_cuts_delays_stalls_and_resets_lose_nothing_and_run_nothing_twice
     // and runs nothing twice (a worker that did get the START ignores the copy).
     engine.reoffer_unanswered_assignments(true);
     let proxy = Proxy::start(engine.grpc_addr()).await;
-    let rt = Runtime::spawn(config_via(&engine, &proxy))
-        .await
-        .expect("runtime");
+    let rt = crate::support::runtime_from(config_via(&engine, &proxy), RuntimeOptions::new()).await;
     let executions: Executions = Arc::default();
     rt.register(workflow(executions.clone()))
         .await
@@ -334,9 +334,7 @@ async fn a_half_open_connection_is_detected_by_keepalive_and_work_completes() {
     // and runs nothing twice (a worker that did get the START ignores the copy).
     engine.reoffer_unanswered_assignments(true);
     let proxy = Proxy::start(engine.grpc_addr()).await;
-    let rt = Runtime::spawn(config_via(&engine, &proxy))
-        .await
-        .expect("runtime");
+    let rt = crate::support::runtime_from(config_via(&engine, &proxy), RuntimeOptions::new()).await;
     rt.register(workflow(Arc::default()))
         .await
         .expect("register");

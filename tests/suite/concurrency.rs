@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::runtime_e2e::setup;
+use crate::support::engine_and_runtime as setup;
 
 /// How many runs of each group are inside the task now, and the most ever seen at once.
 #[derive(Default)]

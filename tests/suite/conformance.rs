@@ -27,7 +27,7 @@ use hatchet_runtime::durable::{Condition, any_of};
 use hatchet_runtime::run::{BulkEvent, BulkRun, ChildOptions, PushOptions, RunFilter};
 use hatchet_runtime::task::{Batch, Batching, DesiredLabel, StickyStrategy};
 use hatchet_runtime::{
-    Context, Error, Outcome, RunStatus, Runtime, RuntimeHandle, TaskError, TaskOptions,
+    Context, Error, Outcome, RunStatus, RuntimeHandle, RuntimeOptions, TaskError, TaskOptions,
     TriggerOptions, WorkerOptions, Workflow,
 };
 use parking_lot::Mutex;
@@ -152,7 +152,7 @@ impl Target {
     }
 
     pub(crate) async fn runtime(&self) -> RuntimeHandle {
-        Runtime::spawn(self.config()).await.expect("runtime")
+        crate::support::runtime_from(self.config(), RuntimeOptions::new()).await
     }
 
     /// A runtime serving `workflows` with one worker of `slots`.
@@ -263,6 +263,20 @@ impl Target {
 
 /// A run's status once its readable row exists: the real engine writes that row after the
 /// trigger answers, so a first read may be a 404.
+/// GetRunDetails of `run`, read raw (what an official SDK reads).
+async fn raw_run_details(
+    t: &Target,
+    run: &str,
+) -> Result<hatchet_runtime::protocol::v1::GetRunDetailsResponse, tonic::Status> {
+    t.raw()
+        .admin()
+        .get_run_details(hatchet_runtime::protocol::v1::GetRunDetailsRequest {
+            external_id: run.to_string(),
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
 async fn status_once_written(api: &hatchet_runtime::api::Api, run_id: &str) -> RunStatus {
     until_read(
         "the run's readable row",

@@ -18,8 +18,9 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tonic::Code;
 
-use super::listeners::{DURABLE, end, fast, stopped};
+use super::listeners::DURABLE;
 use crate::support::until_listener;
+use crate::support::{end, fast, stopped};
 
 async fn runtime(engine: &DevEngine) -> RuntimeHandle {
     crate::support::runtime_with(engine, RuntimeOptions::new().stream_backoff(fast()).seed(5)).await

@@ -19,25 +19,6 @@ use tonic::Code;
 
 const RUNS: &str = "/Dispatcher/SubscribeToWorkflowRuns";
 
-/// Reconnect backoff scaled down 100x, so attempt-counting tests run in well under a second.
-pub(crate) fn fast() -> StreamBackoff {
-    let ms = Duration::from_millis;
-    StreamBackoff {
-        stream: Backoff {
-            base: ms(10),
-            factor: 2,
-            cap: ms(300),
-        },
-        waiters: Backoff {
-            base: ms(10),
-            factor: 2,
-            cap: ms(50),
-        },
-        poll_after: ms(300),
-        poll_every: ms(100),
-    }
-}
-
 async fn setup() -> (DevEngine, RuntimeHandle) {
     setup_with(RuntimeOptions::new().stream_backoff(fast()).seed(3)).await
 }
@@ -420,6 +401,40 @@ async fn a_drain_and_an_upsert_sent_while_the_worker_starts_apply_to_the_started
     );
 }
 
+/// The worker actor's effects reach the engine in the order its messages came: two upserts of
+/// one key sent back to back end with the second's value even when the first is slow to
+/// arrive (each upsert used to run in a task of its own, side by side).
+#[tokio::test]
+async fn two_upserts_of_one_key_reach_the_engine_in_the_order_they_were_sent() {
+    let (e, rt) = setup().await;
+    let id = rt
+        .start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    const UPSERT: &str = "/Dispatcher/UpsertWorkerLabels";
+    e.faults().inject(UPSERT, 1, Fault::Delay { ms: 300 });
+    let first = tokio::spawn({
+        let rt = rt.clone();
+        async move { rt.upsert_labels([("region", "eu")]).await }
+    });
+    until("the first upsert to reach the engine", || {
+        e.faults().attempts(UPSERT) == 1
+    })
+    .await;
+    rt.upsert_labels([("region", "us")])
+        .await
+        .expect("the second upsert");
+    first.await.expect("join").expect("the first upsert");
+    assert_eq!(e.faults().attempts(UPSERT), 2);
+    let labels = e.worker(&id).expect("registered").labels;
+    assert_eq!(
+        labels.get("region").map(String::as_str),
+        Some("us"),
+        "the second upsert's value stands"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
 /// Labels invariant 1: a re-registration carries the labels the engine took, and not an
 /// upsert it refused (the merge used to happen before the call).
 #[tokio::test]
@@ -744,22 +759,11 @@ async fn engines_before_v0_80_get_durable_waits_through_the_durable_events_liste
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
-pub(crate) use crate::support::{until, until_listener};
-
-pub(crate) fn stopped(s: &ListenerState) -> bool {
-    matches!(s, ListenerState::Stopped { error: Some(_) })
-}
+use crate::support::{end, fast, stopped, until, until_listener};
 
 const LISTEN: &str = "/Dispatcher/ListenV2";
 pub(crate) const DURABLE: &str = "/v1.V1Dispatcher/DurableTask";
 const EVENTS: &str = "/v1.V1Dispatcher/ListenForDurableEvent";
-
-pub(crate) fn end(code: Code) -> Fault {
-    Fault::EndStream {
-        after: 0,
-        code: Some(code as i32),
-    }
-}
 
 fn napper() -> Workflow {
     Workflow::new("nap").durable_task(
@@ -903,7 +907,7 @@ async fn legacy_setup() -> (DevEngine, RuntimeHandle) {
 
 /// An engine with `options` and a runtime that knows the `nap` durable workflow.
 async fn napping_setup(options: DevEngineOptions) -> (DevEngine, RuntimeHandle) {
-    let engine = DevEngine::start(options).await.expect("engine");
+    let engine = crate::support::engine_with(options).await;
     let rt = napping_runtime(&engine).await;
     (engine, rt)
 }
@@ -1071,12 +1075,11 @@ async fn waiters_arriving_during_an_outage_ride_the_scheduled_reconnect_instead_
         factor: 2,
         cap: Duration::from_secs(1),
     };
-    let backoff = StreamBackoff {
-        stream: second,
-        waiters: second,
-        poll_after: Duration::from_secs(60),
-        poll_every: Duration::from_secs(1),
-    };
+    let backoff = StreamBackoff::new()
+        .stream(second)
+        .waiters(second)
+        .poll_after(Duration::from_secs(60))
+        .poll_every(Duration::from_secs(1));
     let (engine, rt) = setup_with(RuntimeOptions::new().stream_backoff(backoff).seed(11)).await;
     // Every stream open fails at once, while a new waiter arrives every 5 ms for a second.
     engine.faults().inject(RUNS, 1000, end(Code::Unavailable));
@@ -1238,11 +1241,7 @@ async fn after_shutdown_every_listener_is_stopped_cleanly_and_nothing_reconnects
 async fn polling_passes_never_overlap_however_slow_the_engine_answers() {
     const DETAILS: &str = "/v1.AdminService/GetRunDetails";
     let ms = Duration::from_millis;
-    let backoff = StreamBackoff {
-        poll_after: ms(50),
-        poll_every: ms(10),
-        ..fast()
-    };
+    let backoff = fast().poll_after(ms(50)).poll_every(ms(10));
     let (e, rt) = setup_with(RuntimeOptions::new().stream_backoff(backoff).seed(5)).await;
     e.faults().inject(RUNS, u32::MAX, end(Code::Unavailable));
     // Each GetRunDetails takes 200 ms; no worker, so the runs never finish.

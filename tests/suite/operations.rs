@@ -6,12 +6,12 @@ use std::time::Duration;
 use hatchet_dev_engine::Fault;
 use hatchet_runtime::config::ClientConfig;
 use hatchet_runtime::health::ListenerKind;
-use hatchet_runtime::{Context, Runtime, RuntimeOptions, TaskError, WorkerOptions, Workflow};
+use hatchet_runtime::{Context, RuntimeOptions, TaskError, WorkerOptions, Workflow};
 use serde_json::{Value, json};
 use tonic::Code;
 
-use crate::listeners::{fast, stopped};
 use crate::support::until_listener;
+use crate::support::{fast, stopped};
 
 fn http() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -23,9 +23,8 @@ async fn health_and_metrics_endpoints_report_the_worker() {
     let e = crate::support::engine().await;
     let mut config = e.client_config();
     config.healthcheck = Some(([127, 0, 0, 1], 0).into());
-    let rt = Runtime::spawn_with(config, RuntimeOptions::new().stream_backoff(fast()))
-        .await
-        .expect("runtime");
+    let rt =
+        crate::support::runtime_from(config, RuntimeOptions::new().stream_backoff(fast())).await;
     rt.register(
         Workflow::new("echo").task(
             "t",

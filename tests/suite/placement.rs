@@ -17,7 +17,7 @@ use hatchet_runtime::{
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::runtime_e2e::until;
+use crate::support::until;
 
 /// Where each task ran: (task name, worker id).
 type Places = Arc<Mutex<Vec<(String, String)>>>;
@@ -397,10 +397,7 @@ async fn event_filters_choose_which_scoped_events_start_runs_and_hand_over_their
     let upd = api
         .update_filter(
             &any.metadata.id,
-            &FilterUpdate {
-                payload: Some(json!({"tier": "all"})),
-                ..Default::default()
-            },
+            &FilterUpdate::new().payload(json!({"tier": "all"})),
         )
         .await
         .expect("update");

@@ -98,8 +98,11 @@ fn definitions(sources: &[Source]) -> BTreeMap<String, Vec<Def>> {
                     let fields = s
                         .fields
                         .iter()
-                        .filter(|f| is_pub(&f.vis))
-                        .map(|f| src.line(syn::spanned::Spanned::span(f)))
+                        // The field's own line: its span would start at its doc comment.
+                        .filter_map(|f| match &f.vis {
+                            syn::Visibility::Public(p) => Some(src.line(p.span)),
+                            _ => None,
+                        })
                         .collect();
                     (s.ident.to_string(), &s.vis, &s.attrs, fields)
                 }
@@ -412,6 +415,10 @@ fn no_public_signature_names_a_protocol_or_transport_type() {
                 "tonic::",
                 "reqwest::",
                 "rand::",
+                "http::",
+                "hyper::",
+                "tower::",
+                "axum::",
             ]
             .iter()
             .any(|p| l.contains(p))

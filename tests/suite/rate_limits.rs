@@ -7,7 +7,7 @@ use hatchet_runtime::task::RateLimitWindow;
 use hatchet_runtime::{Context, TaskError, TaskOptions, WorkerOptions, Workflow};
 use serde_json::{Value, json};
 
-use crate::runtime_e2e::setup;
+use crate::support::engine_and_runtime as setup;
 
 /// An engine and a worker running an echo task `name` with `options`, the per-minute `limits`
 /// declared first, and one run per input.

@@ -9,7 +9,7 @@ use hatchet_runtime::run::RunFilter;
 use hatchet_runtime::{Context, Outcome, TaskError, WorkerOptions, Workflow};
 use serde_json::{Value, json};
 
-use crate::runtime_e2e::setup;
+use crate::support::engine_and_runtime as setup;
 
 #[tokio::test]
 async fn typed_reads_of_runs_workers_crons_schedules_and_rate_limits() {

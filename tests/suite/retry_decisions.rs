@@ -177,7 +177,7 @@ async fn the_retry_service_switches_retries_off_and_on_and_reports_it_counted_at
 
     let mut cfg = engine.client_config();
     cfg.no_retry = true; // as HATCHET_CLIENT_NO_RETRY=true
-    let rt = hatchet_runtime::Runtime::spawn(cfg).await.expect("runtime");
+    let rt = crate::support::runtime_from(cfg, hatchet_runtime::RuntimeOptions::new()).await;
     let on = rt.set_retries(true).await.expect("switch");
     assert!(
         on.grpc.off_by_environment && !on.grpc.retrying && !on.rest.retrying,

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::runtime_e2e::{setup, until};
+use crate::support::{engine_and_runtime as setup, until};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Order {

@@ -10,7 +10,7 @@ use hatchet_runtime::{Context, TaskError, TriggerOptions, WorkerOptions, Workflo
 use serde_json::{Value, json};
 use tonic::Code;
 
-use crate::runtime_e2e::setup;
+use crate::support::engine_and_runtime as setup;
 
 fn streamer() -> Workflow {
     Workflow::new("streamer").task("t", |_i: Value, c: Context| async move {

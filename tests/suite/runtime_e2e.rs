@@ -17,9 +17,7 @@ struct Num {
     n: i64,
 }
 
-pub(crate) use crate::support::engine_and_runtime as setup;
-
-pub(crate) use crate::support::until;
+use crate::support::engine_and_runtime as setup;
 
 fn echo() -> Workflow {
     Workflow::new("echo").task("double", |i: Num, _ctx: Context| async move {

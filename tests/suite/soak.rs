@@ -1,7 +1,8 @@
-//! Soak: steady load with periodic engine restarts; tokio task counts (and, when run alone,
-//! resident memory) sampled and shown flat. `SOAK_SECS` sets the length (12 s by default, the
-//! CI version); `scripts/soak.sh` runs it alone for 10 minutes, where resident memory is
-//! meaningful and is asserted too.
+//! Soak: steady load with periodic engine restarts; tokio task counts and what the runtime holds
+//! per run (result waiters, running attempts) sampled and shown flat in every run, so a leak of
+//! either fails `cargo test`; resident memory too when the test runs alone. `SOAK_SECS` sets
+//! the length (12 s by default, the CI version); `scripts/soak.sh` runs it alone for 10
+//! minutes, where resident memory is meaningful and is asserted too.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,7 +27,7 @@ fn rss_kib() -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn soak_with_periodic_restarts_keeps_tasks_and_memory_flat() {
+async fn soak_with_periodic_restarts_keeps_tasks_waiters_and_memory_flat() {
     let secs: u64 = std::env::var("SOAK_SECS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -91,6 +92,7 @@ async fn soak_with_periodic_restarts_keeps_tasks_and_memory_flat() {
     let metrics = tokio::runtime::Handle::current().metrics();
     let start = Instant::now();
     let mut samples = Vec::new(); // (elapsed s, tasks, rss KiB, results)
+    let mut held = Vec::new(); // (result waiters, running attempts)
     let mut next_restart = Duration::from_secs(4);
     while start.elapsed() < Duration::from_secs(secs) {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -107,6 +109,7 @@ async fn soak_with_periodic_restarts_keeps_tasks_and_memory_flat() {
             rss_kib(),
             done.load(Ordering::Relaxed),
         ));
+        held.push((rt.pending_runs(), rt.task_counts().running));
     }
     stop.store(true, Ordering::Relaxed);
     for l in load {
@@ -149,6 +152,17 @@ async fn soak_with_periodic_restarts_keeps_tasks_and_memory_flat() {
         late <= early + 64,
         "tokio tasks grew: early peak {early}, late peak {late}"
     );
+    // What the runtime holds per run stays bounded by the load, however many runs went by: at
+    // most one waiter per caller and one attempt per slot (a waiter or an attempt kept after
+    // its run would grow these with every run), and nothing once the load has stopped.
+    println!("soak held (result waiters, running attempts): {held:?}");
+    assert!(
+        held.iter()
+            .all(|&(waiters, running)| waiters <= 16 && running <= 32),
+        "the runtime held more than the load: {held:?}"
+    );
+    assert_eq!(rt.pending_runs(), 0, "no waiter left after the load");
+    until_idle(&rt).await;
     if alone {
         let first = samples[half.min(samples.len() - 1)].2;
         let last = samples.last().map(|s| s.2).unwrap_or(0);
@@ -160,4 +174,12 @@ async fn soak_with_periodic_restarts_keeps_tasks_and_memory_flat() {
         );
     }
     rt.shutdown(Duration::from_secs(2)).await;
+}
+
+/// Waits until no attempt runs on `rt`'s worker (the last results' attempts report first).
+async fn until_idle(rt: &hatchet_runtime::RuntimeHandle) {
+    crate::support::until("no attempt left running after the load", || {
+        rt.task_counts().running == 0
+    })
+    .await;
 }

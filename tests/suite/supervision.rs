@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tonic::Code;
 
-use crate::listeners::fast;
+use crate::support::fast;
 use crate::support::until_listener;
 
 const ALL: [ListenerKind; 4] = [

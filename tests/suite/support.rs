@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
+use hatchet_runtime::config::ClientConfig;
 use hatchet_runtime::health::{ListenerKind, ListenerState};
 use hatchet_runtime::{Runtime, RuntimeHandle, RuntimeOptions};
 
@@ -34,7 +35,12 @@ pub(crate) async fn runtime(engine: &DevEngine) -> RuntimeHandle {
 
 /// A runtime on `engine` with `opts`.
 pub(crate) async fn runtime_with(engine: &DevEngine, opts: RuntimeOptions) -> RuntimeHandle {
-    Runtime::spawn_with(engine.client_config(), opts)
+    runtime_from(engine.client_config(), opts).await
+}
+
+/// A runtime from `config` (a proxy's address, a changed limit, the real engine's) with `opts`.
+pub(crate) async fn runtime_from(config: ClientConfig, opts: RuntimeOptions) -> RuntimeHandle {
+    Runtime::spawn_with(config, opts)
         .await
         .expect("the runtime spawns")
 }
@@ -101,4 +107,35 @@ pub(crate) async fn until_listener(
 /// A counter to count where something happens (executions in a handler, say).
 pub(crate) fn counter() -> Arc<AtomicU32> {
     Arc::new(AtomicU32::new(0))
+}
+
+/// Reconnect backoff scaled down 100x, so attempt-counting tests run in well under a second.
+pub(crate) fn fast() -> hatchet_runtime::retries::StreamBackoff {
+    let ms = Duration::from_millis;
+    hatchet_runtime::retries::StreamBackoff::new()
+        .stream(hatchet_runtime::retries::Backoff {
+            base: ms(10),
+            factor: 2,
+            cap: ms(300),
+        })
+        .waiters(hatchet_runtime::retries::Backoff {
+            base: ms(10),
+            factor: 2,
+            cap: ms(50),
+        })
+        .poll_after(ms(300))
+        .poll_every(ms(100))
+}
+
+/// Whether a listener stopped for good, with an error.
+pub(crate) fn stopped(s: &ListenerState) -> bool {
+    matches!(s, ListenerState::Stopped { error: Some(_) })
+}
+
+/// A fault that ends a stream at once with `code` (an engine hanging up a listener).
+pub(crate) fn end(code: tonic::Code) -> hatchet_dev_engine::Fault {
+    hatchet_dev_engine::Fault::EndStream {
+        after: 0,
+        code: Some(code as i32),
+    }
 }

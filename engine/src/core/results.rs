@@ -94,7 +94,19 @@ impl Engine {
         // Like the real engine: until the run is finalized, a task reads QUEUED or RUNNING
         // (or EVICTED), without output or error, whether or not it finished; per-task progress
         // is the REST read's.
-        let done = run.status().is_terminal();
+        // A task's end reads here once the hop after it has passed (the real engine's task
+        // controller records it then); until then the task still reads RUNNING.
+        let recorded_by = st.switches.end_hop.map(|hop| st.clock.system_now() - hop);
+        let ended_unrecorded = |t: &Task| {
+            t.status().is_terminal()
+                && matches!((recorded_by, t.finished_at), (Some(by), Some(at)) if at > by)
+        };
+        let done = run.status().is_terminal()
+            && !run
+                .tasks
+                .iter()
+                .filter_map(|id| st.tasks.get(id))
+                .any(ended_unrecorded);
         let mut any_running = false;
         let mut any_evicted = false;
         let mut task_runs = HashMap::new();
@@ -119,7 +131,9 @@ impl Engine {
                     any_running = true;
                     any_evicted = true;
                     (v1::RunStatus::Running as i32, None, None)
-                } else if t.status() == Status::Running {
+                } else if t.status() == Status::Running
+                    || (ended_unrecorded(t) && t.started_at.is_some())
+                {
                     any_running = true;
                     (v1::RunStatus::Running as i32, None, None)
                 } else {

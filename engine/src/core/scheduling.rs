@@ -5,7 +5,8 @@ use super::*;
 
 impl Engine {
     /// One scheduler pass at `now`: reassignment, timeouts, durable sleeps, then assignment.
-    pub(crate) fn tick(&self) {
+    /// Returns how soon the status pipeline's next entry falls due, if it does.
+    pub(crate) fn tick(&self) -> Option<Duration> {
         let mut st = self.state.lock();
         self.pass(&mut st);
         // Virtual time: nothing to do but wait on a timer while a client waits on a result,
@@ -13,6 +14,8 @@ impl Engine {
         if st.skip_if_idle().is_some() {
             self.pass(&mut st);
         }
+        let now = st.clock.now();
+        st.next_status_poll(now).map(|due| due - now)
     }
 
     fn pass(&self, st: &mut State) {

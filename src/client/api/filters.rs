@@ -16,6 +16,7 @@ use crate::error::Error;
 /// A stored event filter.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Filter {
     /// Its id.
     pub metadata: Meta,
@@ -36,6 +37,7 @@ pub struct Filter {
 /// What an update changes (fields left `None` stay).
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct FilterUpdate {
     /// A new expression.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -46,6 +48,31 @@ pub struct FilterUpdate {
     /// A new payload.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
+}
+
+impl FilterUpdate {
+    /// An update that changes nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets a new expression.
+    pub fn expression(mut self, expression: impl Into<String>) -> Self {
+        self.expression = Some(expression.into());
+        self
+    }
+
+    /// Sets a new scope.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
+
+    /// Sets a new payload.
+    pub fn payload(mut self, payload: Value) -> Self {
+        self.payload = Some(payload);
+        self
+    }
 }
 
 #[derive(Deserialize)]

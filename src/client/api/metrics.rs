@@ -13,6 +13,7 @@ use crate::proto::rfc3339;
 /// A rate limit.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct RateLimitInfo {
     /// Key.
     pub key: String,

@@ -46,6 +46,7 @@ pub use workflows::{WorkflowInfo, WorkflowPause};
 /// `metadata` of every REST resource.
 #[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Meta {
     /// Resource id.
     pub id: String,

@@ -12,6 +12,7 @@ use crate::proto::rfc3339;
 /// A cron trigger.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Cron {
     /// Id.
     pub metadata: Meta,
@@ -29,6 +30,7 @@ pub struct Cron {
 /// A scheduled run.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Schedule {
     /// Id.
     pub metadata: Meta,

@@ -9,7 +9,6 @@
 //! 2. A handler error fails every member of the batch with that error (not retried when the
 //!    error says so).
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{TaskError, TaskFn};
+use super::{Handler, TaskError, TaskFn};
 use crate::proto::v1;
 use crate::worker::context::Context;
 
@@ -155,13 +154,12 @@ struct WireMember {
 
 /// Wraps a typed `async fn(batch, ctx) -> Result<Vec<output>, error>`: the context's input is
 /// the batch's members (see `worker/execute.rs`), and the answer is one output per member.
-pub(crate) fn batch_typed<I, O, E, F, Fut>(f: F) -> TaskFn
+pub(crate) fn batch_typed<I, O, E, F>(f: F) -> TaskFn
 where
     I: DeserializeOwned + Send + 'static,
     O: Serialize + Send + 'static,
     E: Into<TaskError> + Send + 'static,
-    F: Fn(Batch<I>, Context) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Vec<O>, E>> + Send + 'static,
+    F: Handler<Batch<I>, Vec<O>, E>,
 {
     let f = Arc::new(f);
     Arc::new(move |ctx: Context| {

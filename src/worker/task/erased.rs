@@ -1,7 +1,6 @@
 //! Type erasure: a typed handler `Fn(I, Context) -> Result<O, E>` as the one shape the worker
 //! runs (JSON in, JSON out).
 
-use std::future::Future;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -9,7 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::TaskError;
+use super::{Handler, TaskError};
 use crate::worker::context::Context;
 
 /// A type-erased task handler.
@@ -17,13 +16,12 @@ pub(crate) type TaskFn =
     Arc<dyn Fn(Context) -> BoxFuture<'static, Result<Value, TaskError>> + Send + Sync>;
 
 /// Wraps a typed `async fn(input, ctx) -> Result<output, error>`.
-pub(crate) fn typed<I, O, E, F, Fut>(f: F) -> TaskFn
+pub(crate) fn typed<I, O, E, F>(f: F) -> TaskFn
 where
     I: DeserializeOwned + Send + 'static,
     O: Serialize + Send + 'static,
     E: Into<TaskError> + Send + 'static,
-    F: Fn(I, Context) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<O, E>> + Send + 'static,
+    F: Handler<I, O, E>,
 {
     let f = Arc::new(f);
     Arc::new(move |ctx: Context| {

@@ -1,15 +1,14 @@
 //! The workflow DSL: tasks and their DAG, hooks (on_failure, on_success), triggers (events,
 //! crons), concurrency, stickiness, idempotency and defaults for its tasks.
 
-use std::future::Future;
-
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::erased::typed;
-use super::{TaskDef, TaskError, TaskOptions, TaskTypes};
+use super::{Handler, TaskDef, TaskError, TaskOptions, TaskTypes};
 use crate::proto::v1;
+#[cfg(doc)]
 use crate::worker::context::Context;
 use crate::worker::placement::StickyStrategy;
 
@@ -246,13 +245,12 @@ impl Workflow {
     /// A workflow with an `on_failure` task is a DAG to the engine (two steps), so its run id
     /// differs from its task ids; typed handles ([`crate::run::WorkflowRef`]) return the task you
     /// name either way.
-    pub fn on_failure<I, O, E, F, Fut>(mut self, name: &str, options: TaskOptions, f: F) -> Self
+    pub fn on_failure<I, O, E, F>(mut self, name: &str, options: TaskOptions, f: F) -> Self
     where
         I: DeserializeOwned + Send + 'static,
         O: Serialize + Send + 'static,
         E: Into<TaskError> + Send + 'static,
-        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<O, E>> + Send + 'static,
+        F: Handler<I, O, E>,
     {
         self.on_failure = Some(self.hook(name, options, f));
         self
@@ -263,26 +261,24 @@ impl Workflow {
     /// cancelled it is skipped. As the official SDKs do, it is declared to the engine as a task
     /// whose parents are the workflow's leaf tasks (those no other task depends on), so the run's
     /// outputs include its output.
-    pub fn on_success<I, O, E, F, Fut>(mut self, name: &str, options: TaskOptions, f: F) -> Self
+    pub fn on_success<I, O, E, F>(mut self, name: &str, options: TaskOptions, f: F) -> Self
     where
         I: DeserializeOwned + Send + 'static,
         O: Serialize + Send + 'static,
         E: Into<TaskError> + Send + 'static,
-        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<O, E>> + Send + 'static,
+        F: Handler<I, O, E>,
     {
         self.on_success = Some(self.hook(name, options, f));
         self
     }
 
     /// A task the engine places itself (`on_failure`, `on_success`): no parents of its own.
-    fn hook<I, O, E, F, Fut>(&self, name: &str, options: TaskOptions, f: F) -> TaskDef
+    fn hook<I, O, E, F>(&self, name: &str, options: TaskOptions, f: F) -> TaskDef
     where
         I: DeserializeOwned + Send + 'static,
         O: Serialize + Send + 'static,
         E: Into<TaskError> + Send + 'static,
-        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<O, E>> + Send + 'static,
+        F: Handler<I, O, E>,
     {
         TaskDef {
             workflow: self.name.clone(),
@@ -382,25 +378,23 @@ impl Workflow {
     }
 
     /// Adds a task with default options.
-    pub fn task<I, O, E, F, Fut>(self, name: &str, f: F) -> Self
+    pub fn task<I, O, E, F>(self, name: &str, f: F) -> Self
     where
         I: DeserializeOwned + Send + 'static,
         O: Serialize + Send + 'static,
         E: Into<TaskError> + Send + 'static,
-        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<O, E>> + Send + 'static,
+        F: Handler<I, O, E>,
     {
         self.task_with(name, TaskOptions::new(), f)
     }
 
     /// Adds a task with options.
-    pub fn task_with<I, O, E, F, Fut>(mut self, name: &str, options: TaskOptions, f: F) -> Self
+    pub fn task_with<I, O, E, F>(mut self, name: &str, options: TaskOptions, f: F) -> Self
     where
         I: DeserializeOwned + Send + 'static,
         O: Serialize + Send + 'static,
         E: Into<TaskError> + Send + 'static,
-        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<O, E>> + Send + 'static,
+        F: Handler<I, O, E>,
     {
         self.tasks.push(TaskDef {
             workflow: self.name.clone(),
@@ -414,13 +408,12 @@ impl Workflow {
     }
 
     /// Adds a durable task (its context can sleep, wait for events and memoize).
-    pub fn durable_task<I, O, E, F, Fut>(mut self, name: &str, options: TaskOptions, f: F) -> Self
+    pub fn durable_task<I, O, E, F>(mut self, name: &str, options: TaskOptions, f: F) -> Self
     where
         I: DeserializeOwned + Send + 'static,
         O: Serialize + Send + 'static,
         E: Into<TaskError> + Send + 'static,
-        F: Fn(I, Context) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<O, E>> + Send + 'static,
+        F: Handler<I, O, E>,
     {
         self.tasks.push(TaskDef {
             workflow: self.name.clone(),
@@ -452,7 +445,7 @@ impl Workflow {
     ///     },
     /// );
     /// ```
-    pub fn batch_task<I, O, E, F, Fut>(
+    pub fn batch_task<I, O, E, F>(
         mut self,
         name: &str,
         batching: super::Batching,
@@ -463,8 +456,7 @@ impl Workflow {
         I: DeserializeOwned + Send + 'static,
         O: Serialize + Send + 'static,
         E: Into<TaskError> + Send + 'static,
-        F: Fn(super::Batch<I>, Context) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Vec<O>, E>> + Send + 'static,
+        F: Handler<super::Batch<I>, Vec<O>, E>,
     {
         options.batch = Some(batching);
         self.tasks.push(TaskDef {

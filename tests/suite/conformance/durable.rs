@@ -274,20 +274,6 @@ async fn conf_a_durable_spawn_at_an_index_bound_to_another_workflow_is_nondeterm
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// GetRunDetails of `run`, read raw (what an official SDK reads).
-async fn raw_run_details(
-    t: &Target,
-    run: &str,
-) -> Result<hatchet_runtime::protocol::v1::GetRunDetailsResponse, tonic::Status> {
-    t.raw()
-        .admin()
-        .get_run_details(hatchet_runtime::protocol::v1::GetRunDetailsRequest {
-            external_id: run.to_string(),
-        })
-        .await
-        .map(|r| r.into_inner())
-}
-
 /// An evicted durable task over gRPC (issue 45): the real engine reads it RUNNING in every
 /// status of GetRunDetails, task and run, and says it only in `is_evicted`; ours answered the
 /// task EVICTED (5), which an SDK that does not know 5 cannot read. The runtime reads the run as
