@@ -311,8 +311,8 @@ impl State {
                         r#ref: Some(self.eref_of(&task, w.invocation_count, node)),
                     }),
                 );
-                // A look-back wait may already be satisfied by stored events.
-                let events: Vec<StoredEvent> = self.events.iter().cloned().collect();
+                // A look-back wait may already be satisfied by stored events (read in place:
+                // the kept events and the durable logs are separate tables).
                 let mut satisfied_now = false;
                 if let Some(n) = self
                     .durable
@@ -322,7 +322,7 @@ impl State {
                     && let NodeKind::Wait(c) = &mut n.kind
                     && n.result.is_none()
                 {
-                    for ev in &events {
+                    for ev in self.events.iter() {
                         c.event(ev);
                     }
                     c.tick(now);
