@@ -93,9 +93,8 @@ pub struct WorkerView {
     pub heartbeats: u64,
     /// It has an open listener session.
     pub listening: bool,
-    /// Its label keys (given at registration or upserted).
-    pub label_keys: Vec<String>,
-    /// Its labels, each value as text (an int label as its digits).
+    /// Its labels (given at registration or upserted), each value as text (an int label as
+    /// its digits).
     pub labels: std::collections::BTreeMap<String, String>,
 }
 
@@ -754,7 +753,6 @@ impl DevEngine {
             assignments: w.assignments,
             heartbeats: w.heartbeats,
             listening: !w.sessions.is_empty(),
-            label_keys: w.labels.keys().cloned().collect(),
             labels: w
                 .labels
                 .iter()

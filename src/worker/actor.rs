@@ -135,8 +135,9 @@ pub(crate) struct WorkerRoom {
     core: Arc<WorkerCore>,
     phase: Phase,
     held: std::collections::VecDeque<WorkerMsg>,
-    /// The effect (start, upsert, drain) started last: the next one waits for it, so effects reach the engine in the order their messages were decided (two upserts
-    /// of one key end with the second's value), while the actor itself never waits.
+    /// The effect (start, upsert, drain) started last: the next one waits for it, so effects
+    /// reach the engine in the order their messages were decided (two upserts of one key end
+    /// with the second's value), while the actor itself never waits.
     last_effect: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -217,7 +218,7 @@ impl WorkerRoom {
     fn go(&mut self, myself: &ActorRef<WorkerMsg>, msg: WorkerMsg) {
         let core = self.core.clone();
         let me = myself.clone();
-        let effect: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> = match msg {
+        let effect: futures::future::BoxFuture<'static, ()> = match msg {
             WorkerMsg::Register(wf, reply) => {
                 // Registrations of different workflows commute, so they run side by side (a
                 // worker with fifty workflows starts in one round trip, not fifty); the start

@@ -261,8 +261,6 @@ impl Target {
     }
 }
 
-/// A run's status once its readable row exists: the real engine writes that row after the
-/// trigger answers, so a first read may be a 404.
 /// GetRunDetails of `run`, read raw (what an official SDK reads).
 async fn raw_run_details(
     t: &Target,
@@ -277,6 +275,8 @@ async fn raw_run_details(
         .map(|r| r.into_inner())
 }
 
+/// A run's status once its readable row exists: the real engine writes that row after the
+/// trigger answers, so a first read may be a 404.
 async fn status_once_written(api: &hatchet_runtime::api::Api, run_id: &str) -> RunStatus {
     until_read(
         "the run's readable row",

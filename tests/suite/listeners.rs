@@ -395,7 +395,7 @@ async fn a_drain_and_an_upsert_sent_while_the_worker_starts_apply_to_the_started
     assert!(w.paused, "the drain paused the worker the start made");
     assert!(!w.listening, "and closed its stream");
     assert_eq!(
-        w.label_keys,
+        w.labels.keys().collect::<Vec<_>>(),
         ["region"],
         "the upsert reached the started worker"
     );
@@ -457,7 +457,8 @@ async fn a_re_registration_carries_the_upserted_labels_the_engine_took_only() {
         .await
         .expect_err("the engine refuses it");
     let again = re_registered_after_not_found(&e, &rt).await;
-    let keys = e.worker(&again).expect("registered").label_keys;
+    let labels = e.worker(&again).expect("registered").labels;
+    let keys: Vec<_> = labels.keys().collect();
     assert_eq!(keys, ["region"], "the refused upsert is not carried");
     rt.shutdown(Duration::from_secs(1)).await;
 }

@@ -162,7 +162,10 @@ async fn soak_with_periodic_restarts_keeps_tasks_waiters_and_memory_flat() {
         "the runtime held more than the load: {held:?}"
     );
     assert_eq!(rt.pending_runs(), 0, "no waiter left after the load");
-    until_idle(&rt).await;
+    crate::support::until("no attempt left running after the load", || {
+        rt.task_counts().running == 0
+    })
+    .await;
     if alone {
         let first = samples[half.min(samples.len() - 1)].2;
         let last = samples.last().map(|s| s.2).unwrap_or(0);
@@ -174,12 +177,4 @@ async fn soak_with_periodic_restarts_keeps_tasks_waiters_and_memory_flat() {
         );
     }
     rt.shutdown(Duration::from_secs(2)).await;
-}
-
-/// Waits until no attempt runs on `rt`'s worker (the last results' attempts report first).
-async fn until_idle(rt: &hatchet_runtime::RuntimeHandle) {
-    crate::support::until("no attempt left running after the load", || {
-        rt.task_counts().running == 0
-    })
-    .await;
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use hatchet_runtime::config::ClientConfig;
 use hatchet_runtime::health::{ListenerKind, ListenerState};
+use hatchet_runtime::retries::{Backoff, StreamBackoff};
 use hatchet_runtime::{Runtime, RuntimeHandle, RuntimeOptions};
 
 /// How long a wait polls before it fails the test (the real engine's slowest writes fit).
@@ -110,15 +111,15 @@ pub(crate) fn counter() -> Arc<AtomicU32> {
 }
 
 /// Reconnect backoff scaled down 100x, so attempt-counting tests run in well under a second.
-pub(crate) fn fast() -> hatchet_runtime::retries::StreamBackoff {
+pub(crate) fn fast() -> StreamBackoff {
     let ms = Duration::from_millis;
-    hatchet_runtime::retries::StreamBackoff::new()
-        .stream(hatchet_runtime::retries::Backoff {
+    StreamBackoff::new()
+        .stream(Backoff {
             base: ms(10),
             factor: 2,
             cap: ms(300),
         })
-        .waiters(hatchet_runtime::retries::Backoff {
+        .waiters(Backoff {
             base: ms(10),
             factor: 2,
             cap: ms(50),

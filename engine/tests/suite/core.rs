@@ -92,12 +92,7 @@ async fn a_worker_runs_a_task_and_the_result_reaches_subscribers_once() {
     let (mut late, _k) = h.subscribe(std::slice::from_ref(&run)).await;
     assert_eq!(next(&mut late).await.workflow_run_id, run);
 
-    let details = h
-        .admin()
-        .get_run_details(v1::GetRunDetailsRequest { external_id: run })
-        .await
-        .expect("details")
-        .into_inner();
+    let details = h.details(&run).await;
     assert!(details.done);
     assert_eq!(details.status, v1::RunStatus::Completed as i32);
     assert_eq!(

@@ -334,17 +334,6 @@ async fn run_status(h: &H, run: &str) -> serde_json::Value {
         .1
 }
 
-/// GetRunDetails of `run`, read raw.
-async fn details(h: &H, run: &str) -> proto::v1::GetRunDetailsResponse {
-    h.admin()
-        .get_run_details(proto::v1::GetRunDetailsRequest {
-            external_id: run.to_string(),
-        })
-        .await
-        .expect("details")
-        .into_inner()
-}
-
 /// The real engine records a worker's end of a task 16 to 48 ms after the worker sent it;
 /// until then GetRunDetails reads the task RUNNING, without output, and its run not done, and
 /// the run streams have no end (the official Python look-back scope test polls a short
@@ -361,7 +350,7 @@ async fn a_task_s_end_reaches_run_details_and_the_run_streams_after_the_end_hop(
     let running = proto::v1::RunStatus::Running as i32;
     for wait in [Duration::ZERO, Duration::from_secs(9)] {
         h.engine.advance(wait);
-        let d = details(&h, &run).await;
+        let d = h.details(&run).await;
         assert_eq!(d.status, running, "{wait:?} after the end: {d:?}");
         assert!(!d.done, "{d:?}");
         assert!(
@@ -373,7 +362,7 @@ async fn a_task_s_end_reaches_run_details_and_the_run_streams_after_the_end_hop(
         assert_eq!(h.engine.pending_run_subscriptions(), 1, "no end out yet");
     }
     h.engine.advance(Duration::from_secs(2));
-    let d = details(&h, &run).await;
+    let d = h.details(&run).await;
     assert_eq!(d.status, proto::v1::RunStatus::Completed as i32, "{d:?}");
     assert!(d.done);
     assert_eq!(next(&mut ends).await.workflow_run_id, run);
@@ -382,7 +371,7 @@ async fn a_task_s_end_reaches_run_details_and_the_run_streams_after_the_end_hop(
     let second = h.trigger("olap", "{}").await;
     let start = next(&mut actions).await;
     h.complete(&wid, &start, "{}").await;
-    assert!(details(&h, &second).await.done);
+    assert!(h.details(&second).await.done);
 }
 
 #[tokio::test]
@@ -394,7 +383,7 @@ async fn statuses_and_run_ends_pass_the_status_pipeline() {
     let (mut ends, _keep) = h.subscribe(std::slice::from_ref(&run)).await;
     h.complete(&wid, &start, r#"{"x":1}"#).await;
     // The live tables have it (GetRunDetails reads them) ...
-    let details = details(&h, &run).await;
+    let details = h.details(&run).await;
     assert_eq!(details.status, proto::v1::RunStatus::Completed as i32);
     // ... REST and the run stream do not, until the new run comes through (2 to 4 s after its
     // creation): the run reads QUEUED throughout (it never read RUNNING), and the stream still

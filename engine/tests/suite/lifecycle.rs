@@ -150,14 +150,7 @@ async fn bulk_trigger_and_bulk_push() {
         .into_inner()
         .workflow_run_ids;
     assert_eq!(ids.len(), 3);
-    let details = h
-        .admin()
-        .get_run_details(v1::GetRunDetailsRequest {
-            external_id: ids[2].clone(),
-        })
-        .await
-        .expect("details")
-        .into_inner();
+    let details = h.details(&ids[2]).await;
     // A one-task run's input is its task's stored input, as the real engine's.
     let input: serde_json::Value = serde_json::from_slice(&details.input).expect("JSON");
     assert_eq!(

@@ -54,6 +54,17 @@ impl H {
         self.raw.durable_stream().await.expect("open")
     }
 
+    /// GetRunDetails of `run`, read raw.
+    pub async fn details(&self, run: &str) -> v1::GetRunDetailsResponse {
+        self.admin()
+            .get_run_details(v1::GetRunDetailsRequest {
+                external_id: run.to_string(),
+            })
+            .await
+            .expect("details")
+            .into_inner()
+    }
+
     /// Restores an evicted task; whether the engine requeued it.
     pub async fn restore(&self, task: &str) -> bool {
         self.raw.restore(task).await.expect("restore")
