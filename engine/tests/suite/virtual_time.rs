@@ -137,6 +137,16 @@ async fn a_condition_s_hour_of_sleep_and_an_hourly_cron_pass_in_milliseconds() {
     let engine = DevEngine::start(DevEngineOptions::default().virtual_time())
         .await
         .expect("the engine starts");
+    // Start 5 s past an hour boundary. The stretch below is an hour plus the condition's poll
+    // and the wall time the test takes, so one that started a second or two before a boundary
+    // would hold two (CI met it once).
+    let into_hour = engine
+        .now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() % HOUR.as_secs());
+    engine.advance(Duration::from_secs(
+        (HOUR.as_secs() + 5 - into_hour) % HOUR.as_secs(),
+    ));
     let rt = Runtime::spawn(engine.client_config())
         .await
         .expect("the runtime starts");
