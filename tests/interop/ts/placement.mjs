@@ -286,18 +286,31 @@ async function runChecks() {
     const bad = Object.entries(got).filter(([, w]) => w !== want);
     return bad.length ? [`${label}: ${bad.map(([k, w]) => `${k} on ${w}`).join(', ')} (want ${want})`] : [];
   };
+  // Two launchers at once, until a pair lands on both workers (one durable slot each spreads
+  // them), at most four pairs. Every launch is checked. The real engine's scheduler may not have
+  // a just-registered worker yet: it learns of one from a best-effort notice on its first
+  // listen, or else from its lease loop, every 5 s (`pkg/scheduling/v1/lease_manager.go`), so
+  // a first pair can land on one worker (CI saw it once).
   const stickyCheck = async (strategy, decl) => {
-    const launches = await bounded(
-      Promise.all([1, 2].map(() => t.stickyLaunch.run({ strategy, nonce: nonce() }))),
-      20000,
-      'two launchers',
-    );
     const problems = [];
-    const on = launches.map((o) => o.worker);
-    if (on[0] === on[1]) {
-      problems.push(`both launchers ran on ${on[0]} (one durable slot per worker should have spread them)`);
+    let spread = false;
+    const seenOn = [];
+    for (let pair = 0; pair < 4 && !spread; pair++) {
+      const launches = await bounded(
+        Promise.all([1, 2].map(() => t.stickyLaunch.run({ strategy, nonce: nonce() }))),
+        20000,
+        'two launchers',
+      );
+      const on = launches.map((o) => o.worker);
+      seenOn.push(on.join('+'));
+      spread = on[0] !== on[1];
+      for (const o of launches) problems.push(...sameWorker(`launched from ${o.worker}`, o.worker, o.out));
     }
-    for (const o of launches) problems.push(...sameWorker(`launched from ${o.worker}`, o.worker, o.out));
+    if (!spread) {
+      problems.push(`every pair of launchers ran on one worker: ${seenOn.join(', ')} (one durable slot per worker should have spread them)`);
+    } else if (seenOn.length > 1) {
+      log(`launcher pairs ran on ${seenOn.join(', ')}`);
+    }
     const direct = await bounded(decl.run({ nonce: nonce() }), 15000, `${decl.name} run`);
     problems.push(...sameWorker('direct run', direct?.root?.worker, direct));
     expect(problems.length === 0, problems.join(' | '));
