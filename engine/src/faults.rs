@@ -46,15 +46,14 @@ pub(crate) struct Switches {
     pub stamp_queued_late: bool,
     /// Timers read on a poll, as the real engine reads them (see [`TimerPoll`]).
     pub poll_timers: Option<TimerPoll>,
-    /// What REST reads of a task's or a run's status, and a run's end on the run streams,
-    /// published late, as the real engine publishes them: a new run `lag` to `2 * lag` after
-    /// its creation, later changes at once behind it (`store/readable.rs`). `None` is a
-    /// kindness for tests: both at once.
+    /// What REST reads of a task's or a run's status, published late, as the real engine
+    /// publishes it: a new run `lag` to `2 * lag` after its creation, later changes at once
+    /// behind it (`store/readable.rs`). `None` is a kindness for tests: at once.
     pub status_lag: Option<std::time::Duration>,
     /// How long a task's end takes to reach what `GetRunDetails` reads, as the real engine's
     /// task controller takes to record the end a worker reported (its message queue and a
-    /// transaction): until then the task reads RUNNING there and its run not done. `None` is a
-    /// kindness for tests: at once.
+    /// transaction): until then the task reads RUNNING there, its run not done, and the run
+    /// streams have no end. `None` is a kindness for tests: at once.
     pub end_hop: Option<std::time::Duration>,
     /// A kindness the real engine lacks: assignments a worker never answered are offered
     /// again when their stream closes, instead of running out their timeout.
@@ -97,8 +96,7 @@ pub(crate) struct Switches {
     pub defer_trigger_writes: Option<std::time::Duration>,
 }
 
-/// The real engine's lag for a new run: it reaches REST and the run streams 1 to 2 s after its
-/// creation (measured: `docs/guide/real-engine.md`; the pipeline is `store/readable.rs`).
+/// The real engine's lag for a new run: it reaches REST 1 to 2 s after its creation (measured: `docs/guide/real-engine.md`; the pipeline is `store/readable.rs`).
 pub(crate) const STATUS_LAG: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The real engine's hop from a worker's end of a task to `GetRunDetails` reading it: measured

@@ -651,15 +651,14 @@ impl DevEngine {
     }
 
     /// The real engine's status lag (on by default, 1 s): with `Some(lag)`, what REST reads
-    /// of a task's or a run's status, and a run's end on the run streams
-    /// (`SubscribeToWorkflowRuns`, what a client's `result()` waits on), come through one
-    /// pipeline, in order, as on the real engine: a new run `lag` to `2 * lag` after its
-    /// creation, later changes at once unless a run ahead of them is still on its way. So a
-    /// run that ends within about a second of its creation gets its result, and reads
-    /// COMPLETED over REST, up to 2 s after it was created, and may never read RUNNING; a
-    /// longer one at once. `GetRunDetails` reads the live state either way (after
-    /// [`DevEngine::end_hop`]). `None` is a
-    /// kindness for tests: both read the live state at once.
+    /// of a task's or a run's status comes through one pipeline, in order, as on the real
+    /// engine: a new run `lag` to `2 * lag` after its creation, later changes at once unless
+    /// a run ahead of them is still on its way. So a run that ends within about a second of
+    /// its creation reads COMPLETED over REST up to 2 s after it was created, and may never
+    /// read RUNNING; a longer one at once. A run's end reaches the run streams
+    /// (`SubscribeToWorkflowRuns`, what a client's `result()` waits on) and `GetRunDetails`
+    /// without this lag, after [`DevEngine::end_hop`], as on the real engine. `None` is a
+    /// kindness for tests: REST reads the live state at once.
     pub fn status_lag(&self, lag: Option<Duration>) {
         self.engine.state.lock().switches.status_lag = lag;
         self.engine.wake.notify_one();
@@ -667,8 +666,9 @@ impl DevEngine {
 
     /// The real engine's hop from a worker's end of a task to `GetRunDetails` (on by default,
     /// 30 ms): with `Some(hop)`, a task whose end the engine received less than `hop` ago
-    /// reads RUNNING there, without output, and its run not done, as the real engine's do
-    /// until its task controller has recorded the end (measured 16 to 48 ms). A client that
+    /// reads RUNNING there, without output, and its run not done, and the run streams have
+    /// no end yet, as on the real engine until its task controller has recorded the end
+    /// (measured 0 to 60 ms). A client that
     /// polls a short task's run for RUNNING sees it there, as it does on the real engine.
     /// `None` is a kindness for tests: the end reads at once.
     pub fn end_hop(&self, hop: Option<Duration>) {

@@ -110,8 +110,8 @@ pub(crate) struct State {
     pub batches: crate::sched::batches::Batches,
     /// Open run and event subscriptions (see `store/subscriptions.rs`).
     pub subscriptions: crate::store::subscriptions::Subscriptions,
-    /// The status pipeline: run changes on their way to REST and the run streams (see
-    /// `store/readable.rs`).
+    /// The status pipeline: run changes on their way to REST, and run ends on their way to
+    /// the run streams (see `store/readable.rs`).
     pub published: crate::store::model::Published,
     /// Pushed events (see `store/events.rs`).
     pub events: crate::store::events::EventLog,

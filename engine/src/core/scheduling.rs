@@ -34,7 +34,7 @@ impl Engine {
         // Crons and schedules fire when due (the real engine's scheduler runs them on time).
         let wall = st.clock.system_now();
         st.fire_calendar(wall);
-        // What REST reads, and the run streams' ends, come through the status pipeline.
+        // What REST reads comes through the status pipeline; run ends go out after the hop.
         st.publish_statuses(now);
         // A worker silent long enough to lose its tasks is never live (matters when tests make
         // the reassignment window shorter than the liveness window).

@@ -587,6 +587,9 @@ pub(crate) struct TriggerOpts {
 #[derive(Debug, Default)]
 pub(crate) struct Published {
     pub(in crate::store) queue: std::collections::VecDeque<Entry>,
+    /// Run ends on their way to the run streams: when each goes out, the run, and its replay
+    /// count then (the times never decrease).
+    pub(in crate::store) ends: std::collections::VecDeque<(Instant, String, u32)>,
 }
 
 /// One change of a run on its way through the status pipeline: the run and its tasks as they
@@ -597,5 +600,4 @@ pub(crate) struct Entry {
     pub(in crate::store) run: String,
     pub(in crate::store) status: Status,
     pub(in crate::store) tasks: Vec<(String, Status)>,
-    pub(in crate::store) replays: u32,
 }

@@ -1,29 +1,32 @@
-//! What REST and the run streams see of statuses. The real engine publishes them late: REST
-//! reads OLAP tables its controller fills from buffered events, and a run's end reaches the run
-//! streams (`SubscribeToWorkflowRuns`) when the same pipeline has it. Measured on v0.104.9
+//! What REST and the run streams see of statuses. The real engine publishes REST's late: REST
+//! reads OLAP tables its controller fills from buffered events. Measured on v0.104.9
 //! (`benches/python/status_lag.py`): a run that ends 0.5 s into its life reads COMPLETED over
-//! REST, and its result arrives, 0.55 to 1.48 s after its task returned, both at the same
-//! moment; a run that ends 3 s into its life, or after durable sleeps, 0.02 to 0.06 s after.
-//! The lag is the new run's: once the pipeline has a run, its changes pass at once, and a
-//! change behind a run still on its way waits for it (a parent's end never goes out before its
-//! children read as they are). `GetRunDetails` reads the live tables, each task's end once the
-//! end hop after it has passed (`Switches::end_hop`, 30 ms; the real engine's task controller
-//! records a worker's end 16 to 48 ms after the worker sent it).
+//! REST 0.55 to 1.48 s after its task returned; a run that ends 3 s into its life, or after
+//! durable sleeps, 0.02 to 0.06 s after. The lag is the new run's: once the pipeline has a run,
+//! its changes pass at once, and a change behind a run still on its way waits for it (a
+//! parent's end never reads before its children read as they are). A run's end reaches the run
+//! streams (`SubscribeToWorkflowRuns`) without that lag: the engine's task controller tells the
+//! dispatcher as it records the end (a "finished candidate"), and the official Python SDK's
+//! `aio_result()` returned 19 to 54 ms after the task did, a new run or not. `GetRunDetails`
+//! reads the live tables, each task's end once the end hop after it has passed
+//! (`Switches::end_hop`, 30 ms; the real engine's task controller records a worker's end 0 to
+//! 60 ms after the worker sent it).
 //!
 //! # Invariants
 //!
-//! 1. With the lag on (the default, `faults::STATUS_LAG`), runs reach REST and the run streams
-//!    through one pipeline, in order: a new run `lag` to `2 * lag` after its creation (a draw
-//!    fixed by its id), every later change of it or its tasks the end hop after the pass that
-//!    took it (so never before `GetRunDetails` reads it), except that no entry overtakes an
-//!    earlier one. Until its entry is through, REST reads the run and its
-//!    tasks as they were then (a new run: as created).
-//! 2. A run's end reaches the run streams when the pipeline has it: once per end (a replay's
-//!    end is a new one), and with the status REST reads already the end's.
+//! 1. With the lag on (the default, `faults::STATUS_LAG`), runs reach REST through one
+//!    pipeline, in order: a new run `lag` to `2 * lag` after its creation (a draw fixed by its
+//!    id), every later change of it or its tasks the end hop after the pass that took it (so
+//!    never before `GetRunDetails` reads it), except that no entry overtakes an earlier one.
+//!    Until its entry is through, REST reads the run and its tasks as they were then (a new
+//!    run: as created).
+//! 2. A run's end reaches the run streams the end hop after the pass that saw it (at once with
+//!    the hop off), whatever the pipeline holds: once per end (a replay's end is a new one, an
+//!    end from before a replay is not news).
 //! 3. With the lag off (`DevEngine::status_lag(None)`, a kindness for tests), REST reads the
-//!    live status and a run's end goes out when the run ends.
+//!    live status.
 //! 4. A pass reads only the runs and tasks that changed since the last (table.rs invariant 3)
-//!    and the entries that fall due: nothing scans every run.
+//!    and the entries and ends that fall due: nothing scans every run.
 
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
@@ -64,26 +67,77 @@ impl State {
         r.status.is_terminal() && r.end_published
     }
 
-    /// Run `run_id` just ended: with the lag off its end goes out now (invariant 3); with it
-    /// on, the pipeline has the change (the run was touched) and sends it (invariant 2).
+    /// Run `run_id` just ended: with the end hop off its end goes out now (invariant 2); with
+    /// it on, the next pass queues it.
     pub(crate) fn end_to_publish(&mut self, run_id: &str) {
-        if self.switches.status_lag.is_none()
-            && let Some(entry) = self.entry(run_id, self.clock.now())
+        if self.switches.end_hop.is_none()
+            && let Some(replays) = self.runs.get(run_id).map(|r| r.replays)
         {
-            self.publish(entry);
+            self.send_end(run_id, replays);
         }
     }
 
-    /// One pass of the pipeline at `now`: what changed since the last pass joins it as it is
-    /// now, and what falls due comes through (invariants 1, 2 and 4). With the lag off
+    /// Ends a pass at `now` found: each goes to the run streams the end hop from now.
+    fn queue_ends(&mut self, ended: Vec<(String, u32)>, now: Instant) {
+        for (run, replays) in ended {
+            match self.switches.end_hop {
+                None => self.send_end(&run, replays),
+                Some(hop) => {
+                    let due = self
+                        .published
+                        .ends
+                        .back()
+                        .map_or(now + hop, |(last, _, _)| (now + hop).max(*last));
+                    self.published.ends.push_back((due, run, replays));
+                }
+            }
+        }
+    }
+
+    /// The run streams hear that run `run_id` ended, once per end: not if it was replayed
+    /// since (`replays` is its count when it ended) or its end already went out.
+    fn send_end(&mut self, run_id: &str, replays: u32) {
+        let Some(r) = self.runs.get_unmarked(run_id) else {
+            return;
+        };
+        if !r.status.is_terminal() || r.end_published || r.replays != replays {
+            return;
+        }
+        r.end_published = true;
+        let event = self.run_event(&self.runs[run_id]);
+        self.subscriptions.run_ended(run_id, &event);
+    }
+
+    /// One pass of the pipeline at `now`: ends due go to the run streams, new ends are queued,
+    /// what changed since the last pass joins the pipeline as it is now, and what falls due
+    /// comes through (invariants 1, 2 and 4). With the lag off
     /// everything comes through at once, so that turning the lag on later starts from the
     /// live state.
     pub(crate) fn publish_statuses(&mut self, now: Instant) {
+        while self
+            .published
+            .ends
+            .front()
+            .is_some_and(|(due, _, _)| *due <= now)
+        {
+            if let Some((_, run, replays)) = self.published.ends.pop_front() {
+                self.send_end(&run, replays);
+            }
+        }
+        // A run that ended and whose end has not gone out (invariant 2).
+        let unsent = |r: &Run| {
+            (r.status.is_terminal() && !r.end_published).then(|| (r.id.clone(), r.replays))
+        };
+        let mut ended = Vec::new();
         if self.switches.status_lag.is_none() && self.published.queue.is_empty() {
             // Lag off (the benchmarks' setting): reads are live, so the readable statuses are
-            // only kept in step, in place, with no snapshot; ends went out when they happened.
+            // only kept in step, in place, with no snapshot.
             self.tasks.take_touched(|t| t.publish(t.status()));
-            self.runs.take_touched(|r| r.readable = r.status);
+            self.runs.take_touched(|r| {
+                r.readable = r.status;
+                ended.extend(unsent(r));
+            });
+            self.queue_ends(ended, now);
             return;
         }
         let mut changed = HashSet::new();
@@ -92,7 +146,9 @@ impl State {
         });
         self.runs.take_touched(|r| {
             changed.insert(r.id.clone());
+            ended.extend(unsent(r));
         });
+        self.queue_ends(ended, now);
         for id in changed {
             if let Some(entry) = self.entry(&id, now) {
                 self.published.queue.push_back(entry);
@@ -138,35 +194,32 @@ impl State {
             run: run_id.to_string(),
             status: r.status,
             tasks,
-            replays: r.replays,
         })
     }
 
-    /// `entry` comes through the pipeline: REST reads its run and tasks as they were then, and
-    /// the run streams hear of its end, once (invariants 1 and 2).
+    /// `entry` comes through the pipeline: REST reads its run and tasks as they were then
+    /// (invariant 1).
     fn publish(&mut self, entry: Entry) {
         let Some(r) = self.runs.get_unmarked(&entry.run) else {
             return;
         };
         r.readable = entry.status;
-        let ended = entry.status.is_terminal() && !r.end_published && entry.replays == r.replays;
-        r.end_published |= ended;
         for (tid, status) in entry.tasks {
             if let Some(t) = self.tasks.get_unmarked(&tid) {
                 t.publish(status);
             }
         }
-        if ended {
-            let event = self.run_event(&self.runs[entry.run.as_str()]);
-            self.subscriptions.run_ended(&entry.run, &event);
-        }
     }
 
     /// When virtual time may jump for the pipeline: when its first entry falls due.
     pub(crate) fn next_status_poll(&self, now: Instant) -> Option<Instant> {
-        self.switches.status_lag?;
-        let due = self.published.queue.front()?.due;
-        (due > now).then_some(due)
+        let entry = self
+            .switches
+            .status_lag
+            .and(self.published.queue.front())
+            .map(|e| e.due);
+        let end = self.published.ends.front().map(|(due, _, _)| *due);
+        entry.into_iter().chain(end).filter(|due| *due > now).min()
     }
 }
 
@@ -236,26 +289,30 @@ mod tests {
     }
 
     #[test]
-    fn a_new_run_s_end_goes_out_when_the_run_comes_through_once_and_reads_lag_until_then() {
+    fn a_new_run_s_end_goes_out_the_end_hop_after_it_and_rest_reads_lag_until_it_comes_through() {
         let (mut st, t0) = engine(Some(LAG));
+        let hop = crate::faults::END_HOP;
         let (run, tid, mut rx, due) = new_run(&mut st, t0);
         complete(&mut st, &tid, t0);
         assert_eq!(st.runs[&run].status(), Status::Completed, "live");
-        assert_eq!(st.readable_run_status(&st.runs[&run]), Status::Queued);
-        assert_eq!(st.readable_task_status(&st.tasks[&tid]), Status::Queued);
-        assert_eq!(end(&mut rx), None, "not before the run comes through");
+        assert_eq!(end(&mut rx), None, "not before the hop");
         assert_eq!(
             st.next_status_poll(t0),
-            Some(due),
+            Some(t0 + hop),
             "virtual time may jump to it"
         );
-        st.publish_statuses(due - Duration::from_millis(1));
+        st.publish_statuses(t0 + hop - Duration::from_millis(1));
         assert_eq!(end(&mut rx), None, "not a moment early");
-        st.publish_statuses(due);
+        st.publish_statuses(t0 + hop);
         assert_eq!(end(&mut rx), Some(run.clone()));
+        assert!(st.run_end_published(&st.runs[&run]));
+        // REST reads the run as created until it comes through.
+        assert_eq!(st.readable_run_status(&st.runs[&run]), Status::Queued);
+        assert_eq!(st.readable_task_status(&st.tasks[&tid]), Status::Queued);
+        assert_eq!(st.next_status_poll(t0 + hop), Some(due));
+        st.publish_statuses(due);
         assert_eq!(st.readable_run_status(&st.runs[&run]), Status::Completed);
         assert_eq!(st.readable_task_status(&st.tasks[&tid]), Status::Completed);
-        assert!(st.run_end_published(&st.runs[&run]));
         st.publish_statuses(due + 3 * LAG);
         assert_eq!(end(&mut rx), None, "once");
         assert_eq!(st.next_status_poll(due + 3 * LAG), None, "nothing waits");
@@ -278,24 +335,32 @@ mod tests {
     }
 
     #[test]
-    fn a_change_waits_behind_a_newer_run_still_on_its_way() {
+    fn a_change_waits_behind_a_newer_run_still_on_its_way_and_the_ends_do_not() {
         let (mut st, t0) = engine(Some(LAG));
+        let hop = crate::faults::END_HOP;
         let (older, older_task, mut older_ends, due) = new_run(&mut st, t0);
         st.publish_statuses(due);
         let (newer, newer_task, mut newer_ends, newer_due) = new_run(&mut st, due);
         complete(&mut st, &newer_task, due);
         complete(&mut st, &older_task, due);
-        assert_eq!(end(&mut older_ends), None, "behind the newer run");
-        assert_eq!(st.next_status_poll(due), Some(newer_due));
-        st.publish_statuses(newer_due);
+        st.publish_statuses(due + hop);
         assert_eq!(end(&mut newer_ends), Some(newer.clone()));
         assert_eq!(end(&mut older_ends), Some(older.clone()));
+        assert_eq!(
+            st.readable_run_status(&st.runs[&older]),
+            Status::Queued,
+            "REST: behind the newer run"
+        );
+        assert_eq!(st.next_status_poll(due + hop), Some(newer_due));
+        st.publish_statuses(newer_due);
+        assert_eq!(st.readable_run_status(&st.runs[&older]), Status::Completed);
+        assert_eq!(st.readable_run_status(&st.runs[&newer]), Status::Completed);
     }
 
     #[test]
     fn an_entry_publishes_the_run_as_it_was_then_not_as_it_is() {
         let (mut st, t0) = engine(Some(LAG));
-        let (older, older_task, mut older_ends, older_due) = new_run(&mut st, t0);
+        let (older, older_task, _older_ends, older_due) = new_run(&mut st, t0);
         // A newer run, due after the older one's creation comes through (at least 2 s in).
         let (_newer, _newer_task, _newer_ends, newer_due) = new_run(&mut st, t0 + LAG);
         assert!(older_due < newer_due);
@@ -310,44 +375,40 @@ mod tests {
             st.readable_task_status(&st.tasks[&older_task]),
             Status::Queued
         );
-        assert_eq!(
-            end(&mut older_ends),
-            None,
-            "its end is behind the newer run"
-        );
         st.publish_statuses(newer_due);
         assert_eq!(st.readable_run_status(&st.runs[&older]), Status::Completed);
-        assert_eq!(end(&mut older_ends), Some(older));
     }
 
     #[test]
     fn an_end_from_before_a_replay_is_not_news_the_replay_s_end_is() {
         let (mut st, t0) = engine(Some(LAG));
-        let (older, older_task, _older_ends, due) = new_run(&mut st, t0);
+        let hop = crate::faults::END_HOP;
+        let (older, older_task, mut ends, due) = new_run(&mut st, t0);
         st.publish_statuses(due);
-        // A newer run keeps the first end on its way while the run is replayed.
-        let (_newer, _newer_task, _newer_ends, newer_due) = new_run(&mut st, due);
-        let (tx, mut ends) = tokio::sync::mpsc::unbounded_channel();
-        let sub = st.subscriptions.open_runs(tx);
-        st.subscriptions.want_run(sub, &older, None);
         complete(&mut st, &older_task, due);
+        assert_eq!(
+            st.next_status_poll(due),
+            Some(due + hop),
+            "the end is on its way"
+        );
+        // Replayed and ended again before the first end went out: that end is not news.
         st.replay_ids(std::slice::from_ref(&older));
-        st.publish_statuses(due);
-        st.publish_statuses(newer_due);
+        st.publish_statuses(due + hop);
         assert_eq!(
             end(&mut ends),
             None,
             "the end before the replay does not go out"
         );
-        assert_eq!(st.readable_run_status(&st.runs[&older]), Status::Queued);
-        complete(&mut st, &older_task, newer_due);
-        st.publish_statuses(newer_due + crate::faults::END_HOP);
+        complete(&mut st, &older_task, due + hop);
+        st.publish_statuses(due + 2 * hop);
         assert_eq!(end(&mut ends), Some(older), "the replay's end does");
+        assert_eq!(end(&mut ends), None, "once");
     }
 
     #[test]
-    fn with_the_lag_off_reads_are_live_and_an_end_goes_out_at_once() {
+    fn with_the_lag_and_the_hop_off_reads_are_live_and_an_end_goes_out_at_once() {
         let (mut st, t0) = engine(None);
+        st.switches.end_hop = None;
         let (run, tid, mut rx, _) = new_run(&mut st, t0);
         st.complete_task(&tid, "{}".into());
         assert_eq!(st.readable_run_status(&st.runs[&run]), Status::Completed);

@@ -374,33 +374,30 @@ async fn a_task_s_end_reaches_run_details_and_the_run_streams_after_the_end_hop(
     assert!(h.details(&second).await.done);
 }
 
+/// REST reads a new run late (the real engine's OLAP tables), while its end reaches the run
+/// streams as soon as the engine records it: on v0.104.9 the official Python SDK's `aio_result`
+/// alone returned 19 to 54 ms after the task did, where REST read COMPLETED 1 to 2 s later.
 #[tokio::test]
-async fn statuses_and_run_ends_pass_the_status_pipeline() {
+async fn rest_reads_pass_the_status_pipeline_and_run_ends_do_not() {
     let h = H::new().await;
     h.engine.status_lag(Some(Duration::from_secs(2)));
     h.engine.end_hop(None);
     let (wid, mut actions, run, start) = h.one_started("olap", "").await;
     let (mut ends, _keep) = h.subscribe(std::slice::from_ref(&run)).await;
     h.complete(&wid, &start, r#"{"x":1}"#).await;
-    // The live tables have it (GetRunDetails reads them) ...
+    // The live tables have it (GetRunDetails reads them), and so does the run stream ...
     let details = h.details(&run).await;
     assert_eq!(details.status, proto::v1::RunStatus::Completed as i32);
-    // ... REST and the run stream do not, until the new run comes through (2 to 4 s after its
-    // creation): the run reads QUEUED throughout (it never read RUNNING), and the stream still
-    // waits for it.
-    assert_eq!(run_status(&h, &run).await, "QUEUED");
-    assert_eq!(task_status(&h, &run).await, "QUEUED");
-    assert_eq!(
-        h.engine.pending_run_subscriptions(),
-        1,
-        "the end is not out yet"
-    );
-    h.engine.advance(Duration::from_millis(1_900));
-    assert_eq!(run_status(&h, &run).await, "QUEUED", "not before 2 s");
-    h.engine.advance(Duration::from_millis(2_100));
     let end = next(&mut ends).await;
     assert_eq!(end.workflow_run_id, run);
     assert_eq!(end.results.len(), 1);
+    // ... REST does not, until the new run comes through (2 to 4 s after its creation): the
+    // run reads QUEUED throughout (it never read RUNNING).
+    assert_eq!(run_status(&h, &run).await, "QUEUED");
+    assert_eq!(task_status(&h, &run).await, "QUEUED");
+    h.engine.advance(Duration::from_millis(1_900));
+    assert_eq!(run_status(&h, &run).await, "QUEUED", "not before 2 s");
+    h.engine.advance(Duration::from_millis(2_100));
     assert_eq!(run_status(&h, &run).await, "COMPLETED");
     assert_eq!(task_status(&h, &run).await, "COMPLETED");
     // A subscription after it came through gets the end at once, once.
