@@ -814,6 +814,21 @@ async fn conf_a_static_rate_limit_key_must_exist_before_registration() {
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
+/// A worker for workflow `name`: one task that returns `{"ok": true}` at once, and when its
+/// handler last returned.
+async fn instant_worker(
+    t: &Target,
+    name: &str,
+) -> (RuntimeHandle, Arc<Mutex<Option<std::time::Instant>>>) {
+    let returned: Arc<Mutex<Option<std::time::Instant>>> = Arc::default();
+    let r = returned.clone();
+    let wf = Workflow::new(name).task("t", move |_: Value, _c: Context| {
+        *r.lock() = Some(std::time::Instant::now());
+        async { Ok::<_, TaskError>(json!({"ok": true})) }
+    });
+    (t.worker(4, vec![wf]).await, returned)
+}
+
 /// A new run's end reaches the run stream (what `result()` waits on) as soon as the engine
 /// records it, although REST reads the run 1 to 2 s late: the real engine's task controller
 /// tells the dispatcher as it records the end. Measured there with the official Python SDK's
@@ -822,13 +837,7 @@ async fn conf_a_static_rate_limit_key_must_exist_before_registration() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_new_run_s_result_arrives_as_its_end_is_recorded_not_with_rest_s_lag() {
     let t = Target::new("prompt_end").await;
-    let returned: Arc<Mutex<Option<std::time::Instant>>> = Arc::default();
-    let r = returned.clone();
-    let wf = Workflow::new("instant").task("t", move |_: Value, _c: Context| {
-        *r.lock() = Some(std::time::Instant::now());
-        async { Ok::<_, TaskError>(json!({"ok": true})) }
-    });
-    let rt = t.worker(4, vec![wf]).await;
+    let (rt, returned) = instant_worker(&t, "instant").await;
     let mut after_return = Vec::new();
     for _ in 0..5 {
         let h = rt
@@ -859,14 +868,7 @@ async fn conf_a_new_run_s_result_arrives_as_its_end_is_recorded_not_with_rest_s_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_run_details_read_a_run_not_done_a_while_after_its_worker_ended_it() {
     let t = Target::new("endhop").await;
-    // When the handler last returned.
-    let returned: Arc<Mutex<Option<std::time::Instant>>> = Arc::default();
-    let r = returned.clone();
-    let wf = Workflow::new("quick").task("t", move |_: Value, _c: Context| {
-        *r.lock() = Some(std::time::Instant::now());
-        async { Ok::<_, TaskError>(json!({"ok": true})) }
-    });
-    let rt = t.worker(4, vec![wf]).await;
+    let (rt, returned) = instant_worker(&t, "quick").await;
     use hatchet_runtime::protocol::v1::RunStatus;
     let mut late = Vec::new();
     for _ in 0..5 {
