@@ -155,10 +155,17 @@ async fn work(k: &str) {
 fn workflows(log: &Path) -> Vec<Workflow> {
     // Retries: a worker killed mid-task gets its task back on another attempt. The timeout is
     // short so a task whose completion the engine lost is retried within the suite's bound.
-    let opts = || {
-        TaskOptions::new()
-            .retries(3)
-            .timeout(Duration::from_secs(30))
+    // With CHAOS_TASK_DEFAULTS=1, a new user's options instead: no retries, the engine's default
+    // timeout (five minutes): what the engine loses must be taken back by the worker.
+    let defaults = std::env::var("CHAOS_TASK_DEFAULTS").is_ok_and(|v| v == "1");
+    let opts = move || {
+        if defaults {
+            TaskOptions::new()
+        } else {
+            TaskOptions::new()
+                .retries(3)
+                .timeout(Duration::from_secs(30))
+        }
     };
     let (l1, l2, l3, l4) = (
         log.to_path_buf(),
@@ -219,6 +226,23 @@ async fn worker(dir: &Path, slots: usize) -> Result<(), AnyError> {
         .start_worker(WorkerOptions::new("chaos-worker", slots))
         .await?;
     eprintln!("chaos worker {id} (pid {}) serving", std::process::id());
+    // What the worker took back from the engine's losses, as it happens.
+    let watch = rt.clone();
+    tokio::spawn(async move {
+        let mut last = (0, 0, 0);
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let c = watch.task_counts();
+            let now = (c.taken_back, c.finals_resent, c.failed_as_lost);
+            if now != last {
+                eprintln!(
+                    "chaos worker takes back: {} unsent attempts run, {} lost finals sent again, {} failed as lost",
+                    now.0, now.1, now.2
+                );
+                last = now;
+            }
+        }
+    });
     rt.run_until_signal(Duration::from_secs(5)).await?;
     Ok(())
 }

@@ -106,6 +106,8 @@ pub(crate) struct Parts {
     pub lifecycle: CancellationToken,
     pub backoff: StreamBackoff,
     pub heartbeat_every: Duration,
+    /// The worker's sweep for attempts the engine lost.
+    pub reclaim: crate::worker::reclaim::ReclaimTiming,
     pub seed: u64,
 }
 
@@ -158,6 +160,11 @@ impl Connection {
     /// The worker's heartbeat interval.
     pub(crate) fn heartbeat_every(&self) -> Duration {
         self.inner.heartbeat_every
+    }
+
+    /// The timing of the worker's sweep for attempts the engine lost.
+    pub(crate) fn reclaim_timing(&self) -> crate::worker::reclaim::ReclaimTiming {
+        self.inner.reclaim
     }
 
     /// A jitter generator for one consumer of randomness: the runtime seed mixed with `name`, so

@@ -113,6 +113,7 @@ pub mod retries {
     pub use crate::retry::budget::BudgetConfig;
     pub use crate::retry::ledger::MethodCounters;
     pub use crate::retry::report::{EndpointRetries, RetryReport};
+    pub use crate::worker::reclaim::ReclaimTiming;
 }
 
 /// The runtime's health and lifecycle: its listeners' states, its worker's counts and the

@@ -60,6 +60,10 @@ pub(crate) struct Switches {
     pub reoffer_unanswered: bool,
     /// Send the next this many assignments twice (the same attempt).
     pub duplicate_assignments: u32,
+    /// Record the next this many assignments and never send them, as the real engine loses
+    /// an assignment whose message was on its way to a dispatcher that was killed: the task is
+    /// the worker's (its slot taken, RUNNING, the worker's id on it) until its timeout.
+    pub lose_sends: u32,
     /// Send the next this many assignments again 300 ms later.
     pub late_duplicates: u32,
     /// Task completions answered and never recorded, as the real engine loses one whose message
@@ -116,6 +120,7 @@ impl Default for Switches {
             end_hop: Some(END_HOP),
             reoffer_unanswered: false,
             duplicate_assignments: 0,
+            lose_sends: 0,
             late_duplicates: 0,
             lose_answered_completions: Default::default(),
             lose_completion_followups: Default::default(),

@@ -690,6 +690,14 @@ impl DevEngine {
         self.engine.wake.notify_one();
     }
 
+    /// Fault injection, as the real engine does when the dispatcher that holds a worker's
+    /// stream is killed between an assignment and its sending: the next `n` assignments are
+    /// recorded (the task is the worker's, RUNNING, its slot taken) and never sent; each stays
+    /// so until its timeout, or until the worker takes it back.
+    pub fn lose_next_sends(&self, n: u32) {
+        self.engine.state.lock().switches.lose_sends = n;
+    }
+
     /// Fault injection: sends each of the next `n` assignments twice on the same stream (the
     /// same attempt, as a broken stream's re-offer would); see
     /// [`EngineStats::duplicated_assignments`].

@@ -53,7 +53,7 @@ pub(crate) struct Registration {
 #[derive(Debug, Default)]
 pub(crate) struct WorkerIdentity {
     id: Mutex<Option<String>>,
-    /// When a heartbeat last succeeded.
+    /// When the last heartbeat the engine accepted was sent.
     pub last_heartbeat_ok: Mutex<Option<Instant>>,
     /// Registrations made.
     pub registrations: AtomicU64,

@@ -125,6 +125,10 @@ struct Inner<P: Keyed> {
     sink: Option<(u64, mpsc::UnboundedSender<P::Req>)>,
     closed: bool,
     refused: Option<String>,
+    /// A key the engine has answered (a run that has ended): a new stream is probed with it,
+    /// and an engine that serves the stream answers it within its tick (`subscriptions.rs`).
+    /// Set once: an ended run stays ended.
+    probe: Option<P::Key>,
 }
 
 impl<P: Keyed> Inner<P> {
@@ -141,6 +145,9 @@ impl<P: Keyed> Inner<P> {
         }
         if !out.is_empty() {
             self.keys -= 1;
+            if self.probe.is_none() {
+                self.probe = Some(key.clone());
+            }
         }
         out
     }
@@ -178,6 +185,7 @@ impl<P: Keyed> Default for KeyedRegistry<P> {
                 sink: None,
                 closed: false,
                 refused: None,
+                probe: None,
             }),
             hasher: std::collections::hash_map::RandomState::new(),
             delivered: std::sync::atomic::AtomicU64::new(0),
@@ -421,14 +429,27 @@ impl<P: Keyed> KeyedRegistry<P> {
     }
 
     /// Publishes a stream's sink after queueing every pending key on it (invariant 3).
-    pub(crate) fn publish(&self, generation: u64, sink: mpsc::UnboundedSender<P::Req>) -> usize {
+    pub(crate) fn publish(
+        &self,
+        generation: u64,
+        sink: mpsc::UnboundedSender<P::Req>,
+        probe: bool,
+    ) -> usize {
         let mut g = self.inner.lock();
         let n = g
             .distinct_keys(&self.hasher)
             .filter(|k| sink.send(P::request(k)).is_ok())
             .count();
+        if let Some(key) = g.probe.as_ref().filter(|_| probe) {
+            let _ = sink.send(P::request(key));
+        }
         g.sink = Some((generation, sink));
         n
+    }
+
+    /// Whether a new stream is probed with a key the engine has answered before.
+    pub(crate) fn probes(&self) -> bool {
+        self.inner.lock().probe.is_some()
     }
 
     /// Unpublishes generation `generation`'s sink (no-op for another generation).
@@ -636,9 +657,9 @@ mod tests {
         let (g1, g2) = (1, 2);
         let (old, _old_rx) = mpsc::unbounded_channel();
         let (new, mut new_rx) = mpsc::unbounded_channel();
-        assert_eq!(r.publish(g1, old), 1);
+        assert_eq!(r.publish(g1, old, false), 1);
         assert_eq!(
-            r.publish(g2, new),
+            r.publish(g2, new, false),
             1,
             "the pending key is replayed on the new stream"
         );
@@ -659,6 +680,38 @@ mod tests {
         r.unpublish(g2);
         let (_w4, arm) = r.wait("run-c".into(), || Error::closed("t")).expect("add");
         assert!(arm, "its own generation unpublishes it");
+    }
+
+    /// A probing stream carries, after the pending keys, the first key ever answered (a run
+    /// that ended), so an engine that serves it answers at once; a stream that does not probe,
+    /// or a registry that has answered nothing, carries only the pending keys.
+    #[tokio::test]
+    async fn a_probing_stream_carries_an_answered_key_after_the_pending_ones() {
+        let r = KeyedRegistry::<Ids>::default();
+        let closed = || Error::closed("t");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let _w = r.wait("pending".into(), closed).expect("add");
+        assert!(!r.probes(), "nothing answered yet");
+        assert_eq!(r.publish(1, tx, true), 1);
+        assert_eq!(rx.try_recv().ok().as_deref(), Some("pending"));
+        assert!(rx.try_recv().is_err(), "no probe before an answer");
+        let (_e, _) = r.wait("ended".into(), closed).expect("add");
+        r.deliver("ended".into());
+        r.deliver("pending".into());
+        assert!(r.probes());
+        let _w2 = r.wait("next".into(), closed).expect("add");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        assert_eq!(r.publish(2, tx, true), 1, "the probe is not a replayed key");
+        let sent: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        assert_eq!(
+            sent,
+            ["next", "ended"],
+            "the first answered key, after the pending"
+        );
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        r.publish(3, tx, false);
+        let sent: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        assert_eq!(sent, ["next"], "a kind that does not probe sends no probe");
     }
 
     #[tokio::test]
@@ -687,7 +740,7 @@ mod tests {
         let (b, _) = r.wait("b".into(), closed).expect("add");
         assert_eq!(r.pending(), 2, "keys, not waiters");
         let (tx, mut rx) = mpsc::unbounded_channel();
-        assert_eq!(r.publish(1, tx), 2, "each key replayed once");
+        assert_eq!(r.publish(1, tx, false), 2, "each key replayed once");
         assert_eq!((rx.try_recv().is_ok(), rx.try_recv().is_ok()), (true, true));
         assert!(rx.try_recv().is_err(), "no key twice");
         let mut keys = r.pending_keys();

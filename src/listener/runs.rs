@@ -48,6 +48,7 @@ impl Keyed for RunsStream {
 impl KeyedStream for RunsStream {
     const OP: &'static str = "/Dispatcher/SubscribeToWorkflowRuns";
     const POLLS: bool = true;
+    const PROBES: bool = true;
 
     async fn open(
         conn: Connection,

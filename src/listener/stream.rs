@@ -31,6 +31,12 @@
 //!    scheduled or delivered, and timers stop.
 //! 6. A stream that stops for good tells its kind ([`StreamKind::on_stop`]) so every waiter fails
 //!    at once with the reason, never hangs.
+//! 7. An open is never waited on blindly where a live stream can be told from a held one
+//!    ([`StreamKind::answer_within`]: the runs listener probes each new stream with a run it
+//!    knows has ended, which the engine answers within its 1 s tick): an open the engine took
+//!    and did not answer is abandoned and opened again under the reconnect rules. The actions
+//!    stream cannot be probed (the engine answers it only with work); a heartbeat the engine
+//!    refuses because the worker's stream is not active reopens it (`worker::heartbeat`).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -51,6 +57,10 @@ use super::reconnect::{self, Next, ReconnectState, StreamEnd};
 use super::{Phase, later};
 use crate::connection::Connection;
 use crate::retry::Backoff;
+
+/// How long a probed stream's open may go unanswered before it counts as held (invariant 7):
+/// five ticks of the real engine's one-second read of ended runs.
+pub(crate) const OPEN_HELD_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Whether to keep reading after a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +116,13 @@ pub(crate) trait StreamKind: Send + Sync + Sized + 'static {
         conn: &Connection,
         generation: u64,
     ) -> impl Future<Output = Result<tonic::Streaming<Self::Item>, tonic::Status>> + Send;
+
+    /// How long the engine may take to answer an open before the stream counts as held and is
+    /// opened again ([`OPEN_HELD_AFTER`]); `None`: an open may wait for its answer as long as
+    /// it takes (an idle stream of the real engine is answered only with its first message).
+    fn answer_within(&self) -> Option<std::time::Duration> {
+        None
+    }
 
     /// Handles one message. It may wait (backpressure) but never on the actor.
     fn on_message(&self, item: Self::Item) -> impl Future<Output = Flow> + Send;
@@ -236,6 +253,9 @@ pub(crate) enum StreamMsg {
     },
     /// The backoff scheduled after `generation` elapsed.
     Reconnect(u64),
+    /// The engine answers again: a reconnect waiting out its backoff happens now (the old
+    /// scheduled one then finds a newer generation and does nothing).
+    EngineBack,
     /// Poll pending work (kinds that poll).
     Poll,
     /// Periodic tick (kinds with a tick).
@@ -317,6 +337,11 @@ impl<K: StreamKind> Home<K> {
     /// Asks for a fresh stream now.
     pub(crate) fn reopen(&self) {
         self.send(StreamMsg::Reopen);
+    }
+
+    /// The engine answers again: a reconnect waiting out its backoff happens now.
+    pub(crate) fn engine_back(&self) {
+        self.send(StreamMsg::EngineBack);
     }
 
     /// Makes the actor panic (its supervisor restarts it).
@@ -485,9 +510,22 @@ impl<K: StreamKind> StreamActor<K> {
             let home = task_home;
             let token = home.token.clone();
             let started = Instant::now();
+            let held_after = home.kind.answer_within();
+            let mut open = std::pin::pin!(home.kind.open(&conn, generation));
+            let mut held = std::pin::pin!(async move {
+                match held_after {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            });
             let opened = tokio::select! {
-                r = home.kind.open(&conn, generation) => r,
+                r = &mut open => r,
                 _ = token.cancelled() => return,
+                // invariant 7: a stream the engine took and does not answer is opened again
+                _ = &mut held => Err(tonic::Status::unavailable(format!(
+                    "the engine took the stream and did not answer it within {:?} (a held stream); opening it again",
+                    held_after.unwrap_or_default()
+                ))),
             };
             let opened_ok = opened.is_ok();
             let (result, messages, finished) = match opened {
@@ -706,6 +744,11 @@ impl<K: StreamKind> Actor for StreamActor<K> {
                     } else if let Some(h) = &st.home.health {
                         h.idle();
                     }
+                }
+            }
+            StreamMsg::EngineBack => {
+                if st.phase == Phase::BackingOff && !st.stopped && st.home.kind.wanted() {
+                    Self::open(&myself, st);
                 }
             }
             StreamMsg::Poll => Self::poll(&myself, st),

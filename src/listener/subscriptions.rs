@@ -12,6 +12,8 @@
 //!    polls GetRunDetails after 30 s); one pass at a time.
 //! 4. When the stream stops, every waiter fails with the reason and the stream's status; when the
 //!    listener is stopped for good, later waiters are refused with the same reason.
+//! 5. A probing kind's new stream carries, after the pending keys, one key the engine has
+//!    answered before; the engine's answer to it reaches no waiter (or one that wants it).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -30,6 +32,9 @@ pub(crate) trait KeyedStream: Keyed + Sized {
     const OP: &'static str;
     /// Whether pending keys are polled when the stream stays down.
     const POLLS: bool = false;
+    /// Whether a new stream is probed with a key the engine answered before (so a stream the
+    /// engine took and does not serve is told from an idle one, [`super::stream`] invariant 7).
+    const PROBES: bool = false;
     /// Opens the stream, feeding it `requests`.
     fn open(
         conn: Connection,
@@ -63,7 +68,7 @@ impl<P: KeyedStream> StreamKind for KeyedKind<P> {
         generation: u64,
     ) -> Result<tonic::Streaming<P::Resp>, tonic::Status> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let replayed = self.registry.publish(generation, tx);
+        let replayed = self.registry.publish(generation, tx, P::PROBES);
         tracing::debug!(generation, replayed, stream = P::OP, "stream opening");
         P::open(
             conn.clone(),
@@ -93,6 +98,13 @@ impl<P: KeyedStream> StreamKind for KeyedKind<P> {
 
     fn wanted(&self) -> bool {
         self.registry.has_waiters()
+    }
+
+    /// A probed stream must answer within [`super::stream::OPEN_HELD_AFTER`]: the probe is a
+    /// key the engine has answered, so an engine that serves the stream answers it at its next
+    /// tick (the real engine reads the ended runs of a stream's ids every second).
+    fn answer_within(&self) -> Option<std::time::Duration> {
+        (P::PROBES && self.registry.probes()).then_some(super::stream::OPEN_HELD_AFTER)
     }
 
     fn backoff(&self, conn: &Connection) -> Backoff {

@@ -97,6 +97,8 @@ pub struct RuntimeOptions {
     /// Heartbeat interval (4 s when `None`; tests
     /// shorten it together with the engine's reassignment window).
     pub(crate) heartbeat_every: Option<Duration>,
+    /// The worker's sweep for attempts the engine lost (tests shorten it).
+    pub(crate) reclaim: crate::worker::reclaim::ReclaimTiming,
 }
 
 impl RuntimeOptions {
@@ -124,6 +126,12 @@ impl RuntimeOptions {
     /// Sets the heartbeat interval.
     pub fn heartbeat_every(mut self, every: Duration) -> Self {
         self.heartbeat_every = Some(every);
+        self
+    }
+    /// Sets the timing of the worker's sweep for attempts the engine holds as its own and lost
+    /// (docs/contract.md §5 "Taking back"; tests shorten it).
+    pub fn reclaim(mut self, timing: crate::retries::ReclaimTiming) -> Self {
+        self.reclaim = timing;
         self
     }
 }
@@ -177,6 +185,7 @@ impl Runtime {
             heartbeat_every: opts
                 .heartbeat_every
                 .unwrap_or(crate::worker::heartbeat::HEARTBEAT_EVERY),
+            reclaim: opts.reclaim,
             seed: seed.wrapping_add(2),
         });
         let health: BTreeMap<ListenerKind, Arc<HealthReporter>> = [

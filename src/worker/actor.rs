@@ -449,6 +449,7 @@ async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Er
     // The dispatch loop waits only past `waiting_bound` (execute.rs), so this channel only
     // hands actions over; a flood past the bound waits in the stream (backpressure).
     let (tx, rx) = mpsc::channel(slots + durable_slots);
+    core.reclaim.set_sink(tx.clone());
     let slots_held = Slots {
         ordinary: Arc::new(Semaphore::new(slots)),
         durable: Arc::new(Semaphore::new(durable_slots)),
@@ -466,6 +467,7 @@ async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Er
     *core.listeners.actions.lock() = Some(home);
     (core.spawn_actions)();
     heartbeat::spawn(core.clone());
+    super::reclaim::spawn(core.clone(), core.conn.reclaim_timing());
     core.counters
         .slots
         .store((slots + durable_slots) as u64, Ordering::Relaxed);

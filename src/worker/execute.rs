@@ -307,8 +307,9 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// Sends a step event. With `until_delivered`, keeps trying through outages until it lands or the
-/// attempt is stale (invariant 3).
-async fn send_event(
+/// attempt is stale (invariant 3); a final the engine answers is noted for the sweep
+/// (`reclaim.rs`), which sends it once more if the engine lost it.
+pub(super) async fn send_event(
     core: &WorkerCore,
     a: &proto::AssignedAction,
     kind: E,
@@ -335,11 +336,18 @@ async fn send_event(
     // with it (chaos run long4: 113 final events sent again after a PostgreSQL restart, 52 DAG
     // runs stalled). A completion the engine loses after answering it is its own loss: the
     // attempt times out and is retried (at-least-once).
-    send_step_event(core, &req, until_delivered).await;
+    let final_event = matches!(kind, E::StepEventTypeCompleted | E::StepEventTypeFailed);
+    if send_step_event(core, &req, until_delivered).await && final_event && until_delivered {
+        core.reclaim.answered(&a.workflow_run_id, req);
+    }
 }
 
-/// Sends `req` (its worker id and timestamp set at each attempt).
-async fn send_step_event(core: &WorkerCore, req: &proto::StepActionEvent, until_delivered: bool) {
+/// Sends `req` (its worker id and timestamp set at each attempt); whether the engine answered.
+pub(super) async fn send_step_event(
+    core: &WorkerCore,
+    req: &proto::StepActionEvent,
+    until_delivered: bool,
+) -> bool {
     const PATH: &str = "/Dispatcher/SendStepActionEvent";
     deliver(
         core,
@@ -380,7 +388,7 @@ async fn send_batch_event(
         return;
     }
     let batch = a.batch_id.clone().unwrap_or_default();
-    deliver(core, &batch, until_delivered, |worker_id| {
+    let _ = deliver(core, &batch, until_delivered, |worker_id| {
         let req = proto::BatchActionEvent {
             worker_id,
             job_id: String::new(),
@@ -413,8 +421,9 @@ async fn send_batch_event(
 
 /// Sends with `send` (given the worker id). With `until_delivered`, keeps trying through
 /// outages until it lands, the engine refuses it, or the attempt is stale (no heartbeat for
-/// [`STALE_AFTER`]: the engine has reassigned it); `what` names it in the log.
-async fn deliver<F, Fut>(core: &WorkerCore, what: &str, until_delivered: bool, mut send: F)
+/// [`STALE_AFTER`]: the engine has reassigned it); `what` names it in the log. Whether the
+/// engine answered.
+async fn deliver<F, Fut>(core: &WorkerCore, what: &str, until_delivered: bool, mut send: F) -> bool
 where
     F: FnMut(String) -> Fut,
     Fut: std::future::Future<Output = Result<(), Error>>,
@@ -423,7 +432,7 @@ where
     loop {
         let worker_id = core.identity.get().unwrap_or_default();
         let e = match send(worker_id).await {
-            Ok(()) => return,
+            Ok(()) => return true,
             Err(e) => e,
         };
         if !until_delivered
@@ -435,7 +444,7 @@ where
             if until_delivered {
                 tracing::warn!(task = %what, error = %e, "step event not delivered");
             }
-            return;
+            return false;
         }
         let last_ok = *core.identity.last_heartbeat_ok.lock();
         let silent_for = last_ok
@@ -443,11 +452,11 @@ where
             .unwrap_or_else(|| started.elapsed());
         if silent_for >= STALE_AFTER && started.elapsed() >= STALE_AFTER {
             tracing::warn!(task = %what, "giving up a step event: no heartbeat for 30 s, the engine has reassigned the attempt");
-            return;
+            return false;
         }
         tokio::select! {
             _ = tokio::time::sleep(REDELIVER_PAUSE) => {}
-            _ = core.conn.lifecycle().cancelled() => return,
+            _ = core.conn.lifecycle().cancelled() => return false,
         }
     }
 }

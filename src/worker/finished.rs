@@ -36,6 +36,11 @@ impl<K: Clone + Eq + std::hash::Hash> Finished<K> {
         }
     }
 
+    /// Whether an attempt that `which` selects finished here recently.
+    pub(crate) fn any(&self, which: impl Fn(&K) -> bool) -> bool {
+        self.inner.lock().1.iter().any(which)
+    }
+
     /// Whether `key` finished here recently.
     pub(crate) fn contains(&self, key: &K) -> bool {
         self.inner.lock().0.contains(key)

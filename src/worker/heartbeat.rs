@@ -14,6 +14,9 @@
 //!    stop their heartbeats, and the engine would reassign them after 30 s to run twice. Only
 //!    NOT_FOUND (the worker's row is gone, and its tasks with it) registers again with tasks
 //!    running.
+//! 4. A heartbeat accepted after a failed one says the engine is back: every listener waiting
+//!    out a reconnect backoff opens at once (a killed engine is back in about 2 s; a backoff
+//!    grown during its outage would otherwise keep the worker deaf for up to 30 s more).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,6 +63,7 @@ pub(crate) fn spawn(core: Arc<WorkerCore>) {
         let mut tick = tokio::time::interval(core.conn.heartbeat_every());
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut refusals = 0u32;
+        let mut failing = false;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -69,9 +73,16 @@ pub(crate) fn spawn(core: Arc<WorkerCore>) {
                 r = beat(&core) => match r {
                     Ok(()) => {
                         refusals = 0;
+                        if std::mem::take(&mut failing) {
+                            // invariant 4: the engine is back; no listener waits out a backoff.
+                            core.listeners.engine_back();
+                        }
                         continue;
                     }
-                    Err(code) => code,
+                    Err(code) => {
+                        failing = true;
+                        code
+                    }
                 },
                 _ = stop.cancelled() => break,
             };
@@ -109,6 +120,7 @@ async fn beat(core: &WorkerCore) -> Result<(), Code> {
         worker_id,
         heartbeat_at: Some(crate::proto::timestamp_now()),
     };
+    let sent = Instant::now();
     let ledger = core.conn.grpc_core().ledger();
     ledger.operation(PATH);
     ledger.attempt(PATH, false);
@@ -117,11 +129,13 @@ async fn beat(core: &WorkerCore) -> Result<(), Code> {
         .await
     {
         Ok(_) => {
-            *core.identity.last_heartbeat_ok.lock() = Some(Instant::now());
+            *core.identity.last_heartbeat_ok.lock() = Some(sent);
             ledger.finished(PATH, "ok");
             Ok(())
         }
         Err(s) => {
+            // Finals answered just before may have been lost with the engine (reclaim.rs).
+            core.reclaim.disturbed();
             ledger.failure(PATH, &format!("{:?}", s.code()));
             ledger.finished(PATH, "failed");
             Err(s.code())

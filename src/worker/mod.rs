@@ -20,6 +20,8 @@
 //!    ignored; CANCEL_STEP_RUN cancels every
 //!    attempt of the task; a server eviction cancels the evicted invocation and older ones only
 //!    (a newer invocation of the same task may run on this worker at the same time).
+//! 7. An attempt the engine holds as this worker's and lost (assigned and never sent, or its
+//!    answered final never recorded) is taken back, never left to its timeout ([`reclaim`]).
 
 mod actor;
 mod child_index;
@@ -33,6 +35,7 @@ pub(crate) mod heartbeat;
 mod labels;
 pub(crate) mod logs;
 pub(crate) mod placement;
+pub(crate) mod reclaim;
 pub(crate) mod standalone;
 mod state;
 pub(crate) mod task;
@@ -175,6 +178,14 @@ pub struct TaskCounts {
     pub slots: u64,
     /// Attempts running now.
     pub running: u64,
+    /// Attempts the engine assigned to this worker and never sent (its dispatcher was lost),
+    /// found held by the engine and run here (`worker::reclaim`).
+    pub taken_back: u64,
+    /// Final events the engine answered and then lost, sent once more.
+    pub finals_resent: u64,
+    /// Attempts the engine lost that this worker could not run from the engine's record
+    /// (durable or batched), failed at once instead of waiting out their timeout.
+    pub failed_as_lost: u64,
 }
 
 #[derive(Debug, Default)]
@@ -201,6 +212,8 @@ pub(crate) struct WorkerCore {
     running: Mutex<HashMap<RunningKey, CancellationToken>>,
     /// Attempts that ran here (invariant 5: the same attempt offered again does not run again).
     finished: finished::Finished<RunningKey>,
+    /// Attempts the engine holds as this worker's and lost: taken back (invariant 7).
+    reclaim: reclaim::Reclaim,
     /// Signalled whenever a running attempt ends (the drain waits on it).
     attempt_ended: Notify,
     tracker: TaskTracker,
@@ -260,6 +273,7 @@ impl WorkerCore {
             state: state::StateMap::default(),
             running: Mutex::default(),
             finished: finished::Finished::default(),
+            reclaim: reclaim::Reclaim::default(),
             attempt_ended: Notify::new(),
             tracker: TaskTracker::new(),
             stop,
@@ -314,6 +328,9 @@ impl WorkerCore {
             cancelled: c.cancelled.load(Ordering::Relaxed),
             slots: c.slots.load(Ordering::Relaxed),
             running: self.running() as u64,
+            taken_back: self.reclaim.counts().run,
+            finals_resent: self.reclaim.counts().resent,
+            failed_as_lost: self.reclaim.counts().failed,
         }
     }
 

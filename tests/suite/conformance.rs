@@ -196,6 +196,27 @@ impl Target {
         }
     }
 
+    /// One value read from the real engine's own tables (`scripts/real-engine.sh psql`), as
+    /// evidence of what it holds; `None` on ours.
+    pub(crate) async fn real_table_value(&self, sql: &str) -> Option<String> {
+        let script = self.script.clone()?;
+        let sql = sql.to_string();
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(script)
+                .args(["psql", "-Atc", &sql])
+                .output()
+        })
+        .await
+        .expect("join")
+        .expect("run the real engine's script");
+        assert!(
+            out.status.success(),
+            "psql: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
     /// The tenant the client's token is for.
     pub(crate) fn tenant_id(&self) -> String {
         self.config

@@ -7,6 +7,7 @@ mod concurrency;
 mod config_env;
 mod conformance;
 mod durable_listener;
+mod engine_losses;
 mod hygiene;
 mod listeners;
 mod operations;

@@ -176,12 +176,17 @@ impl State {
         let Some(w) = self.workers.get_mut(&wid) else {
             return Offer::Wait;
         };
-        let sent = w
-            .sessions
-            .iter()
-            .rev()
-            .find(|s| s.tx.try_send(Ok(action_msg.clone())).is_ok())
-            .map(|s| s.id);
+        let sent = if self.switches.lose_sends > 0 {
+            // Fault injection: recorded as sent on the newest stream, never written to it.
+            self.switches.lose_sends -= 1;
+            w.sessions.last().map(|s| s.id)
+        } else {
+            w.sessions
+                .iter()
+                .rev()
+                .find(|s| s.tx.try_send(Ok(action_msg.clone())).is_ok())
+                .map(|s| s.id)
+        };
         let Some(session) = sent else {
             return Offer::Wait;
         };

@@ -63,6 +63,9 @@ pub struct TaskSummary {
     /// Retry count.
     #[serde(default)]
     pub retry_count: i32,
+    /// The action a worker runs it as (`workflow:task`), on a task row.
+    #[serde(default)]
+    pub action_id: Option<String>,
     /// The tasks of a run row (run lists only).
     #[serde(default)]
     pub children: Vec<TaskSummary>,

@@ -288,6 +288,134 @@ async fn conf_results_survive_the_engine_restarting_mid_run() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// Each listener serves again within 5 s of the engine's return, after each of two engine
+/// kills, while a task runs and its waiter waits across both. The runs stream: its probe (a run
+/// that ended before) answered at the engine's next tick. The actions stream: the engine cannot
+/// be made to answer it before it has work, so on the real engine its own table says when it
+/// took the worker's stream again (`Worker.lastListenerEstablished`); on ours its answer does. A
+/// backoff grown in the outage keeps no listener away: the first heartbeat accepted after
+/// refusals opens every listener waiting out its backoff. On the real engine new work then
+/// waits for the engine itself: a killed engine leaves its tenant on its dead scheduler
+/// partition until its successor's one-minute rebalance (docs/guide/real-engine.md); that time
+/// is printed, not asserted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_listeners_serve_again_within_seconds_after_the_engine_restarting_twice() {
+    use hatchet_runtime::health::{ListenerKind, ListenerState};
+    let t = Target::new("relisten").await;
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started = counter();
+    let (r, s) = (release.clone(), started.clone());
+    let hold = Workflow::new("hold").task("t", move |_: Value, _c: Context| {
+        let (r, s) = (r.clone(), s.clone());
+        async move {
+            s.fetch_add(1, Ordering::SeqCst);
+            while !r.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok::<_, TaskError>(json!({"held": true}))
+        }
+    });
+    let quick = Workflow::new("quick").task("t", |_: Value, _c: Context| async move {
+        Ok::<_, TaskError>(json!({"quick": true}))
+    });
+    let name = format!("relisten-{}", std::process::id());
+    let (rt, _) = t
+        .worker_with(WorkerOptions::new(name.clone(), 4), vec![hold, quick])
+        .await;
+    let _: Value = rt.run("quick", &json!({})).await.expect("a first run");
+    let held = rt.run_no_wait("hold", &json!({})).await.expect("trigger");
+    let held_id = held.run_id().to_string();
+    let waiter =
+        tokio::spawn(async move { held.result_within::<Value>(Duration::from_secs(400)).await });
+    until("the held task runs", || started.load(Ordering::SeqCst) == 1).await;
+    let health = rt.health();
+    let runs = health[&ListenerKind::WorkflowRuns].clone();
+    until("the runs listener connected", || {
+        matches!(*runs.borrow(), ListenerState::Connected { .. })
+    })
+    .await;
+    for round in 1..=2 {
+        let killed_at = t.real_table_value("select now()").await;
+        t.restart_engine().await;
+        let back = std::time::Instant::now();
+        // The runs stream: the kill is seen (the stream ended), then it serves again.
+        let mut rx = runs.clone();
+        let served = tokio::time::timeout(Duration::from_secs(30), async {
+            let mut seen_down = !matches!(*rx.borrow(), ListenerState::Connected { .. });
+            loop {
+                let st = rx.borrow_and_update().clone();
+                match st {
+                    ListenerState::Connected { since } if seen_down => return since,
+                    ListenerState::Connected { .. } => {}
+                    _ => seen_down = true,
+                }
+                let _ = rx.changed().await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("round {round}: the runs listener serves again within 30 s"));
+        let runs_after = served.into_std().saturating_duration_since(back);
+        // The actions stream, as the engine sees it.
+        let actions_after = match &killed_at {
+            Some(killed_at) => {
+                let sql = format!(
+                    "select count(*) from \"Worker\" where name = '{name}' and \"lastListenerEstablished\" > '{killed_at}'::timestamptz"
+                );
+                let mut n = 0;
+                loop {
+                    if t.real_table_value(&sql).await.as_deref() != Some("0") {
+                        break back.elapsed();
+                    }
+                    n += 1;
+                    assert!(
+                        n < 300,
+                        "round {round}: the engine never took the worker's stream again"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            None => {
+                let mut rx = health[&ListenerKind::WorkerActions].clone();
+                tokio::time::timeout(Duration::from_secs(30), async {
+                    while !matches!(*rx.borrow_and_update(), ListenerState::Connected { .. }) {
+                        let _ = rx.changed().await;
+                    }
+                })
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: the actions listener serves again"));
+                back.elapsed()
+            }
+        };
+        eprintln!(
+            "conformance: round {round}: after the engine's return, the runs stream served in {runs_after:?}, the actions stream in {actions_after:?}"
+        );
+        assert!(
+            runs_after <= Duration::from_secs(5),
+            "round {round}: runs {runs_after:?}"
+        );
+        assert!(
+            actions_after <= Duration::from_secs(5),
+            "round {round}: actions {actions_after:?}"
+        );
+    }
+    let t0 = std::time::Instant::now();
+    let _: Value = rt
+        .run("quick", &json!({}))
+        .await
+        .expect("a run after the restarts");
+    eprintln!(
+        "conformance: the first new run after the second restart took {:?} (the engine's scheduler taking its tenant back)",
+        t0.elapsed()
+    );
+    release.store(true, Ordering::SeqCst);
+    let out = waiter
+        .await
+        .expect("join")
+        .unwrap_or_else(|e| panic!("the held run {held_id} across both restarts: {e:?}"));
+    assert_eq!(out, json!({"held": true}));
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 // --- ours only: what needs fault injection --------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

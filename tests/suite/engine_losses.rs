@@ -1,0 +1,334 @@
+//! What a killed engine loses, on ours with the faults that model it, and how the runtime gets it
+//! back (docs/contract.md §5 "Taking back", §3 "Reconnecting"): an assignment recorded and never
+//! sent, a final answered and never recorded, a stream the engine took and never answered. Each
+//! test fails without the mechanism it names: the attempt would run out its timeout (minutes),
+//! or the waiter would wait for the 30 s polling fallback.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use hatchet_dev_engine::{DevEngine, Fault};
+use hatchet_runtime::health::{ListenerKind, ListenerState};
+use hatchet_runtime::retries::ReclaimTiming;
+use hatchet_runtime::{
+    Context, RuntimeHandle, RuntimeOptions, TaskError, TaskOptions, WorkerOptions, Workflow,
+};
+use serde_json::{Value, json};
+
+use crate::support::{counter, engine, runtime_with, until};
+
+/// A sweep fast enough for a test: the engine's view read every 200 ms, an attempt run after
+/// 400 ms held and not received, an at-risk final sent again 1 s after its answer.
+fn fast_sweep() -> RuntimeOptions {
+    let ms = Duration::from_millis;
+    RuntimeOptions::new().heartbeat_every(ms(200)).reclaim(
+        ReclaimTiming::new()
+            .every(ms(200))
+            .grace(ms(400))
+            .resend_after(ms(1_000)),
+    )
+}
+
+/// A worker of `workflows` (4 slots) on `engine`, with the fast sweep.
+async fn worker(engine: &DevEngine, workflows: Vec<Workflow>) -> RuntimeHandle {
+    let rt = runtime_with(engine, fast_sweep()).await;
+    for wf in workflows {
+        rt.register(wf).await.expect("register");
+    }
+    rt.start_worker(WorkerOptions::new("losses", 4))
+        .await
+        .expect("start worker");
+    rt
+}
+
+/// Waits until a read goes through after the connections were dropped (a trigger is a write,
+/// and one sent on the dropped connection is rightly *maybe executed*, never retried).
+async fn answers_again(rt: &RuntimeHandle) {
+    for _ in 0..100 {
+        if rt.engine_version().await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the engine answers again");
+}
+
+/// How long a result may take here: a few sweeps, far below the attempt's timeout.
+const SOON: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assignment_the_engine_never_sent_is_run_once_from_the_engine_s_record() {
+    let e = engine().await;
+    let execs = counter();
+    let x = execs.clone();
+    // Default task options: no retries, the default timeout (minutes), as a new user has them.
+    let wf = Workflow::new("unsent")
+        .task("a", |i: Value, _c: Context| async move {
+            Ok::<_, TaskError>(json!({"a": i["n"]}))
+        })
+        .task_with(
+            "b",
+            TaskOptions::new().parents(["a"]),
+            move |_: Value, c: Context| {
+                let x = x.clone();
+                async move {
+                    x.fetch_add(1, Ordering::SeqCst);
+                    let a: Value = c.parent_output("a")?;
+                    Ok::<_, TaskError>(json!({"b": a["a"]}))
+                }
+            },
+        );
+    let rt = worker(&e, vec![wf]).await;
+    // `b`'s assignment is recorded as this worker's and never sent.
+    e.lose_next_sends(1);
+    let t0 = Instant::now();
+    let out: Value = rt
+        .run_no_wait("unsent", &json!({"n": 7}))
+        .await
+        .expect("trigger")
+        .result_within(SOON)
+        .await
+        .expect("the run ends: the worker took back what the engine never sent");
+    // `a` was the lost one or `b` was: either way each ran once, with its parent's output.
+    assert_eq!(out["b"], json!({"b": 7}), "{out}");
+    assert_eq!(execs.load(Ordering::SeqCst), 1, "b ran once");
+    assert_eq!(rt.task_counts().taken_back, 1);
+    assert_eq!(rt.task_counts().started, 2, "a and b, once each");
+    eprintln!("taken back in {:?}", t0.elapsed());
+    rt.shutdown(Duration::from_secs(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_the_engine_answered_and_lost_before_an_outage_is_sent_once_more() {
+    let e = engine().await;
+    let execs = counter();
+    let x = execs.clone();
+    let wf = Workflow::new("lost-end").task("t", move |_: Value, _c: Context| {
+        x.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, TaskError>(json!({"done": true})) }
+    });
+    let rt = worker(&e, vec![wf]).await;
+    e.lose_next_answered_completions(1);
+    let sent = |e: &DevEngine| e.faults().attempts("/Dispatcher/SendStepActionEvent");
+    let before = sent(&e);
+    let h = rt
+        .run_no_wait("lost-end", &json!({}))
+        .await
+        .expect("trigger");
+    // STARTED and the COMPLETED the engine answers and drops.
+    until("the final answered", || sent(&e) >= before + 2).await;
+    // Then the engine goes away for a moment: a heartbeat fails.
+    e.faults().inject(
+        "/Dispatcher/Heartbeat",
+        1,
+        Fault::Fail {
+            code: tonic::Code::Unavailable as i32,
+            message: "the engine is restarting".into(),
+            pushback_ms: None,
+        },
+    );
+    let beats = e.faults().attempts("/Dispatcher/Heartbeat");
+    until("the heartbeat failed", || {
+        e.faults().attempts("/Dispatcher/Heartbeat") >= beats + 2
+    })
+    .await;
+    // Not before the engine shows it records ends again: a later final of this worker (the
+    // witness) reads recorded. Until then the lost final is only at risk.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(rt.task_counts().finals_resent, 0, "no witness yet");
+    let _: Value = rt.run("lost-end", &json!({})).await.expect("the witness");
+    let out: Value = h
+        .result_within(SOON)
+        .await
+        .expect("the run ends: the lost final was sent again");
+    assert_eq!(out, json!({"done": true}));
+    assert_eq!(
+        execs.load(Ordering::SeqCst),
+        2,
+        "the lost one once, and the witness"
+    );
+    assert_eq!(rt.task_counts().finals_resent, 1);
+    rt.shutdown(Duration::from_secs(2)).await;
+}
+
+/// Nothing is taken back or sent twice when the engine lost nothing, through an outage (every
+/// final answered before it is at risk and checked against the core), with the sweep running
+/// many times: a second final of a recorded task is what the real engine takes for a replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_losses_the_sweep_runs_nothing_and_sends_no_final_twice() {
+    let e = engine().await;
+    let execs = counter();
+    let x = execs.clone();
+    let wf = Workflow::new("clean").task("t", move |i: Value, _c: Context| {
+        x.fetch_add(1, Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            Ok::<_, TaskError>(i)
+        }
+    });
+    let rt = worker(&e, vec![wf]).await;
+    let inputs: Vec<Value> = (0..40).map(|n| json!({"n": n})).collect();
+    let hs: Vec<_> = rt
+        .run_many("clean", &inputs)
+        .await
+        .into_iter()
+        .map(|h| h.expect("trigger"))
+        .collect();
+    for (n, h) in hs.iter().enumerate() {
+        let out: Value = h.result_within(SOON).await.expect("result");
+        assert_eq!(out["n"], n);
+    }
+    e.faults().inject(
+        "/Dispatcher/Heartbeat",
+        1,
+        Fault::Fail {
+            code: tonic::Code::Unavailable as i32,
+            message: "a blip".into(),
+            pushback_ms: None,
+        },
+    );
+    let beats = e.faults().attempts("/Dispatcher/Heartbeat");
+    until("the heartbeat failed", || {
+        e.faults().attempts("/Dispatcher/Heartbeat") >= beats + 2
+    })
+    .await;
+    // Witnesses: finals after the blip, recorded, so the at-risk ones are checked (and found
+    // recorded).
+    for n in 40..45 {
+        let out: Value = rt.run("clean", &json!({"n": n})).await.expect("witness");
+        assert_eq!(out["n"], n);
+    }
+    let sends = e.faults().attempts("/Dispatcher/SendStepActionEvent");
+    let sweeps = |rt: &RuntimeHandle| rt.task_counts();
+    let first = sweeps(&rt);
+    // Past the resend delay, with sweeps in between: the at-risk finals were all checked.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let c = sweeps(&rt);
+    assert_eq!(c.finals_resent, 0, "{c:?}");
+    assert_eq!(c.taken_back, 0, "{c:?}");
+    assert_eq!(c.started, first.started, "nothing ran after the runs ended");
+    assert_eq!(
+        e.faults().attempts("/Dispatcher/SendStepActionEvent"),
+        sends,
+        "no step event sent after the runs ended"
+    );
+    assert_eq!(execs.load(Ordering::SeqCst), 45);
+    let list_reads: u64 = e
+        .faults()
+        .counters()
+        .iter()
+        .filter(|(k, _)| k.contains("workflow-runs"))
+        .map(|(_, v)| *v)
+        .sum();
+    assert!(
+        list_reads >= 5,
+        "the sweep read the engine's view several times: {:?}",
+        e.faults().counters()
+    );
+    rt.shutdown(Duration::from_secs(2)).await;
+}
+
+/// A runs stream the engine takes and never answers (no headers, no message) is opened again
+/// after the probe goes unanswered, instead of being waited on: the result arrives long before
+/// the 30 s polling fallback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_runs_stream_is_abandoned_and_opened_again() {
+    let e = engine().await;
+    let wf =
+        Workflow::new("quick").task(
+            "t",
+            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+        );
+    let rt = worker(&e, vec![wf]).await;
+    // A first result: the probe of every later stream.
+    let _: Value = rt.run("quick", &json!({"n": 0})).await.expect("first");
+    let path = "/Dispatcher/SubscribeToWorkflowRuns";
+    e.faults().inject(path, 1, Fault::Hang);
+    let opens = e.faults().attempts(path);
+    e.faults().drop_connections();
+    answers_again(&rt).await;
+    let t0 = Instant::now();
+    let out: Value = rt
+        .run_no_wait("quick", &json!({"n": 1}))
+        .await
+        .expect("trigger")
+        .result_within(SOON)
+        .await
+        .expect("result");
+    assert_eq!(out["n"], 1);
+    assert!(
+        t0.elapsed() < Duration::from_secs(15),
+        "not through the 30 s polling fallback: {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        e.faults().attempts(path) >= opens + 2,
+        "the held stream, then a new one"
+    );
+    rt.shutdown(Duration::from_secs(2)).await;
+}
+
+/// An actions stream the engine takes and never serves is opened again once a heartbeat is
+/// refused ("worker stream is not active"), and the worker takes work again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_actions_stream_is_opened_again_when_a_heartbeat_is_refused() {
+    let e = engine().await;
+    let execs = counter();
+    let x = execs.clone();
+    let wf = Workflow::new("work").task("t", move |_: Value, _c: Context| {
+        x.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, TaskError>(json!({})) }
+    });
+    let rt = worker(&e, vec![wf]).await;
+    crate::support::until_listener(&rt, ListenerKind::WorkerActions, |s| {
+        matches!(s, ListenerState::Connected { .. })
+    })
+    .await;
+    let path = "/Dispatcher/ListenV2";
+    e.faults().inject(path, 1, Fault::Hang);
+    let opens = e.faults().attempts(path);
+    e.faults().drop_connections();
+    answers_again(&rt).await;
+    let _: Value = rt
+        .run_no_wait("work", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within(SOON)
+        .await
+        .unwrap_or_else(|err| {
+            panic!(
+                "the worker takes work again: {err}; engine calls {:?}; actions {:?}",
+                e.faults().counters(),
+                rt.health()[&ListenerKind::WorkerActions].borrow()
+            )
+        });
+    assert_eq!(execs.load(Ordering::SeqCst), 1);
+    assert!(
+        e.faults().attempts(path) >= opens + 2,
+        "held, then reopened"
+    );
+    rt.shutdown(Duration::from_secs(2)).await;
+}
+
+/// The sweep's own decisions, end to end on ours: an attempt is taken back only once it has
+/// been held past the grace, so one whose START is merely late is run once, by its START.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assignment_delivered_late_is_not_taken_back_as_well() {
+    let e = engine().await;
+    let execs = counter();
+    let x = execs.clone();
+    let wf = Workflow::new("late").task("t", move |_: Value, _c: Context| {
+        x.fetch_add(1, Ordering::SeqCst);
+        async {
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            Ok::<_, TaskError>(json!({}))
+        }
+    });
+    let rt = worker(&e, vec![wf]).await;
+    // Every sweep sees the task RUNNING as this worker's while it runs here 1.5 s: it is in
+    // hand, so never taken back.
+    let _: Value = rt.run("late", &json!({})).await.expect("result");
+    assert_eq!(execs.load(Ordering::SeqCst), 1);
+    assert_eq!(rt.task_counts().taken_back, 0);
+    rt.shutdown(Duration::from_secs(2)).await;
+}
