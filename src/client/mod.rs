@@ -39,7 +39,15 @@ pub(crate) struct ClientCore {
     /// found once by a lookup. The real engine answers a trigger of a name it does not know
     /// with an id no run will ever have, so a name is checked before its first trigger.
     pub known_workflows: parking_lot::Mutex<std::collections::HashMap<String, KnownCell>>,
+    /// Names whose lookup could not tell (REST unreachable or slow), with when: triggers go
+    /// ahead without asking again for [`UNDECIDED_FOR`], instead of each waiting
+    /// [`LOOKUP_WITHIN`] on a REST API that is down.
+    pub undecided_workflows:
+        parking_lot::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
 }
+
+/// How long a workflow lookup that could not tell is remembered.
+pub(crate) const UNDECIDED_FOR: Duration = Duration::from_secs(60);
 
 /// One workflow name's lookup, shared by the triggers that wait for it (one lookup per name).
 pub(crate) type KnownCell = Arc<tokio::sync::OnceCell<()>>;
@@ -184,6 +192,14 @@ impl ClientCore {
         workflow: &str,
     ) -> Result<(), Error> {
         let name = self.conn.config().namespaced(workflow);
+        if self
+            .undecided_workflows
+            .lock()
+            .get(&name)
+            .is_some_and(|at| at.elapsed() < UNDECIDED_FOR)
+        {
+            return Ok(()); // the engine decides, as after the lookup that could not tell
+        }
         let cell = {
             let mut known = self.known_workflows.lock();
             match known.get(&name) {
@@ -207,7 +223,13 @@ impl ClientCore {
             })
             .await;
         match lookup {
-            Ok(()) | Err(false) => Ok(()),
+            Ok(()) => Ok(()),
+            Err(false) => {
+                self.undecided_workflows
+                    .lock()
+                    .insert(name, tokio::time::Instant::now());
+                Ok(())
+            }
             Err(true) => Err(Error::new(Outcome::Rejected, op).with_detail(format!(
                 "the engine has no workflow named {name:?}; nothing was triggered: register it first (a worker's register, or RuntimeHandle::register) and check the name and the namespace"
             ))),
@@ -481,9 +503,9 @@ impl TriggerOptions {
         self
     }
 
-    /// Sets the priority, 1 (lowest) to 3 (highest); `None` keeps the workflow's default.
-    pub fn priority(mut self, priority: impl Into<Option<i32>>) -> Self {
-        self.priority = priority.into();
+    /// Sets the priority, 1 (lowest) to 3 (highest); without it the workflow's default applies.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = Some(priority);
         self
     }
 

@@ -156,7 +156,7 @@ impl RunView {
     }
 
     /// From the REST `V1WorkflowRunDetails` object.
-    pub fn from_rest(v: &Value) -> Result<Self, String> {
+    pub(crate) fn from_rest(v: &Value) -> Result<Self, String> {
         let run = v.get("run").ok_or("the answer has no run")?;
         let status = |x: &Value| -> Result<RunStatus, String> {
             serde_json::from_value(x.get("status").cloned().unwrap_or(Value::Null))

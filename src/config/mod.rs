@@ -438,7 +438,10 @@ pub(crate) fn parse_bool(var: &'static str, value: &str) -> Result<bool, ConfigE
 }
 
 /// Checks `host:port` (IPv6 hosts in brackets) and returns the host.
-pub fn validate_host_port<'a>(var: &'static str, value: &'a str) -> Result<&'a str, ConfigError> {
+pub(crate) fn validate_host_port<'a>(
+    var: &'static str,
+    value: &'a str,
+) -> Result<&'a str, ConfigError> {
     let bad = |reason| ConfigError::InvalidAddress {
         var,
         value: value.to_string(),

@@ -56,7 +56,7 @@ pub struct TlsSettings {
     pub server_name: String,
     /// Whether `server_name` was given (`HATCHET_CLIENT_TLS_SERVER_NAME`): the REST path then
     /// verifies the API's certificate against it too; otherwise against its URL's host.
-    pub server_name_given: bool,
+    pub(crate) server_name_given: bool,
 }
 
 impl TlsSettings {

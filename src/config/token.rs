@@ -122,7 +122,9 @@ pub(crate) fn parse_claims(
 }
 
 /// Builds an unsigned-looking development token (`header.payload.signature`, unpadded base64url)
-/// with the claims the official SDKs require. Used by the development engine and by tests.
+/// with the claims the official SDKs require. Used by the development engine and by tests, not
+/// by a runtime's users (a real engine's token comes from the engine): hidden from the docs.
+#[doc(hidden)]
 pub fn encode_dev_token(
     tenant_id: &str,
     server_url: &str,

@@ -234,6 +234,7 @@ impl Runtime {
             conn: conn.clone(),
             runs: listeners.runs.clone(),
             known_workflows: Default::default(),
+            undecided_workflows: Default::default(),
         });
         tokio::spawn(crate::listener::runs::sweep_unknown(
             conn.clone(),

@@ -334,8 +334,9 @@ async fn register_workflow(core: &WorkerCore, wf: Workflow) -> Result<(), Error>
         ));
     }
     let name = core.conn.config().namespaced(&wf.name);
-    let prefix = Workflow::action_id(&name, "");
-    if core.handlers.lock().keys().any(|k| k.starts_with(&prefix)) {
+    // The name is taken before PutWorkflow is awaited: registrations run side by side, and two
+    // of one name must not both pass (the second would replace the first one's handlers).
+    if !core.workflow_names.lock().insert(name.clone()) {
         return Err(Error::invalid(
             PATH,
             format!(
@@ -346,11 +347,16 @@ async fn register_workflow(core: &WorkerCore, wf: Workflow) -> Result<(), Error>
     }
     let req = wf.to_proto_in(&name, &core.conn.config().namespace);
     let client = core.conn.admin();
-    core.conn
+    if let Err(e) = core
+        .conn
         .call(PATH, &client, &req, |mut c, r| async move {
             c.put_workflow(r).await
         })
-        .await?;
+        .await
+    {
+        core.workflow_names.lock().remove(&name);
+        return Err(e);
+    }
     let mut h = core.handlers.lock();
     let on_success = wf.on_success_task();
     for t in wf.tasks.into_iter().chain(on_success).chain(wf.on_failure) {

@@ -152,7 +152,7 @@ impl Condition {
     }
 
     /// The key it is reported under, with the event key namespaced.
-    pub fn readable_key(&self, namespaced: &dyn Fn(&str) -> String) -> String {
+    pub(crate) fn readable_key(&self, namespaced: &dyn Fn(&str) -> String) -> String {
         if let Some(k) = &self.key {
             return k.clone();
         }
@@ -318,7 +318,7 @@ pub(crate) fn durable_conditions(
 #[non_exhaustive]
 pub struct WaitResult {
     /// Fired conditions by key (several items when conditions share a key).
-    pub fired: BTreeMap<String, Vec<Value>>,
+    pub(crate) fired: BTreeMap<String, Vec<Value>>,
 }
 
 impl WaitResult {
@@ -334,7 +334,7 @@ impl WaitResult {
     }
 
     /// From the engine's completion payload `{"CREATE": {key: [item, ...]}}`.
-    pub fn from_payload(v: &Value) -> Self {
+    pub(crate) fn from_payload(v: &Value) -> Self {
         let fired = v
             .get("CREATE")
             .and_then(Value::as_object)
@@ -356,6 +356,16 @@ impl WaitResult {
     /// Whether the condition reported under `key` fired.
     pub fn fired(&self, key: &str) -> bool {
         self.fired.contains_key(key)
+    }
+
+    /// The keys of the conditions that fired.
+    pub fn fired_keys(&self) -> impl Iterator<Item = &str> {
+        self.fired.keys().map(String::as_str)
+    }
+
+    /// Every item of the condition reported under `key` (several when conditions share a key).
+    pub fn items(&self, key: &str) -> &[Value] {
+        self.fired.get(key).map(Vec::as_slice).unwrap_or_default()
     }
 
     /// The first item of the condition reported under `key`.

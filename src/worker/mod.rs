@@ -205,6 +205,8 @@ pub(crate) struct WorkerCore {
     /// Asks the stream supervisor to spawn the actions listener (its home is in `listeners`).
     spawn_actions: Box<dyn Fn() + Send + Sync>,
     handlers: Mutex<HashMap<String, Arc<TaskDef>>>,
+    /// Workflow names (namespaced) registered or being registered: taken before PutWorkflow.
+    workflow_names: Mutex<std::collections::HashSet<String>>,
     pub(crate) identity: Arc<WorkerIdentity>,
     /// The runtime, held weakly ([`Context::runtime`]): the runtime owns its handlers, so a
     /// strong handle here would keep it alive forever.
@@ -267,6 +269,7 @@ impl WorkerCore {
             listeners,
             spawn_actions,
             handlers: Mutex::default(),
+            workflow_names: Mutex::default(),
             identity,
             runtime: std::sync::OnceLock::new(),
             registration: Mutex::default(),

@@ -332,3 +332,46 @@ async fn an_assignment_delivered_late_is_not_taken_back_as_well() {
     assert_eq!(rt.task_counts().taken_back, 0);
     rt.shutdown(Duration::from_secs(2)).await;
 }
+
+/// While REST cannot answer, the lookup that guards a trigger costs its 3 s once per name, not
+/// on every trigger: "could not tell" is remembered for a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_lookup_that_could_not_tell_is_remembered() {
+    let e = engine().await;
+    let registrar = crate::support::runtime(&e).await;
+    registrar
+        .register(
+            Workflow::new("elsewhere").task("t", |_: Value, _c: Context| async move {
+                Ok::<_, TaskError>(json!({}))
+            }),
+        )
+        .await
+        .expect("register");
+    let rt = crate::support::runtime(&e).await;
+    let route = format!("/api/v1/tenants/{}/workflows", e.tenant_id());
+    e.faults().inject(route.clone(), u32::MAX, Fault::Hang);
+    let t0 = Instant::now();
+    rt.run_no_wait("elsewhere", &json!({}))
+        .await
+        .expect("first");
+    let first = t0.elapsed();
+    let t1 = Instant::now();
+    for _ in 0..3 {
+        rt.run_no_wait("elsewhere", &json!({}))
+            .await
+            .expect("again");
+    }
+    let next = t1.elapsed();
+    assert!(
+        first >= Duration::from_secs(3),
+        "the first waits its lookup: {first:?}"
+    );
+    assert!(
+        next < Duration::from_secs(1),
+        "the next three do not: {next:?}"
+    );
+    assert_eq!(e.faults().attempts(&route), 1, "one lookup");
+    e.faults().clear();
+    rt.shutdown(Duration::from_secs(1)).await;
+    registrar.shutdown(Duration::from_secs(1)).await;
+}

@@ -318,7 +318,7 @@ async fn durable_waits_on_an_or_group_say_which_condition_fired() {
                 ])])
                 .await?;
             Ok::<_, TaskError>(
-                json!({"keys": r.fired.keys().collect::<Vec<_>>(), "data": r.data("wake")}),
+                json!({"keys": r.fired_keys().collect::<Vec<_>>(), "data": r.data("wake")}),
             )
         },
     ))

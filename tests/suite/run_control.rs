@@ -366,7 +366,10 @@ async fn queued_runs_start_highest_priority_first_and_take_the_workflow_default(
         ("low2", Some(1)),
         ("high2", Some(3)),
     ] {
-        let opts = TriggerOptions::new().priority(p);
+        let opts = match p {
+            Some(p) => TriggerOptions::new().priority(p),
+            None => TriggerOptions::new(),
+        };
         handles.push(
             rt.run_no_wait_with("prio", &json!({"tag": tag}), opts)
                 .await
@@ -375,7 +378,7 @@ async fn queued_runs_start_highest_priority_first_and_take_the_workflow_default(
     }
     // A priority outside 1–3 is refused before sending.
     let bad = rt
-        .run_no_wait_with("prio", &json!({}), TriggerOptions::new().priority(Some(9)))
+        .run_no_wait_with("prio", &json!({}), TriggerOptions::new().priority(9))
         .await
         .expect_err("refused");
     assert_eq!(bad.outcome(), Outcome::Invalid);

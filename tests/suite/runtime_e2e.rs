@@ -554,6 +554,32 @@ async fn a_token_refused_after_the_engine_accepted_it_is_retried_as_never_sent()
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
+/// Two registrations of one name sent side by side: the first to take the name passes, the
+/// other is refused before it is sent, even while the first one's PutWorkflow is still on its
+/// way (the engine answers it 300 ms late here).
+#[tokio::test]
+async fn two_registrations_of_one_name_side_by_side_pass_once() {
+    let (engine, rt) = setup().await;
+    engine.faults().inject(
+        "/v1.AdminService/PutWorkflow",
+        2,
+        hatchet_dev_engine::Fault::Delay { ms: 300 },
+    );
+    let other = Workflow::new("echo").task("triple", |i: Num, _c: Context| async move {
+        Ok::<_, TaskError>(Num { n: i.n * 3 })
+    });
+    let (a, b) = tokio::join!(rt.register(echo()), rt.register(other));
+    assert!(a.is_ok() != b.is_ok(), "exactly one passes: {a:?} {b:?}");
+    let err = a.err().or(b.err()).expect("one refused");
+    assert!(err.to_string().contains("already registered"), "{err}");
+    assert_eq!(
+        engine.faults().attempts("/v1.AdminService/PutWorkflow"),
+        1,
+        "one PutWorkflow sent"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
 /// Registering a second workflow under a name this runtime already holds is refused before
 /// anything is sent (it would silently replace the first one's handlers); runs go to the first.
 #[tokio::test]

@@ -182,27 +182,43 @@ impl Api {
     }
 
     /// The id of the workflow named `name` (namespaced), or `None` when the engine has none.
+    /// The engine's `name` filter is a substring search (`ILIKE '%name%'`, newest first), so
+    /// the exact name can sit past the first page behind newer names that contain it: every
+    /// page is read until it is found or the list ends.
     pub(crate) async fn find_workflow_id(&self, name: &str) -> Result<Option<String>, Error> {
         let name = self.namespaced(name);
-        let path = format!(
-            "/api/v1/tenants/{}/workflows?name={}",
-            self.tenant(),
-            super::encode(&name)
-        );
-        let v: Value = self
-            .json(reqwest::Method::GET, WORKFLOWS_ROUTE, &path, None)
-            .await?;
-        Ok(v["rows"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|w| w["name"] == name.as_str())
-            .and_then(|w| w["metadata"]["id"].as_str())
-            .map(str::to_string))
+        let mut offset = 0usize;
+        for _ in 0..LOOKUP_PAGES {
+            let path = format!(
+                "/api/v1/tenants/{}/workflows?name={}&limit={LOOKUP_PAGE}&offset={offset}",
+                self.tenant(),
+                super::encode(&name)
+            );
+            let v: Value = self
+                .json(reqwest::Method::GET, WORKFLOWS_ROUTE, &path, None)
+                .await?;
+            let rows = v["rows"].as_array().map(Vec::as_slice).unwrap_or_default();
+            if let Some(id) = rows
+                .iter()
+                .find(|w| w["name"] == name.as_str())
+                .and_then(|w| w["metadata"]["id"].as_str())
+            {
+                return Ok(Some(id.to_string()));
+            }
+            if rows.len() < LOOKUP_PAGE {
+                return Ok(None);
+            }
+            offset += rows.len();
+        }
+        Ok(None)
     }
 }
 
 const WORKFLOWS_ROUTE: &str = "GET /api/v1/tenants/{t}/workflows";
+/// Rows per page of a workflow lookup (the engine's own default).
+const LOOKUP_PAGE: usize = 50;
+/// Pages a lookup reads at most (10,000 workflows whose names contain the one looked up).
+const LOOKUP_PAGES: usize = 200;
 
 #[cfg(test)]
 mod tests {

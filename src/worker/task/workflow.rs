@@ -536,7 +536,7 @@ impl Workflow {
     }
 
     /// The action id of a task (`workflow:task`, lower case, as the engine stores it).
-    pub fn action_id(workflow: &str, task: &str) -> String {
+    pub(crate) fn action_id(workflow: &str, task: &str) -> String {
         format!("{workflow}:{task}").to_lowercase()
     }
 }

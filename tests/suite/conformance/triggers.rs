@@ -514,8 +514,12 @@ async fn conf_priority_orders_queued_runs() {
     .await;
     let mut hs = Vec::new();
     for (n, p) in [(1, Some(1)), (2, None), (3, Some(3))] {
+        let opts = match p {
+            Some(p) => TriggerOptions::new().priority(p),
+            None => TriggerOptions::new(),
+        };
         hs.push(
-            rt.run_no_wait_with("prio", &json!({"n": n}), TriggerOptions::new().priority(p))
+            rt.run_no_wait_with("prio", &json!({"n": n}), opts)
                 .await
                 .expect("trigger"),
         );
@@ -598,3 +602,38 @@ async fn conf_children_by_index_and_key_are_not_duplicated() {
 }
 
 // --- durable sleep, event, OR waits and memo ------------------------------------------------
+
+/// A workflow the engine has is triggered even when 52 newer workflows have names that contain
+/// its name: the engine's name filter is a substring search, newest first, 50 to a page, so the
+/// lookup that guards a trigger reads past the first page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_workflow_behind_a_page_of_newer_similar_names_is_still_triggered() {
+    let t = Target::new("lookup_pages").await;
+    let wf = |name: String| {
+        Workflow::new(name).task("t", |_: Value, _c: Context| async move {
+            Ok::<_, TaskError>(json!({}))
+        })
+    };
+    let registrar = t.runtime().await;
+    registrar.register(wf("lk".into())).await.expect("register");
+    for i in 0..52 {
+        registrar
+            .register(wf(format!("lk-newer-{i}")))
+            .await
+            .expect("register a newer one");
+    }
+    // A process that did not register it triggers it by name.
+    let client = t.runtime().await;
+    let run = client
+        .run_no_wait("lk", &json!({}))
+        .await
+        .expect("the engine has the workflow: the trigger goes through");
+    assert!(!run.run_id().is_empty());
+    let err = client
+        .run_no_wait("lk-none", &json!({}))
+        .await
+        .expect_err("a name the engine does not have is still refused");
+    assert!(err.to_string().contains("has no workflow named"), "{err}");
+    client.shutdown(Duration::from_secs(2)).await;
+    registrar.shutdown(Duration::from_secs(2)).await;
+}
