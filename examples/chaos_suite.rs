@@ -124,17 +124,26 @@ async fn main() -> Result<(), AnyError> {
 
 // ---- the worker ----------------------------------------------------------------------------
 
-/// Appends one execution to `exec.log`: task, key, retry count, pid (one `write` per line, so
-/// lines of concurrent executions do not interleave).
+/// Milliseconds since the Unix epoch (the recovery times compare them with the faults' times).
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}
+
+/// Appends one execution to `exec.log`: task, key, retry count, pid, when (epoch ms) (one
+/// `write` per line, so lines of concurrent executions do not interleave).
 fn record(log: &Path, task: &str, ctx: &Context) -> Result<String, TaskError> {
     let k = ctx.input()["k"]
         .as_str()
         .ok_or_else(|| TaskError::non_retryable("the input has no string k"))?
         .to_string();
     let line = format!(
-        "{task}\t{k}\t{}\t{}\n",
+        "{task}\t{k}\t{}\t{}\t{}\n",
         ctx.retry_count(),
-        std::process::id()
+        std::process::id(),
+        now_ms()
     );
     let mut f = std::fs::OpenOptions::new()
         .create(true)
@@ -257,8 +266,9 @@ struct ClientRun {
     tag: String,
 }
 
-/// One run's key, run id (empty when no trigger was answered) and end.
-type Ended = (String, String, End);
+/// One run's key, run id (empty when no trigger was answered), end, and when it was triggered
+/// and answered (epoch ms).
+type Ended = (String, String, End, (u128, u128));
 
 /// How one run ended, as the client saw it.
 #[derive(Debug, Clone, PartialEq)]
@@ -351,6 +361,7 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
                 let (k, wait) = (key_of(i), o.wait);
                 let opts = opts(i);
                 waits.push(tokio::spawn(async move {
+                    let asked = now_ms();
                     let give_up = Instant::now() + wait;
                     let input = json!({"k": k});
                     let handle = match answer {
@@ -397,7 +408,7 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
                             }
                         }
                     };
-                    ends.lock().insert(i, (k, run, end));
+                    ends.lock().insert(i, (k, run, end, (asked, now_ms())));
                 }));
             }
         }
@@ -422,9 +433,14 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
     let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut problems = std::fs::File::create(o.dir.join("problems.tsv"))?;
     let mut runs = std::fs::File::create(o.dir.join("runs.tsv"))?;
-    for (i, (k, run, end)) in &ends {
+    for (i, (k, run, end, (asked, answered))) in &ends {
         *counts.entry(end.name()).or_default() += 1;
-        writeln!(runs, "{k}\t{}\t{run}\t{}", workflow_of(*i), end.name())?;
+        writeln!(
+            runs,
+            "{k}\t{}\t{run}\t{}\t{asked}\t{answered}",
+            workflow_of(*i),
+            end.name()
+        )?;
         if *end != End::Right {
             let detail = match end {
                 End::Wrong(d)
@@ -449,7 +465,7 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
     let (mut dup_runs, mut missing_runs, mut unlisted, mut engine_total) = (0, 0, 0, 0usize);
     let engine_read = match &engine_runs {
         Ok(per_key) => {
-            for (k, _, end) in ends.values() {
+            for (k, _, end, _) in ends.values() {
                 let listed = per_key.get(k).copied().unwrap_or(0);
                 let n = if listed == 0 && *end == End::Right {
                     unlisted += 1;

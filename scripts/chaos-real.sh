@@ -47,7 +47,22 @@ case "$MODE" in
       FAULTS="${CHAOS_FAULTS:-8:engine 40:postgres 75:worker 110:engine 150:engine}"
     fi
     ;;
-  *) echo "usage: $0 [short|long|defaults|defaults-long]" >&2; exit 2 ;;
+  cluster|cluster-long)
+    # The reference deployment (scripts/real-cluster.sh): two gRPC replicas behind nginx (its
+    # stream idle timeout cuts idle streams), a controllers+scheduler process, RabbitMQ; three
+    # worker processes; a new user's task options. Faults are the cluster's own verbs.
+    export CHAOS_TASK_DEFAULTS=1
+    ENGINE=cluster
+    WORKERS="${CHAOS_WORKERS:-3}"
+    if [[ "$MODE" == cluster ]]; then
+      RUNS="${CHAOS_RUNS:-200}" RATE="${CHAOS_RATE:-5}" WAIT="${CHAOS_WAIT:-280}"
+      FAULTS="${CHAOS_FAULTS:-5:kill-grpc=1 12:restart-grpc=1 20:restart-proxy 28:worker}"
+    else
+      RUNS="${CHAOS_RUNS:-1000}" RATE="${CHAOS_RATE:-5}" WAIT="${CHAOS_WAIT:-280}"
+      FAULTS="${CHAOS_FAULTS:-10:kill-grpc=1 25:restart-grpc=1 40:kill-grpc=2 55:restart-grpc=2 70:restart-grpc=1 80:restart-grpc=2 95:kill-core 110:restart-mq 130:restart-proxy 150:worker 170:reload-proxy}"
+    fi
+    ;;
+  *) echo "usage: $0 [short|long|defaults|defaults-long|cluster|cluster-long]" >&2; exit 2 ;;
 esac
 FREEZE_SECS="${CHAOS_FREEZE_SECS:-25}"
 TAG="${CHAOS_TAG:-$MODE-$(date +%s)}"
@@ -90,29 +105,49 @@ case "$ENGINE" in
     KILL_ENGINE="${CHAOS_KILL_ENGINE:-dev_drop_connections}"
     RESTART_POSTGRES="${CHAOS_RESTART_POSTGRES:-true}"
     ;;
+  cluster)
+    if [[ "$(scripts/real-cluster.sh status)" != *"proxy: running"* ]]; then
+      scripts/real-cluster.sh start >/dev/null
+    fi
+    eval "$(scripts/real-cluster.sh env)"
+    KILL_ENGINE="${CHAOS_KILL_ENGINE:-scripts/real-cluster.sh restart-engine}"
+    RESTART_POSTGRES="${CHAOS_RESTART_POSTGRES:-scripts/real-cluster.sh restart-postgres}"
+    ;;
   external)
     KILL_ENGINE="${CHAOS_KILL_ENGINE:-true}"
     RESTART_POSTGRES="${CHAOS_RESTART_POSTGRES:-true}"
     ;;
-  *) echo "CHAOS_ENGINE is real, dev or external" >&2; exit 2 ;;
+  *) echo "CHAOS_ENGINE is real, dev, cluster or external" >&2; exit 2 ;;
 esac
 : "${HATCHET_CLIENT_HOST_PORT:?set the HATCHET_CLIENT_ variables of the engine}"
 
-# ---- the proxy in front of the gRPC port ----
-PROXY_ADDR="127.0.0.1:${CHAOS_PROXY_PORT:-17178}"
-"$BIN" proxy --listen "$PROXY_ADDR" --upstream "$HATCHET_CLIENT_HOST_PORT" --freeze-secs "$FREEZE_SECS" 2>>"$OUT/proxy.log" &
-PROXY_PID=$!
-pids+=("$PROXY_PID")
-export HATCHET_CLIENT_HOST_PORT="$PROXY_ADDR"
+# ---- the proxy in front of the gRPC port (the cluster has its own: nginx) ----
+if [[ "$ENGINE" != cluster ]]; then
+  PROXY_ADDR="127.0.0.1:${CHAOS_PROXY_PORT:-17178}"
+  "$BIN" proxy --listen "$PROXY_ADDR" --upstream "$HATCHET_CLIENT_HOST_PORT" --freeze-secs "$FREEZE_SECS" 2>>"$OUT/proxy.log" &
+  PROXY_PID=$!
+  pids+=("$PROXY_PID")
+  export HATCHET_CLIENT_HOST_PORT="$PROXY_ADDR"
+fi
 export RUST_LOG="${RUST_LOG:-hatchet_runtime=info}"
 
-start_worker() {
-  "$BIN" worker --dir "$OUT" --slots 16 >>"$OUT/worker.log" 2>&1 &
-  WORKER_PID=$!
+# Worker processes: WORKER_PIDS[i] logs to worker-i.log (worker.log for the first).
+WORKERS="${WORKERS:-${CHAOS_WORKERS:-1}}"
+WORKER_PIDS=()
+worker_log() { if [[ "$1" -eq 0 ]]; then echo "$OUT/worker.log"; else echo "$OUT/worker-$1.log"; fi; }
+start_worker() { # start_worker I
+  local log
+  log=$(worker_log "$1")
+  "$BIN" worker --dir "$OUT" --slots 16 >>"$log" 2>&1 &
+  WORKER_PIDS[$1]=$!
+  WORKER_PID=${WORKER_PIDS[0]}
 }
-start_worker
-for _ in $(seq 1 300); do grep -q 'serving' "$OUT/worker.log" 2>/dev/null && break; sleep 0.1; done
-grep -q 'serving' "$OUT/worker.log" || { tail -20 "$OUT/worker.log" >&2; say "the worker did not start"; exit 1; }
+for ((w = 0; w < WORKERS; w++)); do
+  start_worker "$w"
+  log=$(worker_log "$w")
+  for _ in $(seq 1 300); do grep -q 'serving' "$log" 2>/dev/null && break; sleep 0.1; done
+  grep -q 'serving' "$log" || { tail -20 "$log" >&2; say "worker $w did not start"; exit 1; }
+done
 
 say "$RUNS runs at $RATE/s on the $ENGINE engine; faults: $FAULTS; output in $OUT"
 "$BIN" client --dir "$OUT" --runs "$RUNS" --rate "$RATE" --wait "$WAIT" --tag "$TAG" >"$OUT/client.out" 2>"$OUT/client.log" &
@@ -136,7 +171,10 @@ for f in $FAULTS; do
       kill -KILL "$WORKER_PID" 2>/dev/null || true
       wait "$WORKER_PID" 2>/dev/null || true
       sleep 2
-      start_worker
+      start_worker 0
+      ;;
+    kill-grpc=* | restart-grpc=* | kill-core | restart-mq | restart-proxy | reload-proxy | restart-engine | restart-postgres)
+      scripts/real-cluster.sh "${kind%%=*}" ${kind#*=} >>"$OUT/faults.log" 2>&1 || say "the cluster fault $kind failed"
       ;;
     *) say "unknown fault kind $kind" ;;
   esac
@@ -144,9 +182,45 @@ done
 
 rc=0
 wait "$CLIENT_PID" || rc=$?
-kill -TERM "$WORKER_PID" 2>/dev/null || true
+for p in "${WORKER_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 cat "$OUT/client.out"
 grep -h 'chaos summary' "$OUT/client.out" >"$OUT/summary.txt" || true
+# ---- recovery per fault: until every worker executes again, until every waiter has its answer ----
+python3 - "$OUT" <<'PY' | tee "$OUT/recovery.txt"
+import sys, datetime, collections
+out = sys.argv[1]
+def ms(iso):
+    return int(datetime.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp() * 1000)
+faults = []
+for line in open(f"{out}/faults.log"):
+    parts = line.split()
+    if len(parts) == 2 and parts[0][:2] == "20" and parts[0].endswith("Z"):
+        faults.append((ms(parts[0]), parts[1]))
+execs = collections.defaultdict(list)
+for line in open(f"{out}/exec.log"):
+    f = line.rstrip("\n").split("\t")
+    if len(f) >= 5 and f[4].isdigit():
+        execs[f[3]].append(int(f[4]))
+runs = []
+for line in open(f"{out}/runs.tsv"):
+    f = line.rstrip("\n").split("\t")
+    if len(f) >= 6 and f[4].isdigit() and f[5].isdigit():
+        runs.append((int(f[4]), int(f[5])))
+print("recovery per fault (s after the fault began): every worker executing again | every waiter pending at it answered")
+for i, (t, kind) in enumerate(faults):
+    nxt = faults[i + 1][0] if i + 1 < len(faults) else float("inf")
+    active = [p for p, ts in execs.items() if any(t - 30000 <= x < t for x in ts) or any(x >= t for x in ts)]
+    backs = []
+    for p in active:
+        after = [x for x in execs[p] if x >= t]
+        backs.append((min(after) - t) / 1000 if after and min(after) < nxt else None)
+    known = [b for b in backs if b is not None]
+    silent = len(backs) - len(known)
+    waiters = [a for (s, a) in runs if s <= t <= a]
+    w = (max(waiters) - t) / 1000 if waiters else 0.0
+    wk = f"{max(known):.1f}" if known else "-"
+    print(f"  {kind:16} workers {wk:>6} s ({len(known)} of {len(backs)}; {silent} without work before the next fault) | waiters {w:6.1f} s ({len(waiters)} pending)")
+PY
 
 # ---- evidence from the engine's tables for each run that did not come back right ----
 if [[ "$ENGINE" == real && -s "$OUT/problems.tsv" ]]; then

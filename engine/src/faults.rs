@@ -134,9 +134,11 @@ impl Default for Switches {
 }
 
 /// Timers read on a poll, as the real engine reads them: its task controller looks for due
-/// timeouts, sleeps, retries and reassignments once a second (v0.104.9: a tenant operation pool
-/// per kind, `internal/operation/interval.go`, 1 s with no jitter by default; its back-off to
-/// 30 s needs a tenant whose queues saw no activity in the whole retention period). A timer due
+/// timeouts, sleeps, retries after a backoff and reassignments once a second (v0.104.9: a
+/// tenant operation pool per kind, `internal/operation/interval.go`, 1 s with no jitter by
+/// default; its back-off to 30 s needs a tenant whose queues saw no activity in the whole
+/// retention period). A retry without a backoff is no timer: the statement that records the
+/// failure queues it (`v1_task_update_function`), so it is queued at once. A timer due
 /// between two polls waits for the next, so a durable sleep ends up to a second late, and a
 /// sleep registered just after the poll that ended the one before ends a whole second late:
 /// three chained 2 s sleeps take about 8 s there, not 6. Polls fall at fixed instants, every

@@ -657,8 +657,12 @@ impl DevEngine {
     /// its creation reads COMPLETED over REST up to 2 s after it was created, and may never
     /// read RUNNING; a longer one at once. A run's end reaches the run streams
     /// (`SubscribeToWorkflowRuns`, what a client's `result()` waits on) and `GetRunDetails`
-    /// without this lag, after [`DevEngine::end_hop`], as on the real engine. `None` is a
-    /// kindness for tests: REST reads the live state at once.
+    /// without this lag, after [`DevEngine::end_hop`], as on the real engine; and once a run's
+    /// end has gone out, its children that ended before it read ended over REST (the real
+    /// engine's child ends reach REST tens of ms after them). A subscription of a run that had
+    /// already ended is answered at the stream's next tick, every second from when the stream
+    /// opened, as on the real engine. `None` is a kindness for tests: REST reads the live state
+    /// at once, and a subscription of a run that had ended is answered at once.
     pub fn status_lag(&self, lag: Option<Duration>) {
         self.engine.state.lock().switches.status_lag = lag;
         self.engine.wake.notify_one();
@@ -670,7 +674,8 @@ impl DevEngine {
     /// no end yet, as on the real engine until its task controller has recorded the end
     /// (measured 0 to 60 ms). A client that
     /// polls a short task's run for RUNNING sees it there, as it does on the real engine.
-    /// `None` is a kindness for tests: the end reads at once.
+    /// `None` is a kindness for tests: the end reads at once, and a subscription of a run that
+    /// had ended is answered at once, not at the stream's next tick.
     pub fn end_hop(&self, hop: Option<Duration>) {
         self.engine.state.lock().switches.end_hop = hop;
     }

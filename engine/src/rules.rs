@@ -109,7 +109,9 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     u64::try_from(total).ok().map(Duration::from_nanos)
 }
 
-/// SQL-LIKE-ish matching of an event key against a trigger with `*` wildcards.
+/// SQL-LIKE-ish matching of an event key against a workflow's event trigger with `*`
+/// wildcards. For triggers only: the real engine matches the event key of a condition (a
+/// durable wait, a DAG task's event condition) exactly.
 pub(crate) fn key_matches(pattern: &str, key: &str) -> bool {
     fn go(p: &[u8], k: &[u8]) -> bool {
         match p.split_first() {

@@ -427,9 +427,13 @@ fn too_large(e: &Error) -> bool {
 }
 
 /// How long after its trigger a wait still counts as the trigger's own (a pure decision): one
-/// that starts within it costs no read (the run stream carries the result); a later one, or a
-/// wait on an id the caller gave, reads the run once ([`ClientCore::read_if_finished`]).
-pub(crate) const FRESH_FOR: Duration = Duration::from_secs(1);
+/// that starts within it costs no read (the run stream carries the result: the engine answers a
+/// run that ends after its subscription at once); a later one, or a wait on an id the caller
+/// gave, reads the run once ([`ClientCore::read_if_finished`]), because the engine answers a
+/// subscription to a run that has already ended only at its stream's next one-second tick
+/// (v0.104.9 `subscribeToWorkflowRunsV1`). 20 ms: no run ends sooner after its trigger (the
+/// engine's own hops take longer), so a wait that starts within it finds the run still going.
+pub(crate) const FRESH_FOR: Duration = Duration::from_millis(20);
 
 /// Whether a wait reads its run once first ([`FRESH_FOR`]).
 pub(crate) fn late_wait(origin: Origin, since_trigger: Duration) -> bool {

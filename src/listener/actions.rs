@@ -14,6 +14,7 @@
 //! 3. Actions go to the worker through a bounded channel: a flood slows the stream (backpressure).
 //! 4. Engine errors never panic or exit the process; only the lifecycle token stops the listener.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -49,12 +50,16 @@ pub(crate) struct Registration {
         parking_lot::Mutex<std::collections::HashMap<String, crate::worker::placement::LabelValue>>,
 }
 
+/// How long an actions stream's open must go without an error before an accepted heartbeat
+/// makes it count as served (`ActionsKind::serving`).
+pub(crate) const QUIET_OPEN: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The worker's identity as the engine knows it: its id, and heartbeat liveness.
 #[derive(Debug, Default)]
 pub(crate) struct WorkerIdentity {
     id: Mutex<Option<String>>,
     /// When the last heartbeat the engine accepted was sent.
-    pub last_heartbeat_ok: Mutex<Option<Instant>>,
+    pub heartbeat_ok: tokio::sync::watch::Sender<Option<Instant>>,
     /// Registrations made.
     pub registrations: AtomicU64,
 }
@@ -198,6 +203,22 @@ impl StreamKind for ActionsKind {
             opened = client.listen(req).await;
         }
         opened.map(tonic::Response::into_inner)
+    }
+
+    /// The real engine answers a ListenV2 only with its first assignment (a Go gRPC server sends
+    /// the response headers with the first message), so an idle worker's open stream looks like
+    /// one still opening, and its readiness would wait for work that may never come. The engine
+    /// refuses a heartbeat for a worker whose stream it does not hold as active; so once the open
+    /// has gone [`QUIET_OPEN`] without an error and a heartbeat sent after it was accepted, the
+    /// stream counts as served. (What this cannot see: an engine that holds a stream without
+    /// ever running its handler while it still holds the worker active from before; the runs
+    /// listener's probe, and the heartbeat's refusals, cover what can be seen.)
+    fn serving(&self, since: Instant) -> impl Future<Output = ()> + Send {
+        let mut beats = self.identity.heartbeat_ok.subscribe();
+        async move {
+            tokio::time::sleep(QUIET_OPEN).await;
+            let _ = beats.wait_for(|t| t.is_some_and(|t| t > since)).await;
+        }
     }
 
     async fn on_message(&self, action: proto::AssignedAction) -> Flow {

@@ -35,8 +35,10 @@
 //!    ([`StreamKind::answer_within`]: the runs listener probes each new stream with a run it
 //!    knows has ended, which the engine answers within its 1 s tick): an open the engine took
 //!    and did not answer is abandoned and opened again under the reconnect rules. The actions
-//!    stream cannot be probed (the engine answers it only with work); a heartbeat the engine
-//!    refuses because the worker's stream is not active reopens it (`worker::heartbeat`).
+//!    stream cannot be probed (the engine answers it only with work): it counts as served once
+//!    its open went a moment without an error and the engine accepted a heartbeat sent after
+//!    it ([`StreamKind::serving`]), and a heartbeat the engine refuses because the worker's
+//!    stream is not active reopens it (`worker::heartbeat`).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -116,6 +118,13 @@ pub(crate) trait StreamKind: Send + Sync + Sized + 'static {
         conn: &Connection,
         generation: u64,
     ) -> impl Future<Output = Result<tonic::Streaming<Self::Item>, tonic::Status>> + Send;
+
+    /// Resolves once the engine is known to serve a stream opened at `since` although it has
+    /// not answered the open yet: the listener then reports itself connected. Never, by
+    /// default (a stream counts as served when the engine answers it).
+    fn serving(&self, _since: Instant) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
 
     /// How long the engine may take to answer an open before the stream counts as held and is
     /// opened again ([`OPEN_HELD_AFTER`]); `None`: an open may wait for its answer as long as
@@ -512,20 +521,30 @@ impl<K: StreamKind> StreamActor<K> {
             let started = Instant::now();
             let held_after = home.kind.answer_within();
             let mut open = std::pin::pin!(home.kind.open(&conn, generation));
+            let mut serving = std::pin::pin!(home.kind.serving(started));
+            let mut serving_seen = false;
             let mut held = std::pin::pin!(async move {
                 match held_after {
                     Some(d) => tokio::time::sleep(d).await,
                     None => std::future::pending().await,
                 }
             });
-            let opened = tokio::select! {
-                r = &mut open => r,
-                _ = token.cancelled() => return,
-                // invariant 7: a stream the engine took and does not answer is opened again
-                _ = &mut held => Err(tonic::Status::unavailable(format!(
-                    "the engine took the stream and did not answer it within {:?} (a held stream); opening it again",
-                    held_after.unwrap_or_default()
-                ))),
+            let opened = loop {
+                tokio::select! {
+                    r = &mut open => break r,
+                    _ = token.cancelled() => return,
+                    // invariant 7: a stream the engine took and does not answer is opened again
+                    _ = &mut held => break Err(tonic::Status::unavailable(format!(
+                        "the engine took the stream and did not answer it within {:?} (a held stream); opening it again",
+                        held_after.unwrap_or_default()
+                    ))),
+                    _ = &mut serving, if !serving_seen => {
+                        serving_seen = true;
+                        if let Some(h) = &home.health {
+                            h.connected();
+                        }
+                    }
+                }
             };
             let opened_ok = opened.is_ok();
             let (result, messages, finished) = match opened {

@@ -446,7 +446,7 @@ where
             }
             return false;
         }
-        let last_ok = *core.identity.last_heartbeat_ok.lock();
+        let last_ok = *core.identity.heartbeat_ok.borrow();
         let silent_for = last_ok
             .map(|t| t.elapsed())
             .unwrap_or_else(|| started.elapsed());

@@ -129,7 +129,7 @@ async fn beat(core: &WorkerCore) -> Result<(), Code> {
         .await
     {
         Ok(_) => {
-            *core.identity.last_heartbeat_ok.lock() = Some(sent);
+            core.identity.heartbeat_ok.send_replace(Some(sent));
             ledger.finished(PATH, "ok");
             Ok(())
         }

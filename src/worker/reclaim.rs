@@ -227,14 +227,43 @@ pub(crate) fn core_holds(details: &v1::GetRunDetailsResponse, task_run_id: &str)
         .map(|t| t.status == v1::RunStatus::Running as i32)
 }
 
+/// Whether the record carries the output of every parent in `parents` (pure).
+pub(crate) fn parents_known(details: &v1::GetRunDetailsResponse, parents: &[String]) -> bool {
+    parents
+        .iter()
+        .all(|p| details.task_runs.get(p).is_some_and(|t| t.output.is_some()))
+}
+
+/// Fills the parents' outputs the core's record lacks from the run's REST read (pure).
+pub(crate) fn fill_parent_outputs(
+    details: &mut v1::GetRunDetailsResponse,
+    parents: &[String],
+    view: &crate::client::typed::RunView,
+) {
+    for p in parents {
+        let Some(out) = view.tasks.get(p).and_then(|t| t.output.as_ref()) else {
+            continue;
+        };
+        let entry = details.task_runs.entry(p.clone()).or_default();
+        if entry.output.is_none() {
+            entry.output = Some(out.to_string().into_bytes());
+        }
+    }
+}
+
 /// The action payload a task's assignment would have carried, from the core's record of its
 /// run (pure): the run's input, the outputs of the task's parents, the errors of failed tasks
-/// (an on-failure task reads them).
+/// (an on-failure task reads them). For a run of one task the engine's record is already that
+/// task's stored input (`input`, `parents`, `triggers`, ...), and is taken as it is.
 pub(crate) fn payload_from_details(
     details: &v1::GetRunDetailsResponse,
     parents: &[String],
 ) -> String {
     let json = |b: &[u8]| serde_json::from_slice::<Value>(b).unwrap_or(Value::Null);
+    let input = json(&details.input);
+    if details.task_runs.len() == 1 && input.get("input").is_some() {
+        return input.to_string();
+    }
     let mut parent_outputs = serde_json::Map::new();
     let mut errors = serde_json::Map::new();
     for (name, t) in &details.task_runs {
@@ -248,7 +277,7 @@ pub(crate) fn payload_from_details(
         }
     }
     serde_json::json!({
-        "input": json(&details.input),
+        "input": input,
         "parents": parent_outputs,
         "step_run_errors": errors,
     })
@@ -418,6 +447,19 @@ async fn take_back_unsent(core: &Arc<WorkerCore>, timing: ReclaimTiming) {
         };
         match def {
             Some(def) if !def.durable && def.options.batch.is_none() => {
+                let mut details = details;
+                if !parents_known(&details, &def.options.parents) {
+                    // The engine's core shows a running DAG's finished tasks without their
+                    // outputs (it fills them only once the run has ended): its REST read has
+                    // them. Until it does, the next sweep tries again.
+                    let Ok(view) = api.run(&row.workflow_run_external_id).await else {
+                        continue;
+                    };
+                    fill_parent_outputs(&mut details, &def.options.parents, &view);
+                    if !parents_known(&details, &def.options.parents) {
+                        continue;
+                    }
+                }
                 let action = proto::AssignedAction {
                     action_payload: payload_from_details(&details, &def.options.parents),
                     ..action
@@ -572,6 +614,14 @@ mod tests {
         assert_eq!(p["parents"], serde_json::json!({"a": {"x": 2}}));
         let decoded = crate::worker::context::decode_action_payload(&p.to_string()).unwrap();
         assert_eq!(decoded.parents.len(), 1);
+    }
+
+    #[test]
+    fn a_one_task_run_s_record_is_its_task_s_stored_input() {
+        let mut d = details(&[("t", "tt", v1::RunStatus::Running, None)]);
+        d.input = br#"{"input":{"n":1},"parents":{},"triggers":{}}"#.to_vec();
+        let p: Value = serde_json::from_str(&payload_from_details(&d, &[])).unwrap();
+        assert_eq!(p["input"], serde_json::json!({"n": 1}), "{p}");
     }
 
     #[test]

@@ -214,7 +214,9 @@ impl Target {
             "psql: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        // The first line: a write's `RETURNING` row comes before its command tag.
+        let text = String::from_utf8_lossy(&out.stdout);
+        Some(text.lines().next().unwrap_or_default().trim().to_string())
     }
 
     /// The tenant the client's token is for.

@@ -4,10 +4,11 @@
 //! [--no-status-lag]` prints the token
 //! and the `HATCHET_CLIENT_*` lines a client needs, and serves until Ctrl-C. With
 //! `--virtual-time` the engine's clock jumps over waits (see `DevEngineOptions::virtual_time`);
-//! `POST /_dev/advance?seconds=N` on the REST port jumps by hand. With `--no-status-lag` run
-//! ends and statuses are published at once, not 1 to 2 s after a run's creation as the
-//! real engine's lag, nor a task's end 30 ms after it came (kindnesses for benchmarks; see
-//! `DevEngine::status_lag` and `DevEngine::end_hop`).
+//! `POST /_dev/advance?seconds=N` on the REST port jumps by hand. With `--no-status-lag` REST
+//! statuses are published at once, not 1 to 2 s after a run's creation as the real engine's
+//! lag, a task's end and its run's end at once, not 30 ms after it came, and a subscription of
+//! a run that had ended at once, not at its stream's next 1 s tick (kindnesses for benchmarks;
+//! see `DevEngine::status_lag` and `DevEngine::end_hop`).
 //!
 //! As the official Python SDK's embedded engine (`HATCHET_CLIENT_EMBEDDED_BINARY_PATH`): accepts
 //! `-handshake-file F`, `-grpc-port N`, `-api-port N` (one or two dashes), ignores the database and

@@ -26,7 +26,7 @@ use tonic::Status as GrpcStatus;
 use crate::durable::DurableState;
 use crate::rules::*;
 use crate::store::model::*;
-use crate::store::subscriptions::EventFilter;
+use crate::store::subscriptions::{Ask, EventFilter};
 use hatchet_runtime::protocol::{self as proto, v1};
 
 pub(crate) mod commands;

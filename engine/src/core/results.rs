@@ -11,23 +11,34 @@ impl Engine {
         mpsc::UnboundedReceiver<Result<proto::WorkflowRunEvent, GrpcStatus>>,
     ) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let id = self.state.lock().subscriptions.open_runs(tx);
+        let mut st = self.state.lock();
+        let now = st.clock.now();
+        let id = st.subscriptions.open_runs(tx, now);
         (id, rx)
     }
 
-    /// Adds a run id to a subscription; a finished run is delivered at once.
+    /// Adds a run id to a subscription (`subscriptions.rs` invariant 1): a run not finished is
+    /// delivered when it finishes; a finished one at the stream's next tick, as the real engine
+    /// answers it, or at once with the status lag or the end hop off (the kindnesses).
     pub(crate) fn subscribe_run(&self, sub: u64, run_id: &str) {
         let mut st = self.state.lock();
         st.counters.run_subscribe_messages += 1;
         if uuid::Uuid::parse_str(run_id).is_err() {
             return; // invalid ids are skipped silently, as the engine does
         }
-        let finished = st
-            .runs
-            .get(run_id)
-            .filter(|r| st.run_end_published(r))
-            .map(|r| st.run_event(r));
-        st.subscriptions.want_run(sub, run_id, finished);
+        let kindness = st.switches.status_lag.is_none() || st.switches.end_hop.is_none();
+        let ask = match st.runs.get(run_id).filter(|r| st.run_end_published(r)) {
+            None => Ask::Wait,
+            Some(r) if kindness => Ask::Now(st.run_event(r)),
+            Some(_) => Ask::AtTick(st.clock.now()),
+        };
+        let at_tick = matches!(ask, Ask::AtTick(_));
+        st.subscriptions.want_run(sub, run_id, ask);
+        drop(st);
+        if at_tick {
+            // The scheduler's next pass learns when the tick falls (`next_status_poll`).
+            self.wake.notify_one();
+        }
     }
 
     /// Closes a subscription.

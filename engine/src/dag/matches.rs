@@ -22,6 +22,9 @@
 //!    hold (every parent completed, or its QUEUE override held); a root task's start with
 //!    the run.
 //! 4. A matcher decides once: after an action fired, later hits change nothing.
+//! 5. An event condition matches an event by its key exactly, as the real engine matches a
+//!    condition's event key (v0.104.9 `m.event_key = i.event_key`): a `*` in it is no
+//!    wildcard (only a workflow's event triggers take wildcards).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -287,7 +290,9 @@ impl Matcher {
         }
     }
 
-    /// An event was pushed (after arming, with a matching key, scope and expression).
+    /// An event was pushed: it satisfies the conditions armed before it whose key it has
+    /// exactly (invariant 5), whose scope it has when they have one, and whose expression
+    /// holds.
     pub(crate) fn event(&mut self, key: &str, scope: Option<&str>, seq: u64, payload: &Value) {
         let Some((_, since)) = self.armed else {
             return;
@@ -298,7 +303,7 @@ impl Matcher {
         let vars = vars(payload, &json!({}));
         for (i, c) in self.conds.iter().enumerate() {
             if let Kind::Event { key: k, scope: s } = &c.kind
-                && crate::rules::key_matches(k, key)
+                && k == key
                 && s.as_deref().is_none_or(|s| Some(s) == scope)
                 && condition_holds(&c.expression, &vars)
             {
@@ -470,6 +475,29 @@ mod tests {
         assert_eq!(
             m.trigger_data(),
             Map::from_iter([("go".to_string(), json!({"ok": true}))])
+        );
+    }
+
+    #[test]
+    fn an_event_condition_matches_its_key_exactly_and_a_star_in_it_is_no_wildcard() {
+        let c = v1::TaskConditions {
+            user_event_conditions: vec![v1::UserEventMatchCondition {
+                base: base(v1::Action::Queue, "order", "", ""),
+                user_event_key: "order:*".into(),
+                event_scope: None,
+                consider_events_since: None,
+            }],
+            ..Default::default()
+        };
+        let mut m = Matcher::new(&[], Some(&c)).expect("conditions");
+        m.arm(Instant::now(), 0);
+        m.event("order:created", None, 1, &json!({"n": 1}));
+        assert_eq!(m.decide(), None, "a trigger's wildcard, not a condition's");
+        m.event("order:*", None, 2, &json!({"n": 2}));
+        assert_eq!(m.decide(), Some(Act::Queue), "the key itself");
+        assert_eq!(
+            m.trigger_data(),
+            Map::from_iter([("order".to_string(), json!({"n": 2}))])
         );
     }
 

@@ -288,7 +288,9 @@ impl State {
         }
     }
 
-    /// A wait for conditions: recorded as the next node (or a non-determinism error), acknowledged, and satisfied at once by stored events a look-back wait matches.
+    /// A wait for conditions: recorded as the next node (or a non-determinism error),
+    /// acknowledged, and satisfied at once by kept events a look-back wait matches, the newest
+    /// matching one for each group (`mod.rs` invariant 7).
     fn durable_wait_for(&mut self, stream: u64, w: v1::DurableTaskWaitForRequest) {
         let task = w.durable_task_external_id.clone();
         if !self.durable_check(stream, &task, w.invocation_count) {
@@ -311,8 +313,9 @@ impl State {
                         r#ref: Some(self.eref_of(&task, w.invocation_count, node)),
                     }),
                 );
-                // A look-back wait may already be satisfied by stored events (read in place:
-                // the kept events and the durable logs are separate tables).
+                // A look-back wait may already be satisfied by kept events (read in place:
+                // the kept events and the durable logs are separate tables), offered newest
+                // first as the real engine reads them: the newest match wins (invariant 7).
                 let mut satisfied_now = false;
                 if let Some(n) = self
                     .durable
@@ -322,7 +325,7 @@ impl State {
                     && let NodeKind::Wait(c) = &mut n.kind
                     && n.result.is_none()
                 {
-                    for ev in self.events.iter() {
+                    for ev in self.events.iter().rev() {
                         c.event(ev);
                     }
                     c.tick(now);

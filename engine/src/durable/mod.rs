@@ -24,6 +24,14 @@
 //!    branches raced sees them finish in the order they first did, and spawns its later
 //!    children at the same indexes. (The real engine evicts a task whose release stalls for a
 //!    minute; ours holds it.)
+//! 7. An event condition matches an event by its key exactly, as the real engine matches a
+//!    condition's event key (v0.104.9 `m.event_key = i.event_key`; a `*` is a wildcard only in
+//!    a workflow's event triggers), by its scope when it has one, and by its expression. A
+//!    scoped condition with `consider_events_since` looks back at the kept events seen at or
+//!    after that time, newest first, so the newest matching event satisfies it (the real
+//!    engine's look-back reads `ORDER BY seen_at DESC`); other conditions match only events
+//!    pushed after the wait. The real engine looks back as far as its event retention; ours as
+//!    far as the kept events reach (`store/events.rs`, `EVENTS_KEPT`, a bound for memory).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::SystemTime;
@@ -167,6 +175,8 @@ impl Conditions {
         changed
     }
 
+    /// Offers event `ev` to the groups not yet satisfied: the first of a group's conditions it
+    /// matches (invariant 7) satisfies the group with its payload. Returns whether any did.
     fn event(&mut self, ev: &StoredEvent) -> bool {
         let mut changed = false;
         for (g, conds) in &self.groups {
@@ -188,14 +198,15 @@ impl Conditions {
                         None => ev.seq > *after_seq,
                     };
                     let in_scope = scope.is_none() || *scope == ev.scope;
+                    // The key exactly, as the real engine matches a condition's event key
+                    // (`m.event_key = i.event_key`); `*` is a trigger's wildcard only.
+                    if !(in_window && in_scope && *key == ev.key) {
+                        continue;
+                    }
                     let mut vars = serde_json::Map::new();
                     vars.insert("input".into(), ev.payload.clone());
                     vars.insert("output".into(), serde_json::json!({}));
-                    if in_window
-                        && in_scope
-                        && crate::rules::key_matches(key, &ev.key)
-                        && crate::dag::expr::condition_holds(expression, &vars)
-                    {
+                    if crate::dag::expr::condition_holds(expression, &vars) {
                         self.hits
                             .insert(g.clone(), (readable.clone(), ev.payload.clone()));
                         changed = true;

@@ -4,14 +4,20 @@
 //!
 //! 1. Every recorded event gets the next sequence number: a condition made at sequence `n`
 //!    matches only events after `n`, so an event is never counted twice.
-//! 2. At most [`EVENTS_KEPT`] events are kept; the oldest go first.
+//! 2. At most [`EVENTS_KEPT`] events are kept; the oldest go first. This bound is ours, for
+//!    memory: the real engine keeps events for its retention period, and its durable look-back
+//!    reads every event of the key and scope seen since the wait's `consider_events_since`
+//!    (newest first). Ours reads the kept ones, so a look-back reaches back as far as the last
+//!    [`EVENTS_KEPT`] events pushed, whatever their keys.
 
 use std::collections::VecDeque;
 
 use crate::store::model::StoredEvent;
 
-/// Events kept for durable look-back and REST reads.
-pub(crate) const EVENTS_KEPT: usize = 10_000;
+/// Events kept for durable look-back and REST reads: the only bound on how far a look-back
+/// reaches (the real engine's is its retention period). Large, so that a test or a session
+/// never meets it; a bound only so that a long-running engine's memory stays bounded.
+pub(crate) const EVENTS_KEPT: usize = 100_000;
 
 /// The kept events, oldest first, and the last sequence number given.
 #[derive(Debug, Default)]

@@ -348,11 +348,12 @@ impl Task {
         self.error = None;
     }
 
-    /// Failed with retries left: queued again for the next attempt, not before `not_before`.
-    pub(crate) fn retry(&mut self, not_before: Instant) {
+    /// Failed with retries left: queued again for the next attempt, not before `not_before`
+    /// (a backoff's end), or at once without one.
+    pub(crate) fn retry(&mut self, not_before: Option<Instant>) {
         self.status = Status::Queued;
         self.worker_id = None;
-        self.not_before = Some(not_before);
+        self.not_before = not_before;
     }
 
     /// Failed for good with `error`.

@@ -325,9 +325,10 @@ impl State {
         }
     }
 
-    /// Fails the current attempt: retried with backoff while retries remain, else final.
-    /// As [`State::fail_attempt`], for an end the engine decides (a timeout, the reassignment
-    /// limit): `message` is what the real engine's event says, the attempt span's status.
+    /// Fails the current attempt: retried while retries remain (at once, or at the poll after
+    /// its backoff), else final. As [`State::fail_attempt`], for an end the engine decides (a
+    /// timeout, the reassignment limit): `message` is what the real engine's event says, the
+    /// attempt span's status.
     pub(crate) fn fail_attempt_as_engine(
         &mut self,
         tid: &str,
@@ -359,14 +360,17 @@ impl State {
             }
             t.user_retries_used += 1;
             t.retry_count += 1;
+            // Without a backoff the real engine queues the retry in the same statement that
+            // records the failure (its `v1_task_update_function` trigger inserts straight into
+            // the queue): at once, no timer. With one, the retry waits in its retry queue,
+            // which the task controller polls: a timer (`not_before`), read at the polls.
             let factor = f64::from(t.backoff_factor.unwrap_or(0.0));
-            let delay = if factor > 0.0 {
+            let not_before = (factor > 0.0).then(|| {
                 let max = f64::from(t.backoff_max_seconds.unwrap_or(60).max(1));
-                Duration::from_secs_f64(factor.powi(t.user_retries_used).min(max))
-            } else {
-                Duration::ZERO
-            };
-            t.retry(self.clock.now() + delay);
+                self.clock.now()
+                    + Duration::from_secs_f64(factor.powi(t.user_retries_used).min(max))
+            });
+            t.retry(not_before);
             self.enqueue(tid);
             return;
         }

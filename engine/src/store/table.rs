@@ -14,6 +14,8 @@
 //! 3. A run or task handed out to change (`get_mut`, `insert`) is marked touched until the
 //!    status pipeline takes the marks (`take_touched`): it reads what changed, not every run
 //!    the engine ever held (`store/readable.rs`). Nothing changes a record without a mark.
+//! 4. Every child run (one with a parent task) is filed once under its parent task, when it is
+//!    created (its parent never changes): a run's children are looked up, not searched for.
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
@@ -33,14 +35,23 @@ pub(crate) struct Runs {
     pushed_into: HashMap<Vec<u8>, Vec<String>>,
     /// Runs handed out to change since the status pipeline last took the marks (invariant 3).
     touched: HashSet<String>,
+    /// Child run ids by their parent task, in creation order (invariant 4).
+    children: HashMap<String, Vec<String>>,
 }
 
 impl Runs {
-    /// Stores a new run, last in creation order (invariant 1) and filed by trace (invariant 2).
-    /// A second run with an id already stored replaces the record and keeps its place.
+    /// Stores a new run, last in creation order (invariant 1), filed by trace (invariant 2) and
+    /// under its parent task (invariant 4). A second run with an id already stored replaces the
+    /// record and keeps its place.
     pub(crate) fn insert(&mut self, run: Run) {
         if !self.by_id.contains_key(&run.id) {
             self.order.push(run.id.clone());
+            if let Some(parent) = &run.parent_task_id {
+                self.children
+                    .entry(parent.clone())
+                    .or_default()
+                    .push(run.id.clone());
+            }
             let trace = spans::trace_of_run(&run.additional_metadata, &run.id);
             self.by_trace.entry(trace).or_default().push(run.id.clone());
             if run.triggering_event.is_some()
@@ -55,6 +66,11 @@ impl Runs {
         }
         self.touched.insert(run.id.clone());
         self.by_id.insert(run.id.clone(), run);
+    }
+
+    /// The ids of the runs task `task` spawned (invariant 4), in creation order.
+    pub(crate) fn children_of(&self, task: &str) -> &[String] {
+        self.children.get(task).map_or(&[], Vec::as_slice)
     }
 
     /// The runs whose spans go to trace `trace` (invariant 2), in creation order.

@@ -12,9 +12,11 @@
 //! 3. A jump keeps connected workers alive: their last heartbeats move with it (a jump is not
 //!    silence).
 //! 4. The engine jumps by itself only when skipping is safe: virtual time is on, a client waits
-//!    on an unfinished run (subscribed to it, or polled it in the last 5 s), no task runs except durable tasks blocked in a wait, and no queued
-//!    task could be assigned now. It jumps to the earliest timer (a durable or condition sleep,
-//!    a retry's backoff, a schedule, a cron), never to a timeout.
+//!    on an unfinished run (subscribed to it, or polled it in the last 5 s) or on a run stream's
+//!    tick (a subscription of a run that had ended, `store/readable.rs` invariant 6), no task
+//!    runs except durable tasks blocked in a wait, and no queued task could be assigned now. It
+//!    jumps to the earliest timer (a durable or condition sleep, a retry's backoff, a schedule,
+//!    a cron, a run stream's tick), never to a timeout.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};

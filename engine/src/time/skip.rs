@@ -25,7 +25,10 @@ impl State {
                 !self.run_end_published(r) || !self.readable_run_status(r).is_terminal()
             })
         };
+        // A subscription waiting for its stream's tick waits on a timer too (`readable.rs`
+        // invariant 6).
         let awaited = self.subscriptions.awaited().any(unfinished)
+            || self.subscriptions.awaiting_tick()
             || self.clock.recently_polled().iter().any(unfinished);
         if !awaited {
             return false;

@@ -419,3 +419,99 @@ async fn a_replay_gets_completions_in_the_order_their_entries_were_satisfied() {
         .collect();
     assert_eq!(done, [2, 1], "released in satisfied order: {seen:?}");
 }
+
+/// A started durable task of workflow `wf` and a DurableTask stream its worker registered on:
+/// the task's id, the request sender and the responses.
+async fn durable_session(
+    h: &H,
+    wf: &str,
+) -> (
+    String,
+    mpsc::UnboundedSender<v1::DurableTaskRequest>,
+    tonic::Streaming<v1::DurableTaskResponse>,
+) {
+    let (wid, mut actions) = durable_worker(h, wf).await;
+    h.trigger(wf, "{}").await;
+    let task = next(&mut actions).await.task_run_external_id;
+    let (tx, mut resp) = h.durable_stream().await;
+    tx.send(v1::DurableTaskRequest {
+        message: Some(Req::RegisterWorker(v1::DurableTaskRequestRegisterWorker {
+            worker_id: wid,
+        })),
+    })
+    .expect("send");
+    assert!(matches!(recv(&mut resp).await, Resp::RegisterWorker(_)));
+    (task, tx, resp)
+}
+
+/// Pushes event `key` with payload `{"n": n}` (and `scope`, when given).
+async fn push_n(h: &H, key: &str, n: i32, scope: Option<&str>) {
+    h.events()
+        .push(proto::PushEventRequest {
+            key: key.into(),
+            payload: format!(r#"{{"n": {n}}}"#),
+            scope: scope.map(str::to_string),
+            ..Default::default()
+        })
+        .await
+        .expect("push");
+}
+
+/// The `n` of the payload of the completion of the wait on `key`.
+async fn completed_n(resp: &mut tonic::Streaming<v1::DurableTaskResponse>, key: &str) -> i64 {
+    let Resp::EntryCompleted(done) = recv(resp).await else {
+        panic!("completion expected")
+    };
+    let payload: serde_json::Value = serde_json::from_slice(&done.payload).expect("json");
+    payload["CREATE"][key][0]["n"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no n in {payload}"))
+}
+
+/// The real engine's look-back reads the events of the condition's key and scope seen since
+/// `consider_events_since` newest first (`ORDER BY seen_at DESC`, then sorted newest first):
+/// of two events that both match, a look-back wait gets the newer.
+#[tokio::test]
+async fn a_look_back_wait_is_satisfied_by_the_newest_matching_event() {
+    let h = H::new().await;
+    let (task, tx, mut resp) = durable_session(&h, "lookback").await;
+    let since = h.engine.now() - Duration::from_secs(3_600);
+    push_n(&h, "user:ping", 1, Some("s")).await;
+    push_n(&h, "user:ping", 2, Some("s")).await;
+    push_n(&h, "user:ping", 3, Some("other scope")).await;
+    push_n(&h, "user:pong", 4, Some("s")).await;
+    let mut wait = event_wait(&task, 1, "user:ping");
+    if let Some(Req::WaitFor(w)) = &mut wait.message {
+        let cond = &mut w
+            .wait_for_conditions
+            .as_mut()
+            .expect("conditions")
+            .user_event_conditions[0];
+        cond.event_scope = Some("s".into());
+        cond.consider_events_since = Some(since.into());
+    }
+    tx.send(wait).expect("send");
+    assert!(matches!(recv(&mut resp).await, Resp::WaitForAck(_)));
+    assert_eq!(
+        completed_n(&mut resp, "user:ping").await,
+        2,
+        "the newest event of the key and scope, not the oldest"
+    );
+}
+
+/// A durable wait's event key is matched exactly on the real engine (`m.event_key =
+/// i.event_key`); `*` is a wildcard only in a workflow's event triggers.
+#[tokio::test]
+async fn a_durable_wait_matches_its_event_key_exactly_and_a_star_is_no_wildcard() {
+    let h = H::new().await;
+    let (task, tx, mut resp) = durable_session(&h, "exact").await;
+    tx.send(event_wait(&task, 1, "order:*")).expect("send");
+    assert!(matches!(recv(&mut resp).await, Resp::WaitForAck(_)));
+    push_n(&h, "order:created", 1, None).await;
+    push_n(&h, "order:*", 2, None).await;
+    assert_eq!(
+        completed_n(&mut resp, "order:*").await,
+        2,
+        "`order:created` does not satisfy a wait on `order:*`"
+    );
+}

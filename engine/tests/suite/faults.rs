@@ -428,6 +428,119 @@ async fn rest_reads_pass_the_status_pipeline_and_run_ends_do_not() {
     assert_eq!(run_status(&h, &second).await, "COMPLETED");
 }
 
+/// On the real engine a `SubscribeToWorkflowRuns` request only notes the run's id; the run is
+/// answered when its end goes out (the finished-candidate message), or, had it ended already,
+/// by the ticker the stream started when it opened, which lists the finished runs among those
+/// noted every second (v0.104.9 `internal/services/dispatcher/server.go`).
+#[tokio::test]
+async fn a_subscription_of_a_run_that_had_ended_is_answered_at_the_stream_s_next_tick() {
+    let h = H::new().await;
+    let (wid, _actions, run, start) = h.one_started("ticked", "").await;
+    let (mut ends, _keep) = h.subscribe(std::slice::from_ref(&run)).await;
+    let ended = Instant::now();
+    h.complete(&wid, &start, "{}").await;
+    assert_eq!(next(&mut ends).await.workflow_run_id, run);
+    assert!(
+        ended.elapsed() < Duration::from_millis(500),
+        "an end after the subscription goes out at once (after the end hop)"
+    );
+    let asked = Instant::now();
+    let (mut late, _keep_late) = h.subscribe(std::slice::from_ref(&run)).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), late.next())
+            .await
+            .is_err(),
+        "a run that had ended is not answered at once"
+    );
+    assert_eq!(h.engine.pending_run_subscriptions(), 1, "noted");
+    assert_eq!(next(&mut late).await.workflow_run_id, run);
+    let took = asked.elapsed();
+    assert!(
+        took >= Duration::from_millis(950) && took < Duration::from_secs(2),
+        "at the stream's first tick, a second after it opened: {took:?}"
+    );
+    assert_eq!(h.engine.pending_run_subscriptions(), 0, "answered once");
+    // The kindness the benchmarks take (`--no-status-lag`): at once.
+    h.engine.status_lag(None);
+    let (mut kind, _keep_kind) = h.subscribe(std::slice::from_ref(&run)).await;
+    let got = tokio::time::timeout(Duration::from_millis(500), kind.next())
+        .await
+        .expect("at once with the lag off")
+        .expect("open")
+        .expect("ok");
+    assert_eq!(got.workflow_run_id, run);
+}
+
+/// On virtual time a subscription waiting for its stream's tick is a client waiting on a timer:
+/// the clock jumps to the tick.
+#[tokio::test]
+async fn on_virtual_time_the_clock_jumps_to_a_run_stream_s_tick() {
+    let engine = hatchet_dev_engine::DevEngine::start(
+        hatchet_dev_engine::DevEngineOptions::default().virtual_time(),
+    )
+    .await
+    .expect("engine starts");
+    let h = H::with_engine(engine).await;
+    let (wid, _actions, run, start) = h.one_started("ticked", "").await;
+    let (mut ends, _keep) = h.subscribe(std::slice::from_ref(&run)).await;
+    h.complete(&wid, &start, "{}").await;
+    assert_eq!(next(&mut ends).await.workflow_run_id, run);
+    let (skipped, asked) = (h.engine.skipped(), Instant::now());
+    let (mut late, _keep_late) = h.subscribe(std::slice::from_ref(&run)).await;
+    assert_eq!(next(&mut late).await.workflow_run_id, run);
+    assert!(
+        asked.elapsed() < Duration::from_millis(900),
+        "{:?} of wall time",
+        asked.elapsed()
+    );
+    assert!(
+        h.engine.skipped() > skipped,
+        "the clock jumped: {:?}",
+        h.engine.skipped()
+    );
+}
+
+/// On the real engine a child's end reaches REST tens of ms after it, so once a parent that
+/// waited for its child has ended, REST reads the child ended, however new (the official Python
+/// suite's `durable_child_key_duplicate_child` lists the children right after the parent's
+/// result and expects them COMPLETED).
+#[tokio::test]
+async fn once_a_parent_s_end_is_out_rest_reads_the_children_that_ended_before_it_ended() {
+    let h = H::new().await;
+    h.put("parent", &[("p", &[], 0, "")], &[]).await;
+    h.put("child", &[("c", &[], 0, "")], &[]).await;
+    let wid = h
+        .register(&["parent:p".to_string(), "child:c".to_string()], 2)
+        .await;
+    let mut actions = h.listen(&wid).await;
+    let parent = h.trigger("parent", "{}").await;
+    let (mut ends, _keep) = h.subscribe(std::slice::from_ref(&parent)).await;
+    let p = next(&mut actions).await;
+    let child = h
+        .workflows()
+        .trigger_workflow(proto::v1::TriggerWorkflowRequest {
+            name: "child".into(),
+            input: "{}".into(),
+            parent_id: Some(p.workflow_run_id.clone()),
+            parent_task_run_external_id: Some(p.task_run_external_id.clone()),
+            child_index: Some(0),
+            ..Default::default()
+        })
+        .await
+        .expect("child")
+        .into_inner()
+        .workflow_run_id;
+    let c = next(&mut actions).await;
+    h.complete(&wid, &c, "{}").await;
+    h.complete(&wid, &p, "{}").await;
+    assert_eq!(next(&mut ends).await.workflow_run_id, parent);
+    assert_eq!(
+        run_status(&h, &child).await,
+        "COMPLETED",
+        "the child, made under a second ago, reads ended once its parent's end is out"
+    );
+}
+
 #[tokio::test]
 async fn polled_timers_fire_at_the_next_poll_not_when_due() {
     let h = H::new().await;
@@ -446,6 +559,66 @@ async fn polled_timers_fire_at_the_next_poll_not_when_due() {
     let _start = next(&mut actions).await;
     h.engine.advance(Duration::from_secs(2));
     assert_eq!(task_status(&h, &second).await, "FAILED");
+}
+
+/// On the real engine a retry without a backoff is queued by the statement that records the
+/// failure (its `v1_task_update_function` trigger inserts into the queue): at once, not at the
+/// task controller's next timer poll. A retry with a backoff waits in the retry queue, which
+/// that poll reads.
+#[tokio::test]
+async fn a_retry_without_backoff_is_queued_at_once_and_one_with_backoff_at_the_poll() {
+    let h = H::new().await;
+    // Polls 10 s apart: a retry that went through them would wait seconds.
+    h.engine.poll_timers(Some(Duration::from_secs(10)));
+    for (name, backoff) in [("plain", None), ("backoff", Some(0.1))] {
+        h.admin()
+            .put_workflow(proto::v1::CreateWorkflowVersionRequest {
+                name: name.into(),
+                tasks: vec![proto::v1::CreateTaskOpts {
+                    readable_id: "s".into(),
+                    action: format!("{name}:s"),
+                    retries: 1,
+                    backoff_factor: backoff,
+                    backoff_max_seconds: backoff.map(|_| 60),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .await
+            .expect("put");
+    }
+    let wid = h
+        .register(&["plain:s".to_string(), "backoff:s".to_string()], 2)
+        .await;
+    let mut actions = h.listen(&wid).await;
+    let failed = proto::StepActionEventType::StepEventTypeFailed;
+    h.trigger("plain", "{}").await;
+    let first = next(&mut actions).await;
+    h.event(&wid, &first, failed, "boom").await.expect("fail");
+    let retry = tokio::time::timeout(Duration::from_secs(2), actions.next())
+        .await
+        .expect("the retry is assigned at once, not at the next poll")
+        .expect("open")
+        .expect("ok");
+    assert_eq!(
+        (retry.task_run_external_id, retry.retry_count),
+        (first.task_run_external_id, 1)
+    );
+    h.trigger("backoff", "{}").await;
+    let first = next(&mut actions).await;
+    h.event(&wid, &first, failed, "boom").await.expect("fail");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(1_500), actions.next())
+            .await
+            .is_err(),
+        "its 0.1 s backoff ends between two polls: it waits for the next"
+    );
+    h.engine.advance(Duration::from_secs(10));
+    let retry = next(&mut actions).await;
+    assert_eq!(
+        (retry.task_run_external_id, retry.retry_count),
+        (first.task_run_external_id, 1)
+    );
 }
 
 #[tokio::test]

@@ -416,6 +416,120 @@ async fn conf_listeners_serve_again_within_seconds_after_the_engine_restarting_t
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// A worker with nothing to do is ready within seconds of its start, on both engines: the real
+/// engine answers a ListenV2 only with its first assignment, so a readiness that waited for the
+/// engine's answer would never come for an idle worker. It counts as served once its open went
+/// a moment without an error and a heartbeat after it was accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_an_idle_worker_is_ready_within_seconds() {
+    use hatchet_runtime::health::{ListenerKind, ListenerState};
+    let t = Target::new("idle_ready").await;
+    let wf = Workflow::new("idle").task("t", |_: Value, _c: Context| async move {
+        Ok::<_, TaskError>(json!({}))
+    });
+    let t0 = std::time::Instant::now();
+    let rt = t.worker(1, vec![wf]).await;
+    let mut rx = rt.health()[&ListenerKind::WorkerActions].clone();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !matches!(*rx.borrow_and_update(), ListenerState::Connected { .. }) {
+            let _ = rx.changed().await;
+        }
+    })
+    .await
+    .expect("an idle worker's actions stream is served within 10 s");
+    eprintln!(
+        "conformance: an idle worker ready {:?} after its start",
+        t0.elapsed()
+    );
+    rt.shutdown(Duration::from_secs(2)).await;
+}
+
+/// An assignment the engine records for this worker and never sends (its message went to a
+/// dispatcher that is gone) is taken back by the worker and run once, with a new user's default
+/// task options (no retries, a five-minute timeout), long before its timeout, with its parent's
+/// output. On ours the engine's fault loses one assignment; on the real engine the worker's row
+/// is pointed at a dead dispatcher (one a killed engine process left), which is what a SIGKILL
+/// between the scheduler's commit and the dispatcher's send leaves: the scheduler routes by
+/// `Worker.dispatcherId` and checks no liveness. (A root task the trigger's own process
+/// schedules goes to the stream in process, so there the DAG's second task is the lost one.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_an_assignment_the_engine_never_sends_is_taken_back_and_run_once() {
+    use hatchet_runtime::retries::ReclaimTiming;
+    let t = Target::new("unsent").await;
+    let (ea, eb) = (counter(), counter());
+    let (xa, xb) = (ea.clone(), eb.clone());
+    let wf = Workflow::new("unsent")
+        .task("a", move |i: Value, _c: Context| {
+            xa.fetch_add(1, Ordering::SeqCst);
+            async move { Ok::<_, TaskError>(json!({"n": i["n"]})) }
+        })
+        .task_with(
+            "b",
+            TaskOptions::new().parents(["a"]),
+            move |_: Value, c: Context| {
+                xb.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    let a: Value = c.parent_output("a")?;
+                    Ok::<_, TaskError>(json!({"from_a": a["n"]}))
+                }
+            },
+        );
+    let opts = RuntimeOptions::new().reclaim(
+        ReclaimTiming::new()
+            .every(Duration::from_secs(2))
+            .grace(Duration::from_secs(3)),
+    );
+    let rt = crate::support::runtime_from(t.config(), opts).await;
+    rt.register(wf).await.expect("register");
+    let id = rt
+        .start_worker(WorkerOptions::new("unsent", 2))
+        .await
+        .expect("start");
+    let _: Value = rt
+        .run("unsent", &json!({"n": 0}))
+        .await
+        .expect("a first run");
+    match &t.ours {
+        Some(e) => e.lose_next_sends(1),
+        None => {
+            // A dispatcher no process serves, as a killed process leaves its row behind.
+            let dead = t
+                .real_table_value(
+                    "insert into \"Dispatcher\" (id, \"lastHeartbeatAt\") values (gen_random_uuid(), now()) returning id",
+                )
+                .await
+                .unwrap_or_default();
+            assert!(!dead.is_empty(), "a dispatcher row no process serves");
+            t.real_table_value(&format!(
+                "update \"Worker\" set \"dispatcherId\" = '{dead}' where id = '{id}' returning id"
+            ))
+            .await;
+        }
+    }
+    let t0 = std::time::Instant::now();
+    let out: Value = rt
+        .run_no_wait("unsent", &json!({"n": 1}))
+        .await
+        .expect("trigger")
+        .result_within(Duration::from_secs(120))
+        .await
+        .expect("the worker took the unsent assignment back");
+    eprintln!(
+        "conformance: unsent assignments taken back: {}, the run ended in {:?}",
+        rt.task_counts().taken_back,
+        t0.elapsed()
+    );
+    assert_eq!(out["b"], json!({"from_a": 1}), "{out}");
+    assert_eq!(out["a"], json!({"n": 1}), "{out}");
+    assert_eq!(
+        (ea.load(Ordering::SeqCst), eb.load(Ordering::SeqCst)),
+        (2, 2),
+        "each task of each run once"
+    );
+    assert!(rt.task_counts().taken_back >= 1);
+    rt.shutdown(Duration::from_secs(2)).await;
+}
+
 // --- ours only: what needs fault injection --------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -704,24 +818,46 @@ async fn conf_a_wait_on_a_finished_run_reads_it_once_and_a_fresh_wait_not_at_all
         before,
         "a wait that starts with its trigger reads nothing"
     );
+    // Waits that start after the run ended: the engine answers their subscription only at its
+    // stream's next one-second tick, so each reads the run once and answers at once. Without
+    // the read, three waits all under 400 ms would be a 6 % chance.
+    let mut took = Vec::new();
+    for n in 2..5 {
+        let h = rt
+            .run_no_wait("finished-wait", &json!({"n": n}))
+            .await
+            .expect("trigger");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let t0 = std::time::Instant::now();
+        let out: Value = h.result_within(RESULT).await.expect("result");
+        took.push(t0.elapsed());
+        assert_eq!(out, json!({"n": n}));
+    }
     for _ in 0..3 {
+        let t0 = std::time::Instant::now();
         let again: Value = rt
             .run_handle(h.run_id())
             .result_within(RESULT)
             .await
             .expect("the finished run's result");
+        took.push(t0.elapsed());
         assert_eq!(again, json!({"n": 1}));
     }
+    eprintln!("conformance: late waits answered in {took:?}");
+    assert!(
+        took.iter().all(|d| *d < Duration::from_millis(400)),
+        "a late wait answers at once, not at the engine's next tick: {took:?}"
+    );
     // The reads are spawned (our engine may answer first on the stream): wait for them.
     until_read(
         "the late waits' reads",
         || async { reads() },
-        |r| *r >= before.map(|n| n + 3),
+        |r| *r >= before.map(|n| n + 6),
     )
     .await;
     assert_eq!(
         reads(),
-        before.map(|n| n + 3),
+        before.map(|n| n + 6),
         "each late wait reads the run once"
     );
     rt.shutdown(Duration::from_secs(1)).await;
