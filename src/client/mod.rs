@@ -146,12 +146,28 @@ impl ClientCore {
 
     /// What the engine's read shows of a run whose wait ran out (one REST read, bounded), as a
     /// clause for the error: its tasks and their states, and, when it has tasks that finished
-    /// and none queued or running, what that means ([`stall_hint`]). Empty when the read fails.
+    /// and none queued or running, what that means ([`stall_hint`]). REST reads a model that
+    /// lags the engine's core, and both conclusions that invite a new trigger (a stall, no run)
+    /// are checked against the core first (GetRunDetails): a run the core has is never called
+    /// missing, and a stall is named only when the core holds no task the read shows unfinished
+    /// or does not show. Empty when the reads fail.
     async fn describe_pending(&self, run_id: &str) -> String {
         let api = api::Api::new(self.conn.clone());
+        let core = || self.conn.run_details(run_id, Some(LOOKUP_WITHIN));
         match tokio::time::timeout(LOOKUP_WITHIN, api.run(run_id)).await {
-            Ok(Ok(view)) => stall_hint(&view),
-            Ok(Err(e)) if e.is_not_found() => "; the engine shows no run under this id yet (it may still be creating it, or it lost the trigger: read it again before triggering again)".to_string(),
+            Ok(Ok(view)) => {
+                let confirmed = looks_stalled(&view)
+                    && matches!(core().await, Ok(d) if core_agrees_stalled(&view, &d));
+                stall_hint(&view, confirmed)
+            }
+            Ok(Err(e)) if e.is_not_found() => match core().await {
+                Ok(d) => format!(
+                    "; the engine's core has the run ({:?}, tasks [{}]) though its REST read model does not show it yet",
+                    v1::RunStatus::try_from(d.status).unwrap_or(v1::RunStatus::Queued),
+                    d.task_runs.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+                Err(_) => "; the engine shows no run under this id yet, in its core or its read model (it may still be creating it, or it lost the trigger: read it again before triggering again)".to_string(),
+            },
             _ => String::new(),
         }
     }
@@ -389,8 +405,7 @@ const LOOKUP_WITHIN: Duration = Duration::from_secs(3);
 /// engine may have lost the step that starts the next task. Seen on the real engine: a crash
 /// right after it recorded a task's completion leaves the next task's trigger unsatisfied
 /// (`v1_match`), the run RUNNING forever, and v0.104.9 discards a replay of it.
-pub(crate) fn stall_hint(view: &crate::run::RunView) -> String {
-    use crate::RunStatus as S;
+pub(crate) fn stall_hint(view: &crate::run::RunView, confirmed: bool) -> String {
     if view.is_final() {
         return "; the engine reads it finished now: wait again to take its result".to_string();
     }
@@ -404,15 +419,41 @@ pub(crate) fn stall_hint(view: &crate::run::RunView) -> String {
         view.status,
         tasks.join(", ")
     );
+    if confirmed && looks_stalled(view) {
+        out.push_str(": no task is queued or running. Unless a task waits on a condition (a sleep, an event) this long, the engine lost the step that starts the next task (it does when it stops right after recording a completion) and the run will not finish; the real engine v0.104.9 discards a replay of such a run ('failed preflight check for DAG'), so trigger the work again as a new run (its finished tasks run again)");
+    }
+    out
+}
+
+/// Whether a REST read shows a run stalled (pure): not final, a task finished, none queued or
+/// running. The read model lags, so this alone never names a stall ([`core_agrees_stalled`]).
+pub(crate) fn looks_stalled(view: &crate::run::RunView) -> bool {
+    use crate::RunStatus as S;
     let active = view
         .tasks
         .values()
         .any(|t| matches!(t.status, S::Queued | S::Running));
     let finished = view.tasks.values().any(|t| t.status == S::Completed);
-    if finished && !active {
-        out.push_str(": no task is queued or running. Unless a task waits on a condition (a sleep, an event) this long, the engine lost the step that starts the next task (it does when it stops right after recording a completion) and the run will not finish; the real engine v0.104.9 discards a replay of such a run ('failed preflight check for DAG'), so trigger the work again as a new run (its finished tasks run again)");
-    }
-    out
+    !view.is_final() && finished && !active
+}
+
+/// Whether the engine's core agrees with a REST read that shows a run stalled (pure): the core
+/// holds no task running, and no task the read does not show finished (a next task the core has
+/// created, queued or running, is one the read model has not caught up with).
+pub(crate) fn core_agrees_stalled(
+    view: &crate::run::RunView,
+    core: &v1::GetRunDetailsResponse,
+) -> bool {
+    let finished_in_view = |name: &str| {
+        view.tasks
+            .get(name)
+            .is_some_and(|t| t.status == crate::RunStatus::Completed)
+    };
+    !core.done
+        && core
+            .task_runs
+            .iter()
+            .all(|(name, t)| t.status != v1::RunStatus::Running as i32 && finished_in_view(name))
 }
 
 /// Whether a call failed on a message over a gRPC size limit: the engine's (ResourceExhausted)
@@ -828,6 +869,55 @@ mod tests {
             Some(2),
             "no metadata of the caller's: the source alone"
         );
+    }
+
+    /// A stall is named only when the core agrees with the read model: the read model lags,
+    /// and the hint invites a new run (that would run the work twice if the run was going).
+    #[test]
+    fn a_stall_is_named_only_when_the_core_agrees() {
+        use crate::RunStatus as S;
+        use crate::client::typed::{RunView, TaskView};
+        let task = |status| TaskView {
+            task_run_id: "t".into(),
+            status,
+            output: None,
+            error: None,
+        };
+        let view = RunView {
+            run_id: "r".into(),
+            status: S::Running,
+            input: serde_json::json!({}),
+            metadata: Default::default(),
+            tasks: [("a".to_string(), task(S::Completed))]
+                .into_iter()
+                .collect(),
+        };
+        assert!(looks_stalled(&view));
+        let core = |tasks: &[(&str, v1::RunStatus)]| v1::GetRunDetailsResponse {
+            task_runs: tasks
+                .iter()
+                .map(|(n, st)| {
+                    (
+                        n.to_string(),
+                        v1::TaskRunDetail {
+                            status: *st as i32,
+                            ..Default::default()
+                        },
+                    )
+                })
+                .collect(),
+            ..Default::default()
+        };
+        // The core shows a running DAG's finished tasks as queued, and nothing else: a stall.
+        let stalled = core(&[("a", v1::RunStatus::Queued)]);
+        assert!(core_agrees_stalled(&view, &stalled));
+        assert!(stall_hint(&view, true).contains("trigger the work again"));
+        // The core has created the next task, which the read model has not caught up with.
+        let going = core(&[("a", v1::RunStatus::Queued), ("b", v1::RunStatus::Queued)]);
+        assert!(!core_agrees_stalled(&view, &going));
+        let running = core(&[("a", v1::RunStatus::Running)]);
+        assert!(!core_agrees_stalled(&view, &running));
+        assert!(!stall_hint(&view, false).contains("trigger the work again"));
     }
 
     #[test]

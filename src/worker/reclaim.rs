@@ -70,7 +70,10 @@ const ROWS: usize = 500;
 pub struct ReclaimTiming {
     /// How often the engine's view of this worker's attempts is read (15 s).
     pub every: Duration,
-    /// How long an attempt must be seen held and not received before it is run (10 s).
+    /// How long an attempt must be seen held and not received before it is run (45 s: longer
+    /// than the engine's own way back on RabbitMQ, where a dispatcher queue's message dead-letters
+    /// after 20 s and the scheduler retries the attempt as an internal failure; the worker acts
+    /// only where the engine will not).
     pub grace: Duration,
     /// How long after its answer an at-risk final may be sent again (90 s).
     pub resend_after: Duration,
@@ -80,14 +83,14 @@ impl Default for ReclaimTiming {
     fn default() -> Self {
         ReclaimTiming {
             every: Duration::from_secs(15),
-            grace: Duration::from_secs(10),
+            grace: Duration::from_secs(45),
             resend_after: Duration::from_secs(90),
         }
     }
 }
 
 impl ReclaimTiming {
-    /// The defaults: a read every 15 s, 10 s of grace, finals sent again after 90 s.
+    /// The defaults: a read every 15 s, 45 s of grace, finals sent again after 90 s.
     pub fn new() -> Self {
         Self::default()
     }
