@@ -25,8 +25,10 @@ impl std::fmt::Debug for ActionMutator {
 }
 
 /// The engine-state fault switches (the rules above act at the network boundary; these act
-/// inside the engine's rules). As they start, the engine does what the real one does: the
-/// polled timers on, every other switch off. `DevEngine`'s fault methods turn them.
+/// inside the engine's rules). As they start, the engine does what the real one does: its
+/// timing on (the polled timers, the status lag and the end hop; `DevEngineOptions::timing`
+/// turns all three off at start), every other switch off. `DevEngine`'s fault methods turn
+/// them.
 #[derive(Debug)]
 pub(crate) struct Switches {
     /// Rewrite the next assignments (bad payloads, unknown enums).

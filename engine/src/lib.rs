@@ -79,6 +79,30 @@ pub struct DevEngineOptions {
     /// jumps to that timer. An hour's `sleep_for` ends in milliseconds; [`DevEngine::advance`]
     /// jumps by hand. Off by default (the real engine has no such thing).
     pub virtual_time: bool,
+    /// The real engine's timing, all of it or none ([`Timing`]): [`Timing::Real`] by default.
+    /// The one switch for it; [`DevEngine::poll_timers`], [`DevEngine::status_lag`] and
+    /// [`DevEngine::end_hop`] turn its parts one by one on a running engine.
+    pub timing: Timing,
+}
+
+/// The real engine's timing in the development engine ([`DevEngineOptions::timing`], or
+/// `--instant-timing` on the binary).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Timing {
+    /// As the real engine (v0.104.9), the default: timers (timeouts, durable and condition
+    /// sleeps, retry backoffs) read at a poll once a second ([`DevEngine::poll_timers`]); a
+    /// new run's status reaching REST 1 to 2 s after its creation ([`DevEngine::status_lag`]);
+    /// a task's end reaching `GetRunDetails` and the run streams 30 ms after the worker sent
+    /// it ([`DevEngine::end_hop`]); and a subscription of a run that had already ended
+    /// answered at its stream's next 1 s tick. A test that passes here does not fail on the
+    /// real engine for timing ours hid.
+    #[default]
+    Real,
+    /// None of it, a kindness for tests and benchmarks that measure something else: each
+    /// timer read when it is due, REST reading the live state, a task's end read at once, and
+    /// a subscription of a run that had ended answered at once.
+    Instant,
 }
 
 /// One worker as the engine sees it ([`DevEngine::worker`]).
@@ -121,6 +145,13 @@ impl DevEngineOptions {
     /// Runs on virtual time (see [`DevEngineOptions::virtual_time`]).
     pub fn virtual_time(mut self) -> Self {
         self.virtual_time = true;
+        self
+    }
+
+    /// Sets the engine's timing ([`Timing`]): `DevEngineOptions::default().timing(Timing::Instant)`
+    /// turns off all the real engine's timing at once.
+    pub fn timing(mut self, timing: Timing) -> Self {
+        self.timing = timing;
         self
     }
 
@@ -279,6 +310,11 @@ impl DevEngine {
             serving: Mutex::new(None),
         };
         engine.engine.clock.set_virtual(opts.virtual_time);
+        if opts.timing == Timing::Instant {
+            engine.poll_timers(None);
+            engine.status_lag(None);
+            engine.end_hop(None);
+        }
         engine.serve(grpc, api)?;
         Ok(engine)
     }
@@ -644,7 +680,8 @@ impl DevEngine {
     /// execution timeouts, durable and condition sleeps and retry backoffs are read at polls
     /// `every` apart, so one falls due at a poll and waits for it, as on the real engine (see
     /// `TimerPoll` in `faults.rs`). `None` is a kindness for tests: each is read when it is due.
-    /// Crons and schedules fire when due either way.
+    /// Crons and schedules fire when due either way. One part of [`Timing`]: to turn all of it
+    /// off, start the engine with [`DevEngineOptions::timing`]`(`[`Timing::Instant`]`)`.
     pub fn poll_timers(&self, every: Option<Duration>) {
         self.engine.state.lock().switches.poll_timers = every.map(crate::faults::TimerPoll::every);
         self.engine.wake.notify_one();
@@ -662,7 +699,8 @@ impl DevEngine {
     /// engine's child ends reach REST tens of ms after them). A subscription of a run that had
     /// already ended is answered at the stream's next tick, every second from when the stream
     /// opened, as on the real engine. `None` is a kindness for tests: REST reads the live state
-    /// at once, and a subscription of a run that had ended is answered at once.
+    /// at once, and a subscription of a run that had ended is answered at once. One part of
+    /// [`Timing`]: to turn all of it off, start the engine with [`Timing::Instant`].
     pub fn status_lag(&self, lag: Option<Duration>) {
         self.engine.state.lock().switches.status_lag = lag;
         self.engine.wake.notify_one();
@@ -675,7 +713,8 @@ impl DevEngine {
     /// (measured 0 to 60 ms). A client that
     /// polls a short task's run for RUNNING sees it there, as it does on the real engine.
     /// `None` is a kindness for tests: the end reads at once, and a subscription of a run that
-    /// had ended is answered at once, not at the stream's next tick.
+    /// had ended is answered at once, not at the stream's next tick. One part of [`Timing`]: to
+    /// turn all of it off, start the engine with [`Timing::Instant`].
     pub fn end_hop(&self, hop: Option<Duration>) {
         self.engine.state.lock().switches.end_hop = hop;
     }
@@ -817,5 +856,35 @@ impl Drop for DevEngine {
             }
             self.faults.drop_connections();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing_switches(engine: &DevEngine) -> (bool, bool, bool) {
+        let st = engine.engine.state.lock();
+        (
+            st.switches.poll_timers.is_some(),
+            st.switches.status_lag.is_some(),
+            st.switches.end_hop.is_some(),
+        )
+    }
+
+    #[tokio::test]
+    async fn one_option_turns_all_the_real_engine_s_timing_on_or_off() {
+        let real = DevEngine::start(DevEngineOptions::default())
+            .await
+            .expect("starts");
+        assert_eq!(timing_switches(&real), (true, true, true), "on by default");
+        let instant = DevEngine::start(DevEngineOptions::default().timing(Timing::Instant))
+            .await
+            .expect("starts");
+        assert_eq!(timing_switches(&instant), (false, false, false), "all off");
+        let named = DevEngine::start(DevEngineOptions::default().timing(Timing::Real))
+            .await
+            .expect("starts");
+        assert_eq!(timing_switches(&named), (true, true, true));
     }
 }

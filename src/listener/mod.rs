@@ -27,8 +27,11 @@
 //!    before publish), under the registry lock, so no subscription falls in between.
 //! 3. Only a listener's lifecycle token (a child of the runtime's) ends it; callers'
 //!    cancellations only remove their own waiter.
-//! 4. Nothing here imports the runtime, the worker or the client: listeners receive a
-//!    [`Connection`](crate::connection::Connection) and their registries.
+//! 4. Nothing here imports the runtime, and nothing here reaches state or an actor of the worker
+//!    or the client: listeners receive a [`Connection`](crate::connection::Connection) and their
+//!    registries. Two pure items come from above (ARCHITECTURE.md, "Layers"):
+//!    `client::details_settled` (one rule for a run's end, the stream's and the client's) in
+//!    `runs.rs`, and the worker's label type `worker::placement` in `actions.rs`.
 
 pub(crate) mod actions;
 pub(crate) mod durable_events;

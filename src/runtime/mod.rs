@@ -5,7 +5,8 @@
 //! # Shape
 //!
 //! ```text
-//! RuntimeHandle (Clone)        composes the layers; nothing below imports this module
+//! RuntimeHandle (Clone)        composes the layers; below it only the worker names it, weakly
+//!                              (`WorkerCore::runtime`, for `Context::runtime()`)
 //!   root supervisor (ractor)
 //!     retry service            owns the policy, budgets and ledger (the connection's cores);
 //!                              calls run in their callers' tasks (never a serial queue)

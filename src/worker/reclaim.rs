@@ -31,9 +31,10 @@
 //!    delayed (a killed engine's successor takes its tenant back only after a minute). A second
 //!    final of a recorded DAG task is what the engine takes for a replay, which strands other
 //!    work: that is never sent.
-//! 4. What the worker cannot run from the core's record (a durable task, whose replay needs the
-//!    engine's invocation count; a batch) is failed at once with an error that names the
-//!    engine's loss, instead of waiting out its timeout; with retries left the engine retries it.
+//! 4. What the worker cannot run from the core's record (a batch; a durable task past its first
+//!    invocation, whose count is the engine's alone) is failed at once with an error that names
+//!    the engine's loss, instead of waiting out its timeout; with retries left the engine
+//!    retries it. A durable task's first invocation is run as invocation 1.
 //! 5. Memory is bounded: at most [`FINALS_KEPT`] finals and [`FINAL_BYTES_KEPT`] bytes of their
 //!    payloads, the oldest forgotten first.
 
@@ -228,6 +229,15 @@ pub(crate) fn core_holds(details: &v1::GetRunDetailsResponse, task_run_id: &str)
         .values()
         .find(|t| t.external_id == task_run_id)
         .map(|t| t.status == v1::RunStatus::Running as i32)
+}
+
+/// Whether a held attempt of `def` can be run from the engine's record (pure): not a batch
+/// (its members come in one assignment); a durable task only in its first invocation (a first
+/// attempt of a task that cannot be evicted: a later invocation's count is the engine's alone,
+/// and a stale one would be evicted at its first wait).
+pub(crate) fn runnable_from_record(def: &super::TaskDef, retry_count: i32) -> bool {
+    def.options.batch.is_none()
+        && (!def.durable || (retry_count == 0 && def.options.evict_after.is_none()))
 }
 
 /// Whether the record carries the output of every parent in `parents` (pure).
@@ -449,7 +459,7 @@ async fn take_back_unsent(core: &Arc<WorkerCore>, timing: ReclaimTiming) {
             ..Default::default()
         };
         match def {
-            Some(def) if !def.durable && def.options.batch.is_none() => {
+            Some(def) if runnable_from_record(&def, row.retry_count) => {
                 let mut details = details;
                 if !parents_known(&details, &def.options.parents) {
                     // The engine's core shows a running DAG's finished tasks without their
@@ -465,6 +475,9 @@ async fn take_back_unsent(core: &Arc<WorkerCore>, timing: ReclaimTiming) {
                 }
                 let action = proto::AssignedAction {
                     action_payload: payload_from_details(&details, &def.options.parents),
+                    // A durable task's first invocation (invariant 4: the only one run from the
+                    // record): the engine's log file of it starts at invocation 1.
+                    durable_task_invocation_count: def.durable.then_some(1),
                     ..action
                 };
                 tracing::warn!(
@@ -481,7 +494,7 @@ async fn take_back_unsent(core: &Arc<WorkerCore>, timing: ReclaimTiming) {
             }
             _ => {
                 let why = format!(
-                    "the engine assigned this attempt to worker {worker_id} and lost it before sending it (its dispatcher went away); this worker cannot run a durable or batched task (or action {action_id:?}) from the engine's record, so it fails the attempt now instead of leaving it to its timeout"
+                    "the engine assigned this attempt to worker {worker_id} and lost it before sending it (its dispatcher went away); this worker cannot run it from the engine's record (a batched task, a durable task past its first invocation or that may be evicted, or an action it does not have: {action_id:?}), so it fails the attempt now instead of leaving it to its timeout"
                 );
                 tracing::warn!(task = %row.task_external_id, "{why}");
                 super::execute::send_event(core, &action, E::StepEventTypeFailed, why, false, true)

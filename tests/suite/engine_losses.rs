@@ -375,3 +375,38 @@ async fn a_workflow_lookup_that_could_not_tell_is_remembered() {
     rt.shutdown(Duration::from_secs(1)).await;
     registrar.shutdown(Duration::from_secs(1)).await;
 }
+
+/// A durable task whose first assignment the engine never sent is taken back too, as its first
+/// invocation: it sleeps and waits for an event through the engine's durable stream, and ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_task_s_unsent_first_assignment_is_run_as_its_first_invocation() {
+    let e = engine().await;
+    let execs = counter();
+    let x = execs.clone();
+    let wf = Workflow::new("unsent-durable").durable_task(
+        "d",
+        TaskOptions::new(),
+        move |_: Value, c: Context| {
+            let x = x.clone();
+            async move {
+                x.fetch_add(1, Ordering::SeqCst);
+                c.sleep_for(Duration::from_millis(200)).await?;
+                Ok::<_, TaskError>(json!({"slept": true, "invocation": c.durable_invocation()}))
+            }
+        },
+    );
+    let rt = worker(&e, vec![wf]).await;
+    e.lose_next_sends(1);
+    let out: Value = rt
+        .run_no_wait("unsent-durable", &json!({}))
+        .await
+        .expect("trigger")
+        .result_within(SOON)
+        .await
+        .expect("taken back and run");
+    assert_eq!(out, json!({"slept": true, "invocation": 1}));
+    assert_eq!(execs.load(Ordering::SeqCst), 1);
+    assert_eq!(rt.task_counts().taken_back, 1);
+    assert_eq!(rt.task_counts().failed_as_lost, 0);
+    rt.shutdown(Duration::from_secs(2)).await;
+}

@@ -1,14 +1,15 @@
 //! `hatchet-dev-engine`: the embedded development engine as a standalone process.
 //!
 //! By hand: `hatchet-dev-engine [--grpc-port N] [--api-port N] [--virtual-time]
-//! [--no-status-lag]` prints the token
+//! [--instant-timing]` prints the token
 //! and the `HATCHET_CLIENT_*` lines a client needs, and serves until Ctrl-C. With
 //! `--virtual-time` the engine's clock jumps over waits (see `DevEngineOptions::virtual_time`);
-//! `POST /_dev/advance?seconds=N` on the REST port jumps by hand. With `--no-status-lag` REST
-//! statuses are published at once, not 1 to 2 s after a run's creation as the real engine's
-//! lag, a task's end and its run's end at once, not 30 ms after it came, and a subscription of
-//! a run that had ended at once, not at its stream's next 1 s tick (kindnesses for benchmarks;
-//! see `DevEngine::status_lag` and `DevEngine::end_hop`).
+//! `POST /_dev/advance?seconds=N` on the REST port jumps by hand. With `--instant-timing`
+//! (`--no-status-lag` is the same flag, its older name) none of the real engine's timing is
+//! kept (`Timing::Instant`): timers are read when due, not at a 1 s poll; REST statuses are
+//! published at once, not 1 to 2 s after a run's creation; a task's end and its run's end at
+//! once, not 30 ms after it came; and a subscription of a run that had ended at once, not at
+//! its stream's next 1 s tick (kindnesses for benchmarks).
 //!
 //! As the official Python SDK's embedded engine (`HATCHET_CLIENT_EMBEDDED_BINARY_PATH`): accepts
 //! `-handshake-file F`, `-grpc-port N`, `-api-port N` (one or two dashes), ignores the database and
@@ -18,7 +19,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use hatchet_dev_engine::{DevEngine, DevEngineOptions};
+use hatchet_dev_engine::{DevEngine, DevEngineOptions, Timing};
 use tokio::io::AsyncReadExt as _;
 
 /// Flags that take a value and are ignored (database, broker, logging).
@@ -37,7 +38,8 @@ struct Args {
     api_port: u16,
     handshake: Option<PathBuf>,
     virtual_time: bool,
-    no_status_lag: bool,
+    /// `--instant-timing` (or its older name `--no-status-lag`): `Timing::Instant`.
+    instant_timing: bool,
 }
 
 fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
@@ -68,7 +70,8 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
             }
             "handshake-file" => out.handshake = Some(PathBuf::from(value("handshake-file")?)),
             "virtual-time" => out.virtual_time = true,
-            "no-status-lag" => out.no_status_lag = true,
+            // `--no-status-lag` is the older name (scripts use it: benches/python/bench.py).
+            "instant-timing" | "no-status-lag" => out.instant_timing = true,
             n if IGNORED_WITH_VALUE.contains(&n) => {
                 value(n)?;
             }
@@ -81,7 +84,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
 }
 
 const USAGE: &str = "usage: hatchet-dev-engine [--grpc-port N] [--api-port N] [--handshake-file F] \
-                     [--virtual-time] [--no-status-lag]";
+                     [--virtual-time] [--instant-timing]";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -101,6 +104,10 @@ async fn main() -> ExitCode {
     if args.virtual_time {
         opts = opts.virtual_time();
     }
+    if args.instant_timing {
+        // A kindness for benchmarks: none of the real engine's timing (`Timing::Instant`).
+        opts = opts.timing(Timing::Instant);
+    }
     let engine = match DevEngine::start(opts).await {
         Ok(e) => e,
         Err(e) => {
@@ -108,12 +115,6 @@ async fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if args.no_status_lag {
-        // A kindness for benchmarks: run ends and statuses at once instead of through the
-        // status pipeline (`DevEngine::status_lag`) and the end's hop (`DevEngine::end_hop`).
-        engine.status_lag(None);
-        engine.end_hop(None);
-    }
     let config = engine.client_config();
     match &args.handshake {
         Some(path) => {
@@ -188,7 +189,12 @@ mod tests {
         let a = args("--grpc-port=1 --api-port 2").expect("parses");
         assert_eq!((a.grpc_port, a.api_port, a.virtual_time), (1, 2, false));
         assert!(args("--virtual-time").expect("parses").virtual_time);
-        assert!(args("--no-status-lag").expect("parses").no_status_lag);
+        assert!(args("--instant-timing").expect("parses").instant_timing);
+        assert!(!args("").expect("parses").instant_timing);
+        assert!(
+            args("--no-status-lag").expect("parses").instant_timing,
+            "the older name"
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The engine's state and its entry points (registration, triggering, worker events, results,
-//! the scheduler's pass). The rules on the state live beside it: `runs.rs` (run lifecycle),
-//! `assign.rs` (assignment, slots, timeouts), `subscribers.rs` (event streams), `durable.rs`,
-//! `concurrency.rs`, `schedules.rs`.
+//! the scheduler's pass). The rules on the state live in the rooms' folders: `store/runs.rs`
+//! (run lifecycle), `sched/assign.rs` (assignment, slots, timeouts), `store/subscribers.rs`
+//! (event streams), `durable/log.rs` (the durable log's operations; the room in
+//! `durable/mod.rs`), `sched/concurrency.rs` and `sched/admission.rs` (concurrency limits),
+//! `time/schedules.rs` and `time/fire.rs` (crons and schedules).
 //!
 //! # Invariants
 //!
@@ -122,27 +124,30 @@ pub(crate) struct State {
     pub next_id: u64,
     /// Crons and schedules (see `time/schedules.rs`).
     pub calendar: crate::time::schedules::Calendar,
-    /// Runs held by a full concurrency group, in arrival order (see `concurrency.rs`).
+    /// Runs held by a full concurrency group, in arrival order (see `sched/concurrency.rs`).
     pub held_runs: crate::sched::concurrency::Held,
-    /// The fault switches a test turned on (see `faults.rs`); all off by default.
+    /// The fault switches (see `faults.rs`): the real engine's timing on by default
+    /// (`DevEngineOptions::timing`), every other switch off.
     pub switches: crate::faults::Switches,
-    /// What tests count (see `stats.rs`).
+    /// What tests count (see `core/stats.rs`).
     pub counters: crate::core::stats::Counters,
-    /// Condition sleeps of pending tasks, earliest first (see `matches.rs`).
+    /// Condition sleeps of pending tasks, earliest first (see `time/timers.rs`; armed and
+    /// fired by `dag/conditions.rs`).
     pub condition_sleeps: crate::time::timers::Timers,
     /// Pending tasks whose conditions wait for events.
     pub event_waiters: HashSet<String>,
-    /// Event filters (see `filters.rs`).
+    /// Event filters (see `dag/filters.rs`).
     pub filters: crate::dag::filters::Filters,
-    /// Deadlines of running attempts, earliest first (see `expire_timeouts`).
+    /// Deadlines of running attempts, earliest first (see `time/timers.rs`; fired by
+    /// `expire_timeouts` in `sched/assign.rs`).
     pub deadlines: crate::time::timers::Timers,
-    /// Paused workflows and the tasks they hold (see `pause.rs`).
+    /// Paused workflows and the tasks they hold (see `store/pause.rs`).
     pub pauses: crate::store::pause::Pauses,
-    /// Incoming webhooks by name (see `webhooks.rs`).
+    /// Incoming webhooks by name (see `store/webhooks.rs`).
     pub webhooks: crate::store::webhooks::Webhooks,
     /// Spans by trace, the SDKs' and the engine's own (see `traces/`).
     pub traces: crate::traces::Traces,
-    /// The engine's clock (see `clock.rs`): every time the state reads comes from it.
+    /// The engine's clock (see `time/clock.rs`): every time the state reads comes from it.
     pub clock: std::sync::Arc<crate::time::clock::Clock>,
 }
 

@@ -7,5 +7,6 @@ mod faults;
 mod lifecycle;
 mod parity;
 mod support;
+mod timing;
 mod virtual_time;
 mod your_workflow;

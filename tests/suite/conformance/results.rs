@@ -473,6 +473,14 @@ async fn conf_an_assignment_the_engine_never_sends_is_taken_back_and_run_once() 
                     Ok::<_, TaskError>(json!({"from_a": a["n"]}))
                 }
             },
+        )
+        .durable_task(
+            "d",
+            TaskOptions::new().parents(["a"]),
+            |_: Value, c: Context| async move {
+                c.sleep_for(Duration::from_millis(200)).await?;
+                Ok::<_, TaskError>(json!({"invocation": c.durable_invocation()}))
+            },
         );
     let opts = RuntimeOptions::new().reclaim(
         ReclaimTiming::new()
@@ -520,6 +528,7 @@ async fn conf_an_assignment_the_engine_never_sends_is_taken_back_and_run_once() 
         t0.elapsed()
     );
     assert_eq!(out["b"], json!({"from_a": 1}), "{out}");
+    assert_eq!(out["d"], json!({"invocation": 1}), "{out}");
     assert_eq!(out["a"], json!({"n": 1}), "{out}");
     assert_eq!(
         (ea.load(Ordering::SeqCst), eb.load(Ordering::SeqCst)),
