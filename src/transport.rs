@@ -9,6 +9,12 @@
 //! 3. The `authorization` metadata value is marked sensitive, so `Debug` of a request prints
 //!    `Sensitive` instead of the token.
 //! 4. Requests are sent uncompressed and gzip responses are accepted (the engine registers gzip).
+//! 5. A first contact that failed is explained by one probe of what the address speaks
+//!    ([`probe`]): a TLS ClientHello on a fresh connection, never plaintext, because every TLS
+//!    stack answers a ClientHello (Go's crypto/tls, the real engine's, closes without an alert
+//!    on a first record that is not a handshake) and a plaintext HTTP server answers it as
+//!    garbage in its own protocol. What the answer means is decided by [`speaks`] over its first
+//!    bytes alone; the probe never changes a working connection.
 
 use std::time::Duration;
 
@@ -27,46 +33,97 @@ pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// TCP connect timeout: a dial that takes longer is as good as refused.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What the server at the engine's address speaks, read from its first bytes (a pure decision):
-/// a TLS server answers bytes that are not a ClientHello with a TLS alert record (content type
-/// 21, version 3.x); an HTTP/2 server answers the connection preface with a SETTINGS frame.
+/// How long the probe of [`probe`] may take, connect included.
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What the server at the engine's address speaks, read from the first bytes it answers to a
+/// TLS ClientHello (a pure decision, invariant 5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Speaks {
+    /// A TLS record came back: a ServerHello (or HelloRetryRequest) or an alert.
     Tls,
+    /// Plaintext HTTP came back: an HTTP/1.x status line, or an HTTP/2 SETTINGS or GOAWAY frame
+    /// (an h2 server, gRPC's, sends its SETTINGS before it reads the client's preface).
     Plaintext,
+    /// Nothing that says either: a close or reset with nothing, or other bytes.
     Unknown,
 }
 
-/// Reads what `first` bytes from the server say it speaks.
+/// Reads what `first` bytes the server answered to a ClientHello say it speaks.
 pub(crate) fn speaks(first: &[u8]) -> Speaks {
     match first {
-        [21, 3, ..] => Speaks::Tls,
-        // An HTTP/2 frame header: 3 bytes of length, then type 4 (SETTINGS).
-        [_, _, _, 4, ..] => Speaks::Plaintext,
+        // A TLS record header: content type 22 (handshake) or 21 (alert), version 3.x.
+        [21 | 22, 3, ..] => Speaks::Tls,
+        [b'H', b'T', b'T', b'P', b'/', ..] => Speaks::Plaintext,
+        // An HTTP/2 frame header: 3 bytes of length, type 4 (SETTINGS) or 7 (GOAWAY), flags,
+        // and stream 0 (the reserved bit aside).
+        [_, _, _, 4 | 7, _, s0, s1, s2, s3, ..] if (s0 & 0x7f) | s1 | s2 | s3 == 0 => {
+            Speaks::Plaintext
+        }
         _ => Speaks::Unknown,
     }
 }
 
-/// Whether the engine's address speaks TLS or plaintext: one short probe (connect, the HTTP/2
-/// preface, the first bytes of the answer), bounded by a second. Used only to explain a first
-/// contact that failed, never on a working connection.
+/// The host of a `host:port` (an IPv6 address without its brackets).
+fn host_of(host_port: &str) -> &str {
+    let host = host_port
+        .rsplit_once(':')
+        .map_or(host_port, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// The first flight of a TLS client for `host`, as rustls writes it: one handshake record with
+/// a ClientHello offering TLS 1.3 and 1.2, h2 by ALPN, and SNI when `host` is a name. The
+/// handshake is never finished (nothing is verified): only the server's answer matters.
+fn client_hello(host: &str) -> Option<Vec<u8>> {
+    use rustls::pki_types::ServerName;
+    #[allow(deprecated)] // as in `rest_tls`
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    // A host that is no valid name still gets a ClientHello: the name only goes in SNI.
+    let name = ServerName::try_from(host.to_string())
+        .or_else(|_| ServerName::try_from("localhost"))
+        .ok()?;
+    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).ok()?;
+    let mut out = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut out).ok()?;
+    }
+    Some(out)
+}
+
+/// Whether the engine's address speaks TLS or plaintext: one short probe on a fresh connection
+/// (connect, a ClientHello, the first bytes of the answer), bounded by [`PROBE_TIMEOUT`]. Used
+/// only to explain a first contact that failed, never on a working connection.
 pub(crate) async fn probe(host_port: &str) -> Speaks {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let attempt = async {
-        let mut s = tokio::net::TcpStream::connect(host_port).await.ok()?;
-        s.set_nodelay(true).ok()?;
-        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
-            .await
-            .ok()?;
-        let mut buf = [0u8; 8];
-        let n = s.read(&mut buf).await.ok()?;
-        Some(speaks(&buf[..n]))
+    let Some(hello) = client_hello(host_of(host_port)) else {
+        return Speaks::Unknown;
     };
-    tokio::time::timeout(Duration::from_secs(1), attempt)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(Speaks::Unknown)
+    // Enough for a TLS record header, an HTTP/1 status line's start and an HTTP/2 frame header.
+    let mut buf = [0u8; 16];
+    let mut n = 0;
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(host_port).await?;
+        s.set_nodelay(true)?;
+        s.write_all(&hello).await?;
+        // Until the bytes decide, the server closes, or the buffer is full; a reset after
+        // some bytes keeps them (an h2 server may reset once it has read the ClientHello).
+        while n < buf.len() && speaks(&buf[..n]) == Speaks::Unknown {
+            match s.read(&mut buf[n..]).await? {
+                0 => break,
+                k => n += k,
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(PROBE_TIMEOUT, exchange).await;
+    speaks(&buf[..n])
 }
 
 /// The words for a TLS mismatch between the configuration and what the engine speaks, if any.
@@ -85,7 +142,8 @@ pub(crate) fn mismatch(cfg: &ClientConfig, speaks: Speaks) -> Option<String> {
             vars::HOST_PORT
         )),
         (TlsStrategy::None, Speaks::Tls) => Some(format!(
-            "TLS mismatch: the engine at {addr} speaks TLS, and {}=none; set it to tls (and {} if its certificate is not from a public CA)",
+            "TLS mismatch: the engine at {addr} speaks TLS, and {}=none; set {}=tls (and {} if its certificate is not from a public CA)",
+            vars::TLS_STRATEGY,
             vars::TLS_STRATEGY,
             vars::TLS_ROOT_CA_FILE
         )),
@@ -365,19 +423,133 @@ pub(crate) fn http_client(cfg: &ClientConfig) -> Result<reqwest::Client, ConfigE
 mod tests {
     use super::*;
 
+    /// A ServerHello record's start, as Go's crypto/tls and rustls send it.
+    const SERVER_HELLO: [u8; 10] = [22, 3, 3, 0, 0x7a, 2, 0, 0, 0x76, 3];
+    /// A fatal `unexpected_message` alert (what rustls answers to bytes that are not TLS).
+    const ALERT: [u8; 7] = [21, 3, 3, 0, 2, 2, 10];
+    /// An empty SETTINGS frame on stream 0, as an h2 server sends it first.
+    const SETTINGS: [u8; 9] = [0, 0, 0, 4, 0, 0, 0, 0, 0];
+    /// A GOAWAY (PROTOCOL_ERROR) frame header on stream 0.
+    const GOAWAY: [u8; 9] = [0, 0, 8, 7, 0, 0, 0, 0, 0];
+
     #[test]
-    fn the_first_bytes_say_what_the_address_speaks_and_a_mismatch_names_the_setting() {
+    fn the_first_bytes_answered_to_a_client_hello_say_what_the_address_speaks() {
         assert_eq!(
-            speaks(&[21, 3, 3, 0, 2, 2, 50]),
-            Speaks::Tls,
-            "a TLS alert record"
+            speaks(&[]),
+            Speaks::Unknown,
+            "a silent close (Go's crypto/tls on plaintext) says nothing by itself"
         );
+        assert_eq!(speaks(&SERVER_HELLO), Speaks::Tls, "a ServerHello");
+        assert_eq!(speaks(&ALERT), Speaks::Tls, "a TLS alert record");
         assert_eq!(
-            speaks(&[0, 0, 6, 4, 0, 0, 0, 0]),
+            speaks(b"HTTP/1.1 400 Bad Request\r\n"),
             Speaks::Plaintext,
-            "an HTTP/2 SETTINGS frame"
+            "an HTTP/1 server (nginx's plaintext port)"
         );
-        assert_eq!(speaks(&[]), Speaks::Unknown);
-        assert_eq!(speaks(b"HTTP/1.1 400"), Speaks::Unknown);
+        assert_eq!(speaks(&SETTINGS), Speaks::Plaintext, "an h2 SETTINGS frame");
+        assert_eq!(speaks(&GOAWAY), Speaks::Plaintext, "an h2 GOAWAY frame");
+        let settings_then_more = [&SETTINGS[..], &[0, 0, 4, 8, 0]].concat();
+        assert_eq!(speaks(&settings_then_more), Speaks::Plaintext);
+        // Too little to decide, or something else.
+        assert_eq!(speaks(&[22]), Speaks::Unknown, "one byte is no record");
+        assert_eq!(
+            speaks(&SETTINGS[..8]),
+            Speaks::Unknown,
+            "half a frame header"
+        );
+        assert_eq!(
+            speaks(&[0, 0, 0, 4, 0, 0, 0, 0, 1]),
+            Speaks::Unknown,
+            "SETTINGS is never on a stream"
+        );
+        assert_eq!(speaks(b"SSH-2.0-OpenSSH"), Speaks::Unknown);
+        assert_eq!(speaks(&[22, 9, 9]), Speaks::Unknown, "not version 3.x");
+    }
+
+    #[test]
+    fn the_probe_sends_a_client_hello_record() {
+        for host in ["engine.example.com", "127.0.0.1", "::1", "not a name"] {
+            let hello = client_hello(host).expect("a ClientHello");
+            // A handshake record (type 22, version 3.x), whose first message is a ClientHello
+            // (type 1) that fills the record.
+            assert_eq!(&hello[..2], &[22, 3], "{host}");
+            let len = usize::from(u16::from_be_bytes([hello[3], hello[4]]));
+            assert_eq!(hello.len(), 5 + len, "{host}: one record");
+            assert_eq!(hello[5], 1, "{host}: a ClientHello");
+        }
+        let hello = client_hello("engine.example.com").expect("a ClientHello");
+        let has = |needle: &[u8]| hello.windows(needle.len()).any(|w| w == needle);
+        assert!(has(b"engine.example.com"), "SNI names the host");
+        assert!(has(b"\x02h2"), "h2 offered by ALPN");
+        assert_eq!(host_of("engine.example.com:7070"), "engine.example.com");
+        assert_eq!(host_of("[::1]:7070"), "::1");
+        assert_eq!(host_of("localhost"), "localhost");
+    }
+
+    /// A server on 127.0.0.1 that sends `answer` once it has read something, then closes.
+    async fn answering(answer: &'static [u8]) -> String {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let mut buf = [0u8; 5];
+                let _ = s.read_exact(&mut buf).await;
+                let _ = s.write_all(answer).await;
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn the_probe_reads_the_answer_and_a_silent_close_is_unknown() {
+        assert_eq!(probe(&answering(&SERVER_HELLO).await).await, Speaks::Tls);
+        assert_eq!(
+            probe(&answering(b"HTTP/1.1 400 Bad Request\r\n\r\n").await).await,
+            Speaks::Plaintext
+        );
+        assert_eq!(probe(&answering(&[]).await).await, Speaks::Unknown);
+    }
+
+    #[test]
+    fn a_mismatch_names_the_address_and_the_setting_to_change() {
+        let cfg = |strategy| {
+            ClientConfig::builder()
+                .secret_token(crate::config::encode_dev_token(
+                    "tenant",
+                    "https://engine.example",
+                    "engine.example:7070",
+                    4_000_000_000,
+                    "id",
+                ))
+                .host_port("engine.example:7070")
+                .tls_strategy(strategy)
+                .build()
+                .expect("config")
+        };
+        let none = cfg(TlsStrategy::None);
+        let why = mismatch(&none, Speaks::Tls).expect("a mismatch");
+        assert!(
+            why.contains("engine.example:7070 speaks TLS")
+                && why.contains("HATCHET_CLIENT_TLS_STRATEGY=tls"),
+            "{why}"
+        );
+        let tls = cfg(TlsStrategy::Tls);
+        let why = mismatch(&tls, Speaks::Plaintext).expect("a mismatch");
+        assert!(
+            why.contains("engine.example:7070 speaks plaintext")
+                && why.contains("HATCHET_CLIENT_TLS_STRATEGY=none"),
+            "{why}"
+        );
+        for (c, s) in [
+            (&none, Speaks::Plaintext),
+            (&none, Speaks::Unknown),
+            (&tls, Speaks::Tls),
+            (&tls, Speaks::Unknown),
+        ] {
+            assert_eq!(mismatch(c, s), None, "{s:?}");
+        }
     }
 }

@@ -228,7 +228,8 @@ pub(crate) fn sweep_verdict(read: &Result<v1::GetRunDetailsResponse, Error>) -> 
 /// key once, so a sweep costs O([`UNKNOWN_SWEEP_MAX`]) however many wait); one found is never
 /// read again, one missing is read again at each sweep ([`SweepPlan::missing`] says whether
 /// to warn, or for a given id to end its waits with [`unknown_run_error`]); one the read could
-/// not tell about is read again later. Ends with the runtime's lifecycle.
+/// not tell about is read again later, and ends the pass (the others wait for the next one: an
+/// outage costs one read a pass, not one a pending run). Ends with the runtime's lifecycle.
 pub(crate) async fn sweep_unknown(
     conn: Connection,
     registry: std::sync::Arc<RunRegistry>,
@@ -248,7 +249,8 @@ pub(crate) async fn sweep_unknown(
         }
         let batch = registry.take_unchecked(UNKNOWN_SWEEP_MAX, SweepPlan::FIRST_CHECK);
         misses.retain(|k, _| registry.is_pending(k));
-        for (key, origin) in batch {
+        let mut batch = batch.into_iter();
+        while let Some((key, origin)) = batch.next() {
             let run_id = key.to_string();
             let read = conn
                 .run_details(&run_id, Some(std::time::Duration::from_secs(2)))
@@ -278,7 +280,15 @@ pub(crate) async fn sweep_unknown(
                         Missing::Wait => registry.check_again(key, origin),
                     }
                 }
-                None => registry.check_again(key, origin),
+                None => {
+                    // A read that could not tell (the engine is down, or refuses): the rest of
+                    // the pass would only spend attempts and retry budget on the same outage, so
+                    // they wait for the next pass, one read at a time until one answers.
+                    registry.check_again(key, origin);
+                    for (key, origin) in batch.by_ref() {
+                        registry.check_again(key, origin);
+                    }
+                }
             }
         }
     }

@@ -352,3 +352,84 @@ async fn a_tls_mismatch_and_a_refused_connection_say_what_to_change() {
         "{err}"
     );
 }
+
+/// A TLS server on Go's crypto/tls (tests/tls_server), as the real engine's port is: it drops a
+/// first record that is not a handshake without a TLS alert. Killed when dropped.
+struct GoTlsServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for GoTlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Builds and starts tests/tls_server, or `None` (with a printed line) when `go` is not on PATH.
+fn go_tls_server() -> Option<GoTlsServer> {
+    use std::io::BufRead as _;
+    use std::process::{Command, Stdio};
+    if Command::new("go").arg("version").output().is_err() {
+        println!("skipped: `go` is not on PATH, so there is no Go TLS server to probe");
+        return None;
+    }
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/tls_server");
+    let bin = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("hatchet_go_tls_server");
+    let built = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg("main.go")
+        .current_dir(&dir)
+        .output()
+        .expect("go build runs");
+    assert!(
+        built.status.success(),
+        "go build: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let mut child = Command::new(&bin)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the Go TLS server starts");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the port line");
+    let port = line.trim().parse().expect("a port");
+    Some(GoTlsServer { child, port })
+}
+
+/// Plaintext against a Go TLS server (issue 58): Go sends no alert for a first record that is
+/// not a handshake, it just closes; the runtime still says the port speaks TLS and what to set,
+/// within a few seconds.
+#[tokio::test]
+async fn plaintext_against_a_go_tls_server_says_the_port_speaks_tls() {
+    let Some(server) = go_tls_server() else {
+        return;
+    };
+    let plain = crate::support::engine().await;
+    let token = plain.client_config().env_lines()[0].1.clone();
+    let addr = format!("127.0.0.1:{}", server.port);
+    let cfg = ClientConfig::builder()
+        .token(token)
+        .host_port(addr.clone())
+        .tls_strategy(TlsStrategy::None)
+        .build()
+        .expect("config");
+    let started = std::time::Instant::now();
+    let err = version(cfg).await.expect_err("a mismatch");
+    let took = started.elapsed();
+    let text = err.to_string();
+    assert_eq!(err.outcome(), hatchet_runtime::Outcome::Invalid, "{text}");
+    assert!(
+        text.contains("speaks TLS")
+            && text.contains(&addr)
+            && text.contains("HATCHET_CLIENT_TLS_STRATEGY=tls"),
+        "{text}"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}: {text}");
+}
