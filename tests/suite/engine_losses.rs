@@ -430,7 +430,7 @@ async fn waits_on_given_ids_through_an_outage_read_once_a_pass() {
     );
     let waits: Vec<_> = (0..20)
         .map(|i| {
-            let h = rt.run_handle(&format!("00000000-0000-4000-8000-{i:012}"));
+            let h = rt.run_handle(format!("00000000-0000-4000-8000-{i:012}"));
             tokio::spawn(async move { h.result_within::<Value>(Duration::from_secs(30)).await })
         })
         .collect();
