@@ -57,6 +57,8 @@ use crate::proto::{self, ActionType, StepActionEventType as E, v1};
 pub(crate) const FINALS_KEPT: usize = 10_000;
 /// Bytes of final payloads kept.
 pub(crate) const FINAL_BYTES_KEPT: usize = 64 * 1024 * 1024;
+/// How often the finals no longer at risk are forgotten, at most.
+const FORGET_EVERY: Duration = Duration::from_secs(1);
 /// A final answered this long before a disturbance may have been lost with it.
 pub(crate) const AT_RISK_BEFORE: Duration = Duration::from_secs(30);
 /// How far back the task list looks for held attempts (an attempt older than its timeout is
@@ -171,6 +173,9 @@ struct Finals {
     by_key: HashMap<AttemptKey, Final>,
     order: VecDeque<AttemptKey>,
     bytes: usize,
+    /// When the safe finals were last forgotten: at most once a second, so a final's note costs
+    /// O(1) however many are kept (the bound drops the oldest on insert meanwhile).
+    forgot: Option<Instant>,
 }
 
 impl Finals {
@@ -197,6 +202,7 @@ impl Finals {
 
     /// Drops finals that can no longer be at risk; keeps the order list in step lazily.
     fn forget_safe(&mut self, now: Instant) {
+        self.forgot = Some(now);
         self.by_key
             .retain(|_, f| f.at_risk || now.duration_since(f.answered) < AT_RISK_BEFORE);
         let by_key = &self.by_key;
@@ -317,7 +323,11 @@ impl Reclaim {
             }
         }
         let mut finals = self.finals.lock();
-        if finals.order.len() >= FINALS_KEPT / 2 {
+        if finals.order.len() >= FINALS_KEPT / 2
+            && finals
+                .forgot
+                .is_none_or(|t| now.duration_since(t) >= FORGET_EVERY)
+        {
             finals.forget_safe(now);
         }
         finals.insert(
@@ -638,6 +648,34 @@ mod tests {
         d.input = br#"{"input":{"n":1},"parents":{},"triggers":{}}"#.to_vec();
         let p: Value = serde_json::from_str(&payload_from_details(&d, &[])).unwrap();
         assert_eq!(p["input"], serde_json::json!({"n": 1}), "{p}");
+    }
+
+    /// Noting a final stays O(1) under load: the finals no longer at risk are forgotten at most
+    /// once a second, however many notes come in between.
+    #[tokio::test(start_paused = true)]
+    async fn the_safe_finals_are_forgotten_at_most_once_a_second() {
+        let r = Reclaim::default();
+        let note = |i: usize| {
+            r.answered(
+                "run",
+                proto::StepActionEvent {
+                    task_run_external_id: i.to_string(),
+                    ..Default::default()
+                },
+            )
+        };
+        for i in 0..FINALS_KEPT / 2 + 1 {
+            note(i);
+        }
+        let first = r.finals.lock().forgot.expect("forgotten once past half");
+        tokio::time::advance(Duration::from_millis(500)).await;
+        for i in 0..100 {
+            note(FINALS_KEPT + i);
+        }
+        assert_eq!(r.finals.lock().forgot, Some(first), "not again within the second");
+        tokio::time::advance(Duration::from_millis(600)).await;
+        note(2 * FINALS_KEPT);
+        assert!(r.finals.lock().forgot.is_some_and(|t| t > first), "again after it");
     }
 
     #[test]
