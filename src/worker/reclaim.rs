@@ -672,10 +672,17 @@ mod tests {
         for i in 0..100 {
             note(FINALS_KEPT + i);
         }
-        assert_eq!(r.finals.lock().forgot, Some(first), "not again within the second");
+        assert_eq!(
+            r.finals.lock().forgot,
+            Some(first),
+            "not again within the second"
+        );
         tokio::time::advance(Duration::from_millis(600)).await;
         note(2 * FINALS_KEPT);
-        assert!(r.finals.lock().forgot.is_some_and(|t| t > first), "again after it");
+        assert!(
+            r.finals.lock().forgot.is_some_and(|t| t > first),
+            "again after it"
+        );
     }
 
     #[test]
