@@ -95,6 +95,58 @@ impl Default for StreamBackoff {
     }
 }
 
+/// The timing of the worker's sweep for attempts the engine holds as its own and lost
+/// (`worker::reclaim`); kept here, beside the listeners' backoff, as a setting the connection
+/// carries down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReclaimTiming {
+    /// How often the engine's view of this worker's attempts is read (15 s).
+    pub every: Duration,
+    /// How long an attempt must be seen held and not received before it is run (45 s: longer
+    /// than the engine's own way back on RabbitMQ, where a dispatcher queue's message dead-letters
+    /// after 20 s and the scheduler retries the attempt as an internal failure; the worker acts
+    /// only where the engine will not).
+    pub grace: Duration,
+    /// How long after its answer an at-risk final may be sent again (90 s).
+    pub resend_after: Duration,
+}
+
+impl Default for ReclaimTiming {
+    fn default() -> Self {
+        ReclaimTiming {
+            every: Duration::from_secs(15),
+            grace: Duration::from_secs(45),
+            resend_after: Duration::from_secs(90),
+        }
+    }
+}
+
+impl ReclaimTiming {
+    /// The defaults: a read every 15 s, 45 s of grace, finals sent again after 90 s.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How often the engine's view of this worker's attempts is read.
+    pub fn every(mut self, d: Duration) -> Self {
+        self.every = d;
+        self
+    }
+
+    /// How long an attempt must be seen held and not received before it is run.
+    pub fn grace(mut self, d: Duration) -> Self {
+        self.grace = d;
+        self
+    }
+
+    /// How long after its answer an at-risk final may be sent again.
+    pub fn resend_after(mut self, d: Duration) -> Self {
+        self.resend_after = d;
+        self
+    }
+}
+
 /// What a [`Connection`] is built from.
 pub(crate) struct Parts {
     pub config: ClientConfig,
@@ -107,7 +159,7 @@ pub(crate) struct Parts {
     pub backoff: StreamBackoff,
     pub heartbeat_every: Duration,
     /// The worker's sweep for attempts the engine lost.
-    pub reclaim: crate::worker::reclaim::ReclaimTiming,
+    pub reclaim: ReclaimTiming,
     pub seed: u64,
 }
 
@@ -163,7 +215,7 @@ impl Connection {
     }
 
     /// The timing of the worker's sweep for attempts the engine lost.
-    pub(crate) fn reclaim_timing(&self) -> crate::worker::reclaim::ReclaimTiming {
+    pub(crate) fn reclaim_timing(&self) -> ReclaimTiming {
         self.inner.reclaim
     }
 

@@ -108,12 +108,12 @@ pub mod durable {
 
 /// How the runtime retries and reconnects, and what it counted doing so.
 pub mod retries {
+    pub use crate::connection::ReclaimTiming;
     pub use crate::connection::StreamBackoff;
     pub use crate::retry::backoff::Backoff;
     pub use crate::retry::budget::BudgetConfig;
     pub use crate::retry::ledger::MethodCounters;
     pub use crate::retry::report::{EndpointRetries, RetryReport};
-    pub use crate::worker::reclaim::ReclaimTiming;
 }
 
 /// The runtime's health and lifecycle: its listeners' states, its worker's counts and the

@@ -99,7 +99,7 @@ pub struct RuntimeOptions {
     /// shorten it together with the engine's reassignment window).
     pub(crate) heartbeat_every: Option<Duration>,
     /// The worker's sweep for attempts the engine lost (tests shorten it).
-    pub(crate) reclaim: crate::worker::reclaim::ReclaimTiming,
+    pub(crate) reclaim: crate::connection::ReclaimTiming,
 }
 
 impl RuntimeOptions {

@@ -51,6 +51,7 @@ use tokio::time::Instant;
 use super::WorkerCore;
 use crate::client::api::{Api, RunQuery, RunStatus};
 use crate::client::control::RunFilter;
+pub(crate) use crate::connection::ReclaimTiming;
 use crate::proto::{self, ActionType, StepActionEventType as E, v1};
 
 /// Finals kept for a possible second sending.
@@ -66,56 +67,6 @@ pub(crate) const AT_RISK_BEFORE: Duration = Duration::from_secs(30);
 const LOOK_BACK: Duration = Duration::from_secs(24 * 3600);
 /// Rows per read of the task list (more than any worker's slots).
 const ROWS: usize = 500;
-
-/// The timing of the sweep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ReclaimTiming {
-    /// How often the engine's view of this worker's attempts is read (15 s).
-    pub every: Duration,
-    /// How long an attempt must be seen held and not received before it is run (45 s: longer
-    /// than the engine's own way back on RabbitMQ, where a dispatcher queue's message dead-letters
-    /// after 20 s and the scheduler retries the attempt as an internal failure; the worker acts
-    /// only where the engine will not).
-    pub grace: Duration,
-    /// How long after its answer an at-risk final may be sent again (90 s).
-    pub resend_after: Duration,
-}
-
-impl Default for ReclaimTiming {
-    fn default() -> Self {
-        ReclaimTiming {
-            every: Duration::from_secs(15),
-            grace: Duration::from_secs(45),
-            resend_after: Duration::from_secs(90),
-        }
-    }
-}
-
-impl ReclaimTiming {
-    /// The defaults: a read every 15 s, 45 s of grace, finals sent again after 90 s.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// How often the engine's view of this worker's attempts is read.
-    pub fn every(mut self, d: Duration) -> Self {
-        self.every = d;
-        self
-    }
-
-    /// How long an attempt must be seen held and not received before it is run.
-    pub fn grace(mut self, d: Duration) -> Self {
-        self.grace = d;
-        self
-    }
-
-    /// How long after its answer an at-risk final may be sent again.
-    pub fn resend_after(mut self, d: Duration) -> Self {
-        self.resend_after = d;
-        self
-    }
-}
 
 /// An attempt, as the engine names it: task run id and retry count.
 pub(crate) type AttemptKey = (String, i32);
