@@ -221,6 +221,18 @@ impl RuntimeHandle {
         self.inner.listeners.crash(kind);
     }
 
+    /// Test hook: the next `n` acks of durable waits are dropped and their stream let go, as if
+    /// it were cut between the engine's recording and its answer (works on any engine).
+    #[cfg(feature = "test-hooks")]
+    pub fn lose_next_durable_wait_acks(&self, n: u32) {
+        self.inner
+            .listeners
+            .durable
+            .kind
+            .registry
+            .lose_next_wait_acks(n);
+    }
+
     /// Test and chaos hook: makes the worker actor panic; the root supervisor restarts it
     /// (within the restart intensity limit).
     #[cfg(feature = "test-hooks")]

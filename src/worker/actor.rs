@@ -440,18 +440,18 @@ async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Er
             return Err(registration_error(e));
         }
     };
+    let registry = &core.listeners.durable.kind.registry;
     // An evicted invocation stops at once, like a cancelled one (nothing is reported: the engine
     // resumes the task as a new invocation).
-    let evicting = Arc::downgrade(core);
-    core.listeners
-        .durable
-        .kind
-        .registry
-        .set_evict_hook(Arc::new(move |task: &str, invocation: i32| {
-            if let Some(core) = evicting.upgrade() {
-                core.cancel_running(task, |inv| inv <= invocation);
-            }
-        }));
+    registry.set_evict_hook(durable_hook(core, |core, task, invocation| {
+        core.cancel_running(task, |inv| inv <= invocation);
+    }));
+    // An invocation in doubt (its request on the wire of a stream that ended) is restarted from
+    // the engine's log instead of failing its attempt (`restart`).
+    registry.set_doubt_hook(durable_hook(core, |core, task, invocation| {
+        let restart = super::restart::restart_from_log(core.clone(), task.to_string(), invocation);
+        core.tracker.spawn(restart);
+    }));
     // The dispatch loop waits only past `waiting_bound` (execute.rs), so this channel only
     // hands actions over; a flood past the bound waits in the stream (backpressure).
     let (tx, rx) = mpsc::channel(slots + durable_slots);
@@ -479,6 +479,20 @@ async fn start(core: &Arc<WorkerCore>, opts: WorkerOptions) -> Result<String, Er
         .store((slots + durable_slots) as u64, Ordering::Relaxed);
     core.tracker.spawn(dispatch(core.clone(), rx, slots_held));
     Ok(worker_id)
+}
+
+/// A durable registry hook `(task, invocation)` that runs `f` with the worker's state while the
+/// worker lives (the registry outlives it, so it holds the state weakly).
+fn durable_hook(
+    core: &Arc<WorkerCore>,
+    f: impl Fn(&Arc<WorkerCore>, &str, i32) + Send + Sync + 'static,
+) -> crate::listener::durable_task::InvocationHook {
+    let weak = Arc::downgrade(core);
+    Arc::new(move |task: &str, invocation: i32| {
+        if let Some(core) = weak.upgrade() {
+            f(&core, task, invocation);
+        }
+    })
 }
 
 /// A registration failure, with what to do about it.

@@ -12,16 +12,19 @@
 //!    is delivered or its attempt is stale (no heartbeat for [`STALE_AFTER`]: the engine has
 //!    reassigned it); a transient outage never drops it.
 //! 4. A panic in user code becomes a FAILED event; the worker lives on.
-//! 6. A drain pauses the worker at the engine first (no new assignments), keeps heartbeating
-//!    while running tasks finish and report their final events, then cancels what is left,
-//!    stops the heartbeat and the actions listener, and unsubscribes (docs/contract.md §5).
 //! 5. Running attempts are keyed by (task run id, durable invocation, retry count): a repeated
 //!    assignment of an attempt that already runs, or already ran here (the last 10,000), is
 //!    ignored; CANCEL_STEP_RUN cancels every
 //!    attempt of the task; a server eviction cancels the evicted invocation and older ones only
 //!    (a newer invocation of the same task may run on this worker at the same time).
+//! 6. A drain pauses the worker at the engine first (no new assignments), keeps heartbeating
+//!    while running tasks finish and report their final events, then cancels what is left,
+//!    stops the heartbeat and the actions listener, and unsubscribes (docs/contract.md §5).
 //! 7. An attempt the engine holds as this worker's and lost (assigned and never sent, or its
 //!    answered final never recorded) is taken back, never left to its timeout ([`reclaim`]).
+//! 8. A durable invocation in doubt (an operation on the wire of a stream that ended) is
+//!    evicted and restored, replaying onto the engine's log, instead of failing its attempt
+//!    ([`restart`]).
 
 mod actor;
 mod child_index;
@@ -36,6 +39,7 @@ mod labels;
 pub(crate) mod logs;
 pub(crate) mod placement;
 pub(crate) mod reclaim;
+mod restart;
 pub(crate) mod standalone;
 mod state;
 pub(crate) mod task;
@@ -186,6 +190,10 @@ pub struct TaskCounts {
     /// Attempts the engine lost that this worker could not run from the engine's record
     /// (durable or batched), failed at once instead of waiting out their timeout.
     pub failed_as_lost: u64,
+    /// Durable invocations whose operation was in doubt (its stream ended before the engine
+    /// acknowledged it), evicted and restored to replay onto the engine's log instead of failing
+    /// their attempt.
+    pub restarted_from_log: u64,
 }
 
 #[derive(Debug, Default)]
@@ -195,6 +203,8 @@ struct Counters {
     failed: std::sync::atomic::AtomicU64,
     cancelled: std::sync::atomic::AtomicU64,
     slots: std::sync::atomic::AtomicU64,
+    /// Durable invocations restarted from the engine's log ([`restart`]).
+    restarted: std::sync::atomic::AtomicU64,
 }
 
 /// The worker's state; lives outside the worker actor so an actor restart keeps it.
@@ -331,6 +341,7 @@ impl WorkerCore {
             cancelled: c.cancelled.load(Ordering::Relaxed),
             slots: c.slots.load(Ordering::Relaxed),
             running: self.running() as u64,
+            restarted_from_log: c.restarted.load(Ordering::Relaxed),
             taken_back: self.reclaim.counts().run,
             finals_resent: self.reclaim.counts().resent,
             failed_as_lost: self.reclaim.counts().failed,

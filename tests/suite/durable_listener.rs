@@ -330,9 +330,12 @@ async fn a_retried_durable_task_replays_its_sleep_instead_of_diverging() {
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
+/// `durable_task` invariant 2 and `worker::restart`: an operation whose stream ends before its
+/// ack is in doubt (the engine recorded it here); its invocation is evicted and restored, not
+/// failed, so a task with no retries still finishes: the task never sees the doubt, the restored
+/// invocation replays onto the one recorded node, and no retry is spent.
 #[tokio::test]
-async fn a_durable_ack_lost_with_its_stream_fails_the_attempt_and_its_retry_replays_onto_the_node()
-{
+async fn a_durable_ack_lost_with_its_stream_restarts_the_invocation_from_the_log_without_a_retry() {
     let engine = crate::support::engine().await;
     let rt = runtime(&engine).await;
     let executions = Arc::new(std::sync::atomic::AtomicU32::new(0));
@@ -340,7 +343,7 @@ async fn a_durable_ack_lost_with_its_stream_fails_the_attempt_and_its_retry_repl
     let (count, errors) = (executions.clone(), seen.clone());
     rt.register(Workflow::new("cut").durable_task(
         "d",
-        TaskOptions::new().retries(1),
+        TaskOptions::new(),
         move |_i: Value, c: Context| {
             let (count, errors) = (count.clone(), errors.clone());
             async move {
@@ -349,7 +352,10 @@ async fn a_durable_ack_lost_with_its_stream_fails_the_attempt_and_its_retry_repl
                     errors.lock().push(format!("{}: {e}", e.outcome().as_str()));
                     return Err(e.into());
                 }
-                Ok::<_, TaskError>(json!({ "invocation": c.durable_invocation() }))
+                Ok::<_, TaskError>(json!({
+                    "invocation": c.durable_invocation(),
+                    "retry": c.retry_count(),
+                }))
             }
         },
     ))
@@ -360,22 +366,33 @@ async fn a_durable_ack_lost_with_its_stream_fails_the_attempt_and_its_retry_repl
     rt.start_worker(WorkerOptions::new("w", 2))
         .await
         .expect("start");
-    let out: Value = within("the retried run", rt.run("cut", &json!({})))
+    let out: Value = within("the restarted run", rt.run("cut", &json!({})))
         .await
-        .expect("the retry replays onto the recorded sleep");
-    assert_eq!(out["invocation"], 2);
+        .expect("the restored invocation replays onto the recorded sleep");
+    assert_eq!(out["invocation"], 2, "{out}");
+    assert_eq!(out["retry"], 0, "no retry was spent: {out}");
     assert_eq!(
         executions.load(std::sync::atomic::Ordering::SeqCst),
         2,
-        "the attempt whose ack was lost failed; its retry finished"
+        "the invocation in doubt was cancelled; the restored one finished"
     );
+    // The cancelled invocation sees its cancellation (as any cancelled task does), never the
+    // doubt.
     let errors = seen.lock().clone();
-    assert_eq!(errors.len(), 1, "{errors:?}");
-    assert!(errors[0].starts_with("maybe_executed"), "{errors:?}");
+    assert!(
+        errors.iter().all(|e| e.starts_with("cancelled")),
+        "the task never saw the doubt: {errors:?}"
+    );
     assert_eq!(
         engine.stats().durable_nodes_recorded,
         1,
-        "the sleep was never sent twice: one node, replayed by the retry"
+        "the sleep was never sent twice: one node, replayed by the restored invocation"
+    );
+    let counts = rt.task_counts();
+    assert_eq!(
+        (counts.restarted_from_log, counts.failed, counts.completed),
+        (1, 0, 1),
+        "{counts:?}"
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }

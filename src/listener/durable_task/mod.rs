@@ -16,9 +16,13 @@
 //!    ticks while the call is still connecting do not count): a stream that ends before that
 //!    carried none, and they go out on the next one. A request on the wire when its stream ends
 //!    is never sent again (the engine may have recorded it: a second copy would be a second
-//!    node): it fails with [`Outcome::MaybeExecuted`](crate::Outcome::MaybeExecuted), and so does
-//!    every later request of its invocation, so the attempt fails and its retry replays onto the
-//!    log the engine kept.
+//!    node), and its invocation is *in doubt*. Within a worker its requests are held unanswered
+//!    and the invocation is restarted from the engine's log (the doubt hook: the worker evicts
+//!    the invocation, asks the engine to restore it and cancels it here); the restored
+//!    invocation replays onto the log the engine kept, whether or not it recorded the request,
+//!    and no retry is spent. When the restart cannot be made (the eviction fails), the held
+//!    request fails with [`Outcome::MaybeExecuted`](crate::Outcome::MaybeExecuted), and so does
+//!    every later request of its invocation, so the attempt fails and its retry replays.
 //! 3. Completions that arrive before their waiter are kept [`EARLY_COMPLETION_TTL`].
 //! 4. An eviction ack not received in [`EVICTION_ACK_TIMEOUT`] fails that eviction, not the stream.
 //! 5. Sending is a synchronous path (docs/contract.md §3): a request waits through at most
@@ -73,8 +77,15 @@ pub(crate) const READY_AFTER_TICKS: u32 = 2;
 
 const OPERATION: &str = "/v1.V1Dispatcher/DurableTask";
 
+/// A hook called with a task invocation `(task, invocation)`.
+pub(crate) type InvocationHook = Arc<dyn Fn(&str, i32) + Send + Sync>;
+
 /// Called with `(task, invocation)` when the engine evicts that invocation and every older one.
-pub(crate) type EvictHook = Arc<dyn Fn(&str, i32) + Send + Sync>;
+pub(crate) type EvictHook = InvocationHook;
+
+/// Called with `(task, invocation)` when that invocation's request was on the wire of a stream
+/// that ended (invariant 2): the worker restarts it from the engine's log.
+pub(crate) type DoubtHook = InvocationHook;
 
 /// The durable-task listener's kind: its registry and the worker's identity.
 pub(crate) struct DurableTaskKind {

@@ -15,7 +15,9 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::{EARLY_COMPLETION_TTL, EvictHook, MAX_SEND_ATTEMPTS, OPERATION, READY_AFTER_TICKS};
+use super::{
+    DoubtHook, EARLY_COMPLETION_TTL, EvictHook, MAX_SEND_ATTEMPTS, OPERATION, READY_AFTER_TICKS,
+};
 use crate::error::{Cause, DurableError, Error, Outcome};
 use crate::listener::reconnect::StreamEnd;
 use crate::proto::v1::{
@@ -153,6 +155,11 @@ pub(super) struct Inner {
     /// its attempt ends ([`DurableRegistry::attempt_ended`]), so the set is bounded by the
     /// attempts running, and never forgets one of them.
     in_doubt: HashSet<Lane>,
+    /// The requests of invocations in doubt, held unanswered while the worker restarts the
+    /// invocation from the engine's log (the doubt hook): an invocation restarted this way is
+    /// cancelled, and its task never sees the doubt. Answered with the doubt's error when the
+    /// restart cannot be made ([`DurableRegistry::restart_failed`]); gone with the attempt.
+    held: HashMap<Lane, Vec<Request>>,
     waits: HashMap<EntryKey, WaitTx>,
     early: HashMap<EntryKey, (Completion, Instant)>,
     closed: bool,
@@ -214,6 +221,13 @@ pub(crate) struct DurableRegistry {
     inner: Mutex<Inner>,
     next: AtomicU64,
     on_evict: Mutex<Option<EvictHook>>,
+    /// Restarts an invocation in doubt from the engine's log (invariant 2); without it, a
+    /// doubted invocation's requests fail at once.
+    on_doubt: Mutex<Option<DoubtHook>>,
+    /// Test fault: the next this many wait acks are dropped and their stream let go, as if it
+    /// were cut between the engine's recording and its answer (on any engine).
+    #[cfg(any(test, feature = "test-hooks"))]
+    lose_acks: std::sync::atomic::AtomicU32,
     /// The largest message the stream may carry (the connection's send limit); `0`: the
     /// default limit.
     max_message: AtomicUsize,
@@ -281,15 +295,25 @@ impl Inner {
     }
 
     /// The stream carrying the requests on the wire is gone: each of them is in doubt, and so
-    /// is its invocation.
-    fn cut(&mut self, why: &str) {
+    /// is its invocation. With `hold`, the requests of a doubted invocation are held for its
+    /// restart (invariant 2) and its lane is returned; without, they fail at once. An eviction
+    /// on the wire is never held: it is the restart's own request, and its caller decides.
+    fn cut(&mut self, why: &str, hold: bool) -> Vec<Lane> {
         let mut doubted = Vec::new();
+        let mut restart = Vec::new();
         for (lane, q) in self.lanes.iter_mut() {
             let Some(r) = q.on_wire.take() else { continue };
+            doubted.push(lane.clone());
+            if hold && r.kind != AckKind::Evict {
+                let held = self.held.entry(lane.clone()).or_default();
+                held.push(r);
+                held.extend(q.queued.drain(..));
+                restart.push(lane.clone());
+                continue;
+            }
             // Abandoned (`tx` is `None`), nobody waits for it; its invocation is in doubt all
             // the same.
             answer(r, Err(in_doubt_error(why)));
-            doubted.push(lane.clone());
             for r in q.queued.drain(..) {
                 answer(r, Err(behind_doubt_error()));
             }
@@ -300,6 +324,7 @@ impl Inner {
             }
             self.in_doubt.insert(lane);
         }
+        restart
     }
 
     /// Fails and removes every request whose lane matches, with the error `make` builds.
@@ -310,6 +335,15 @@ impl Inner {
                 for r in q.on_wire.into_iter().chain(q.queued) {
                     answer(r, Err(make()));
                 }
+            }
+        }
+    }
+
+    /// Fails every held request (the listener stopped: no restart can be made).
+    fn fail_held(&mut self, make: impl Fn() -> Error) {
+        for (_, held) in self.held.drain() {
+            for r in held {
+                answer(r, Err(make()));
             }
         }
     }
@@ -372,12 +406,50 @@ impl DurableRegistry {
         (requests, g.lanes.len(), g.waits.len())
     }
 
-    /// The attempt running `lane` ended: its doubt goes with it (a retry is another invocation).
+    /// The attempt running `lane` ended: its doubt goes with it (a retry is another invocation),
+    /// and so do its held requests (the attempt was cancelled for its restart, or failed).
     pub(crate) fn attempt_ended(&self, task: &str, invocation: i32) {
-        self.inner
+        let lane = (task.to_string(), invocation);
+        let mut g = self.inner.lock();
+        g.in_doubt.remove(&lane);
+        g.held.remove(&lane);
+    }
+
+    /// The restart of invocation `(task, invocation)` from the engine's log could not be made
+    /// (its eviction failed): its held requests fail with the doubt's error, so the attempt
+    /// fails and its retry replays onto the log the engine kept.
+    pub(crate) fn restart_failed(&self, task: &str, invocation: i32, why: &str) {
+        let held = self
+            .inner
             .lock()
-            .in_doubt
-            .remove(&(task.to_string(), invocation));
+            .held
+            .remove(&(task.to_string(), invocation))
+            .unwrap_or_default();
+        let mut held = held.into_iter();
+        if let Some(first) = held.next() {
+            answer(first, Err(in_doubt_error(why)));
+        }
+        for r in held {
+            answer(r, Err(behind_doubt_error()));
+        }
+    }
+
+    /// Sets what restarts an invocation in doubt (the worker evicts and restores it).
+    pub(crate) fn set_doubt_hook(&self, hook: DoubtHook) {
+        *self.on_doubt.lock() = Some(hook);
+    }
+
+    /// Calls the doubt hook for each lane whose requests were held.
+    fn restart(&self, lanes: Vec<Lane>) {
+        if lanes.is_empty() {
+            return;
+        }
+        let hook = self.on_doubt.lock().clone();
+        if let Some(hook) = hook {
+            for (task, invocation) in lanes {
+                hook(&task, invocation);
+            }
+        }
     }
 
     /// Invocations in doubt (tests check the set empties as attempts end).
@@ -436,7 +508,22 @@ impl DurableRegistry {
         if let Some(why) = &g.refused {
             return Err(stop_error(why, None));
         }
-        if g.in_doubt.contains(&lane) {
+        // An eviction is not a node of the log: it may go out for an invocation in doubt (its
+        // restart is made of one).
+        let evict = kind == AckKind::Evict;
+        if let Some(held) = g.held.get_mut(&lane).filter(|_| !evict) {
+            // Its invocation is being restarted (invariant 2): held with the rest, so the task
+            // never sees the doubt its restart takes away.
+            held.push(Request {
+                id,
+                req,
+                kind,
+                tx: Some(tx),
+                failed_streams: 0,
+            });
+            return Ok((id, rx, false));
+        }
+        if !evict && g.in_doubt.contains(&lane) {
             return Err(behind_doubt_error());
         }
         g.lanes
@@ -488,8 +575,44 @@ impl DurableRegistry {
         self.inner.lock().waits.remove(key);
     }
 
+    /// Test fault: drops the next `n` wait acks, letting their stream go as a cut would.
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub(crate) fn lose_next_wait_acks(&self, n: u32) {
+        self.lose_acks.store(n, Ordering::SeqCst);
+    }
+
+    /// Whether this ack is lost to the fault; the stream is let go (its sink dropped, so the
+    /// engine sees the stream end and the listener opens another) and what it carried is in
+    /// doubt.
+    #[cfg(any(test, feature = "test-hooks"))]
+    fn ack_lost(&self, ack: &Ack) -> bool {
+        if !matches!(ack, Ack::Wait(_))
+            || self
+                .lose_acks
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_err()
+        {
+            return false;
+        }
+        let hold = self.on_doubt.lock().is_some();
+        let restart = {
+            let mut g = self.inner.lock();
+            g.published = None;
+            g.cut(
+                "test fault: the stream was let go before this ack was read",
+                hold,
+            )
+        };
+        self.restart(restart);
+        true
+    }
+
     /// Hands an ack to the request on the wire of its invocation, when it expects that kind.
     fn ack(&self, lane: Lane, ack: Ack) {
+        #[cfg(any(test, feature = "test-hooks"))]
+        if self.ack_lost(&ack) {
+            return;
+        }
         let taken = self
             .inner
             .lock()
@@ -646,9 +769,16 @@ impl DurableRegistry {
     /// Publishes a new stream: `register_worker` and `worker_status` (replay first) go out at
     /// once; requests once the engine has answered the registration.
     pub(super) fn publish(&self, generation: u64, sink: Sink, worker_id: &str) {
+        let restart = self.publish_locked(generation, sink, worker_id);
+        self.restart(restart);
+    }
+
+    fn publish_locked(&self, generation: u64, sink: Sink, worker_id: &str) -> Vec<Lane> {
+        let hold = self.on_doubt.lock().is_some();
         let mut g = self.inner.lock();
+        let mut restart = Vec::new();
         if g.published.is_some() {
-            g.cut("a newer stream replaced it");
+            restart = g.cut("a newer stream replaced it", hold);
         }
         let _ = sink.try_send(v1::DurableTaskRequest {
             message: Some(Req::RegisterWorker(v1::DurableTaskRequestRegisterWorker {
@@ -665,6 +795,7 @@ impl DurableRegistry {
             opened: false,
             ticks: 0,
         });
+        restart
     }
 
     /// The engine answered the call of stream `generation`: from now its status ticks count
@@ -683,14 +814,20 @@ impl DurableRegistry {
 
     /// The stream of `generation` ended: what it carried without an answer is in doubt.
     pub(super) fn unpublish(&self, generation: u64, why: &str) {
-        let mut g = self.inner.lock();
-        if g.published
-            .as_ref()
-            .is_some_and(|p| p.generation == generation)
-        {
-            g.published = None;
-            g.cut(why);
-        }
+        let hold = self.on_doubt.lock().is_some();
+        let restart = {
+            let mut g = self.inner.lock();
+            if g.published
+                .as_ref()
+                .is_some_and(|p| p.generation == generation)
+            {
+                g.published = None;
+                g.cut(why, hold)
+            } else {
+                Vec::new()
+            }
+        };
+        self.restart(restart);
     }
 
     /// Counts a stream of this registry's that ended: without progress, every queued request
@@ -731,6 +868,7 @@ impl DurableRegistry {
         g.published = None;
         g.fail_lanes(|_| true, || Error::closed(OPERATION));
         g.fail_waits(|_| true, || Error::closed(OPERATION));
+        g.fail_held(|| Error::closed(OPERATION));
     }
 
     /// Fails every pending request and wait with the listener's stop error. New requests re-arm
@@ -743,6 +881,7 @@ impl DurableRegistry {
         let make = || stop_error(why, end);
         g.fail_lanes(|_| true, make);
         g.fail_waits(|_| true, make);
+        g.fail_held(make);
     }
 }
 
@@ -966,6 +1105,70 @@ mod tests {
             0,
             "ended attempts take their doubt along"
         );
+    }
+
+    fn evict_req(task: &str, inv: i32) -> v1::DurableTaskRequest {
+        v1::DurableTaskRequest {
+            message: Some(Req::EvictInvocation(
+                v1::DurableTaskEvictInvocationRequest {
+                    invocation_count: inv,
+                    durable_task_external_id: task.into(),
+                    reason: None,
+                },
+            )),
+        }
+    }
+
+    /// Invariant 2 with a doubt hook (a worker): the doubted invocation's requests are held
+    /// unanswered and the hook is called for it; a later request of it is held too, so the task
+    /// sees nothing while it is restarted; its eviction still goes out; a failed restart answers
+    /// the held requests with the doubt; an ended attempt takes its held requests along.
+    #[tokio::test]
+    async fn with_a_doubt_hook_an_invocation_in_doubt_is_held_for_its_restart() {
+        let r = Arc::new(DurableRegistry::default());
+        let doubted: Arc<Mutex<Vec<Lane>>> = Arc::default();
+        let seen = doubted.clone();
+        r.set_doubt_hook(Arc::new(move |t: &str, i: i32| {
+            seen.lock().push((t.to_string(), i))
+        }));
+        let _first = ready_stream(&r, 1);
+        let (_, mut on_wire, _) = r.send(wait_req("t", 1)).expect("send");
+        let (_, mut behind, _) = r.send(memo_req("t", 1)).expect("send");
+        let (_, mut other, _) = r.send(wait_req("u", 1)).expect("send");
+        r.unpublish(1, "status Unavailable");
+        assert_eq!(doubted.lock().len(), 2, "t 1 and u 1: {:?}", doubted.lock());
+        let (_, mut later, _) = r.send(wait_req("t", 1)).expect("held, not refused");
+        for rx in [&mut on_wire, &mut behind, &mut later, &mut other] {
+            assert!(futures::poll!(rx).is_pending(), "held unanswered");
+        }
+        let mut second = ready_stream(&r, 2);
+        let (_, evicted, _) = r.send(evict_req("t", 1)).expect("an eviction may go out");
+        let writes = written(&mut second);
+        assert_eq!(writes.len(), 2, "nothing held goes out: {writes:?}");
+        assert!(writes[1].contains("EvictInvocation"), "{writes:?}");
+        r.on_response(v1::DurableTaskResponse {
+            message: Some(Resp::EvictionAck(v1::DurableTaskEvictionAckResponse {
+                invocation_count: 1,
+                durable_task_external_id: "t".into(),
+            })),
+        });
+        assert!(matches!(evicted.await, Ok(Ok(Ack::Evicted))));
+        // t 1 restarted: its attempt ends and takes its held requests along.
+        r.attempt_ended("t", 1);
+        for rx in [on_wire, behind, later] {
+            assert!(
+                rx.await.is_err(),
+                "dropped with the attempt, never answered"
+            );
+        }
+        // u 1's restart failed: its held request fails with the doubt.
+        r.restart_failed("u", 1, "the eviction was refused");
+        let e = other.await.expect("answered").expect_err("in doubt");
+        assert_eq!(e.outcome(), Outcome::MaybeExecuted, "{e}");
+        let e = r.send(memo_req("u", 1)).expect_err("still in doubt");
+        assert_eq!(e.outcome(), Outcome::MaybeExecuted, "{e}");
+        r.attempt_ended("u", 1);
+        assert_eq!((r.in_doubt_count(), r.pending_counts()), (0, (0, 0, 0)));
     }
 
     #[tokio::test]

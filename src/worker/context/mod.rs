@@ -346,11 +346,12 @@ impl Context {
     /// Sleeps durably for `duration`: the engine keeps the timer, so a restarted worker does not
     /// sleep again.
     ///
-    /// Like every durable operation, it fails with
-    /// [`Outcome::MaybeExecuted`](crate::Outcome::MaybeExecuted) when the stream ends between
-    /// the request and its acknowledgement: the engine may have recorded it, and a second copy
-    /// would be a second node, so it is not sent again. Return the error (`?`): the task's retry
-    /// replays onto what the engine kept. Give durable tasks `retries` of at least 1 for this.
+    /// Like every durable operation, it is never sent twice: when the stream ends between the
+    /// request and its acknowledgement, the engine may have recorded it, so the worker restarts
+    /// the invocation from the engine's log instead (it evicts and restores it; this invocation
+    /// is cancelled, the next replays, and no retry is spent). Only when that restart cannot be
+    /// made does it fail with [`Outcome::MaybeExecuted`](crate::Outcome::MaybeExecuted): return
+    /// the error (`?`), and the task's retry replays onto what the engine kept.
     ///
     /// # Cancel safety
     ///

@@ -323,6 +323,53 @@ async fn conf_an_evicted_task_reads_running_over_grpc_and_says_it_in_is_evicted(
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
+/// `worker::restart` on both engines: a durable wait whose stream is cut after the engine
+/// recorded it and before its ack is read is in doubt; its invocation is evicted and restored,
+/// so a task with a new user's defaults (no retries) finishes: two executions, the second a new
+/// invocation at retry 0 that replays onto the recorded sleep. The cut is made on the client
+/// (the ack dropped and the stream let go), so it works against the real engine as against ours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_durable_wait_in_doubt_after_a_cut_restarts_from_the_log_without_a_retry() {
+    let t = Target::new("doubt").await;
+    let executions = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let count = executions.clone();
+    let wf = Workflow::new("doubt").durable_task(
+        "d",
+        TaskOptions::new(),
+        move |_: Value, c: Context| {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                c.sleep_for(Duration::from_millis(500)).await?;
+                Ok::<_, TaskError>(json!({
+                    "invocation": c.durable_invocation(),
+                    "retry": c.retry_count(),
+                }))
+            }
+        },
+    );
+    let rt = t.worker(4, vec![wf]).await;
+    rt.lose_next_durable_wait_acks(1);
+    let h = rt.run_no_wait("doubt", &json!({})).await.expect("trigger");
+    let out: Value = h
+        .result_within(RESULT)
+        .await
+        .expect("the restored invocation finishes the run");
+    eprintln!("conformance: restarted from the log: {out}");
+    assert_eq!(out["retry"], 0, "no retry was spent: {out}");
+    assert!(
+        out["invocation"].as_i64().is_some_and(|i| i >= 2),
+        "a new invocation finished: {out}"
+    );
+    assert_eq!(executions.load(std::sync::atomic::Ordering::SeqCst), 2);
+    let counts = rt.task_counts();
+    assert_eq!(
+        (counts.restarted_from_log, counts.failed, counts.completed),
+        (1, 0, 1),
+        "{counts:?}"
+    );
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
 /// An evicted durable task still times out (issue 45): the real engine fails it at its
 /// execution timeout while it waits evicted (the Python SDK's `test_eviction_execution_timeout`);
 /// ours skipped evicted tasks when it expired attempts, so the run waited out its whole sleep.
