@@ -238,15 +238,20 @@ async fn worker(dir: &Path, slots: usize) -> Result<(), AnyError> {
     // What the worker took back from the engine's losses, as it happens.
     let watch = rt.clone();
     tokio::spawn(async move {
-        let mut last = (0, 0, 0);
+        let mut last = (0, 0, 0, 0);
         loop {
             tokio::time::sleep(Duration::from_secs(2)).await;
             let c = watch.task_counts();
-            let now = (c.taken_back, c.finals_resent, c.failed_as_lost);
+            let now = (
+                c.taken_back,
+                c.finals_resent,
+                c.failed_as_lost,
+                c.restarted_from_log,
+            );
             if now != last {
                 eprintln!(
-                    "chaos worker takes back: {} unsent attempts run, {} lost finals sent again, {} failed as lost",
-                    now.0, now.1, now.2
+                    "chaos worker takes back: {} unsent attempts run, {} lost finals sent again, {} failed as lost, {} durable invocations in doubt restarted from the log",
+                    now.0, now.1, now.2, now.3
                 );
                 last = now;
             }

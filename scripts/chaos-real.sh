@@ -17,6 +17,9 @@
 #
 # Another deployment: export its HATCHET_CLIENT_* variables, set CHAOS_ENGINE=external and
 # CHAOS_KILL_ENGINE / CHAOS_RESTART_POSTGRES to commands that do those (or `true` to skip them).
+# Peers: CHAOS_PEER=go or CHAOS_PEER=python runs the workers written with the official Go SDK
+# (tests/interop/go chaos-worker) or Python SDK (tests/interop/chaos_peer_worker.py) instead of
+# ours, through the same client, load and faults (the table in docs/guide/production.md).
 # Knobs: CHAOS_RUNS, CHAOS_RATE (runs a second), CHAOS_WAIT (seconds a result may take),
 # CHAOS_FAULTS ("SECONDS:KIND ..." from the client's start; kinds engine, postgres, freeze, cut,
 # worker), CHAOS_FREEZE_SECS. Output in target/chaos/<tag>/.
@@ -74,9 +77,10 @@ cargo build --quiet --example chaos_suite --bin hatchet-dev-engine 2>&1 | tail -
 BIN="$ROOT/target/debug/examples/chaos_suite"
 
 pids=()
+WORKER_PIDS=()
 cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  [[ -n "${WORKER_PID:-}" ]] && kill -TERM "$WORKER_PID" 2>/dev/null || true
+  for p in "${WORKER_PIDS[@]}"; do kill -TERM -- "-$p" "$p" 2>/dev/null || true; done
 }
 trap cleanup EXIT
 
@@ -131,14 +135,30 @@ if [[ "$ENGINE" != cluster ]]; then
 fi
 export RUST_LOG="${RUST_LOG:-hatchet_runtime=info}"
 
-# Worker processes: WORKER_PIDS[i] logs to worker-i.log (worker.log for the first).
+# Worker processes: WORKER_PIDS[i] logs to worker-i.log (worker.log for the first). Each leads
+# its own process group (setsid), so a kill reaches the processes an SDK's worker starts.
 WORKERS="${WORKERS:-${CHAOS_WORKERS:-1}}"
 WORKER_PIDS=()
+PEER="${CHAOS_PEER:-ours}"
+case "$PEER" in
+  ours) WORKER_CMD=("$BIN" worker) ;;
+  go)
+    GO_BIN="$ROOT/target/interop-go/go-interop"
+    tests/interop/go/build.sh "$GO_BIN"
+    WORKER_CMD=("$GO_BIN" chaos-worker)
+    ;;
+  python)
+    VENV="$ROOT/tests/interop/.venv"
+    [[ -x "$VENV/bin/python" ]] || { echo "CHAOS_PEER=python needs the Python SDK's virtualenv: run tests/interop/run.sh or scripts/bench_python.sh once" >&2; exit 2; }
+    WORKER_CMD=("$VENV/bin/python" "$ROOT/tests/interop/chaos_peer_worker.py")
+    ;;
+  *) echo "CHAOS_PEER is ours, go or python" >&2; exit 2 ;;
+esac
 worker_log() { if [[ "$1" -eq 0 ]]; then echo "$OUT/worker.log"; else echo "$OUT/worker-$1.log"; fi; }
 start_worker() { # start_worker I
   local log
   log=$(worker_log "$1")
-  "$BIN" worker --dir "$OUT" --slots 16 >>"$log" 2>&1 &
+  setsid "${WORKER_CMD[@]}" --dir "$OUT" --slots 16 >>"$log" 2>&1 &
   WORKER_PIDS[$1]=$!
   WORKER_PID=${WORKER_PIDS[0]}
 }
@@ -149,7 +169,7 @@ for ((w = 0; w < WORKERS; w++)); do
   grep -q 'serving' "$log" || { tail -20 "$log" >&2; say "worker $w did not start"; exit 1; }
 done
 
-say "$RUNS runs at $RATE/s on the $ENGINE engine; faults: $FAULTS; output in $OUT"
+say "$RUNS runs at $RATE/s on the $ENGINE engine, $WORKERS $PEER workers; faults: $FAULTS; output in $OUT"
 "$BIN" client --dir "$OUT" --runs "$RUNS" --rate "$RATE" --wait "$WAIT" --tag "$TAG" >"$OUT/client.out" 2>"$OUT/client.log" &
 CLIENT_PID=$!
 T0=$(date +%s)
@@ -168,7 +188,8 @@ for f in $FAULTS; do
     freeze) kill -USR1 "$PROXY_PID" ;;
     cut) kill -USR2 "$PROXY_PID" ;;
     worker)
-      kill -KILL "$WORKER_PID" 2>/dev/null || true
+      echo "$WORKER_PID" >>"$OUT/killed.txt"
+      kill -KILL -- "-$WORKER_PID" "$WORKER_PID" 2>/dev/null || true
       wait "$WORKER_PID" 2>/dev/null || true
       sleep 2
       start_worker 0
@@ -182,45 +203,11 @@ done
 
 rc=0
 wait "$CLIENT_PID" || rc=$?
-for p in "${WORKER_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+for p in "${WORKER_PIDS[@]}"; do kill -TERM -- "-$p" "$p" 2>/dev/null || true; done
 cat "$OUT/client.out"
 grep -h 'chaos summary' "$OUT/client.out" >"$OUT/summary.txt" || true
 # ---- recovery per fault: until every worker executes again, until every waiter has its answer ----
-python3 - "$OUT" <<'PY' | tee "$OUT/recovery.txt"
-import sys, datetime, collections
-out = sys.argv[1]
-def ms(iso):
-    return int(datetime.datetime.strptime(iso, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp() * 1000)
-faults = []
-for line in open(f"{out}/faults.log"):
-    parts = line.split()
-    if len(parts) == 2 and parts[0][:2] == "20" and parts[0].endswith("Z"):
-        faults.append((ms(parts[0]), parts[1]))
-execs = collections.defaultdict(list)
-for line in open(f"{out}/exec.log"):
-    f = line.rstrip("\n").split("\t")
-    if len(f) >= 5 and f[4].isdigit():
-        execs[f[3]].append(int(f[4]))
-runs = []
-for line in open(f"{out}/runs.tsv"):
-    f = line.rstrip("\n").split("\t")
-    if len(f) >= 6 and f[4].isdigit() and f[5].isdigit():
-        runs.append((int(f[4]), int(f[5])))
-print("recovery per fault (s after the fault began): every worker executing again | every waiter pending at it answered")
-for i, (t, kind) in enumerate(faults):
-    nxt = faults[i + 1][0] if i + 1 < len(faults) else float("inf")
-    active = [p for p, ts in execs.items() if any(t - 30000 <= x < t for x in ts) or any(x >= t for x in ts)]
-    backs = []
-    for p in active:
-        after = [x for x in execs[p] if x >= t]
-        backs.append((min(after) - t) / 1000 if after and min(after) < nxt else None)
-    known = [b for b in backs if b is not None]
-    silent = len(backs) - len(known)
-    waiters = [a for (s, a) in runs if s <= t <= a]
-    w = (max(waiters) - t) / 1000 if waiters else 0.0
-    wk = f"{max(known):.1f}" if known else "-"
-    print(f"  {kind:16} workers {wk:>6} s ({len(known)} of {len(backs)}; {silent} without work before the next fault) | waiters {w:6.1f} s ({len(waiters)} pending)")
-PY
+python3 "$ROOT/scripts/chaos-recovery.py" "$OUT" "$PEER" | tee "$OUT/recovery.txt"
 
 # ---- evidence from the engine's tables for each run that did not come back right ----
 if [[ "$ENGINE" == real && -s "$OUT/problems.tsv" ]]; then

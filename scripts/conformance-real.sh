@@ -30,18 +30,10 @@ if [ "$rc" -ne 0 ]; then
   done
 fi
 # The checks that kill and restart the shared engine run alone, one after another.
+source scripts/lib-rerun.sh
+FLAKY_TESTS=("${flaky[@]}")
 for restart in conformance::results::conf_results_survive_the_engine_restarting_mid_run \
   conformance::results::conf_listeners_serve_again_within_seconds_after_the_engine_restarting_twice; do
-  if ! timeout 900 cargo test --test suite "$restart" -- --exact --nocapture; then
-    # The same policy as above: once more alone (the engine restarts again), FLAKY if it passes.
-    echo "== rerunning $restart alone"
-    if ! timeout 900 cargo test --test suite "$restart" -- --exact --nocapture; then
-      echo "FAIL $restart: failed twice on the real engine" >&2
-      exit 1
-    fi
-    flaky+=("$restart")
-  fi
+  run_alone "the real engine" "$restart" 900
 done
-for t in "${flaky[@]}"; do
-  echo "FLAKY $t: the first attempt failed, the rerun passed"
-done
+report_flaky

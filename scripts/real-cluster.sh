@@ -23,6 +23,10 @@
 #   reload-proxy       nginx -s reload (graceful: old workers finish their streams; new connections
 #                      go to new workers)
 #   restart-postgres   stop PostgreSQL (fast: sessions ended) and start it again
+#   block-listen       the proxy cuts every worker's actions stream (a hard restart) and refuses to
+#                      carry a new one (/Dispatcher/ListenV2 goes to a closed port: 502, which gRPC
+#                      reads as UNAVAILABLE); every other call passes: heartbeats are accepted
+#   unblock-listen     the proxy carries actions streams again (a graceful reload)
 #
 # Processes and ports (all on 127.0.0.1; each can be moved with the variable named):
 #   PostgreSQL 15         54339  CLUSTER_PG_PORT
@@ -326,6 +330,12 @@ start_api() {
 # ---------------------------------------------------------------------------------------------------
 # nginx: an HTTP/2 gRPC proxy with a prefix, configuration and PID file of its own
 
+# With block-listen in force, workers' actions streams go to a closed port (a 502: UNAVAILABLE).
+listen_block() {
+  [[ -e "$STATE/listen-blocked" ]] || return 0
+  printf '    location = /Dispatcher/ListenV2 {\n      grpc_pass grpc://127.0.0.1:9;\n    }\n'
+}
+
 nginx_conf() {
   mkdir -p "$NGINX_DIR/tmp"
   local user=""
@@ -372,6 +382,7 @@ http {
       grpc_pass grpc://replicas;
       grpc_socket_keepalive on;
     }
+$(listen_block)
   }
 }
 EOF
@@ -403,6 +414,7 @@ stop_proxy_hard() { # SIGTERM is nginx's fast shutdown: workers close every conn
 
 cmd_start() {
   mkdir -p "$STATE" "$LOGS" "$RUN"
+  rm -f "$STATE/listen-blocked" # a fresh start carries every stream
   if alive grpc-1 || alive core || alive proxy; then
     say "already running (scripts/real-cluster.sh stop first)"; cmd_env; return 0
   fi
@@ -546,6 +558,21 @@ cmd_reload_proxy() {
   say "proxy reloaded (graceful)"
 }
 
+cmd_block_listen() {
+  need_running
+  touch "$STATE/listen-blocked"
+  stop_proxy_hard
+  start_proxy
+  say "proxy restarted: it carries no actions stream (ListenV2) until unblock-listen"
+}
+
+cmd_unblock_listen() {
+  need_running
+  rm -f "$STATE/listen-blocked"
+  cmd_reload_proxy
+  say "proxy carries actions streams again"
+}
+
 cmd_restart_postgres() {
   need_running
   pg_alive || die "PostgreSQL is not running"
@@ -571,9 +598,11 @@ case "${1:-}" in
   restart-proxy) cmd_restart_proxy ;;
   reload-proxy) cmd_reload_proxy ;;
   restart-postgres) cmd_restart_postgres ;;
+  block-listen) cmd_block_listen ;;
+  unblock-listen) cmd_unblock_listen ;;
   rabbitmqctl) shift; (mq_env; exec /usr/lib/rabbitmq/bin/rabbitmqctl "$@") ;;
   *)
-    echo "usage: $0 start|stop|env|status|psql [ARGS]|kill-grpc N|restart-grpc N|kill-core|restart-engine|restart-mq|restart-proxy|reload-proxy|restart-postgres|rabbitmqctl [ARGS]" >&2
+    echo "usage: $0 start|stop|env|status|psql [ARGS]|kill-grpc N|restart-grpc N|kill-core|restart-engine|restart-mq|restart-proxy|reload-proxy|restart-postgres|block-listen|unblock-listen|rabbitmqctl [ARGS]" >&2
     exit 2
     ;;
 esac

@@ -21,7 +21,9 @@ window. The trigger path and the poller are this same driver for both sides.
 Env: HATCHET_DEV_ENGINE_BIN, HATCHET_RUST_WORKER_BIN (required for `side`), BENCH_TASKS (2000),
 BENCH_SLOTS (50), BENCH_CHUNK (500), BENCH_WARMUP (20), BENCH_SIDE_TIMEOUT (75 s),
 BENCH_WAIT (refs | rest), BENCH_POLL_S (0.25), BENCH_KEEP=1 (keep the work dir and logs),
-INTEROP_PIDFILE (ids for the calling script's trap), BENCH_BUILD (label for the report).
+INTEROP_PIDFILE (ids for the calling script's trap), BENCH_BUILD (label for the report),
+BENCH_WORKERS (1: worker processes of the side, each with BENCH_SLOTS slots; their CPU is
+summed; scripts/bench_cluster.sh runs 1, 2 and 4 on the cluster).
 """
 
 import asyncio
@@ -85,7 +87,9 @@ def tree_cpu_seconds(root: int) -> tuple[float, int]:
     return ticks / CLK_TCK, n
 
 
-REAL_ENGINE_COMMS = ("hatchet-engine", "postgres")
+# The engine's processes on this machine: its own, PostgreSQL's, and on the cluster
+# (scripts/real-cluster.sh) RabbitMQ's and nginx's.
+REAL_ENGINE_COMMS = ("hatchet-engine", "postgres", "beam.smp", "nginx")
 
 
 def real_engine_cpu_seconds() -> float:
@@ -117,6 +121,8 @@ def run_side(side: str, out_path: Path) -> int:
     work = Path(tempfile.mkdtemp(prefix=f"hatchet-bench-{side}-"))
     os.chdir(work)  # the SDK reads .env files from the current directory: keep it clean
     engine = worker = None
+    nworkers = env_int("BENCH_WORKERS", 1)
+    workers: list = []
     ok = False
     try:
         # Ours without its status lag (results as they finish: the bench measures workers, not
@@ -139,11 +145,22 @@ def run_side(side: str, out_path: Path) -> int:
             argv = [os.environ["HATCHET_GO_BENCH_BIN"], "bench-worker"]
         else:
             argv = [sys.executable, str(HERE / "echo_worker.py")]
-        worker = subprocess.Popen(
-            argv, start_new_session=True, stdin=subprocess.DEVNULL,
-            env={**os.environ, "WORKER_SLOTS": str(slots), "BENCH_SLOTS": str(slots)},
-            stdout=open(work / "worker.log", "wb"), stderr=subprocess.STDOUT)
-        remember_pid(f"-{worker.pid}")
+        for i in range(nworkers):
+            w = subprocess.Popen(
+                argv, start_new_session=True, stdin=subprocess.DEVNULL,
+                env={**os.environ, "WORKER_SLOTS": str(slots), "BENCH_SLOTS": str(slots)},
+                stdout=open(work / f"worker-{i}.log", "wb"), stderr=subprocess.STDOUT)
+            remember_pid(f"-{w.pid}")
+            workers.append(w)
+        worker = workers[0]
+
+        def workers_cpu() -> tuple[float, int]:
+            got = [tree_cpu_seconds(w.pid) for w in workers]
+            return sum(c for c, _ in got), sum(n for _, n in got)
+
+        def workers_alive() -> None:
+            for w in workers:
+                expect(w.poll() is None, f"a worker exited with {w.returncode}")
 
         tenant = hs["tenant_id"]
         since = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -155,12 +172,12 @@ def run_side(side: str, out_path: Path) -> int:
             return page["pagination"]["num_pages"] if page["rows"] else 0  # limit 1: pages = runs
 
         def registered() -> bool:
-            expect(worker.poll() is None, f"worker exited with {worker.returncode}")
+            workers_alive()
             rows = rest_get(hs, f"/api/v1/tenants/{tenant}/worker")["rows"]
-            return any(w["name"] == worker_name and w.get("status") == "ACTIVE"
-                       and action in (w.get("actions") or []) for w in rows)
+            return sum(w["name"] == worker_name and w.get("status") == "ACTIVE"
+                       and action in (w.get("actions") or []) for w in rows) >= nworkers
 
-        wait_until(f"worker {worker_name} ACTIVE with {action}", registered, 60, 0.2)
+        wait_until(f"{nworkers} workers {worker_name} ACTIVE with {action}", registered, 60, 0.2)
 
         from hatchet_sdk import EmptyModel, Hatchet  # after the env points at this engine
 
@@ -181,7 +198,7 @@ def run_side(side: str, out_path: Path) -> int:
             # BENCH_WAIT=rest: poll the run list. Costly in a debug engine: every poll renders
             # each matching run under the engine's state lock, which slows the side it measures.
             while True:
-                expect(worker.poll() is None, f"worker exited with {worker.returncode}")
+                workers_alive()
                 failed = await asyncio.to_thread(count, "FAILED")
                 expect(failed == 0, f"{failed} runs FAILED")
                 if await asyncio.to_thread(count, "COMPLETED") >= total:
@@ -197,7 +214,7 @@ def run_side(side: str, out_path: Path) -> int:
                 except TimeoutError:
                     raise TimeoutError("warm-up runs not done within 30s") from None
             # The measured window: same driver, same bulk trigger, same completion wait.
-            cpu0, eng0 = tree_cpu_seconds(worker.pid)[0], engine_cpu()
+            cpu0, eng0 = workers_cpu()[0], engine_cpu()
             t0 = time.monotonic()
             refs = await trigger(warmup, tasks)
             t_trig = time.monotonic() - t0
@@ -206,7 +223,7 @@ def run_side(side: str, out_path: Path) -> int:
             except TimeoutError:
                 raise TimeoutError(f"runs not done within {side_timeout:.0f}s") from None
             wall = time.monotonic() - t0
-            cpu1, eng1 = tree_cpu_seconds(worker.pid)[0], engine_cpu()
+            cpu1, eng1 = workers_cpu()[0], engine_cpu()
             return wall, t_trig, cpu1 - cpu0, eng1 - eng0
 
         def measure_driver(argv: list[str], name: str) -> tuple[float, float, float, float]:
@@ -228,11 +245,11 @@ def run_side(side: str, out_path: Path) -> int:
                     return json.loads(line)
                 warm = event()
                 expect(warm.get("failed") == 0, f"warm-up: {warm}")
-                cpu0, eng0 = tree_cpu_seconds(worker.pid)[0], engine_cpu()
+                cpu0, eng0 = workers_cpu()[0], engine_cpu()
                 driver.stdin.write(b"go\n")
                 driver.stdin.flush()
                 done = event()
-                cpu1, eng1 = tree_cpu_seconds(worker.pid)[0], engine_cpu()
+                cpu1, eng1 = workers_cpu()[0], engine_cpu()
                 expect(done.get("failed") == 0, f"the {name} driver saw failures: {done}")
                 return done["wall_s"], done["trigger_s"], cpu1 - cpu0, eng1 - eng0
             finally:
@@ -249,9 +266,10 @@ def run_side(side: str, out_path: Path) -> int:
                 side_timeout + 45)
         else:
             wall, t_trig, cpu, eng = bounded(lambda: asyncio.run(measure()), side_timeout + 45)
-        nprocs = tree_cpu_seconds(worker.pid)[1]
+        nprocs = workers_cpu()[1]
         result = {
             "side": side, "workflow": workflow, "tasks": tasks, "slots": slots,
+            "workers": nworkers,
             "wall_s": wall, "trigger_s": t_trig, "tasks_per_s": tasks / wall,
             "worker_cpu_s": cpu, "cpu_s_per_1k": cpu * 1000 / tasks,
             "engine_cpu_s_per_1k": eng * 1000 / tasks, "worker_procs": nprocs,
@@ -280,13 +298,19 @@ def run_side(side: str, out_path: Path) -> int:
         print(f"bench {side} FAILED: {type(e).__name__}: {e}", flush=True)
     finally:
         quick = terminating  # told to stop (SIGTERM): no graceful drain, the caller is waiting
-        if worker is not None and worker.poll() is None and not quick:
-            try:
-                os.killpg(worker.pid, signal.SIGINT)  # both workers drain and exit on Ctrl-C
-                worker.wait(5)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
-        stop(worker, f"{side} worker", grace=2 if quick else 5)
+        for w in workers:
+            if w.poll() is None and not quick:
+                try:
+                    os.killpg(w.pid, signal.SIGINT)  # every worker drains and exits on Ctrl-C
+                except ProcessLookupError:
+                    pass
+        for w in workers:
+            if w.poll() is None and not quick:
+                try:
+                    w.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+            stop(w, f"{side} worker", grace=2 if quick else 5)
         if engine is not None:
             engine.stdin.close()  # the engine exits when its stdin closes
             try:
@@ -296,7 +320,7 @@ def run_side(side: str, out_path: Path) -> int:
                 engine.wait(5)
             forget_pid(str(engine.pid))
         if not ok:
-            dump_logs(work / "worker.log", work / "engine.log")
+            dump_logs(*sorted(work.glob("worker-*.log")), work / "engine.log")
         elif os.environ.get("BENCH_KEEP") != "1":
             for p in work.iterdir():
                 p.unlink()

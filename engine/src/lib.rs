@@ -742,6 +742,24 @@ impl DevEngine {
         self.engine.state.lock().switches.lose_sends = n;
     }
 
+    /// Fault injection, the "zombie worker" of the official SDKs' reports: the engine forgets
+    /// every actions stream of worker `id` while the worker's side of them stays open (a
+    /// dispatcher that lost the session, a proxy that kept the client's half). Nothing is sent
+    /// on them any more, and the worker's next heartbeat is refused with FAILED_PRECONDITION
+    /// ("worker stream is not active"), as the real engine refuses it once its row reads
+    /// inactive. Whether the worker was known.
+    pub fn forget_worker_streams(&self, id: &str) -> bool {
+        let mut st = self.engine.state.lock();
+        match st.workers.get_mut(id) {
+            Some(w) => {
+                let held = std::mem::take(&mut w.sessions);
+                w.forgotten.extend(held);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Fault injection: sends each of the next `n` assignments twice on the same stream (the
     /// same attempt, as a broken stream's re-offer would); see
     /// [`EngineStats::duplicated_assignments`].

@@ -196,6 +196,31 @@ impl Target {
         }
     }
 
+    /// The cluster's script, when the target is the cluster.
+    pub(crate) fn script_is_cluster(&self) -> Option<&str> {
+        self.script
+            .as_deref()
+            .filter(|s| s.ends_with("real-cluster.sh"))
+    }
+
+    /// Runs one of the cluster's fault verbs (`scripts/real-cluster.sh VERB`); `false` when the
+    /// target is not the cluster (the check is then skipped, with a line naming it).
+    pub(crate) async fn cluster_fault(&self, verb: &str, check: &str) -> bool {
+        let Some(script) = self.script_is_cluster().map(str::to_string) else {
+            eprintln!("conformance: cluster only (needs its proxy), skipped here: {check}");
+            return false;
+        };
+        let verb = verb.to_string();
+        let st = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(script).arg(&verb).status()
+        })
+        .await
+        .expect("join")
+        .expect("run the cluster's script");
+        assert!(st.success(), "scripts/real-cluster.sh failed");
+        true
+    }
+
     /// One value read from the real engine's own tables (`scripts/real-engine.sh psql`), as
     /// evidence of what it holds; `None` on ours.
     pub(crate) async fn real_table_value(&self, sql: &str) -> Option<String> {

@@ -199,6 +199,7 @@ impl Engine {
             slot_limits,
             slots_used: BTreeMap::new(),
             sessions: Vec::new(),
+            forgotten: Vec::new(),
             last_heartbeat: now,
             last_heartbeat_at: self.clock.system_now(),
             ever_listened: false,
@@ -264,6 +265,7 @@ impl Engine {
         let mut st = self.state.lock();
         if let Some(w) = st.workers.get_mut(worker_id) {
             w.sessions.retain(|s| s.id != session);
+            w.forgotten.retain(|s| s.id != session);
         }
         if !st.switches.reoffer_unanswered {
             return;

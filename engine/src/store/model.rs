@@ -531,6 +531,9 @@ pub(crate) struct Worker {
     pub slot_limits: BTreeMap<String, i32>,
     pub slots_used: BTreeMap<String, i32>,
     pub sessions: Vec<Session>,
+    /// Streams the engine forgot while their worker's side stays open (the zombie fault,
+    /// `DevEngine::forget_worker_streams`): held so they neither end nor carry anything.
+    pub forgotten: Vec<Session>,
     pub last_heartbeat: Instant,
     pub last_heartbeat_at: SystemTime,
     pub ever_listened: bool,

@@ -117,6 +117,7 @@ mod tests {
             slot_limits: Default::default(),
             slots_used: Default::default(),
             sessions: Vec::new(),
+            forgotten: Vec::new(),
             last_heartbeat: st.clock.now(),
             last_heartbeat_at: st.clock.system_now(),
             ever_listened: false,

@@ -33,7 +33,7 @@
 //
 // `go-interop bench-worker`, `bench-drive`, `bench-latency`, `bench-outage` and
 // `bench-reconnect` are the Go SDK's side of the
-// throughput benchmark (bench.go).
+// throughput benchmark (bench.go); `chaos-worker` its side of the chaos suite (chaos.go).
 //
 // Env: HATCHET_DEV_ENGINE_BIN (our engine; unused on the real engine), HATCHET_RUST_WORKER_BIN
 // and HATCHET_RUST_CLIENT_BIN (g11, g12), INTEROP_PIDFILE (optional: child pids for run.sh's
@@ -348,8 +348,10 @@ func main() {
 			err = benchOutage()
 		case "bench-reconnect":
 			err = benchReconnect()
+		case "chaos-worker":
+			err = chaosWorker(os.Args[2:])
 		default:
-			err = fmt.Errorf("unknown command %q: suite (the default), bench-worker, bench-drive, bench-latency, bench-outage or bench-reconnect", os.Args[1])
+			err = fmt.Errorf("unknown command %q: suite (the default), bench-worker, bench-drive, bench-latency, bench-outage, bench-reconnect or chaos-worker", os.Args[1])
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "go-interop %s: %v\n", os.Args[1], err)

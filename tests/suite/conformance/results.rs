@@ -539,6 +539,159 @@ async fn conf_an_assignment_the_engine_never_sends_is_taken_back_and_run_once() 
     rt.shutdown(Duration::from_secs(2)).await;
 }
 
+/// The zombie worker of the official SDKs' reports (hatchet #4254, #4824): the engine holds the
+/// worker's actions stream as gone while the worker's side of it stays open, so nothing is
+/// assigned to a worker that heartbeats on. The engine refuses its next heartbeat with
+/// FAILED_PRECONDITION ("worker stream is not active"); the worker reopens the stream at once and
+/// takes work again within seconds (`heartbeat` invariant 3). On ours the engine forgets the
+/// stream; on the real engine (and the cluster, through its proxy) the worker's row reads
+/// inactive, as the dispatcher that lost the session leaves it, and the row reads active again
+/// within a few heartbeats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_zombie_worker_reopens_its_stream_at_its_next_heartbeat_and_takes_work_again() {
+    let t = Target::new("zombie").await;
+    let ran = counter();
+    let x = ran.clone();
+    let wf = Workflow::new("zombie").task("t", move |i: Value, _c: Context| {
+        x.fetch_add(1, Ordering::SeqCst);
+        async move { Ok::<_, TaskError>(json!({"n": i["n"]})) }
+    });
+    let rt = t.worker(2, vec![wf]).await;
+    let _: Value = rt
+        .run("zombie", &json!({"n": 0}))
+        .await
+        .expect("a first run");
+    let id = rt.worker_id().expect("registered");
+    match &t.ours {
+        Some(e) => assert!(e.forget_worker_streams(&id), "the engine knows the worker"),
+        None => {
+            let gone = t
+                .real_table_value(&format!(
+                    "update \"Worker\" set \"isActive\" = false where id = '{id}' returning id"
+                ))
+                .await
+                .unwrap_or_default();
+            assert_eq!(gone, id, "the worker's row reads inactive");
+        }
+    }
+    let t0 = std::time::Instant::now();
+    let out: Value = rt
+        .run_no_wait("zombie", &json!({"n": 1}))
+        .await
+        .expect("trigger")
+        .result_within(Duration::from_secs(30))
+        .await
+        .expect("the worker reopened its stream and took the run");
+    let took = t0.elapsed();
+    eprintln!(
+        "conformance: a zombie worker took work again {took:?} after the engine lost its stream"
+    );
+    assert_eq!(out, json!({"n": 1}));
+    assert_eq!(ran.load(Ordering::SeqCst), 2, "each run once");
+    // A heartbeat every 4 s: the refusal comes within one, the reopen at once.
+    assert!(
+        took < Duration::from_secs(15),
+        "took work again within a few heartbeats: {took:?}"
+    );
+    // The real engine routes by the worker's dispatcher and checks no liveness, so the run above
+    // went out on the old stream; what proves the reopen there is the row: the next heartbeat is
+    // refused, the worker opens a new stream, and the dispatcher marks the row active again.
+    if t.ours.is_none() {
+        let sql = format!("select \"isActive\" from \"Worker\" where id = '{id}'");
+        let t0 = std::time::Instant::now();
+        while t.real_table_value(&sql).await.as_deref() != Some("t") {
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "the worker reopened its stream within a few heartbeats"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        eprintln!(
+            "conformance: the engine held the worker's stream again {:?} after it read inactive",
+            t0.elapsed() + took
+        );
+    }
+    rt.shutdown(Duration::from_secs(2)).await;
+}
+
+/// Cluster only (`HATCHET_REAL_ENGINE_SCRIPT` naming scripts/real-cluster.sh): the proxy cuts the
+/// worker's actions stream and carries no new one (`block-listen`), while every other call
+/// passes, so the replicas accept its heartbeats. The worker does not pass as ready: `/ready`
+/// fails within seconds and says why (a zombie would stay ready, taking nothing); once the proxy
+/// carries the stream again (`unblock-listen`) it is ready again and takes work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_cluster_a_worker_whose_actions_stream_cannot_be_reopened_is_not_ready() {
+    let t = Target::new("blocked").await;
+    if t.script_is_cluster().is_none() {
+        eprintln!("conformance: cluster only, skipped here: an actions stream the proxy refuses");
+        return;
+    }
+    let mut config = t.config();
+    config.healthcheck = Some(([127, 0, 0, 1], 0).into());
+    let rt = crate::support::runtime_from(config, RuntimeOptions::new()).await;
+    rt.register(
+        Workflow::new("blocked").task(
+            "t",
+            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
+        ),
+    )
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("blocked", 2))
+        .await
+        .expect("start");
+    let ready_url = format!("http://{}/ready", rt.ops_addr().expect("serving"));
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let ready = || async {
+        http.get(&ready_url)
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0)
+    };
+    let until = |want: u16, within: Duration| {
+        let ready = &ready;
+        async move {
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < within {
+                if ready().await == want {
+                    return Some(t0.elapsed());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            None
+        }
+    };
+    until(200, Duration::from_secs(15))
+        .await
+        .expect("ready once started");
+    assert!(t.cluster_fault("block-listen", "blocked").await);
+    let failed = until(503, Duration::from_secs(15)).await;
+    let body: Value = match http.get(&ready_url).send().await {
+        Ok(r) => r.json().await.unwrap_or_default(),
+        Err(_) => Value::Null,
+    };
+    assert!(t.cluster_fault("unblock-listen", "blocked").await);
+    let failed = failed.expect("/ready fails while the actions stream cannot be reopened");
+    eprintln!(
+        "conformance: /ready failed {failed:?} after the proxy refused the actions stream: {body}"
+    );
+    let back = until(200, Duration::from_secs(30))
+        .await
+        .expect("ready again once the proxy carries the stream");
+    eprintln!("conformance: ready again {back:?} after the proxy carried it again");
+    let out: Value = rt
+        .run_no_wait("blocked", &json!({"n": 1}))
+        .await
+        .expect("trigger")
+        .result_within(Duration::from_secs(30))
+        .await
+        .expect("takes work again");
+    assert_eq!(out, json!({"n": 1}));
+    rt.shutdown(Duration::from_secs(2)).await;
+}
+
 // --- ours only: what needs fault injection --------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -673,6 +673,7 @@ mod tests {
                     legacy: false,
                 })
                 .collect(),
+            forgotten: Vec::new(),
             last_heartbeat: beat,
             last_heartbeat_at: SystemTime::now(),
             ever_listened: true,
