@@ -160,6 +160,8 @@ pub(crate) struct Parts {
     pub heartbeat_every: Duration,
     /// The worker's sweep for attempts the engine lost.
     pub reclaim: ReclaimTiming,
+    /// How often long-lived streams move to a fresh one (`None`: never).
+    pub rotation: Option<Duration>,
     pub seed: u64,
 }
 
@@ -217,6 +219,11 @@ impl Connection {
     /// The timing of the worker's sweep for attempts the engine lost.
     pub(crate) fn reclaim_timing(&self) -> ReclaimTiming {
         self.inner.reclaim
+    }
+
+    /// How often the long-lived streams move to a fresh one (`None`: never).
+    pub(crate) fn stream_rotation(&self) -> Option<Duration> {
+        self.inner.rotation
     }
 
     /// A jitter generator for one consumer of randomness: the runtime seed mixed with `name`, so

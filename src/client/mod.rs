@@ -101,8 +101,8 @@ impl ClientCore {
     }
 
     /// [`ClientCore::outputs_from_details`] over REST, for details too large for a gRPC
-    /// message; an output read as `{}` is refused as undecodable rather than reported as the
-    /// task's. REST reads tables the engine fills after the run's end reached the run stream
+    /// message; outputs are read from the tasks' finished events (as recorded), and a `{}` of a
+    /// task whose event the read did not hold is refused as undecodable. REST reads tables the engine fills after the run's end reached the run stream
     /// (the real engine's OLAP tables: up to about 1.5 s later), so the read is repeated until
     /// it shows the run and every task finished, for up to [`DETAILS_SETTLE`]; a run it still
     /// shows unfinished is never read as failed or cancelled.
@@ -130,14 +130,25 @@ impl ClientCore {
             tokio::time::sleep(every).await;
             every = (every * 2).min(Duration::from_secs(2));
         };
-        let outputs = outputs_of(run_id, view.into_event())?;
-        if let Some((task, _)) = outputs
+        // A `{}` in the read's task rows may stand for an output that is not an object; the
+        // read takes each output from the task's finished event, as recorded, and only a task
+        // whose event it did not find is left in doubt (issue 58, item 8).
+        let unconfirmed = view
+            .tasks
             .iter()
-            .find(|(_, v)| v.as_object().is_some_and(|o| o.is_empty()))
-        {
+            .find(|(_, t)| {
+                t.status == api::RunStatus::Completed
+                    && !t.recorded
+                    && t.output
+                        .as_ref()
+                        .is_some_and(|o| o.as_object().is_some_and(|o| o.is_empty()))
+            })
+            .map(|(task, _)| task.clone());
+        let outputs = outputs_of(run_id, view.into_event())?;
+        if let Some(task) = unconfirmed {
             return Err(Error::new(Outcome::Undecodable, "wait for run")
                 .with_detail(format!(
-                    "the run's details are too large for a gRPC message, and the REST read shows task {task}'s output as {{}}, which the engine's REST API also shows for an output that is not a JSON object; the run finished, and its outputs are at the engine. To read them over gRPC, raise the engine's message limit (SERVER_GRPC_MAX_MSG_SIZE: it refuses to send a larger message) and the client's (HATCHET_CLIENT_GRPC_MAX_RECV_MESSAGE_LENGTH), then read the run again; or have tasks return objects, which REST shows whole"
+                    "the run's details are too large for a gRPC message, and the REST read shows task {task}'s output as {{}}, which the engine's REST API also shows for an output that is not a JSON object, and the read held no finished event of the task (which carries the output as recorded); the run finished, and its outputs are at the engine. To read them over gRPC, raise the engine's message limit (SERVER_GRPC_MAX_MSG_SIZE: it refuses to send a larger message) and the client's (HATCHET_CLIENT_GRPC_MAX_RECV_MESSAGE_LENGTH), then read the run again; or have tasks return objects, which REST shows whole"
                 ))
                 .with_run_id(run_id));
         }
@@ -882,6 +893,7 @@ mod tests {
             status,
             output: None,
             error: None,
+            recorded: false,
         };
         let view = RunView {
             run_id: "r".into(),

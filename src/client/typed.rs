@@ -54,6 +54,11 @@ pub struct TaskView {
     pub output: Option<Value>,
     /// Its error, if it failed or was cancelled.
     pub error: Option<String>,
+    /// Whether `output` is the output as the engine recorded it (a read of its run over REST
+    /// found the task's finished event): without it, a REST read's `{}` may stand for an output
+    /// that is not a JSON object.
+    #[serde(skip)]
+    pub(crate) recorded: bool,
 }
 
 impl RunView {
@@ -139,6 +144,8 @@ impl RunView {
                     output: t.output.as_deref().and_then(json),
                     // The real engine sends an empty error for a task that has none.
                     error: t.error.filter(|e| !e.is_empty()),
+                    // GetRunDetails carries each output's bytes as the engine recorded them.
+                    recorded: true,
                 };
                 (name, view)
             })
@@ -175,6 +182,31 @@ impl RunView {
             .flatten()
             .filter_map(|s| Some((s["taskExternalId"].as_str()?, s["taskName"].as_str()?)))
             .collect();
+        // The outputs as recorded: the run's FINISHED events carry each task's output as JSON
+        // text, where its `tasks` rows show an output that is not a JSON object as `{}` (issue
+        // 58, item 8; both engines).
+        let recorded: BTreeMap<&str, Value> = {
+            let mut by_task: BTreeMap<&str, (i64, &str)> = BTreeMap::new();
+            for e in v
+                .get("taskEvents")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|e| e["eventType"] == "FINISHED")
+            {
+                let (Some(task), Some(text)) = (e["taskId"].as_str(), e["output"].as_str()) else {
+                    continue;
+                };
+                let retry = e["retryCount"].as_i64().unwrap_or(0);
+                if !text.is_empty() && by_task.get(task).is_none_or(|(r, _)| *r <= retry) {
+                    by_task.insert(task, (retry, text));
+                }
+            }
+            by_task
+                .into_iter()
+                .filter_map(|(task, (_, text))| Some((task, serde_json::from_str(text).ok()?)))
+                .collect()
+        };
         let mut tasks = BTreeMap::new();
         for t in v
             .get("tasks")
@@ -189,7 +221,10 @@ impl RunView {
                 .as_str()
                 .filter(|e| !e.is_empty())
                 .map(str::to_string);
-            let output = (st == RunStatus::Completed).then(|| t["output"].clone());
+            let exact = recorded.get(id).cloned();
+            let recorded = exact.is_some();
+            let output =
+                (st == RunStatus::Completed).then(|| exact.unwrap_or_else(|| t["output"].clone()));
             tasks.insert(
                 name,
                 TaskView {
@@ -197,6 +232,7 @@ impl RunView {
                     status: st,
                     output,
                     error,
+                    recorded,
                 },
             );
         }

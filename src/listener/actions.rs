@@ -175,6 +175,9 @@ impl ActionsKind {
 }
 
 impl StreamKind for ActionsKind {
+    // Assignments that come on two streams during the overlap run once (the worker ignores a
+    // repeated one), and the engine keeps a newer session active when an older one closes.
+    const ROTATES: bool = true;
     type Item = proto::AssignedAction;
     const NAME: &'static str = "/Dispatcher/ListenV2";
 

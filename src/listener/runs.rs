@@ -49,6 +49,8 @@ impl KeyedStream for RunsStream {
     const OP: &'static str = "/Dispatcher/SubscribeToWorkflowRuns";
     const POLLS: bool = true;
     const PROBES: bool = true;
+    // A result that comes on both streams during the overlap reaches its waiters once.
+    const ROTATES: bool = true;
 
     async fn open(
         conn: Connection,

@@ -39,6 +39,12 @@
 //!    its open went a moment without an error and the engine accepted a heartbeat sent after
 //!    it ([`StreamKind::serving`]), and a heartbeat the engine refuses because the worker's
 //!    stream is not active reopens it (`worker::heartbeat`).
+//! 8. A kind that rotates ([`StreamKind::ROTATES`]: the worker's actions and the results
+//!    stream) moves to a fresh stream after a period drawn with jitter ([`rotation_delay`]), so
+//!    streams spread onto replicas added behind a load balancer. The new stream opens before
+//!    the old one closes: the old one is read on for [`ROTATION_OVERLAP`] (what the engine
+//!    routed to it before the new one took over still arrives), and the listener reads
+//!    connected throughout.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -63,6 +69,18 @@ use crate::retry::Backoff;
 /// How long a probed stream's open may go unanswered before it counts as held (invariant 7):
 /// five ticks of the real engine's one-second read of ended runs.
 pub(crate) const OPEN_HELD_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The default rotation period of a rotating stream (invariant 8), before jitter.
+pub(crate) const ROTATE_EVERY: Duration = Duration::from_secs(15 * 60);
+/// How long a rotated stream is read on after its successor opened (invariant 8), at most half
+/// the rotation period.
+pub(crate) const ROTATION_OVERLAP: Duration = Duration::from_secs(10);
+
+/// A rotation's delay (a pure rule): `period` scaled by `0.75 + u / 2` for `u` in `[0, 1)`, so
+/// streams opened together move at different moments (±25%).
+pub(crate) fn rotation_delay(period: Duration, u: f64) -> Duration {
+    period.mul_f64(0.75 + u.clamp(0.0, 1.0) / 2.0)
+}
 
 /// Whether to keep reading after a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +128,10 @@ pub(crate) trait StreamKind: Send + Sync + Sized + 'static {
     /// Whether the stream's life ends when the reconnect rules stop it (a caller-owned
     /// subscription ends; a listener stays, and a new need tries again).
     const ENDS_ON_STOP: bool = false;
+    /// Whether the stream moves to a fresh one every rotation period (invariant 8). Only for a
+    /// kind whose messages may come on two streams at once for a moment, and whose new stream
+    /// takes over from the old without failing what is in flight on it.
+    const ROTATES: bool = false;
 
     /// Opens the stream of `generation`: whatever must be sent when a stream opens (registration,
     /// replay of pending subscriptions) happens here.
@@ -199,6 +221,13 @@ impl ReconnectRules {
         }
     }
 
+    /// The delay of a rotation of `period` ([`rotation_delay`], jitter from this stream's
+    /// generator).
+    pub(crate) fn rotation_after(&mut self, period: Duration) -> Duration {
+        use rand::RngExt as _;
+        rotation_delay(period, self.rng.random::<f64>())
+    }
+
     /// The decision for one end ([`reconnect::decide`]).
     pub(crate) fn decide(
         &mut self,
@@ -262,6 +291,8 @@ pub(crate) enum StreamMsg {
     },
     /// The backoff scheduled after `generation` elapsed.
     Reconnect(u64),
+    /// The stream of `generation` reached its rotation (invariant 8): open its successor.
+    Rotate(u64),
     /// The engine answers again: a reconnect waiting out its backoff happens now (the old
     /// scheduled one then finds a newer generation and does nothing).
     EngineBack,
@@ -503,15 +534,25 @@ impl<K> Default for StreamActor<K> {
 
 impl<K: StreamKind> StreamActor<K> {
     fn open(myself: &ActorRef<StreamMsg>, st: &mut StreamState<K>) {
+        Self::open_as(myself, st, false);
+    }
+
+    /// Opens a stream; `rotating`: the successor of a stream that reads on (invariant 8), so
+    /// the listener stays connected meanwhile.
+    fn open_as(myself: &ActorRef<StreamMsg>, st: &mut StreamState<K>, rotating: bool) {
         let home = st.home.clone();
-        home.abort_reader(); // invariant 2
+        home.abort_reader(); // invariant 2 (a rotated reader was taken out before)
         st.stopped = false;
         let generation = home.generations.fetch_add(1, Ordering::Relaxed) + 1;
         st.generation = generation;
         st.phase = Phase::Open;
-        if let Some(h) = &home.health {
+        if !rotating && let Some(h) = &home.health {
             h.connecting();
         }
+        let rotate_after = K::ROTATES
+            .then(|| st.conn.stream_rotation())
+            .flatten()
+            .map(|p| home.rules.lock().rotation_after(p));
         let conn = st.conn.clone();
         let me = myself.clone();
         let task_home = home.clone();
@@ -554,7 +595,20 @@ impl<K: StreamKind> StreamActor<K> {
                         h.connected();
                     }
                     conn.grpc_core().note_token_accepted();
-                    match pump(&*home.kind, &mut stream, &token).await {
+                    // invariant 8: at its rotation the successor opens; this one reads on until
+                    // the actor aborts it.
+                    let rotate = async {
+                        if let Some(d) = rotate_after {
+                            tokio::time::sleep(d).await;
+                            let _ = me.cast(StreamMsg::Rotate(generation));
+                        }
+                        std::future::pending::<()>().await
+                    };
+                    let read = tokio::select! {
+                        r = pump(&*home.kind, &mut stream, &token) => r,
+                        _ = rotate => None,
+                    };
+                    match read {
                         Some(read) => read,
                         None => return,
                     }
@@ -765,6 +819,28 @@ impl<K: StreamKind> Actor for StreamActor<K> {
                     }
                 }
             }
+            StreamMsg::Rotate(generation) => {
+                if generation == st.generation && st.phase == Phase::Open && !st.stopped {
+                    // invariant 8: the old reader is taken out of the home, so the open does
+                    // not abort it; it reads on for the overlap.
+                    let old = st.home.reader.lock().take();
+                    Self::open_as(&myself, st, true);
+                    if let Some(old) = old {
+                        let token = st.home.token.clone();
+                        let overlap = st
+                            .conn
+                            .stream_rotation()
+                            .map_or(ROTATION_OVERLAP, |p| ROTATION_OVERLAP.min(p / 2));
+                        tokio::spawn(async move {
+                            tokio::select! {
+                                _ = tokio::time::sleep(overlap) => {}
+                                _ = token.cancelled() => {}
+                            }
+                            old.abort();
+                        });
+                    }
+                }
+            }
             StreamMsg::EngineBack => {
                 if st.phase == Phase::BackingOff && !st.stopped && st.home.kind.wanted() {
                     Self::open(&myself, st);
@@ -947,6 +1023,29 @@ mod tests {
         let mut never = Scripted(VecDeque::from([Step::NotReady, Step::NotReady]));
         assert!(pump(&kind, &mut never, &token).await.is_none());
         assert!(kind.handed.lock().is_empty());
+    }
+
+    #[test]
+    fn a_rotation_falls_within_a_quarter_of_its_period_and_seeded_streams_spread() {
+        let p = Duration::from_secs(100);
+        assert_eq!(rotation_delay(p, 0.0), Duration::from_secs(75));
+        assert_eq!(rotation_delay(p, 0.5), Duration::from_secs(100));
+        assert_eq!(rotation_delay(p, 1.0), Duration::from_secs(125));
+        assert_eq!(rotation_delay(p, 7.0), Duration::from_secs(125), "clamped");
+        use rand::SeedableRng as _;
+        let mut rules = ReconnectRules::new(rand::rngs::StdRng::seed_from_u64(7));
+        let delays: Vec<Duration> = (0..20).map(|_| rules.rotation_after(p)).collect();
+        assert!(
+            delays
+                .iter()
+                .all(|d| *d >= Duration::from_secs(75) && *d <= Duration::from_secs(125))
+        );
+        let (lo, hi) = (delays.iter().min(), delays.iter().max());
+        assert!(
+            lo.zip(hi)
+                .is_some_and(|(lo, hi)| *hi - *lo > Duration::from_secs(20)),
+            "streams opened together move at different moments: {delays:?}"
+        );
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub(crate) trait KeyedStream: Keyed + Sized {
     /// Whether a new stream is probed with a key the engine answered before (so a stream the
     /// engine took and does not serve is told from an idle one, [`super::stream`] invariant 7).
     const PROBES: bool = false;
+    /// Whether the stream rotates (`stream` invariant 8).
+    const ROTATES: bool = false;
     /// Opens the stream, feeding it `requests`.
     fn open(
         conn: Connection,
@@ -61,6 +63,7 @@ impl<P: KeyedStream> StreamKind for KeyedKind<P> {
     type Item = P::Resp;
     const NAME: &'static str = P::OP;
     const POLLS: bool = P::POLLS;
+    const ROTATES: bool = P::ROTATES;
 
     async fn open(
         &self,

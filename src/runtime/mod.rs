@@ -100,6 +100,9 @@ pub struct RuntimeOptions {
     pub(crate) heartbeat_every: Option<Duration>,
     /// The worker's sweep for attempts the engine lost (tests shorten it).
     pub(crate) reclaim: crate::connection::ReclaimTiming,
+    /// How often the long-lived streams move to a fresh one (`None`: the default period;
+    /// `Some(None)`: never).
+    pub(crate) rotation: Option<Option<Duration>>,
 }
 
 impl RuntimeOptions {
@@ -133,6 +136,15 @@ impl RuntimeOptions {
     /// (docs/contract.md §5 "Taking back"; tests shorten it).
     pub fn reclaim(mut self, timing: crate::retries::ReclaimTiming) -> Self {
         self.reclaim = timing;
+        self
+    }
+    /// How often the worker's actions stream and the results stream move to a fresh stream,
+    /// each period drawn with ±25% jitter (`None`: never). The default is 15 minutes: behind a
+    /// load balancer, streams opened before a replica was added never reach it unless they
+    /// move, and the engine sets no connection age to make them. The new stream opens before
+    /// the old one closes, so nothing in flight on the old one is lost (docs/contract.md §3).
+    pub fn stream_rotation(mut self, every: Option<Duration>) -> Self {
+        self.rotation = Some(every);
         self
     }
 }
@@ -187,6 +199,9 @@ impl Runtime {
                 .heartbeat_every
                 .unwrap_or(crate::worker::heartbeat::HEARTBEAT_EVERY),
             reclaim: opts.reclaim,
+            rotation: opts
+                .rotation
+                .unwrap_or(Some(crate::listener::stream::ROTATE_EVERY)),
             seed: seed.wrapping_add(2),
         });
         let health: BTreeMap<ListenerKind, Arc<HealthReporter>> = [

@@ -1348,3 +1348,95 @@ async fn a_legacy_durable_wait_dropped_by_its_task_leaves_no_waiter_behind() {
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+/// `stream` invariant 8: with a rotation period of 600 ms, the actions stream and the results
+/// stream move to fresh streams while work flows. Each successor opens before its predecessor
+/// closes (the engine holds two actions sessions of the worker at once), the actions listener
+/// reads connected throughout, and every run finishes, once.
+#[tokio::test]
+async fn rotating_streams_move_while_work_flows_and_lose_nothing() {
+    let (engine, rt) = setup_with(
+        RuntimeOptions::new()
+            .stream_rotation(Some(Duration::from_millis(600)))
+            .seed(3),
+    )
+    .await;
+    let engine = Arc::new(engine);
+    let ran = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let x = ran.clone();
+    rt.register(
+        Workflow::new("rot").task("t", move |i: Value, _c: Context| {
+            x.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move { Ok::<_, TaskError>(i) }
+        }),
+    )
+    .await
+    .expect("register");
+    rt.start_worker(WorkerOptions::new("w", 8))
+        .await
+        .expect("start");
+    until_listener(&rt, ListenerKind::WorkerActions, |s| {
+        matches!(s, ListenerState::Connected { .. })
+    })
+    .await;
+    // Every state the actions listener reports from here on, and the most sessions the engine
+    // held for the worker at once.
+    let mut health = rt.health()[&ListenerKind::WorkerActions].clone();
+    health.borrow_and_update();
+    let states: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = states.clone();
+    let watcher = tokio::spawn(async move {
+        while health.changed().await.is_ok() {
+            let s = format!("{:?}", *health.borrow_and_update());
+            seen.lock().push(s);
+        }
+    });
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (m, e) = (most.clone(), engine.clone());
+    let sampler = tokio::spawn(async move {
+        loop {
+            m.fetch_max(
+                e.stats().listener_sessions,
+                std::sync::atomic::Ordering::SeqCst,
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    let mut n = 0;
+    for _ in 0..12 {
+        let mut batch = Vec::new();
+        for _ in 0..5 {
+            n += 1;
+            batch.push(
+                rt.run_no_wait("rot", &json!({"n": n}))
+                    .await
+                    .expect("trigger"),
+            );
+        }
+        for (k, h) in batch.into_iter().enumerate() {
+            let out: Value = h
+                .result_within(Duration::from_secs(20))
+                .await
+                .expect("every run finishes across rotations");
+            assert_eq!(out["n"], n - 4 + k as i64);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    sampler.abort();
+    watcher.abort();
+    assert_eq!(
+        ran.load(std::sync::atomic::Ordering::SeqCst),
+        60,
+        "each run once"
+    );
+    assert!(
+        most.load(std::sync::atomic::Ordering::SeqCst) >= 2,
+        "a successor opened before its predecessor closed"
+    );
+    let states = states.lock().clone();
+    assert!(
+        states.iter().all(|s| s.starts_with("Connected")),
+        "the actions listener read connected throughout: {states:?}"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}

@@ -1591,3 +1591,52 @@ async fn conf_a_tenant_route_of_another_tenant_reads_not_found() {
         assert_eq!(t.rest_answer(&path).await.0, 200, "{path}");
     }
 }
+
+/// Issue 58, item 8: the engine's run read (REST) shows an output that is not a JSON object as
+/// `{}` in its task rows, so a `{}` there is no proof; its finished events carry each output as
+/// recorded. The runtime's read of a run takes the outputs from there, on both engines: a string
+/// output reads back as the string and a real `{}` as `{}` (the REST fallback of a result reads
+/// the same, instead of failing the wait as undecodable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_a_run_read_over_rest_has_each_output_as_recorded() {
+    let t = Target::new("recorded").await;
+    let wf = Workflow::new("recorded")
+        .task("s", |_: Value, _c: Context| async move {
+            Ok::<_, TaskError>(json!("plain"))
+        })
+        .task("e", |_: Value, _c: Context| async move {
+            Ok::<_, TaskError>(json!({}))
+        });
+    let rt = t.worker(2, vec![wf]).await;
+    let h = rt
+        .run_no_wait("recorded", &json!({}))
+        .await
+        .expect("trigger");
+    let out: Value = h.result_within(RESULT).await.expect("result");
+    assert_eq!(out, json!({"s": "plain", "e": {}}));
+    let raw = t
+        .rest_get(&format!("/api/v1/stable/workflow-runs/{}", h.run_id()))
+        .await;
+    let shown: Vec<Value> = raw["tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| t["output"].clone())
+        .collect();
+    eprintln!("conformance: the engine's task rows show the outputs as {shown:?}");
+    let api = rt.api();
+    let view = until_read(
+        "the run read to show both outputs",
+        || api.run(h.run_id()),
+        |v| {
+            v.as_ref().is_ok_and(|v| {
+                v.is_final() && v.tasks.values().all(|t| t.output.is_some()) && v.tasks.len() == 2
+            })
+        },
+    )
+    .await
+    .expect("read");
+    assert_eq!(view.tasks["s"].output, Some(json!("plain")), "{view:?}");
+    assert_eq!(view.tasks["e"].output, Some(json!({})), "{view:?}");
+    rt.shutdown(Duration::from_secs(2)).await;
+}
