@@ -345,6 +345,8 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
             by_wf.entry(workflow_of(i)).or_default().push(i);
         }
         for (wf, idx) in by_wf {
+            // A trigger sent again alone is declared idempotent (retried as a read, a collision
+            // resolving to the run); a bulk trigger resolves collisions to the runs itself.
             let opts = |i: usize| {
                 TriggerOptions::new()
                     .idempotent()
@@ -353,9 +355,10 @@ async fn client(o: ClientRun) -> Result<(), AnyError> {
             };
             let items: Vec<BulkRun<Value>> = idx
                 .iter()
-                .map(|&i| BulkRun {
-                    input: json!({"k": key_of(i)}),
-                    options: opts(i),
+                .map(|&i| {
+                    BulkRun::new(json!({"k": key_of(i)}))
+                        .meta("chaos", o.tag.clone())
+                        .meta("k", key_of(i))
                 })
                 .collect();
             *sends.lock() += 1;

@@ -36,9 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let scope = format!("expense-{}", input["id"]);
             let decision = ctx
                 .wait_for_event_with(
-                    Condition::event("expense:approved")
-                        .scope(scope)
-                        .lookback(Duration::from_secs(600)),
+                    Condition::event("expense:approved").lookback(scope, Duration::from_secs(600)),
                 )
                 .await?;
             Ok::<_, TaskError>(

@@ -88,8 +88,7 @@ fn approval() -> Workflow {
             let decision = c
                 .wait_for_event_with(
                     Condition::event("approval")
-                        .scope(format!("order-{}", o.id))
-                        .lookback(Duration::from_secs(600)),
+                        .lookback(format!("order-{}", o.id), Duration::from_secs(600)),
                 )
                 .await?;
             Ok::<_, TaskError>(json!({"order": o.id, "decision": decision}))

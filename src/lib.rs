@@ -103,7 +103,7 @@ pub mod task {
 /// operation fails.
 pub mod durable {
     pub use crate::error::DurableError;
-    pub use crate::worker::conditions::{AnyOf, Condition, WaitResult, any_of};
+    pub use crate::worker::conditions::{AnyOf, Condition, EventCondition, WaitResult, any_of};
 }
 
 /// How the runtime retries and reconnects, and what it counted doing so.

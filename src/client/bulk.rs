@@ -36,17 +36,17 @@ use crate::proto;
 /// refuses more than 1,000 events per BulkPush).
 pub(crate) const BULK_CHUNK: usize = 1_000;
 
-/// One run of a bulk trigger: its input and options (metadata, priority).
+/// One run of a bulk trigger: its input, and what a bulk trigger carries per run (metadata,
+/// priority). Built with [`BulkRun::new`]; a bulk trigger resolves every idempotency collision to
+/// the existing run and is bounded as a whole, so a run has no options of its own for those.
 #[derive(Debug, Clone)]
 pub struct BulkRun<I> {
-    /// The run's input.
-    pub input: I,
-    /// Its options (`metadata`, `priority`; parent fields are ignored).
-    pub options: TriggerOptions,
+    pub(crate) input: I,
+    pub(crate) options: TriggerOptions,
 }
 
 impl<I> BulkRun<I> {
-    /// A run with default options.
+    /// A run of `input`, without metadata, at the workflow's priority.
     pub fn new(input: I) -> Self {
         BulkRun {
             input,
@@ -60,24 +60,61 @@ impl<I> BulkRun<I> {
         self
     }
 
-    /// With additional metadata.
+    /// With additional metadata (replacing any set before).
     pub fn metadata(mut self, m: serde_json::Map<String, Value>) -> Self {
         self.options.metadata = Some(m);
         self
     }
+
+    /// With one more additional-metadata pair.
+    pub fn meta(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.options = self.options.meta(key, value);
+        self
+    }
 }
 
-/// One event of a bulk push.
+/// One event of a bulk push, built with [`BulkEvent::new`].
 #[derive(Debug, Clone)]
 pub struct BulkEvent<P> {
-    /// The event key (namespaced by the runtime).
-    pub key: String,
-    /// Its payload.
-    pub payload: P,
-    /// Additional metadata, copied onto the runs it triggers.
-    pub metadata: Option<serde_json::Map<String, Value>>,
-    /// Priority (1–3) of the runs it triggers.
-    pub priority: Option<i32>,
+    pub(crate) key: String,
+    pub(crate) payload: P,
+    pub(crate) options: super::PushOptions,
+}
+
+impl<P> BulkEvent<P> {
+    /// An event with `key` (namespaced by the runtime) and `payload`.
+    pub fn new(key: impl Into<String>, payload: P) -> Self {
+        BulkEvent {
+            key: key.into(),
+            payload,
+            options: super::PushOptions::new(),
+        }
+    }
+
+    /// With additional metadata, copied onto the runs it triggers (replacing any set before).
+    pub fn metadata(mut self, m: serde_json::Map<String, Value>) -> Self {
+        self.options.metadata = Some(m);
+        self
+    }
+
+    /// With one more additional-metadata pair.
+    pub fn meta(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.options = self.options.meta(key, value);
+        self
+    }
+
+    /// With a priority (1–3) for the runs it triggers.
+    pub fn priority(mut self, p: i32) -> Self {
+        self.options.priority = Some(p);
+        self
+    }
+
+    /// With a scope: workflows with event filters start only through the filters of this
+    /// scope, and durable waits scoped to it (with a lookback) can take it.
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.options = self.options.scope(scope);
+        self
+    }
 }
 
 /// A chunk's error, once per item of the chunk (invariant 2): same outcome, the same words,
@@ -443,14 +480,7 @@ impl ClientCore {
         const PATH: &str = "/EventsService/BulkPush";
         let prepared = events
             .iter()
-            .map(|ev| {
-                let opts = super::PushOptions {
-                    metadata: ev.metadata.clone(),
-                    priority: ev.priority,
-                    scope: None,
-                };
-                self.push_request(PATH, &ev.key, &ev.payload, &opts)
-            })
+            .map(|ev| self.push_request(PATH, &ev.key, &ev.payload, &ev.options))
             .collect();
         in_chunks(
             PATH,

@@ -31,15 +31,15 @@ const STATUS_CHECK_DEADLINE: Duration = Duration::from_secs(5);
 #[non_exhaustive]
 pub struct RunFilter {
     /// Created at or after.
-    pub since: SystemTime,
+    pub(crate) since: SystemTime,
     /// Created at or before.
-    pub until: Option<SystemTime>,
+    pub(crate) until: Option<SystemTime>,
     /// Any of these statuses (all when empty).
-    pub statuses: Vec<RunStatus>,
+    pub(crate) statuses: Vec<RunStatus>,
     /// Any of these workflow ids (all when empty).
-    pub workflow_ids: Vec<String>,
+    pub(crate) workflow_ids: Vec<String>,
     /// Every one of these additional-metadata pairs.
-    pub metadata: Vec<(String, String)>,
+    pub(crate) metadata: Vec<(String, String)>,
 }
 
 impl RunFilter {

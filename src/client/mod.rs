@@ -73,7 +73,7 @@ impl ClientCore {
         loop {
             let read = self.conn.run_details(run_id, None).await;
             match read {
-                Ok(d) if details_settled(&d) => {
+                Ok(d) if crate::listener::runs::details_settled(&d) => {
                     return outputs_of(
                         run_id,
                         crate::listener::runs::event_from_details(run_id, d),
@@ -191,7 +191,7 @@ impl ClientCore {
         let (me, run_id) = (self.clone(), run_id.to_string());
         tokio::spawn(async move {
             if let Ok(d) = me.conn.run_details(&run_id, Some(LOOKUP_WITHIN)).await
-                && details_settled(&d)
+                && crate::listener::runs::details_settled(&d)
             {
                 let ev = crate::listener::runs::event_from_details(&run_id, d);
                 me.registry()
@@ -496,16 +496,6 @@ pub(crate) fn late_wait(origin: Origin, since_trigger: Duration) -> bool {
 /// run stream: see [`ClientCore::outputs_from_rest`]).
 fn rest_view_settled(view: &crate::run::RunView) -> bool {
     view.status.is_final() && view.tasks.values().all(|t| t.status.is_final())
-}
-
-/// Whether a run's details show it done with every completed task's output written (a task
-/// that completed has an output; one that failed or was cancelled has none): only then are they
-/// its result.
-pub(crate) fn details_settled(d: &v1::GetRunDetailsResponse) -> bool {
-    d.done
-        && d.task_runs
-            .values()
-            .all(|t| t.status != v1::RunStatus::Completed as i32 || t.output.is_some())
 }
 
 /// How long a finished run's details may trail its result on the run stream.

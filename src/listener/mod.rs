@@ -30,7 +30,7 @@
 //! 4. Nothing here imports the runtime, and nothing here reaches state or an actor of the worker
 //!    or the client: listeners receive a [`Connection`](crate::connection::Connection) and their
 //!    registries. Two pure items come from above (ARCHITECTURE.md, "Layers"):
-//!    `client::details_settled` (one rule for a run's end, the stream's and the client's) in
+//!    `runs::details_settled` (one rule for a run's end, the stream's and the client's) in
 //!    `runs.rs`, and the worker's label type `worker::placement` in `actions.rs`.
 
 pub(crate) mod actions;

@@ -101,7 +101,7 @@ async fn poll_once(conn: &Connection, registry: &RunRegistry) {
     for key in registry.pending_keys() {
         let run_id = key.to_string();
         match conn.run_details(&run_id, Some(deadline)).await {
-            Ok(d) if crate::client::details_settled(&d) => {
+            Ok(d) if details_settled(&d) => {
                 registry.deliver(RunEvent::from_event(&event_from_details(&run_id, d)))
             }
             Ok(_) => {}
@@ -395,6 +395,16 @@ pub(crate) fn outputs_of(
         out.insert(r.task_name, v);
     }
     Ok(out)
+}
+
+/// Whether a run's details show it done with every completed task's output written (a task
+/// that completed has an output; one that failed or was cancelled has none): only then are they
+/// its result.
+pub(crate) fn details_settled(d: &v1::GetRunDetailsResponse) -> bool {
+    d.done
+        && d.task_runs
+            .values()
+            .all(|t| t.status != v1::RunStatus::Completed as i32 || t.output.is_some())
 }
 
 #[cfg(test)]

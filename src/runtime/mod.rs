@@ -295,12 +295,9 @@ impl Runtime {
                 tokio: tokio::runtime::Handle::current(),
             }),
         };
-        let _ = handle
-            .inner
-            .tree
-            .worker
-            .runtime
-            .set(Arc::downgrade(&handle.inner));
+        let weak: std::sync::Weak<dyn std::any::Any + Send + Sync> =
+            Arc::downgrade(&handle.inner) as std::sync::Weak<Inner>;
+        let _ = handle.inner.tree.worker.runtime.set(weak);
         Ok(handle)
     }
 }

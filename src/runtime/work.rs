@@ -11,6 +11,24 @@ use crate::client::typed::Registered;
 use crate::error::Error;
 use crate::worker::{WorkerMsg, WorkerOptions, Workflow};
 
+impl crate::worker::Context {
+    /// The runtime this task runs in, to trigger other workflows or read runs from a handler.
+    /// Take it here rather than capturing a [`RuntimeHandle`] in the handler: the runtime owns
+    /// its handlers, so a captured handle keeps it alive after your last one is dropped; this
+    /// one lives as long as you hold it in the task.
+    ///
+    /// # Errors
+    ///
+    /// [`Outcome::Closed`](crate::Outcome::Closed) when the runtime is stopping (its last handle
+    /// was dropped).
+    pub fn runtime(&self) -> Result<RuntimeHandle, Error> {
+        self.runtime_any()
+            .and_then(|any| any.downcast::<super::Inner>().ok())
+            .map(|inner| RuntimeHandle { inner })
+            .ok_or_else(|| Error::closed("Context::runtime"))
+    }
+}
+
 impl RuntimeHandle {
     fn worker(&self, op: &'static str) -> Result<ActorRef<WorkerMsg>, Error> {
         self.inner

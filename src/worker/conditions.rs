@@ -51,16 +51,17 @@ impl Condition {
         }
     }
 
-    /// Holds when an event with `key` is pushed (after the wait began).
-    pub fn event(key: impl Into<String>) -> Self {
-        Condition {
-            kind: Kind::Event {
-                key: key.into(),
-                scope: None,
-                lookback: None,
-            },
+    /// Holds when an event with `key` is pushed (after the wait began). Its scope and lookback
+    /// are set on the [`EventCondition`] this returns, where they mean something; it stands
+    /// wherever a condition or a group is taken (in an array with other kinds of conditions,
+    /// write `.into()`).
+    pub fn event(key: impl Into<String>) -> EventCondition {
+        EventCondition {
+            key: key.into(),
+            scope: None,
+            lookback: None,
             expression: String::new(),
-            key: None,
+            report_key: None,
         }
     }
 
@@ -86,27 +87,6 @@ impl Condition {
         self
     }
 
-    /// Only events pushed with this scope.
-    pub fn scope(mut self, scope: impl Into<String>) -> Self {
-        if let Kind::Event { scope: s, .. } = &mut self.kind {
-            *s = Some(scope.into());
-        }
-        self
-    }
-
-    /// A durable wait on this event also takes one pushed up to `window` before the wait is
-    /// registered (measured by the task's durable clock, so a replay asks the same instant):
-    /// an event pushed while the task was still sleeping, or before a replay reached the wait,
-    /// is not missed. The engine looks back only for a scoped event, so a lookback needs
-    /// [`Condition::scope`] (the wait refuses one without it). Durable waits only; a task's
-    /// `wait_for` refuses it.
-    pub fn lookback(mut self, window: Duration) -> Self {
-        if let Kind::Event { lookback, .. } = &mut self.kind {
-            *lookback = Some(window);
-        }
-        self
-    }
-
     /// Whether a lookback is set.
     pub(crate) fn has_lookback(&self) -> bool {
         matches!(
@@ -116,28 +96,6 @@ impl Condition {
                 ..
             }
         )
-    }
-
-    /// Why this condition cannot be sent, if it cannot: a lookback without a scope.
-    pub(crate) fn problem(&self) -> Option<String> {
-        match &self.kind {
-            Kind::Event {
-                key,
-                scope: None,
-                lookback: Some(_),
-            } => Some(format!(
-                "the wait on event {key:?} has a lookback and no scope: the engine looks back only for scoped events, so give it Condition::scope (and push the event with PushOptions::scope)"
-            )),
-            _ => None,
-        }
-    }
-
-    /// The event key, when this is an event condition.
-    pub(crate) fn event_key(&self) -> Option<&str> {
-        match &self.kind {
-            Kind::Event { key, .. } => Some(key),
-            _ => None,
-        }
     }
 
     /// The key the engine reports this condition under (invariant 1).
@@ -164,13 +122,76 @@ impl Condition {
     }
 }
 
+/// An event condition ([`Condition::event`]): an event with its key is pushed, with what else
+/// must hold of it. Scope and lookback exist only here, and a lookback carries its scope (the
+/// engine looks back only for scoped events), so neither can be set where it would do nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventCondition {
+    key: String,
+    scope: Option<String>,
+    lookback: Option<Duration>,
+    expression: String,
+    report_key: Option<String>,
+}
+
+impl EventCondition {
+    /// A CEL expression over the event's payload (`input`) that must be true.
+    pub fn expression(mut self, cel: impl Into<String>) -> Self {
+        self.expression = cel.into();
+        self
+    }
+
+    /// Only events pushed with this scope (`PushOptions::scope`).
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
+
+    /// A durable wait on this event also takes one pushed with `scope` up to `window` before
+    /// the wait is registered (measured by the task's durable clock, so a replay asks the same
+    /// instant): an event pushed while the task was still sleeping, or before a replay reached
+    /// the wait, is not missed. The engine looks back only for scoped events, so the scope comes
+    /// with it. Durable waits only; a task's `wait_for` refuses it.
+    pub fn lookback(mut self, scope: impl Into<String>, window: Duration) -> Self {
+        self.scope = Some(scope.into());
+        self.lookback = Some(window);
+        self
+    }
+
+    /// The key the engine reports this condition under (invariant 1; the event key by default).
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.report_key = Some(key.into());
+        self
+    }
+}
+
+impl From<EventCondition> for Condition {
+    fn from(e: EventCondition) -> Self {
+        Condition {
+            kind: Kind::Event {
+                key: e.key,
+                scope: e.scope,
+                lookback: e.lookback,
+            },
+            expression: e.expression,
+            key: e.report_key,
+        }
+    }
+}
+
+impl From<EventCondition> for AnyOf {
+    fn from(e: EventCondition) -> Self {
+        AnyOf(vec![e.into()])
+    }
+}
+
 /// Conditions of which any one is enough (an OR group).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AnyOf(pub Vec<Condition>);
 
-/// An OR group of `conditions`.
-pub fn any_of(conditions: impl IntoIterator<Item = Condition>) -> AnyOf {
-    AnyOf(conditions.into_iter().collect())
+/// An OR group of `conditions` (of one kind, or each `.into()` a [`Condition`]).
+pub fn any_of<C: Into<Condition>>(conditions: impl IntoIterator<Item = C>) -> AnyOf {
+    AnyOf(conditions.into_iter().map(Into::into).collect())
 }
 
 impl From<Condition> for AnyOf {
@@ -390,7 +411,7 @@ mod tests {
                 ConditionAction::Queue,
                 any_of([
                     Condition::sleep(Duration::from_secs(90)),
-                    Condition::event("order:paid").expression("input.ok"),
+                    Condition::event("order:paid").expression("input.ok").into(),
                 ]),
             ),
             (
@@ -431,8 +452,8 @@ mod tests {
                 Condition::sleep(Duration::from_secs(5)),
                 Condition::event("wake")
                     .key("woken")
-                    .scope("tenant-a")
-                    .lookback(Duration::from_secs(60)),
+                    .lookback("tenant-a", Duration::from_secs(60))
+                    .into(),
             ])],
             &ns,
             Some(std::time::UNIX_EPOCH + Duration::from_secs(1_000)),

@@ -219,8 +219,9 @@ pub(crate) struct WorkerCore {
     workflow_names: Mutex<std::collections::HashSet<String>>,
     pub(crate) identity: Arc<WorkerIdentity>,
     /// The runtime, held weakly ([`Context::runtime`]): the runtime owns its handlers, so a
-    /// strong handle here would keep it alive forever.
-    pub(crate) runtime: std::sync::OnceLock<std::sync::Weak<crate::runtime::Inner>>,
+    /// strong handle here would keep it alive forever. Opaque: the worker sits below the
+    /// runtime and cannot name it; the runtime layer reads it back (`runtime::work`).
+    pub(crate) runtime: std::sync::OnceLock<std::sync::Weak<dyn std::any::Any + Send + Sync>>,
     running: Mutex<HashMap<RunningKey, CancellationToken>>,
     /// Attempts that ran here (invariant 5: the same attempt offered again does not run again).
     finished: finished::Finished<RunningKey>,

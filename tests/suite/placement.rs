@@ -220,7 +220,9 @@ async fn dag_conditions_wait_skip_and_cancel_as_the_engine_decides() {
             "approve",
             TaskOptions::new().parents(["check"]).wait_for(any_of([
                 Condition::sleep(Duration::from_secs(600)),
-                Condition::event("approval").expression("input.ok == true"),
+                Condition::event("approval")
+                    .expression("input.ok == true")
+                    .into(),
             ])),
             echo("approve"),
         )
@@ -314,7 +316,7 @@ async fn durable_waits_on_an_or_group_say_which_condition_fired() {
             let r = c
                 .wait_for([any_of([
                     Condition::sleep(Duration::from_secs(secs)),
-                    Condition::event("wake").expression("input.id == 7"),
+                    Condition::event("wake").expression("input.id == 7").into(),
                 ])])
                 .await?;
             Ok::<_, TaskError>(

@@ -460,12 +460,7 @@ async fn push_many_triggers_one_run_per_event_with_its_metadata() {
         .expect("start");
     let events: Vec<BulkEvent<Value>> = ["ann", "bob", "cy"]
         .iter()
-        .map(|who| BulkEvent {
-            key: "user:signup".into(),
-            payload: json!({}),
-            metadata: Some(meta("who", who)),
-            priority: None,
-        })
+        .map(|who| BulkEvent::new("user:signup", json!({})).metadata(meta("who", who)))
         .collect();
     let ids = rt.push_many(&events).await;
     assert!(ids.iter().all(|r| r.is_ok()), "{ids:?}");

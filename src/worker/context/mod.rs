@@ -265,22 +265,14 @@ impl Context {
         &self.inner.cancel
     }
 
-    /// The runtime this task runs in, to trigger other workflows or read runs from a handler.
-    /// Take it here rather than capturing a [`RuntimeHandle`](crate::RuntimeHandle) in the
-    /// handler: the runtime owns its handlers, so a captured handle keeps it alive after your
-    /// last one is dropped; this one lives as long as you hold it in the task.
-    ///
-    /// # Errors
-    ///
-    /// [`Outcome::Closed`](crate::Outcome::Closed) when the runtime is stopping (its last handle
-    /// was dropped).
-    pub fn runtime(&self) -> Result<crate::RuntimeHandle, Error> {
+    /// The runtime this worker belongs to, opaque ([`Context::runtime`] reads it back in the
+    /// runtime layer); `None` once it is gone.
+    pub(crate) fn runtime_any(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
         self.inner
             .core
             .runtime
             .get()
-            .and_then(crate::RuntimeHandle::upgrade)
-            .ok_or_else(|| Error::closed("Context::runtime"))
+            .and_then(std::sync::Weak::upgrade)
     }
 
     /// Sends a log line to the engine (PutLog), in the background. Never waits: when the engine
@@ -389,7 +381,7 @@ impl Context {
     /// use std::time::Duration;
     /// let approval = ctx
     ///     .wait_for_event_with(
-    ///         Condition::event("approval").scope("order-7").lookback(Duration::from_secs(300)),
+    ///         Condition::event("approval").lookback("order-7", Duration::from_secs(300)),
     ///     )
     ///     .await?;
     /// # Ok(()) }
@@ -403,15 +395,9 @@ impl Context {
     /// would drop it too (see [`Context::sleep_for`]).
     pub async fn wait_for_event_with(
         &self,
-        event: crate::durable::Condition,
+        event: crate::durable::EventCondition,
     ) -> Result<Value, Error> {
-        if event.event_key().is_none() {
-            return Err(Error::invalid(
-                "durable wait",
-                "wait_for_event_with takes an event condition (Condition::event); use wait_for for sleeps",
-            ));
-        }
-        let fired = self.wait_for([crate::durable::AnyOf(vec![event])]).await?;
+        let fired = self.wait_for([crate::durable::AnyOf::from(event)]).await?;
         Ok(fired
             .fired
             .into_values()

@@ -27,7 +27,7 @@ impl Context {
     /// let r = ctx
     ///     .wait_for([any_of([
     ///         Condition::sleep(Duration::from_secs(3600)),
-    ///         Condition::event("order:approved").expression("input.ok == true"),
+    ///         Condition::event("order:approved").expression("input.ok == true").into(),
     ///     ])])
     ///     .await?;
     /// if r.fired("order:approved") { /* approved within the hour */ }
@@ -56,9 +56,6 @@ impl Context {
                 "durable wait",
                 "a durable wait takes sleeps and events; parent conditions belong to DAG tasks (TaskOptions::wait_for)",
             ));
-        }
-        if let Some(why) = groups.iter().flat_map(|g| &g.0).find_map(|c| c.problem()) {
-            return Err(Error::invalid("durable wait", why));
         }
         let (d, inv) = self.durable()?;
         let config = self.inner.core.conn().config().clone();

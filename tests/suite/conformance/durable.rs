@@ -26,7 +26,7 @@ async fn conf_durable_sleep_event_or_wait_and_memo() {
                 let r = c
                     .wait_for([any_of([
                         Condition::sleep(Duration::from_secs(600)),
-                        Condition::event("wake").expression("input.id == 7"),
+                        Condition::event("wake").expression("input.id == 7").into(),
                     ])])
                     .await?;
                 Ok::<_, TaskError>(json!({

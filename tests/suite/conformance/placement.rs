@@ -21,7 +21,9 @@ async fn conf_dag_conditions_skip_and_wait() {
             "approve",
             TaskOptions::new().parents(["check"]).wait_for(any_of([
                 Condition::sleep(Duration::from_secs(600)),
-                Condition::event("approval").expression("input.ok == true"),
+                Condition::event("approval")
+                    .expression("input.ok == true")
+                    .into(),
             ])),
             |_: Value, c: Context| async move {
                 Ok::<_, TaskError>(json!({"triggers": c.triggers().clone()}))
@@ -35,7 +37,7 @@ async fn conf_dag_conditions_skip_and_wait() {
                 .parents(["check"])
                 .wait_for(any_of([
                     Condition::parent("check").expression("output.n > 5"),
-                    Condition::event("conds-gate"),
+                    Condition::event("conds-gate").into(),
                 ]))
                 .wait_for(Condition::sleep(Duration::from_secs(1))),
             |_: Value, c: Context| async move {

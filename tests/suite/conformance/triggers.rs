@@ -130,14 +130,7 @@ async fn conf_bulk_trigger_and_push() {
     assert_eq!(ids.len(), 30, "30 distinct runs");
     let events: Vec<BulkEvent<Value>> = (0..5)
         .map(|i| {
-            let mut md = serde_json::Map::new();
-            md.insert("tag".into(), json!(format!("e{i}")));
-            BulkEvent {
-                key: "order:created".into(),
-                payload: json!({"id": 100 + i}),
-                metadata: Some(md),
-                priority: None,
-            }
+            BulkEvent::new("order:created", json!({"id": 100 + i})).meta("tag", format!("e{i}"))
         })
         .collect();
     let pushed = rt.push_many(&events).await;
