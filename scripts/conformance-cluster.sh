@@ -2,7 +2,8 @@
 # The conformance checks that matter where users scale, run against the reference deployment
 # (scripts/real-cluster.sh: two gRPC replicas behind nginx, RabbitMQ, a controllers+scheduler
 # process), through its proxy: a zombie worker's reopen, an actions stream the proxy refuses
-# (`/ready` fails, then recovers), an idle worker's readiness, a durable wait in doubt after a
+# (`/ready` fails, then recovers), workers spreading onto a replica started after them (stream
+# rotation), an idle worker's readiness, a durable wait in doubt after a
 # cut, an assignment the engine never sends, and results through an engine restart. Each runs
 # alone; one that fails runs once more and is reported FLAKY, as scripts/conformance-real.sh does.
 #
@@ -17,6 +18,7 @@ export HATCHET_REAL_ENGINE=1 HATCHET_REAL_ENGINE_SCRIPT="$PWD/scripts/real-clust
 source scripts/lib-rerun.sh
 for t in conformance::results::conf_a_zombie_worker_reopens_its_stream_at_its_next_heartbeat_and_takes_work_again \
   conformance::results::conf_cluster_a_worker_whose_actions_stream_cannot_be_reopened_is_not_ready \
+  conformance::results::conf_cluster_workers_spread_onto_a_replica_started_after_them \
   conformance::results::conf_an_idle_worker_is_ready_within_seconds \
   conformance::durable::conf_a_durable_wait_in_doubt_after_a_cut_restarts_from_the_log_without_a_retry \
   conformance::results::conf_an_assignment_the_engine_never_sends_is_taken_back_and_run_once \

@@ -570,9 +570,21 @@ impl<K: StreamKind> StreamActor<K> {
                     None => std::future::pending().await,
                 }
             });
+            // invariant 8: at its rotation the successor opens; this one reads on (or waits on
+            // for its answer: the real engine answers an idle actions stream only with work)
+            // until the actor aborts it.
+            let me_rotate = me.clone();
+            let mut rotate = std::pin::pin!(async move {
+                if let Some(d) = rotate_after {
+                    tokio::time::sleep(d).await;
+                    let _ = me_rotate.cast(StreamMsg::Rotate(generation));
+                }
+                std::future::pending::<()>().await
+            });
             let opened = loop {
                 tokio::select! {
                     r = &mut open => break r,
+                    _ = &mut rotate => {}
                     _ = token.cancelled() => return,
                     // invariant 7: a stream the engine took and does not answer is opened again
                     _ = &mut held => break Err(tonic::Status::unavailable(format!(
@@ -595,18 +607,9 @@ impl<K: StreamKind> StreamActor<K> {
                         h.connected();
                     }
                     conn.grpc_core().note_token_accepted();
-                    // invariant 8: at its rotation the successor opens; this one reads on until
-                    // the actor aborts it.
-                    let rotate = async {
-                        if let Some(d) = rotate_after {
-                            tokio::time::sleep(d).await;
-                            let _ = me.cast(StreamMsg::Rotate(generation));
-                        }
-                        std::future::pending::<()>().await
-                    };
                     let read = tokio::select! {
                         r = pump(&*home.kind, &mut stream, &token) => r,
-                        _ = rotate => None,
+                        _ = &mut rotate => None,
                     };
                     match read {
                         Some(read) => read,

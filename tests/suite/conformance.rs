@@ -206,13 +206,30 @@ impl Target {
     /// Runs one of the cluster's fault verbs (`scripts/real-cluster.sh VERB`); `false` when the
     /// target is not the cluster (the check is then skipped, with a line naming it).
     pub(crate) async fn cluster_fault(&self, verb: &str, check: &str) -> bool {
+        self.cluster_fault_with(&[verb], &[], check).await
+    }
+
+    /// [`Target::cluster_fault`] with arguments and environment (`CLUSTER_IDLE_TIMEOUT`, ...).
+    pub(crate) async fn cluster_fault_with(
+        &self,
+        args: &[&str],
+        env: &[(&str, &str)],
+        check: &str,
+    ) -> bool {
         let Some(script) = self.script_is_cluster().map(str::to_string) else {
             eprintln!("conformance: cluster only (needs its proxy), skipped here: {check}");
             return false;
         };
-        let verb = verb.to_string();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let st = tokio::task::spawn_blocking(move || {
-            std::process::Command::new(script).arg(&verb).status()
+            std::process::Command::new(script)
+                .args(&args)
+                .envs(env)
+                .status()
         })
         .await
         .expect("join")

@@ -692,6 +692,78 @@ async fn conf_cluster_a_worker_whose_actions_stream_cannot_be_reopened_is_not_re
     rt.shutdown(Duration::from_secs(2)).await;
 }
 
+/// Cluster only: workers spread onto a replica started after them (`stream` invariant 8). With
+/// the proxy's idle timeout off, nothing else moves a stream: eight workers open their actions
+/// streams while replica 2 is down, so all of them are on replica 1; replica 2 comes back, and
+/// within a few rotation periods (10 s here) both replicas hold actions streams (the workers'
+/// rows name two dispatchers). Without rotation they would stay on replica 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conf_cluster_workers_spread_onto_a_replica_started_after_them() {
+    let t = Target::new("spread").await;
+    let check = "streams rotate onto a replica added later";
+    if t.script_is_cluster().is_none() {
+        eprintln!("conformance: cluster only, skipped here: {check}");
+        return;
+    }
+    let no_idle = [("CLUSTER_IDLE_TIMEOUT", "1d")];
+    assert!(
+        t.cluster_fault_with(&["reload-proxy"], &no_idle, check)
+            .await
+    );
+    assert!(
+        t.cluster_fault_with(&["kill-grpc", "2"], &no_idle, check)
+            .await
+    );
+    let mut workers = Vec::new();
+    for i in 0..8 {
+        let rt = crate::support::runtime_from(
+            t.config(),
+            RuntimeOptions::new().stream_rotation(Some(Duration::from_secs(10))),
+        )
+        .await;
+        rt.register(
+            Workflow::new("spread").task("t", |i: Value, _c: Context| async move {
+                Ok::<_, TaskError>(i)
+            }),
+        )
+        .await
+        .expect("register");
+        let id = rt
+            .start_worker(WorkerOptions::new(format!("spread-{i}"), 1))
+            .await
+            .expect("start");
+        workers.push((rt, id));
+    }
+    let ids: Vec<String> = workers.iter().map(|(_, id)| format!("'{id}'")).collect();
+    let sql = format!(
+        "select count(distinct \"dispatcherId\") from \"Worker\" where id in ({})",
+        ids.join(",")
+    );
+    let before = t.real_table_value(&sql).await.unwrap_or_default();
+    assert!(
+        t.cluster_fault_with(&["restart-grpc", "2"], &no_idle, check)
+            .await
+    );
+    let t0 = std::time::Instant::now();
+    let mut spread = None;
+    while t0.elapsed() < Duration::from_secs(90) {
+        if t.real_table_value(&sql).await.as_deref() == Some("2") {
+            spread = Some(t0.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // The proxy's idle timeout back to the cluster's default before anything can fail.
+    let restored = t.cluster_fault_with(&["reload-proxy"], &[], check).await;
+    for (rt, _) in workers {
+        rt.shutdown(Duration::from_secs(2)).await;
+    }
+    assert!(restored);
+    assert_eq!(before, "1", "every worker started on replica 1");
+    let spread = spread.expect("both replicas hold actions streams within 90 s");
+    eprintln!("conformance: workers on both replicas {spread:?} after replica 2 came back");
+}
+
 // --- ours only: what needs fault injection --------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
