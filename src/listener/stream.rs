@@ -630,6 +630,12 @@ impl<K: StreamKind> StreamActor<K> {
                 },
                 opened: opened_ok,
             };
+            // invariant 8: a stream rotated out (a newer generation opened while it read on)
+            // ends quietly: its successor owns the listener, so its end is nobody's to judge
+            // (an empty end would otherwise count towards registering the worker again).
+            if home.generations.load(Ordering::Relaxed) != generation {
+                return;
+            }
             let judged = if finished {
                 Judged::Finish
             } else {
