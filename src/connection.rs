@@ -110,6 +110,11 @@ pub struct ReclaimTiming {
     pub grace: Duration,
     /// How long after its answer an at-risk final may be sent again (90 s).
     pub resend_after: Duration,
+    /// How long after the last disturbance, with no final of this worker answered since (so no
+    /// witness), the engine's core counts as recording ends again (150 s: past a killed
+    /// engine's start, its successor's one-minute rebalance of its tenant, and that minute
+    /// again), so an idle worker's lost final is sent again too.
+    pub alone_after: Duration,
 }
 
 impl Default for ReclaimTiming {
@@ -118,12 +123,14 @@ impl Default for ReclaimTiming {
             every: Duration::from_secs(15),
             grace: Duration::from_secs(45),
             resend_after: Duration::from_secs(90),
+            alone_after: Duration::from_secs(150),
         }
     }
 }
 
 impl ReclaimTiming {
-    /// The defaults: a read every 15 s, 45 s of grace, finals sent again after 90 s.
+    /// The defaults: a read every 15 s, 45 s of grace, finals sent again after 90 s, and
+    /// without a witness 150 s after the last disturbance.
     pub fn new() -> Self {
         Self::default()
     }
@@ -143,6 +150,13 @@ impl ReclaimTiming {
     /// How long after its answer an at-risk final may be sent again.
     pub fn resend_after(mut self, d: Duration) -> Self {
         self.resend_after = d;
+        self
+    }
+
+    /// How long after the last disturbance a worker that answered no final since sends its
+    /// at-risk finals again without a witness.
+    pub fn alone_after(mut self, d: Duration) -> Self {
+        self.alone_after = d;
         self
     }
 }

@@ -17,6 +17,10 @@
 //! 4. A heartbeat accepted after a failed one says the engine is back: every listener waiting
 //!    out a reconnect backoff opens at once (a killed engine is back in about 2 s; a backoff
 //!    grown during its outage would otherwise keep the worker deaf for up to 30 s more).
+//! 5. While the engine cannot be reached (UNAVAILABLE, DEADLINE_EXCEEDED) the next heartbeat
+//!    goes after [`PROBE_EVERY`], not a whole interval ([`next_beat_in`]), so the engine's return
+//!    is seen within about a second of it and invariant 4 acts then. A refusal keeps the
+//!    interval: a stream reopened after one needs time to be taken before the next beat judges it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,7 +37,19 @@ pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(4);
 /// Heartbeat deadline.
 pub(crate) const HEARTBEAT_DEADLINE: Duration = Duration::from_secs(3);
 
+/// The heartbeat's cadence while the engine cannot be reached (invariant 5).
+pub(crate) const PROBE_EVERY: Duration = Duration::from_secs(1);
+
 const PATH: &str = "/Dispatcher/Heartbeat";
+
+/// How long after a heartbeat the next one goes (pure, invariant 5): `failed` is the code of a
+/// heartbeat that failed, `None` for one accepted.
+pub(crate) fn next_beat_in(every: Duration, failed: Option<Code>) -> Duration {
+    match failed {
+        Some(Code::Unavailable | Code::DeadlineExceeded) => PROBE_EVERY.min(every),
+        _ => every,
+    }
+}
 
 /// What the worker does after a heartbeat refused with `code`, `refusals` in a row (pure).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +76,8 @@ pub(crate) fn after_refusal(code: Code, refusals: u32, running: bool) -> AfterRe
 pub(crate) fn spawn(core: Arc<WorkerCore>) {
     let stop = core.heartbeat_stop.clone();
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(core.conn.heartbeat_every());
+        let every = core.conn.heartbeat_every();
+        let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut refusals = 0u32;
         let mut failing = false;
@@ -81,6 +98,7 @@ pub(crate) fn spawn(core: Arc<WorkerCore>) {
                     }
                     Err(code) => {
                         failing = true;
+                        tick.reset_after(next_beat_in(every, Some(code)));
                         code
                     }
                 },
@@ -146,6 +164,27 @@ async fn beat(core: &WorkerCore) -> Result<(), Code> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Invariant 5: an unreachable engine is probed every second; a refusal, an accepted beat
+    /// and any other failure keep the interval, and the probe never exceeds the interval.
+    #[test]
+    fn an_unreachable_engine_is_probed_every_second_and_a_refusal_waits_the_interval() {
+        let every = HEARTBEAT_EVERY;
+        assert_eq!(next_beat_in(every, None), every);
+        for code in [Code::Unavailable, Code::DeadlineExceeded] {
+            assert_eq!(next_beat_in(every, Some(code)), PROBE_EVERY, "{code:?}");
+        }
+        for code in [
+            Code::FailedPrecondition,
+            Code::NotFound,
+            Code::ResourceExhausted,
+            Code::Unauthenticated,
+        ] {
+            assert_eq!(next_beat_in(every, Some(code)), every, "{code:?}");
+        }
+        let short = Duration::from_millis(300);
+        assert_eq!(next_beat_in(short, Some(Code::Unavailable)), short);
+    }
 
     #[test]
     fn refusals_reopen_first_and_register_again_when_they_continue() {

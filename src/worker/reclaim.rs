@@ -28,9 +28,13 @@
 //!    once the engine shows it records ends again: a final this worker sent after the
 //!    disturbance (the witness) reads recorded. The engine's task controller reads its queue in
 //!    order, so an end queued before the witness and still unrecorded after it was lost, not
-//!    delayed (a killed engine's successor takes its tenant back only after a minute). A second
-//!    final of a recorded DAG task is what the engine takes for a replay, which strands other
-//!    work: that is never sent.
+//!    delayed (a killed engine's successor takes its tenant back only after a minute). A worker
+//!    that answers no final after the disturbance has no witness: its at-risk finals go again
+//!    once the engine has answered every heartbeat for [`ReclaimTiming::alone_after`] (past the
+//!    successor's rebalance minute twice over), so an idle worker's last result is not left to
+//!    the attempt's timeout. A second final of a recorded DAG task is what the engine takes for a
+//!    replay, which strands other work: that is never sent, and the core is read for each final
+//!    just before it goes.
 //! 4. What the worker cannot run from the core's record (a batch; a durable task past its first
 //!    invocation, whose count is the engine's alone) is failed at once with an error that names
 //!    the engine's loss, instead of waiting out its timeout; with retries left the engine
@@ -481,16 +485,21 @@ async fn resend_lost_finals(core: &Arc<WorkerCore>, timing: ReclaimTiming) {
         return;
     }
     // invariant 3: only once the engine records ends again.
-    let Some((run, task)) = core.reclaim.witness.lock().first_after.clone() else {
-        return;
+    let (disturbed, witness) = {
+        let w = core.reclaim.witness.lock();
+        (w.disturbed, w.first_after.clone())
     };
-    match core
-        .conn
-        .run_details(&run, Some(Duration::from_secs(5)))
-        .await
-    {
-        Ok(d) if core_holds(&d, &task) == Some(false) => {}
-        _ => return,
+    match witness {
+        Some((run, task)) => match core
+            .conn
+            .run_details(&run, Some(Duration::from_secs(5)))
+            .await
+        {
+            Ok(d) if core_holds(&d, &task) == Some(false) => {}
+            _ => return,
+        },
+        None if disturbed.is_some_and(|d| self::due(d, now, timing.alone_after)) => {}
+        None => return,
     }
     for (key, f) in due {
         let details = match core

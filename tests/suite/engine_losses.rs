@@ -53,6 +53,36 @@ async fn answers_again(rt: &RuntimeHandle) {
     panic!("the engine answers again");
 }
 
+/// Triggers `workflow` with the engine set to answer its COMPLETED and drop it, then fails one
+/// heartbeat (the engine went away for a moment) and waits for the next to pass.
+async fn final_lost_before_an_outage(
+    e: &DevEngine,
+    rt: &RuntimeHandle,
+    workflow: &str,
+) -> hatchet_runtime::RunHandle {
+    e.lose_next_answered_completions(1);
+    let sent = |e: &DevEngine| e.faults().attempts("/Dispatcher/SendStepActionEvent");
+    let before = sent(e);
+    let h = rt.run_no_wait(workflow, &json!({})).await.expect("trigger");
+    // STARTED and the COMPLETED the engine answers and drops.
+    until("the final answered", || sent(e) >= before + 2).await;
+    e.faults().inject(
+        "/Dispatcher/Heartbeat",
+        1,
+        Fault::Fail {
+            code: tonic::Code::Unavailable as i32,
+            message: "the engine is restarting".into(),
+            pushback_ms: None,
+        },
+    );
+    let beats = e.faults().attempts("/Dispatcher/Heartbeat");
+    until("the heartbeat failed and one passed after it", || {
+        e.faults().attempts("/Dispatcher/Heartbeat") >= beats + 2
+    })
+    .await;
+    h
+}
+
 /// How long a result may take here: a few sweeps, far below the attempt's timeout.
 const SOON: Duration = Duration::from_secs(20);
 
@@ -108,30 +138,7 @@ async fn a_final_the_engine_answered_and_lost_before_an_outage_is_sent_once_more
         async { Ok::<_, TaskError>(json!({"done": true})) }
     });
     let rt = worker(&e, vec![wf]).await;
-    e.lose_next_answered_completions(1);
-    let sent = |e: &DevEngine| e.faults().attempts("/Dispatcher/SendStepActionEvent");
-    let before = sent(&e);
-    let h = rt
-        .run_no_wait("lost-end", &json!({}))
-        .await
-        .expect("trigger");
-    // STARTED and the COMPLETED the engine answers and drops.
-    until("the final answered", || sent(&e) >= before + 2).await;
-    // Then the engine goes away for a moment: a heartbeat fails.
-    e.faults().inject(
-        "/Dispatcher/Heartbeat",
-        1,
-        Fault::Fail {
-            code: tonic::Code::Unavailable as i32,
-            message: "the engine is restarting".into(),
-            pushback_ms: None,
-        },
-    );
-    let beats = e.faults().attempts("/Dispatcher/Heartbeat");
-    until("the heartbeat failed", || {
-        e.faults().attempts("/Dispatcher/Heartbeat") >= beats + 2
-    })
-    .await;
+    let h = final_lost_before_an_outage(&e, &rt, "lost-end").await;
     // Not before the engine shows it records ends again: a later final of this worker (the
     // witness) reads recorded. Until then the lost final is only at risk.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
@@ -147,6 +154,63 @@ async fn a_final_the_engine_answered_and_lost_before_an_outage_is_sent_once_more
         2,
         "the lost one once, and the witness"
     );
+    assert_eq!(rt.task_counts().finals_resent, 1);
+    rt.shutdown(Duration::from_secs(2)).await;
+}
+
+/// An idle worker has no witness (no final answered after the disturbance), so its lost final
+/// goes again once the engine has answered every heartbeat for `alone_after`, and not before.
+/// Found on the real engine, killed right after it answered a worker's last COMPLETED: its
+/// OLAP table shows the attempt FINISHED, its core (`v1_task`) held it running until the
+/// worker's heartbeats stopped, and the run's wait ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_s_lost_final_is_sent_once_more_without_a_witness() {
+    let e = engine().await;
+    let execs = counter();
+    let x = execs.clone();
+    let wf = Workflow::new("lost-alone").task("t", move |_: Value, _c: Context| {
+        x.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, TaskError>(json!({"done": true})) }
+    });
+    let ms = Duration::from_millis;
+    let rt = runtime_with(
+        &e,
+        RuntimeOptions::new().heartbeat_every(ms(200)).reclaim(
+            ReclaimTiming::new()
+                .every(ms(200))
+                .grace(ms(400))
+                .resend_after(ms(500))
+                .alone_after(ms(3_000)),
+        ),
+    )
+    .await;
+    rt.register(wf).await.expect("register");
+    rt.start_worker(WorkerOptions::new("alone", 4))
+        .await
+        .expect("start worker");
+    let h = final_lost_before_an_outage(&e, &rt, "lost-alone").await;
+    let disturbed = Instant::now();
+    // Eight heartbeats later (1.6 s) sweeps (every 200 ms) have run past the resend delay, and
+    // sent nothing before `alone_after`.
+    let beats = e.faults().attempts("/Dispatcher/Heartbeat");
+    until("eight more heartbeats", || {
+        e.faults().attempts("/Dispatcher/Heartbeat") >= beats + 8
+    })
+    .await;
+    if disturbed.elapsed() < ms(2_500) {
+        assert_eq!(rt.task_counts().finals_resent, 0, "not before alone_after");
+    }
+    let out: Value = h
+        .result_within(SOON)
+        .await
+        .expect("the run ends: the lost final was sent again with no witness");
+    assert_eq!(out, json!({"done": true}));
+    assert!(
+        disturbed.elapsed() >= ms(2_500),
+        "sent no sooner than alone_after: {:?}",
+        disturbed.elapsed()
+    );
+    assert_eq!(execs.load(Ordering::SeqCst), 1, "the handler ran once");
     assert_eq!(rt.task_counts().finals_resent, 1);
     rt.shutdown(Duration::from_secs(2)).await;
 }

@@ -497,6 +497,50 @@ async fn heartbeat_failed_precondition_reconnects_the_action_stream() {
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
+/// Heartbeat invariant 5, counted at the engine: while heartbeats fail UNAVAILABLE the worker
+/// probes every second, and once one is accepted it keeps the 4 s interval again. Without the
+/// probe, the gaps after the failures would be the whole interval, and a worker would see an
+/// engine's return up to 4 s late (the twice-restarted real engine's 5.4 s).
+#[tokio::test]
+async fn while_heartbeats_cannot_reach_the_engine_the_worker_probes_every_second() {
+    const BEAT: &str = "/Dispatcher/Heartbeat";
+    let (e, rt) = setup().await;
+    rt.start_worker(WorkerOptions::new("w", 4))
+        .await
+        .expect("start");
+    let _: Value = rt.run("echo", &json!({})).await.expect("works");
+    e.faults().record_times(BEAT);
+    e.faults().inject(
+        BEAT,
+        2,
+        Fault::Fail {
+            code: Code::Unavailable as i32,
+            message: "unreachable".into(),
+            pushback_ms: None,
+        },
+    );
+    // Two failed beats, the accepted one after them, and the next at the interval.
+    let mut times = Vec::new();
+    for _ in 0..200 {
+        times = e.faults().attempt_times(BEAT);
+        if times.len() >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(times.len() >= 4, "four heartbeats arrived: {times:?}");
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps[0] < Duration::from_secs(2) && gaps[1] < Duration::from_secs(2),
+        "after each failed beat the next came within the 1 s probe: {gaps:?}"
+    );
+    assert!(
+        gaps[2] > Duration::from_secs(3),
+        "after an accepted beat the interval is back: {gaps:?}"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
 #[tokio::test]
 async fn listen_v2_unimplemented_falls_back_to_listen_for_good() {
     let (e, rt) = setup().await;
