@@ -68,6 +68,11 @@ pub(crate) struct Switches {
     pub lose_sends: u32,
     /// Send the next this many assignments again 300 ms later.
     pub late_duplicates: u32,
+    /// How long a replay takes to be applied after it is answered, as the real engine's task
+    /// controller lags when busy: `ReplayTasks` only queues the replay and answers 200 ms
+    /// later (`internal/services/admin/v1/server.go`), and until the controller applies it
+    /// every read shows the run's old end. `None`: applied before the answer.
+    pub replay_lag: Option<std::time::Duration>,
     /// Task completions answered and never recorded, as the real engine loses one whose message
     /// its controller had read when it was killed (the chaos suite saw it): the worker is told
     /// OK, the attempt stays running until its timeout fails it.
@@ -124,6 +129,7 @@ impl Default for Switches {
             duplicate_assignments: 0,
             lose_sends: 0,
             late_duplicates: 0,
+            replay_lag: None,
             lose_answered_completions: Default::default(),
             lose_completion_followups: Default::default(),
             lose_durable_completions: Default::default(),

@@ -579,6 +579,14 @@ impl DevEngine {
             });
     }
 
+    /// Fault injection, a busy controller: each replay is answered with the targets it will
+    /// replay and applied `lag` later (the real engine only queues it, then answers after
+    /// 200 ms); until then every read shows the run's old end. `None` applies replays before
+    /// answering.
+    pub fn lag_replays(&self, lag: Option<std::time::Duration>) {
+        self.engine.state.lock().switches.replay_lag = lag;
+    }
+
     /// Fault injection, as the real engine does when it is killed after answering a completion
     /// and before its controller records it: the next `n` COMPLETED step events are answered OK
     /// and dropped; their attempts stay running until their timeout.

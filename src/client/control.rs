@@ -13,6 +13,13 @@
 //!    details hold. That last is the real engine's answer when a cancel could not reach the
 //!    task's worker (the task had released its slot) and the task finished anyway: its run
 //!    stream reports the cancel as an error, then the late completion is what it records.
+//! 4. A replay by ids returns once the engine shows it taken. The real engine only queues a
+//!    replay for its task controller and answers 200 ms later; until the controller applies it,
+//!    every read (GetRunDetails, the run stream's tick) shows the run's old end, which a wait
+//!    started right after the replay would take for the new one. So each run given that read
+//!    ended before the replay, and has a task the engine answered replayed, is read again until
+//!    it reads otherwise ([`replay_shown`]), for at most [`REPLAY_SHOWN_WITHIN`]. A replay by
+//!    filter names no runs, and is not waited for.
 
 use std::time::{Duration, SystemTime};
 
@@ -23,6 +30,23 @@ use crate::proto::{self, v1};
 
 /// How long a waiter spends asking whether a finished-with-errors run was cancelled.
 const STATUS_CHECK_DEADLINE: Duration = Duration::from_secs(5);
+
+/// How long a replay by ids waits for the engine to show it taken (invariant 4).
+pub(crate) const REPLAY_SHOWN_WITHIN: Duration = Duration::from_secs(5);
+/// How often a replayed run that does not show its replay yet is read again.
+const REPLAY_READ_EVERY: Duration = Duration::from_millis(100);
+/// Runs read at once around a replay.
+const REPLAY_READS_AT_ONCE: usize = 8;
+
+/// Whether a run read after its replay shows the replay taken (a pure rule, invariant 4): it no
+/// longer reads done, or it reads otherwise than it did before the replay (a replay that ran
+/// to a new end between two reads).
+pub(crate) fn replay_shown(
+    before: &v1::GetRunDetailsResponse,
+    after: &v1::GetRunDetailsResponse,
+) -> bool {
+    !after.done || after != before
+}
 
 /// Runs selected by creation time, status, workflow and metadata (all given criteria must
 /// hold). Used by [`crate::RuntimeHandle::cancel_where`] and
@@ -142,17 +166,79 @@ impl ClientCore {
             return Ok(Vec::new());
         }
         let (external_ids, filter) = what.split();
+        let ended = self.read_ended(&external_ids).await;
         let req = v1::ReplayTasksRequest {
             external_ids,
             filter,
         };
         let client = self.conn.admin();
-        self.conn
+        let replayed = self
+            .conn
             .call(PATH, &client, &req, |mut c, r| async move {
                 c.replay_tasks(r).await
             })
             .await
-            .map(|r| r.replayed_tasks)
+            .map(|r| r.replayed_tasks)?;
+        let ended: Vec<_> = ended
+            .into_iter()
+            .filter(|(_, d)| {
+                d.task_runs
+                    .values()
+                    .any(|t| replayed.contains(&t.external_id))
+            })
+            .collect();
+        if !ended.is_empty() {
+            self.until_replays_shown(ended).await;
+        }
+        Ok(replayed)
+    }
+
+    /// The runs among `ids` that read ended, with their reads (invariant 4); an id that is not
+    /// a run's, or that cannot be read, is left out.
+    async fn read_ended(&self, ids: &[String]) -> Vec<(String, v1::GetRunDetailsResponse)> {
+        use futures::StreamExt as _;
+        futures::stream::iter(ids.iter().cloned())
+            .map(|id| async move {
+                let read = self
+                    .conn
+                    .run_details(&id, Some(STATUS_CHECK_DEADLINE))
+                    .await;
+                read.ok().filter(|d| d.done).map(|d| (id, d))
+            })
+            .buffer_unordered(REPLAY_READS_AT_ONCE)
+            .filter_map(std::future::ready)
+            .collect()
+            .await
+    }
+
+    /// Reads each replayed run until it shows its replay taken, within [`REPLAY_SHOWN_WITHIN`]
+    /// (invariant 4).
+    async fn until_replays_shown(&self, ended: Vec<(String, v1::GetRunDetailsResponse)>) {
+        use futures::StreamExt as _;
+        let settle = futures::stream::iter(ended)
+            .map(|(id, before)| async move {
+                loop {
+                    match self
+                        .conn
+                        .run_details(&id, Some(STATUS_CHECK_DEADLINE))
+                        .await
+                    {
+                        Ok(after) if replay_shown(&before, &after) => return,
+                        Err(_) => return, // the wait's own reads decide from here
+                        Ok(_) => tokio::time::sleep(REPLAY_READ_EVERY).await,
+                    }
+                }
+            })
+            .buffer_unordered(REPLAY_READS_AT_ONCE)
+            .collect::<Vec<()>>();
+        if tokio::time::timeout(REPLAY_SHOWN_WITHIN, settle)
+            .await
+            .is_err()
+        {
+            tracing::debug!(
+                "a replayed run still reads its old end {REPLAY_SHOWN_WITHIN:?} after the replay (a replay that ended as before, or a slow controller)"
+            );
+        }
     }
 
     /// Invariant 3: turns a run failure into a cancellation when the engine says so, or into
@@ -203,8 +289,9 @@ impl RunHandle {
 
     /// Replays this run: its failed or cancelled tasks (and everything downstream of them)
     /// run again as a new attempt with their full retries, on the input the run was created
-    /// with. Running tasks are left alone. Returns the task ids replayed; wait with
-    /// [`RunHandle::result`] again for the new outcome.
+    /// with. Running tasks are left alone. Returns the task ids replayed, once the engine shows
+    /// the replay taken (at most 5 s), so a wait with [`RunHandle::result`] started after it
+    /// gets the new outcome, never the old one.
     ///
     /// # Cancel safety
     ///
@@ -219,6 +306,28 @@ impl RunHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replay_shows_once_the_run_reads_unended_or_otherwise_than_before() {
+        let ended = v1::GetRunDetailsResponse {
+            status: v1::RunStatus::Failed as i32,
+            done: true,
+            ..Default::default()
+        };
+        assert!(!replay_shown(&ended, &ended.clone()), "the old end");
+        let queued = v1::GetRunDetailsResponse {
+            status: v1::RunStatus::Queued as i32,
+            done: false,
+            ..Default::default()
+        };
+        assert!(replay_shown(&ended, &queued));
+        let completed = v1::GetRunDetailsResponse {
+            status: v1::RunStatus::Completed as i32,
+            done: true,
+            ..Default::default()
+        };
+        assert!(replay_shown(&ended, &completed), "a new end");
+    }
 
     #[test]
     fn filters_reach_the_wire_with_the_engine_spellings() {

@@ -29,7 +29,8 @@ impl RuntimeHandle {
 
     /// Replays runs (a run id: its whole DAG; a task id: that task and what follows it):
     /// failed or cancelled tasks run again with a fresh retry budget. Returns the task ids
-    /// replayed.
+    /// replayed, once the engine shows each replayed run taken (at most 5 s), so a wait or a
+    /// read started after it never sees a run's old end.
     ///
     /// # Cancel safety
     ///
@@ -38,7 +39,10 @@ impl RuntimeHandle {
         self.inner.client.replay(Selection::Ids(ids.to_vec())).await
     }
 
-    /// Replays every run the filter selects (at most 1,000); returns the task ids replayed.
+    /// Replays every run the filter selects (at most 1,000); returns the task ids replayed,
+    /// as soon as the engine answers: a wait started at once on one of them can read its old
+    /// end while the engine's controller has not applied the replay yet (read it until it
+    /// shows not finished, or replay by id).
     ///
     /// # Cancel safety
     ///

@@ -10,7 +10,8 @@ use std::time::{Duration, SystemTime};
 
 use hatchet_runtime::run::{BulkEvent, BulkRun, RunFilter};
 use hatchet_runtime::{
-    Context, Outcome, RunStatus, TaskError, TaskOptions, TriggerOptions, WorkerOptions, Workflow,
+    Context, Outcome, RunStatus, RuntimeHandle, TaskError, TaskOptions, TriggerOptions,
+    WorkerOptions, Workflow,
 };
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -228,31 +229,36 @@ async fn cancel_fires_the_tasks_token_and_the_waiter_sees_a_cancelled_run() {
     h.cancel().await.expect("second cancel");
 }
 
-#[tokio::test]
-async fn replay_runs_a_failed_run_again_with_its_input_and_it_completes() {
-    let (_e, rt) = setup().await;
+/// Registers `name`, whose first execution fails for good and later ones answer the order with
+/// their execution number, and starts a worker; counts the executions.
+async fn failing_once(rt: &RuntimeHandle, name: &str) -> Arc<AtomicUsize> {
     let runs = Arc::new(AtomicUsize::new(0));
     let r2 = runs.clone();
-    rt.register(
-        Workflow::new("flaky").task("t", move |o: Order, _c: Context| {
-            let n = r2.fetch_add(1, Ordering::SeqCst);
-            async move {
-                if n == 0 {
-                    Err(TaskError::non_retryable("first time fails"))
-                } else {
-                    Ok::<_, TaskError>(Receipt {
-                        order: o.id,
-                        total: n as u32,
-                    })
-                }
+    rt.register(Workflow::new(name).task("t", move |o: Order, _c: Context| {
+        let n = r2.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if n == 0 {
+                Err(TaskError::non_retryable("first time fails"))
+            } else {
+                Ok::<_, TaskError>(Receipt {
+                    order: o.id,
+                    total: n as u32,
+                })
             }
-        }),
-    )
+        }
+    }))
     .await
     .expect("register");
     rt.start_worker(WorkerOptions::new("w", 2))
         .await
         .expect("start");
+    runs
+}
+
+#[tokio::test]
+async fn replay_runs_a_failed_run_again_with_its_input_and_it_completes() {
+    let (_e, rt) = setup().await;
+    let runs = failing_once(&rt, "flaky").await;
     let h = rt
         .run_no_wait("flaky", &Order { id: 5 })
         .await
@@ -272,6 +278,37 @@ async fn replay_runs_a_failed_run_again_with_its_input_and_it_completes() {
     assert_eq!(
         rt.run_details(h.run_id()).await.expect("d").status,
         RunStatus::Completed
+    );
+}
+
+/// A replay returns once the engine shows it taken (control invariant 4), so a wait started
+/// right after it gets the new end, not the old one. The engine's controller lags here (the
+/// real engine only queues a replay and answers 200 ms later): without the guard the new
+/// wait, on a given id, reads the run once at its start, sees the old FAILED and hands it on.
+#[tokio::test]
+async fn a_wait_started_right_after_a_replay_gets_the_new_end_while_the_controller_lags() {
+    let (e, rt) = setup().await;
+    let runs = failing_once(&rt, "flaky-lag").await;
+    let h = rt
+        .run_no_wait("flaky-lag", &Order { id: 7 })
+        .await
+        .expect("trigger");
+    let err = h.result::<Receipt>().await.expect_err("fails first");
+    assert_eq!(err.outcome(), Outcome::RunFailed);
+    e.lag_replays(Some(Duration::from_millis(800)));
+    let t0 = std::time::Instant::now();
+    h.replay().await.expect("replay");
+    let took = t0.elapsed();
+    let fresh = rt.run_handle(h.run_id());
+    let out: Receipt = fresh
+        .result_within(Duration::from_secs(20))
+        .await
+        .expect("the new end, not the old failure");
+    assert_eq!(out, Receipt { order: 7, total: 1 });
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "exactly one more execution");
+    assert!(
+        took >= Duration::from_millis(700),
+        "the replay returned when the engine showed it, not at its answer: {took:?}"
     );
 }
 

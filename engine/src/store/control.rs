@@ -371,10 +371,24 @@ impl Engine {
     }
 
     /// Replays by ids or filter; answers with the task ids replayed.
-    pub(crate) fn replay(&self, targets: Targets) -> Result<Vec<String>, GrpcStatus> {
+    /// Under `Switches::replay_lag` the targets are answered at once and replayed later.
+    pub(crate) fn replay(
+        self: &std::sync::Arc<Self>,
+        targets: Targets,
+    ) -> Result<Vec<String>, GrpcStatus> {
         targets.validate()?;
         let mut st = self.state.lock();
         let ids = targets.resolve(&st, REPLAY_FILTER_CAP);
+        if let Some(lag) = st.switches.replay_lag {
+            drop(st);
+            let (me, later) = (self.clone(), ids.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(lag).await;
+                me.state.lock().replay_ids(&later);
+                me.wake.notify_one();
+            });
+            return Ok(ids);
+        }
         let out = st.replay_ids(&ids);
         drop(st);
         self.wake.notify_one();

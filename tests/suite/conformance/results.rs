@@ -391,11 +391,11 @@ async fn conf_listeners_serve_again_within_seconds_after_the_engine_restarting_t
             "conformance: round {round}: after the engine's return, the runs stream served in {runs_after:?}, the actions stream in {actions_after:?}"
         );
         assert!(
-            runs_after <= Duration::from_secs(5),
+            runs_after <= Duration::from_secs(3),
             "round {round}: runs {runs_after:?}"
         );
         assert!(
-            actions_after <= Duration::from_secs(5),
+            actions_after <= Duration::from_secs(3),
             "round {round}: actions {actions_after:?}"
         );
     }
