@@ -32,14 +32,24 @@ fn chain_has(
     status: &tonic::Status,
     hit: impl Fn(&(dyn std::error::Error + 'static)) -> bool,
 ) -> bool {
-    let mut src = status.source();
-    while let Some(e) = src {
-        if hit(e) {
-            return true;
-        }
-        src = e.source();
+    status.source().is_some_and(|e| error_chain_has(e, &hit))
+}
+
+/// Whether `e` or an error under it satisfies `hit`, looking inside an I/O error at the error
+/// it wraps (tokio-rustls reports a TLS failure as an I/O error around the `rustls::Error`,
+/// and `io::Error::source` skips the wrapped error itself).
+fn error_chain_has(
+    e: &(dyn std::error::Error + 'static),
+    hit: &impl Fn(&(dyn std::error::Error + 'static)) -> bool,
+) -> bool {
+    if hit(e) {
+        return true;
     }
-    false
+    let wrapped = e
+        .downcast_ref::<std::io::Error>()
+        .and_then(|io| io.get_ref())
+        .is_some_and(|inner| error_chain_has(inner, hit));
+    wrapped || e.source().is_some_and(|s| error_chain_has(s, hit))
 }
 
 /// Whether an error is a refused TCP connection.
