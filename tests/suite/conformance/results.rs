@@ -1236,9 +1236,11 @@ async fn conf_a_durable_event_wait_with_a_lookback_takes_an_event_pushed_before_
 /// run's scope got an event at 0.5 s (outside), two at 3.2 s and 3.5 s (inside) and one in
 /// another scope at 3.7 s: it takes the 3.5 s one (the real engine picks the newest). The
 /// second run's scope got only the 0.5 s event: its wait does not take it, and takes the one
-/// pushed at 6.5 s, after the wait exists. Times count from each run's first invocation; the
-/// sleep ends at the engine's next timer read after 4 s (up to 1 s later), so each window
-/// starts between 2 s and 3 s.
+/// pushed at 6.5 s, after the wait exists. The first run then fails its first attempt, and
+/// its retry replays the sleep and the wait from the durable log: the same event (a lookback
+/// counted from the moment of the retry would find nothing in its scope and wait on). Times
+/// count from each run's first invocation; the sleep ends at the engine's next timer read
+/// after 4 s (up to 1 s later), so each window starts between 2 s and 3 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_lookback_takes_the_newest_event_in_its_window_and_none_before_it() {
     let t = Target::new("lookback_window").await;
@@ -1248,7 +1250,7 @@ async fn conf_a_lookback_takes_the_newest_event_in_its_window_and_none_before_it
     let (k, st) = (key.clone(), starts.clone());
     let wf = Workflow::new("lookback-window").durable_task(
         "d",
-        TaskOptions::new(),
+        TaskOptions::new().retries(1),
         move |i: Value, c: Context| {
             let (key, starts) = (k.clone(), st.clone());
             async move {
@@ -1260,9 +1262,14 @@ async fn conf_a_lookback_takes_the_newest_event_in_its_window_and_none_before_it
                 c.sleep_for(Duration::from_secs(4)).await?;
                 let got = c
                     .wait_for_event_with(
-                        Condition::event(key).lookback(scope, Duration::from_secs(2)),
+                        Condition::event(key).lookback(scope.clone(), Duration::from_secs(2)),
                     )
                     .await?;
+                if scope.starts_with("two-") && c.retry_count() == 0 {
+                    return Err(TaskError::new(
+                        "fail once after the wait: the retry replays it",
+                    ));
+                }
                 Ok::<_, TaskError>(got)
             }
         },
