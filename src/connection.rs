@@ -23,7 +23,7 @@ use tonic::transport::Channel;
 
 use crate::config::ClientConfig;
 use crate::error::{Cause, Error, Outcome};
-use crate::proto::{self, v1};
+use crate::protocol::{self as proto, v1};
 pub(crate) use crate::retry::grpc::CallOpts;
 use crate::retry::grpc::{call_unary, request_with_timeout};
 use crate::retry::rest::RestResponse;

@@ -9,7 +9,6 @@
 pub mod protocol;
 #[cfg(not(feature = "protocol"))]
 mod protocol;
-pub(crate) use protocol as proto;
 
 // The guide's pages (docs/), compiled as doctests so their examples keep building with the API.
 #[cfg(doctest)]
@@ -34,11 +33,15 @@ mod connection;
 mod error;
 #[cfg(test)]
 mod fuzz_regressions;
+#[cfg(test)]
+mod house;
 mod listener;
+mod logs;
 #[cfg(feature = "otel")]
 mod otel;
 #[cfg(feature = "otel-export")]
 mod otel_export;
+mod placement;
 #[cfg(test)]
 mod properties;
 mod retry;
@@ -51,9 +54,9 @@ mod worker;
 
 // The root: what a first workflow needs (define it, run a worker, trigger a run and await it).
 pub use client::api::RunStatus;
-pub use client::typed::TypedRun;
 pub use client::{RunHandle, TriggerOptions};
 pub use error::{Error, Outcome, Result};
+pub use runtime::typed::TypedRun;
 pub use runtime::{Runtime, RuntimeHandle, RuntimeOptions};
 pub use worker::WorkerOptions;
 pub use worker::context::Context;
@@ -85,16 +88,17 @@ pub mod run {
     pub use crate::client::bulk::{BulkEvent, BulkRun};
     pub use crate::client::control::RunFilter;
     pub use crate::client::events::{FinalStatus, RunEvent, TaskEventKind};
-    pub use crate::client::typed::{Registered, RunView, TaskView, WorkflowRef};
+    pub use crate::client::view::{RunView, TaskView};
     pub use crate::error::TaskFailure;
+    pub use crate::runtime::typed::{Registered, WorkflowRef};
     pub use crate::worker::context::ChildOptions;
 }
 
 /// What a task declares beyond its handler: batching, concurrency, rate limits, placement by
 /// worker labels, and its log lines.
 pub mod task {
-    pub use crate::worker::logs::TaskLogLayer;
-    pub use crate::worker::placement::{Comparator, DesiredLabel, LabelValue, StickyStrategy};
+    pub use crate::logs::TaskLogLayer;
+    pub use crate::placement::{Comparator, DesiredLabel, LabelValue, StickyStrategy};
     pub use crate::worker::task::{Batch, BatchMember, Batching, Handler};
     pub use crate::worker::task::{ConcurrencyStrategy, RateLimitWindow};
 }

@@ -19,7 +19,7 @@
 //!    under the run when they reach its collector (feature `otel-export`).
 //! 3. Only the OpenTelemetry API is used: the tracer provider and the propagator are the
 //!    application's (global). The runtime adds no SDK of its own unless feature `otel-export`
-//!    asks for its exporter to the engine's collector ([`crate::telemetry::EngineSpanExporter`]).
+//!    asks for its exporter to the engine's collector (`telemetry::EngineSpanExporter`).
 
 use opentelemetry::propagation::{Extractor, Injector};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _, Tracer as _};
@@ -64,7 +64,7 @@ pub(crate) fn trigger_span(workflow: &str, metadata: &mut Map<String, Value>) ->
 }
 
 /// Records the trigger's result on its span and ends it.
-pub(crate) fn trigger_done(cx: &Context, run_id: Result<&str, &crate::Error>) {
+pub(crate) fn trigger_done(cx: &Context, run_id: Result<&str, &crate::error::Error>) {
     let span = cx.span();
     match run_id {
         Ok(id) => span.set_attribute(KeyValue::new("hatchet.workflow_run_id", id.to_string())),
@@ -75,7 +75,7 @@ pub(crate) fn trigger_done(cx: &Context, run_id: Result<&str, &crate::Error>) {
 
 /// The context a task execution runs in (invariant 2).
 pub(crate) fn task_context(
-    action: &crate::proto::AssignedAction,
+    action: &crate::protocol::AssignedAction,
     metadata: &Map<String, Value>,
 ) -> Context {
     let parent = global::get_text_map_propagator(|p| p.extract(&MetadataExtractor(metadata)));

@@ -27,7 +27,7 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
 use crate::connection::Connection;
-use crate::proto::otlp;
+use crate::protocol::otlp;
 
 const PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
@@ -35,7 +35,7 @@ const PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Exports the application's spans to the engine's collector, where they join each run's trace
-/// ([`crate::api::Api::run_trace`]). Made by [`crate::RuntimeHandle::span_exporter`]; give it to the
+/// ([`crate::client::api::Api::run_trace`]). Made by `RuntimeHandle::span_exporter`; give it to the
 /// application's tracer provider:
 ///
 /// ```no_run

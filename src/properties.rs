@@ -3,8 +3,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::Outcome;
 use crate::config::{SecretToken, encode_dev_token, parse_claims};
+use crate::error::Outcome;
 use crate::retry::RequestClass;
 use crate::retry::backoff::{Backoff, STREAM_BACKOFF, UNARY_BACKOFF};
 use crate::retry::deadline::Deadline;

@@ -50,10 +50,10 @@ pub fn parse_token_claims(token: &str) -> Result<(), String> {
 }
 
 /// Task log lines a worker queues before it drops (newest kept).
-pub const LOG_QUEUE: usize = crate::worker::logs::LOG_QUEUE;
+pub const LOG_QUEUE: usize = crate::logs::LOG_QUEUE;
 
 /// Task log sends in flight at once.
-pub const LOG_SENDS: usize = crate::worker::logs::LOG_SENDS;
+pub const LOG_SENDS: usize = crate::logs::LOG_SENDS;
 
 /// Every unary method the runtime calls (the retry class table's paths).
 pub fn unary_methods() -> Vec<&'static str> {

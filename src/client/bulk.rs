@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use super::{ClientCore, RunHandle, TriggerOptions, encode_input};
 use crate::error::Error;
-use crate::proto;
+use crate::protocol as proto;
 
 /// Items per BulkTriggerWorkflow or BulkPush call (the official SDKs' chunk; the engine
 /// refuses more than 1,000 events per BulkPush).
@@ -259,7 +259,7 @@ fn chunk_plan(sizes: &[usize], limits: ChunkLimits) -> (Vec<Vec<usize>>, Vec<usi
     let mut oversized = Vec::new();
     let (mut current, mut bytes) = (Vec::new(), 0usize);
     for (i, &size) in sizes.iter().enumerate() {
-        let size = crate::proto::framed_len(size);
+        let size = crate::protocol::framed_len(size);
         if size > limits.bytes {
             oversized.push(i);
             continue;
@@ -324,7 +324,7 @@ where
                 }
             }
             Ok(got) => {
-                let e = Error::new(crate::Outcome::MaybeExecuted, op).with_detail(format!(
+                let e = Error::new(crate::error::Outcome::MaybeExecuted, op).with_detail(format!(
                     "the engine answered {} items for {sent}; list what exists before sending again",
                     got.len()
                 ));
@@ -426,7 +426,7 @@ impl ClientCore {
                 let details = self.created_run_details(id).await.map_err(|e| {
                     // Every item has a run (its own or the one it collided with): only which is
                     // which is unknown, so triggering again would collide, not run twice.
-                    Error::new(crate::Outcome::MaybeExecuted, op).with_detail(format!(
+                    Error::new(crate::error::Outcome::MaybeExecuted, op).with_detail(format!(
                         "some items collided on the workflow's idempotency key and the others were created ({} runs: {}), but which is which could not be read back ({e}); every item has a run: list the workflow's runs before triggering again",
                         created.len(),
                         created.join(", ")
@@ -441,7 +441,7 @@ impl ClientCore {
         }
         let keys: Vec<ItemKey> = items.iter().map(item_key).collect();
         per_item(&keys, &created, &created_keys, &existing).map_err(|why| {
-            Error::new(crate::Outcome::MaybeExecuted, op).with_detail(format!(
+            Error::new(crate::error::Outcome::MaybeExecuted, op).with_detail(format!(
                 "some items collided on the workflow's idempotency key and the others were created (runs {}; collided with {}), but {why}; every item has a run: list the workflow's runs before triggering again",
                 created.join(", "),
                 existing.join(", ")
@@ -639,7 +639,7 @@ mod tests {
             "every other item sent once"
         );
         let e = answers[4].as_ref().expect_err("oversized");
-        assert_eq!(e.outcome(), crate::Outcome::Invalid);
+        assert_eq!(e.outcome(), crate::error::Outcome::Invalid);
         assert!(e.to_string().contains("nothing was sent"), "{e}");
         assert!(answers.iter().enumerate().all(|(i, a)| i == 4 || a.is_ok()));
         let (plan, over) = chunk_plan(&[3_000; 7], limits);
@@ -662,7 +662,7 @@ mod tests {
             sent.lock().unwrap().push(chunk.len());
             async move {
                 if chunk.contains(&2_400) {
-                    Err(Error::new(crate::Outcome::Rejected, "x").with_detail("refused"))
+                    Err(Error::new(crate::error::Outcome::Rejected, "x").with_detail("refused"))
                 } else {
                     Ok(chunk.iter().map(|i| i * 10).collect())
                 }
@@ -674,12 +674,12 @@ mod tests {
         assert_eq!(answers[3].as_ref().ok(), Some(&30));
         assert_eq!(
             answers[7].as_ref().unwrap_err().outcome(),
-            crate::Outcome::Invalid
+            crate::error::Outcome::Invalid
         );
         // The third chunk was refused: each of its items says so, the others are unaffected.
         assert_eq!(
             answers[2_499].as_ref().unwrap_err().outcome(),
-            crate::Outcome::Rejected
+            crate::error::Outcome::Rejected
         );
         assert_eq!(answers[1_999].as_ref().ok(), Some(&19_990));
     }
@@ -696,7 +696,7 @@ mod tests {
         assert!(
             answers
                 .iter()
-                .all(|a| a.as_ref().unwrap_err().outcome() == crate::Outcome::MaybeExecuted)
+                .all(|a| a.as_ref().unwrap_err().outcome() == crate::error::Outcome::MaybeExecuted)
         );
     }
 
@@ -705,7 +705,7 @@ mod tests {
         assert!(check_priority("x", None).is_ok());
         assert!(check_priority("x", Some(3)).is_ok());
         let e = check_priority("x", Some(4)).unwrap_err();
-        assert_eq!(e.outcome(), crate::Outcome::Invalid);
+        assert_eq!(e.outcome(), crate::error::Outcome::Invalid);
         assert!(e.to_string().contains("between 1 (lowest) and 3 (highest)"));
     }
 }

@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime};
 use super::api::RunStatus;
 use super::{ClientCore, RunHandle};
 use crate::error::{Error, Outcome};
-use crate::proto::{self, v1};
+use crate::protocol::{self as proto, v1};
 
 /// How long a waiter spends asking whether a finished-with-errors run was cancelled.
 const STATUS_CHECK_DEADLINE: Duration = Duration::from_secs(5);
@@ -49,8 +49,8 @@ pub(crate) fn replay_shown(
 }
 
 /// Runs selected by creation time, status, workflow and metadata (all given criteria must
-/// hold). Used by [`crate::RuntimeHandle::cancel_where`] and
-/// [`crate::RuntimeHandle::replay_where`].
+/// hold). Used by [`crate::runtime::RuntimeHandle::cancel_where`] and
+/// [`crate::runtime::RuntimeHandle::replay_where`].
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct RunFilter {

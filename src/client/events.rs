@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use crate::connection::Connection;
 use crate::listener::reconnect::{StreamEnd, TRANSIENT_STREAM_CODES};
 use crate::listener::stream::{self, EndReport, Flow, Home, Judged, StreamKind};
-use crate::proto::{self, ResourceEventType as K, ResourceType as T, v1};
+use crate::protocol::{self as proto, ResourceEventType as K, ResourceType as T, v1};
 
 /// Items buffered between the subscription and the consumer.
 const BUFFER: usize = 256;

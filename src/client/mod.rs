@@ -11,7 +11,7 @@ pub(crate) mod api;
 pub(crate) mod bulk;
 pub(crate) mod control;
 pub(crate) mod events;
-pub(crate) mod typed;
+pub(crate) mod view;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +26,7 @@ use crate::error::{Cause, Error, Outcome};
 use crate::listener::keyed::Origin;
 use crate::listener::runs::{RunKey, RunRegistry, RunsKind, outputs_of};
 use crate::listener::stream::Home;
-use crate::proto::{self, v1};
+use crate::protocol::{self as proto, v1};
 use crate::retry::class::ClassOverride;
 
 /// What the client layer needs: the connection and the workflow-runs listener (its waiter
@@ -342,7 +342,7 @@ impl ClientCore {
             additional_metadata: metadata.map(|m| Value::Object(m).to_string()),
             desired_worker_id: opts.desired_worker_id.clone(),
             priority: opts.priority,
-            desired_worker_labels: crate::worker::placement::desired_to_proto(&opts.desired_labels),
+            desired_worker_labels: crate::placement::desired_to_proto(&opts.desired_labels),
         }
     }
 
@@ -364,7 +364,7 @@ impl ClientCore {
             event_timestamp: Some(proto::timestamp_now()),
             additional_metadata: with_source(
                 opts.metadata.clone(),
-                crate::worker::logs::TaskLogTarget::current_source(),
+                crate::logs::TaskLogTarget::current_source(),
             )
             .map(|m| Value::Object(m).to_string()),
             priority: opts.priority,
@@ -416,7 +416,7 @@ const LOOKUP_WITHIN: Duration = Duration::from_secs(3);
 /// engine may have lost the step that starts the next task. Seen on the real engine: a crash
 /// right after it recorded a task's completion leaves the next task's trigger unsatisfied
 /// (`v1_match`), the run RUNNING forever, and v0.104.9 discards a replay of it.
-pub(crate) fn stall_hint(view: &crate::run::RunView, confirmed: bool) -> String {
+pub(crate) fn stall_hint(view: &crate::client::view::RunView, confirmed: bool) -> String {
     if view.is_final() {
         return "; the engine reads it finished now: wait again to take its result".to_string();
     }
@@ -438,8 +438,8 @@ pub(crate) fn stall_hint(view: &crate::run::RunView, confirmed: bool) -> String 
 
 /// Whether a REST read shows a run stalled (pure): not final, a task finished, none queued or
 /// running. The read model lags, so this alone never names a stall ([`core_agrees_stalled`]).
-pub(crate) fn looks_stalled(view: &crate::run::RunView) -> bool {
-    use crate::RunStatus as S;
+pub(crate) fn looks_stalled(view: &crate::client::view::RunView) -> bool {
+    use crate::client::api::RunStatus as S;
     let active = view
         .tasks
         .values()
@@ -452,13 +452,13 @@ pub(crate) fn looks_stalled(view: &crate::run::RunView) -> bool {
 /// holds no task running, and no task the read does not show finished (a next task the core has
 /// created, queued or running, is one the read model has not caught up with).
 pub(crate) fn core_agrees_stalled(
-    view: &crate::run::RunView,
+    view: &crate::client::view::RunView,
     core: &v1::GetRunDetailsResponse,
 ) -> bool {
     let finished_in_view = |name: &str| {
         view.tasks
             .get(name)
-            .is_some_and(|t| t.status == crate::RunStatus::Completed)
+            .is_some_and(|t| t.status == crate::client::api::RunStatus::Completed)
     };
     !core.done
         && core
@@ -494,7 +494,7 @@ pub(crate) fn late_wait(origin: Origin, since_trigger: Duration) -> bool {
 
 /// Whether a REST read shows the run finished with every task finished (the read may lag the
 /// run stream: see [`ClientCore::outputs_from_rest`]).
-fn rest_view_settled(view: &crate::run::RunView) -> bool {
+fn rest_view_settled(view: &crate::client::view::RunView) -> bool {
     view.status.is_final() && view.tasks.values().all(|t| t.status.is_final())
 }
 
@@ -503,7 +503,7 @@ pub(crate) const DETAILS_SETTLE: Duration = Duration::from_secs(60);
 
 /// Options of one trigger: [`TriggerOptions::new`], then a method for each option that applies
 /// (fields may be added: the struct is `#[non_exhaustive]`). A child run is spawned from its parent's task
-/// ([`crate::Context::spawn_child_with_options`]), never forged here.
+/// ([`crate::worker::context::Context::spawn_child_with_options`]), never forged here.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct TriggerOptions {
@@ -522,11 +522,10 @@ pub struct TriggerOptions {
     /// Deadline of the trigger call.
     pub(crate) timeout: Option<Duration>,
     /// The worker the run should start on (honoured for sticky workflows:
-    /// [`crate::Workflow::sticky`]).
+    /// [`crate::worker::task::Workflow::sticky`]).
     pub(crate) desired_worker_id: Option<String>,
     /// Labels the run's workers should have; when given they replace every task's own.
-    pub(crate) desired_labels:
-        std::collections::HashMap<String, crate::worker::placement::DesiredLabel>,
+    pub(crate) desired_labels: std::collections::HashMap<String, crate::placement::DesiredLabel>,
 }
 
 impl TriggerOptions {
@@ -579,7 +578,7 @@ impl TriggerOptions {
     pub fn desired_label(
         mut self,
         key: impl Into<String>,
-        label: crate::worker::placement::DesiredLabel,
+        label: crate::placement::DesiredLabel,
     ) -> Self {
         self.desired_labels.insert(key.into(), label);
         self
@@ -876,8 +875,8 @@ mod tests {
     /// and the hint invites a new run (that would run the work twice if the run was going).
     #[test]
     fn a_stall_is_named_only_when_the_core_agrees() {
-        use crate::RunStatus as S;
-        use crate::client::typed::{RunView, TaskView};
+        use crate::client::api::RunStatus as S;
+        use crate::client::view::{RunView, TaskView};
         let task = |status| TaskView {
             task_run_id: "t".into(),
             status,

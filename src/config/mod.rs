@@ -494,8 +494,7 @@ mod size_tests {
     use super::*;
 
     #[test]
-    fn the_default_message_limit_is_the_protocol_s_and_the_sdk_variables_set_it() {
-        assert_eq!(DEFAULT_MAX_MESSAGE_BYTES, crate::proto::MAX_MESSAGE_BYTES);
+    fn the_sdk_variables_set_the_message_limits() {
         assert_eq!(
             parse_size(vars::GRPC_MAX_RECV_MESSAGE_LENGTH, "8388608").ok(),
             Some(8 << 20)

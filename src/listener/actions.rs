@@ -29,7 +29,7 @@ use super::stream::{EndReport, Flow, Judged, StreamKind};
 use crate::connection::CallOpts;
 use crate::connection::Connection;
 use crate::error::{Error, Outcome};
-use crate::proto;
+use crate::protocol as proto;
 
 /// OK ends without a message, in a row, that mean the worker row is gone.
 pub(crate) const EMPTY_ENDS_BEFORE_REREGISTER: u32 = 2;
@@ -46,8 +46,7 @@ pub(crate) struct Registration {
     /// Slots per slot type (`default`, `durable`).
     pub slot_config: std::collections::HashMap<String, i32>,
     /// Labels; upserts at run time are kept here too, so a re-registration carries them.
-    pub labels:
-        parking_lot::Mutex<std::collections::HashMap<String, crate::worker::placement::LabelValue>>,
+    pub labels: parking_lot::Mutex<std::collections::HashMap<String, crate::placement::LabelValue>>,
 }
 
 /// How long an actions stream's open must go without an error before an accepted heartbeat
@@ -101,7 +100,7 @@ pub(crate) async fn register(
         actions: r.actions.clone(),
         services: vec![],
         slots: None,
-        labels: crate::worker::placement::labels_to_proto(&r.labels.lock()),
+        labels: crate::placement::labels_to_proto(&r.labels.lock()),
         webhook_id: None,
         runtime_info: Some(proto::RuntimeInfo {
             sdk_version: Some(env!("CARGO_PKG_VERSION").into()),

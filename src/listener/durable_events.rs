@@ -7,7 +7,7 @@ use super::keyed::Keyed;
 use super::subscriptions::{KeyedKind, KeyedStream};
 use crate::connection::Connection;
 use crate::error::{Error, Outcome};
-use crate::proto::v1;
+use crate::protocol::v1;
 
 /// The `ListenForDurableEvent` stream.
 #[derive(Debug, Clone, Copy)]

@@ -57,7 +57,7 @@ pub(crate) trait Keyed: Send + Sync + 'static {
 }
 
 /// What a waiter receives: its key's reply, or the error that ended the wait (not to be
-/// confused with [`crate::Outcome`], the kind of an error).
+/// confused with [`crate::error::Outcome`], the kind of an error).
 pub(crate) type Reply<P> = Result<<P as Keyed>::Resp, Error>;
 
 /// One waiter's slot: its key, and its reply or the waker of the task waiting for it. The only

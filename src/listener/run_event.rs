@@ -21,7 +21,7 @@ use bytes::{Buf as _, Bytes};
 use prost::Message as _;
 
 use super::run_key::RunKey;
-use crate::proto;
+use crate::protocol as proto;
 
 /// A run's event, not yet decoded.
 #[derive(Clone)]

@@ -13,7 +13,7 @@ pub(crate) use super::run_key::RunKey;
 use super::subscriptions::{KeyedKind, KeyedStream};
 use crate::connection::Connection;
 use crate::error::{Cause, Error, Outcome, TaskFailure};
-use crate::proto::{self, v1};
+use crate::protocol::{self as proto, v1};
 
 /// The `SubscribeToWorkflowRuns` stream: keys are run ids.
 #[derive(Debug, Clone, Copy)]

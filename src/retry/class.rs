@@ -226,7 +226,7 @@ mod table_tests {
 
     /// (path, client_streaming, server_streaming) of every compiled method.
     fn compiled_methods() -> Vec<(String, bool, bool)> {
-        let fds = prost_types::FileDescriptorSet::decode(crate::proto::FILE_DESCRIPTOR_SET)
+        let fds = prost_types::FileDescriptorSet::decode(crate::protocol::FILE_DESCRIPTOR_SET)
             .expect("descriptor set decodes");
         let mut out = Vec::new();
         for f in fds.file {

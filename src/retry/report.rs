@@ -5,7 +5,7 @@
 #[non_exhaustive]
 pub struct EndpointRetries {
     /// Whether a failed call is retried (within its class's rules): the environment's kill
-    /// switch and [`crate::RuntimeHandle::set_retries`] both allow it.
+    /// switch and [`crate::runtime::RuntimeHandle::set_retries`] both allow it.
     pub retrying: bool,
     /// The environment turned retries off at start (`HATCHET_CLIENT_NO_RETRY`, or
     /// `HATCHET_CLIENT_NO_GRPC_RETRY` for gRPC); `set_retries(true)` cannot turn them back on.
@@ -18,7 +18,7 @@ pub struct EndpointRetries {
     pub retry_limit: u64,
 }
 
-/// What the retry service says of both endpoints ([`crate::RuntimeHandle::retries`]).
+/// What the retry service says of both endpoints ([`crate::runtime::RuntimeHandle::retries`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RetryReport {

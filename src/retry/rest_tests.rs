@@ -98,7 +98,7 @@ async fn call(
     core: &RetryCore,
     server: &ScriptedHttp,
     method: reqwest::Method,
-) -> Result<super::RestResponse, crate::Error> {
+) -> Result<super::RestResponse, crate::error::Error> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::builder()
         .tcp_nodelay(true)

@@ -43,7 +43,7 @@ async fn run_failing(
     core: &RetryCore,
     op: Operation<'_>,
     make: impl Fn() -> AttemptError,
-) -> (crate::Error, Vec<Duration>) {
+) -> (crate::error::Error, Vec<Duration>) {
     let start = Instant::now();
     let times = Mutex::new(Vec::new());
     let err = core
@@ -223,9 +223,9 @@ async fn a_refused_connection_is_recognised_as_not_sent() {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
         .expect("uri")
         .connect_lazy();
-    let mut client = crate::proto::dispatcher_client::DispatcherClient::new(channel);
+    let mut client = crate::protocol::dispatcher_client::DispatcherClient::new(channel);
     let status = client
-        .get_version(crate::proto::GetVersionRequest {})
+        .get_version(crate::protocol::GetVersionRequest {})
         .await
         .expect_err("nobody listens");
     assert_eq!(status.code(), Code::Unavailable);

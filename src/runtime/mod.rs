@@ -33,6 +33,7 @@ pub(crate) mod ops;
 mod signals;
 pub(crate) mod supervisor;
 mod trigger;
+pub(crate) mod typed;
 mod work;
 
 pub use signals::StopSignal;
@@ -134,7 +135,7 @@ impl RuntimeOptions {
     }
     /// Sets the timing of the worker's sweep for attempts the engine holds as its own and lost
     /// (docs/contract.md §5 "Taking back"; tests shorten it).
-    pub fn reclaim(mut self, timing: crate::retries::ReclaimTiming) -> Self {
+    pub fn reclaim(mut self, timing: crate::connection::ReclaimTiming) -> Self {
         self.reclaim = timing;
         self
     }
@@ -310,7 +311,7 @@ impl Runtime {
 /// keep it alive: their waits then fail *closed*.
 ///
 /// A task handler that needs the runtime (to trigger another workflow, read a run) takes it
-/// from [`Context::runtime`](crate::Context::runtime) while it runs, instead of holding a
+/// from [`Context::runtime`](crate::worker::context::Context::runtime) while it runs, instead of holding a
 /// handle: the runtime owns its handlers, so a handle captured in one keeps the runtime alive
 /// after the last handle of yours is dropped.
 #[derive(Clone)]

@@ -9,21 +9,24 @@ use super::RuntimeHandle;
 use super::supervisor::RetryMsg;
 #[cfg(feature = "test-hooks")]
 use super::supervisor::StreamSupMsg;
-use crate::client::typed::RunView;
+use crate::client::view::RunView;
 use crate::error::Error;
 use crate::listener::health::{ListenerKind, ListenerState};
-use crate::proto;
+use crate::protocol as proto;
 use crate::retry::{MethodCounters, RetryReport};
 
 impl RuntimeHandle {
     /// An exporter of the application's OpenTelemetry spans to the engine's collector (feature
     /// `otel-export`), over this runtime's connection and token: give it to the tracer provider
-    /// ([`crate::telemetry::EngineSpanExporter`]), and the spans of triggers, tasks and the code they run
-    /// join each run's trace at the engine ([`crate::api::Api::run_trace`]), as the official SDKs'
+    /// ([`crate::otel_export::EngineSpanExporter`]), and the spans of triggers, tasks and the code they run
+    /// join each run's trace at the engine ([`crate::client::api::Api::run_trace`]), as the official SDKs'
     /// instrumentors send theirs.
     #[cfg(feature = "otel-export")]
-    pub fn span_exporter(&self) -> crate::telemetry::EngineSpanExporter {
-        crate::telemetry::EngineSpanExporter::new(self.inner.conn.clone(), self.inner.tokio.clone())
+    pub fn span_exporter(&self) -> crate::otel_export::EngineSpanExporter {
+        crate::otel_export::EngineSpanExporter::new(
+            self.inner.conn.clone(),
+            self.inner.tokio.clone(),
+        )
     }
 
     /// The engine's version (GetVersion, a read).
@@ -114,7 +117,7 @@ impl RuntimeHandle {
     ///
     /// # Errors
     ///
-    /// [`Outcome::Closed`](crate::Outcome::Closed) after shutdown (the service is gone).
+    /// [`Outcome::Closed`](crate::error::Outcome::Closed) after shutdown (the service is gone).
     ///
     /// # Cancel safety
     ///
@@ -130,7 +133,7 @@ impl RuntimeHandle {
     ///
     /// # Errors
     ///
-    /// [`Outcome::Closed`](crate::Outcome::Closed) after shutdown.
+    /// [`Outcome::Closed`](crate::error::Outcome::Closed) after shutdown.
     ///
     /// # Cancel safety
     ///

@@ -16,7 +16,7 @@
 //!    listener and for every child of the root (the stream supervisor, the worker actor, the
 //!    retry service): past the limit the listener is stopped for good, `health()` says why and
 //!    each of its waiters fails with that reason, never a silent, deaf listener; a child of the
-//!    root past it stays stopped, and what asks it answers [`Outcome::Stopped`](crate::Outcome::Stopped)
+//!    root past it stays stopped, and what asks it answers [`Outcome::Stopped`](crate::error::Outcome::Stopped)
 //!    with the reason, which says to restart the process.
 //! 5. After the lifecycle token is cancelled nothing is restarted.
 
@@ -82,7 +82,7 @@ impl Tree {
     /// the runtime closed.
     pub(crate) fn gone(&self, op: &'static str) -> Error {
         match self.stopped.lock().clone() {
-            Some(why) => Error::new(crate::Outcome::Stopped, op).with_detail(why),
+            Some(why) => Error::new(crate::error::Outcome::Stopped, op).with_detail(why),
             None => Error::closed(op),
         }
     }
@@ -407,7 +407,7 @@ impl Actor for Root {
 pub(crate) async fn start(
     tree: Tree,
 ) -> Result<(ActorRef<RootMsg>, tokio::task::JoinHandle<()>), Error> {
-    Actor::spawn(None, Root, tree)
-        .await
-        .map_err(|e| Error::new(crate::Outcome::Closed, "spawn runtime").with_detail(e.to_string()))
+    Actor::spawn(None, Root, tree).await.map_err(|e| {
+        Error::new(crate::error::Outcome::Closed, "spawn runtime").with_detail(e.to_string())
+    })
 }

@@ -7,7 +7,7 @@ use super::RuntimeHandle;
 use crate::client::bulk::{BulkEvent, BulkRun};
 use crate::client::{PushOptions, RunHandle, TriggerOptions};
 use crate::error::Error;
-use crate::proto;
+use crate::protocol as proto;
 
 impl RuntimeHandle {
     /// Triggers a run and returns its handle.
@@ -171,7 +171,7 @@ impl RuntimeHandle {
     }
 
     /// Declares (or changes) the rate limit `key`: `limit` units per `window`, shared by every
-    /// task that takes units of it ([`crate::TaskOptions::rate_limit`]). Idempotent.
+    /// task that takes units of it ([`crate::worker::task::TaskOptions::rate_limit`]). Idempotent.
     ///
     /// A change adds no units to the current window: the engine keeps what is left (at most
     /// the new limit), and a raised limit counts from the next window. The windows follow each

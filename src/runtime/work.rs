@@ -7,8 +7,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::RuntimeHandle;
-use crate::client::typed::Registered;
 use crate::error::Error;
+use crate::runtime::typed::Registered;
 use crate::worker::{WorkerMsg, WorkerOptions, Workflow};
 
 impl crate::worker::Context {
@@ -19,7 +19,7 @@ impl crate::worker::Context {
     ///
     /// # Errors
     ///
-    /// [`Outcome::Closed`](crate::Outcome::Closed) when the runtime is stopping (its last handle
+    /// [`Outcome::Closed`](crate::error::Outcome::Closed) when the runtime is stopping (its last handle
     /// was dropped).
     pub fn runtime(&self) -> Result<RuntimeHandle, Error> {
         self.runtime_any()
@@ -39,7 +39,7 @@ impl RuntimeHandle {
             .ok_or_else(|| self.inner.tree.gone(op))
     }
 
-    /// Registers a standalone task ([`Task`](crate::Task)) and returns its typed reference:
+    /// Registers a standalone task ([`Task`](crate::worker::standalone::Task)) and returns its typed reference:
     /// `run` it with its input type, get its output type back.
     ///
     /// # Cancel safety
@@ -48,7 +48,7 @@ impl RuntimeHandle {
     pub async fn register_task<I, O>(
         &self,
         task: crate::worker::standalone::Task<I, O>,
-    ) -> Result<crate::run::WorkflowRef<I, O>, Error>
+    ) -> Result<crate::runtime::typed::WorkflowRef<I, O>, Error>
     where
         I: Serialize + serde::de::DeserializeOwned + Send + 'static,
         O: Serialize + DeserializeOwned + Send + 'static,
@@ -123,7 +123,7 @@ impl RuntimeHandle {
             )
                 .await
                 .map_err(|e| {
-                    Error::new(crate::Outcome::Invalid, "start worker").with_detail(format!(
+                    Error::new(crate::error::Outcome::Invalid, "start worker").with_detail(format!(
                         "cannot serve /health and /metrics on {addr}: {e}; free the port or set HATCHET_CLIENT_WORKER_HEALTHCHECK_PORT"
                     ))
                 })?;
@@ -142,18 +142,18 @@ impl RuntimeHandle {
     /// each closure. One value per type: setting a type again replaces its value for the tasks
     /// that ask after that (a task holding the old one keeps it).
     ///
-    /// [`Context::state`]: crate::Context::state
+    /// [`Context::state`]: crate::worker::context::Context::state
     pub fn set_state<T: Send + Sync + 'static>(&self, value: T) {
         self.inner.tree.worker.state.set(value);
     }
 
     /// Sets labels on this runtime's worker at the engine; only the keys given change. Tasks
-    /// that want or require labels ([`crate::TaskOptions::desired_label`]) see them at once.
+    /// that want or require labels ([`crate::worker::task::TaskOptions::desired_label`]) see them at once.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: an upsert can be repeated.
-    pub async fn upsert_labels<K: Into<String>, V: Into<crate::worker::placement::LabelValue>>(
+    pub async fn upsert_labels<K: Into<String>, V: Into<crate::placement::LabelValue>>(
         &self,
         labels: impl IntoIterator<Item = (K, V)>,
     ) -> Result<(), Error> {

@@ -12,7 +12,7 @@ pub(crate) enum WorkerMsg {
     Start(WorkerOptions, oneshot::Sender<Result<String, Error>>),
     /// Set labels on the started worker (only the keys given change).
     UpsertLabels(
-        HashMap<String, super::placement::LabelValue>,
+        HashMap<String, crate::placement::LabelValue>,
         oneshot::Sender<Result<(), Error>>,
     ),
     /// Drain: pause, wait up to the duration for running tasks, then stop.

@@ -1,5 +1,5 @@
 //! Conditions: what a DAG task waits for (`wait_for`), what skips or cancels it (`skip_if`,
-//! `cancel_if`), and what a durable task waits for ([`crate::Context::wait_for`]). A
+//! `cancel_if`), and what a durable task waits for ([`crate::worker::context::Context::wait_for`]). A
 //! [`Condition`] is a sleep, a user event (with an optional CEL expression over its payload
 //! and a scope), or a parent's output (with a CEL expression over `output`). Conditions in one
 //! [`AnyOf`] are OR-ed; separate groups are AND-ed.
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::proto::v1;
+use crate::protocol::v1;
 use crate::worker::duration::wire_duration;
 
 /// One condition.
@@ -255,7 +255,7 @@ fn push_group(
                 consider_events_since: lookback
                     .zip(now)
                     .and_then(|(back, now)| now.checked_sub(back))
-                    .map(crate::proto::timestamp),
+                    .map(crate::protocol::timestamp),
             }),
             Kind::Parent(task) => {
                 out.parent_override_conditions

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use super::WorkerCore;
 use crate::connection::CallOpts;
-use crate::proto;
+use crate::protocol as proto;
 
 /// How long the pause may take before the drain goes on without it (the Python SDK's 10 s).
 pub(super) const PAUSE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -2,6 +2,7 @@
 //! its step events (invariants 2 to 5).
 
 use super::*;
+use crate::logs;
 
 /// The worker's slot bounds: ordinary tasks and durable tasks each have their own (as the
 /// engine counts them), and STARTs waiting for a slot are bounded too, far above the slots.

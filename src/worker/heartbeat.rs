@@ -29,7 +29,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tonic::Code;
 
 use super::WorkerCore;
-use crate::proto;
+use crate::protocol as proto;
 use crate::retry::grpc::request_with_timeout;
 
 /// Heartbeat interval (the engine assigns only to workers heard from in the last 5 s).
@@ -136,7 +136,7 @@ async fn beat(core: &WorkerCore) -> Result<(), Code> {
     let mut client = core.conn.dispatcher();
     let req = proto::HeartbeatRequest {
         worker_id,
-        heartbeat_at: Some(crate::proto::timestamp_now()),
+        heartbeat_at: Some(crate::protocol::timestamp_now()),
     };
     let sent = Instant::now();
     let ledger = core.conn.grpc_core().ledger();

@@ -11,9 +11,9 @@
 use std::collections::HashMap;
 
 use super::WorkerCore;
-use super::placement::{LabelValue, labels_to_proto};
 use crate::error::Error;
-use crate::proto;
+use crate::placement::{LabelValue, labels_to_proto};
+use crate::protocol as proto;
 
 impl WorkerCore {
     /// Sets `labels` on this worker at the engine (and for later re-registrations).
@@ -43,7 +43,7 @@ impl WorkerCore {
             .await;
         let taken = match &result {
             Ok(_) => true,
-            Err(e) => e.outcome() == crate::Outcome::MaybeExecuted,
+            Err(e) => e.outcome() == crate::error::Outcome::MaybeExecuted,
         };
         if taken {
             registration.labels.lock().extend(labels);

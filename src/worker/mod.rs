@@ -36,8 +36,6 @@ mod execute;
 mod finished;
 pub(crate) mod heartbeat;
 mod labels;
-pub(crate) mod logs;
-pub(crate) mod placement;
 pub(crate) mod reclaim;
 mod restart;
 pub(crate) mod standalone;
@@ -69,7 +67,7 @@ use crate::listener::actions::{self, ActionsKind, Registration, WorkerIdentity};
 use crate::listener::durable_task::DurableClient;
 use crate::listener::health::ListenerKind;
 use crate::listener::stream::Home;
-use crate::proto::{self, ActionType, StepActionEventType as E};
+use crate::protocol::{self as proto, ActionType, StepActionEventType as E};
 
 /// After this long without a successful heartbeat, the engine has reassigned our attempts.
 pub(crate) const STALE_AFTER: Duration = Duration::from_secs(30);
@@ -93,8 +91,8 @@ pub struct WorkerOptions {
     /// Concurrent durable tasks (durable slots; registered only when a task of the worker is
     /// durable, see [`WorkerOptions::durable_slots`]).
     pub(crate) durable_slots: usize,
-    /// Labels (tasks can want or require them; see [`DesiredLabel`](crate::task::DesiredLabel)).
-    pub(crate) labels: HashMap<String, placement::LabelValue>,
+    /// Labels (tasks can want or require them; see [`DesiredLabel`](crate::placement::DesiredLabel)).
+    pub(crate) labels: HashMap<String, crate::placement::LabelValue>,
 }
 
 impl WorkerOptions {
@@ -120,7 +118,7 @@ impl WorkerOptions {
     pub fn label(
         mut self,
         key: impl Into<String>,
-        value: impl Into<placement::LabelValue>,
+        value: impl Into<crate::placement::LabelValue>,
     ) -> Self {
         self.labels.insert(key.into(), value.into());
         self
@@ -247,7 +245,7 @@ pub(crate) struct WorkerCore {
     /// The engine is older than v0.80.0: durable waits use the legacy event path.
     pub(crate) legacy_durable: AtomicBool,
     /// Task log lines on their way to the engine (started on first use).
-    pub(crate) logs: std::sync::OnceLock<Arc<logs::LogQueue>>,
+    pub(crate) logs: std::sync::OnceLock<Arc<crate::logs::LogQueue>>,
     /// What the worker registers with (its labels change with upserts), once started.
     /// Shared handler state, by type (`RuntimeHandle::set_state`, `Context::state`).
     pub(crate) state: state::StateMap,
@@ -327,9 +325,9 @@ impl WorkerCore {
     }
 
     /// The log queue (its shipper starts on first use).
-    pub(crate) fn log_queue(&self) -> &Arc<logs::LogQueue> {
+    pub(crate) fn log_queue(&self) -> &Arc<crate::logs::LogQueue> {
         self.logs
-            .get_or_init(|| Arc::new(logs::LogQueue::start(&self.conn)))
+            .get_or_init(|| Arc::new(crate::logs::LogQueue::start(&self.conn)))
     }
 
     /// What the worker has done so far.

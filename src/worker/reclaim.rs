@@ -56,7 +56,7 @@ use super::WorkerCore;
 use crate::client::api::{Api, RunQuery, RunStatus};
 use crate::client::control::RunFilter;
 pub(crate) use crate::connection::ReclaimTiming;
-use crate::proto::{self, ActionType, StepActionEventType as E, v1};
+use crate::protocol::{self as proto, ActionType, StepActionEventType as E, v1};
 
 /// Finals kept for a possible second sending.
 pub(crate) const FINALS_KEPT: usize = 10_000;
@@ -212,7 +212,7 @@ pub(crate) fn parents_known(details: &v1::GetRunDetailsResponse, parents: &[Stri
 pub(crate) fn fill_parent_outputs(
     details: &mut v1::GetRunDetailsResponse,
     parents: &[String],
-    view: &crate::client::typed::RunView,
+    view: &crate::client::view::RunView,
 ) {
     for p in parents {
         let Some(out) = view.tasks.get(p).and_then(|t| t.output.as_ref()) else {

@@ -10,7 +10,7 @@
 //!
 //! 1. The invocation is cancelled here only after the engine acknowledged its eviction: an
 //!    eviction that cannot be made (after [`EVICTION_TRIES`] tries) fails the held requests with
-//!    [`Outcome::MaybeExecuted`](crate::Outcome::MaybeExecuted), and the attempt fails as it
+//!    [`Outcome::MaybeExecuted`](crate::error::Outcome::MaybeExecuted), and the attempt fails as it
 //!    would without a restart.
 //! 2. The restore is an idempotent write (restoring twice requeues once), retried as one; a
 //!    restore the engine never gets leaves the evicted task to its timeout, which the engine
@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 
 use super::WorkerCore;
 use crate::listener::durable_task::DurableClient;
-use crate::proto;
+use crate::protocol as proto;
 
 /// Tries of the eviction (each waits out its own ack and the stream's bound on sending).
 pub(super) const EVICTION_TRIES: u32 = 3;

@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 use super::task::{Handler, TaskError, TaskOptions, Workflow};
 
 /// A task named `name` that is the whole workflow `name`, taking `I` and returning `O`.
-/// Register it with [`RuntimeHandle::register_task`](crate::RuntimeHandle::register_task),
-/// which gives back a [`WorkflowRef<I, O>`](crate::run::WorkflowRef) to run it with.
+/// Register it with [`RuntimeHandle::register_task`](crate::runtime::RuntimeHandle::register_task),
+/// which gives back a `run::WorkflowRef<I, O>` to run it with.
 pub struct Task<I, O> {
     workflow: Workflow,
     _types: PhantomData<fn(I) -> O>,

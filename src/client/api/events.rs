@@ -7,14 +7,14 @@ use serde_json::Value;
 
 use super::{Api, Meta, Page, RunStatus, query};
 use crate::error::Error;
-use crate::proto::rfc3339;
+use crate::protocol::rfc3339;
 
 /// A pushed event, as the events list shows it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct EventInfo {
-    /// Its id (what [`crate::RuntimeHandle::push`] answered).
+    /// Its id (what [`crate::runtime::RuntimeHandle::push`] answered).
     pub metadata: Meta,
     /// Its key.
     pub key: String,

@@ -1,6 +1,6 @@
 //! Event filters over REST: create, list, update, delete. An event pushed with a scope starts a
 //! workflow that has filters only through that scope's filters whose expression holds (see
-//! [`crate::Workflow::default_filter`] for filters declared with the workflow).
+//! [`crate::worker::task::Workflow::default_filter`] for filters declared with the workflow).
 //!
 //! # Invariants
 //!
@@ -176,7 +176,7 @@ impl Api {
     pub async fn workflow_id(&self, name: &str) -> Result<String, Error> {
         let full = self.namespaced(name);
         self.find_workflow_id(name).await?.ok_or_else(|| {
-            Error::new(crate::Outcome::Rejected, WORKFLOWS_ROUTE)
+            Error::new(crate::error::Outcome::Rejected, WORKFLOWS_ROUTE)
                 .with_detail(format!("no workflow named {full:?}; register it first"))
         })
     }

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{Api, Page, RunStatus, query};
 use crate::error::Error;
-use crate::proto::rfc3339;
+use crate::protocol::rfc3339;
 
 /// A rate limit.
 #[derive(Debug, Clone, Deserialize)]

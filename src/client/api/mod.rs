@@ -129,7 +129,7 @@ impl RunStatus {
 
     /// From the gRPC `v1.RunStatus` number.
     pub(crate) fn from_v1(n: i32) -> Option<Self> {
-        use crate::proto::v1::RunStatus as V;
+        use crate::protocol::v1::RunStatus as V;
         Some(match V::try_from(n).ok()? {
             V::Queued => RunStatus::Queued,
             // An evicted durable task is still running as far as its run is concerned.
@@ -147,7 +147,7 @@ impl std::fmt::Display for RunStatus {
     }
 }
 
-/// REST operations of a runtime; see [`crate::RuntimeHandle::api`].
+/// REST operations of a runtime; see [`crate::runtime::RuntimeHandle::api`].
 #[derive(Clone, Debug)]
 pub struct Api {
     conn: Connection,

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::{Api, Page, RunStatus, encode, query};
 use crate::client::control::RunFilter;
 use crate::error::{Error, Outcome};
-use crate::proto::rfc3339;
+use crate::protocol::rfc3339;
 
 /// The page size of a list when the caller names none (the engine's own default).
 const DEFAULT_LIMIT: usize = 50;
@@ -316,7 +316,7 @@ impl LogQuery {
     /// Only lines at this level (call again to allow several).
     pub fn level(mut self, level: tracing::Level) -> Self {
         self.levels
-            .push(crate::worker::logs::engine_level(level).to_string());
+            .push(crate::logs::engine_level(level).to_string());
         self
     }
 
@@ -352,7 +352,7 @@ impl Api {
     /// # Cancel safety
     ///
     /// Cancel safe (a read).
-    pub async fn run(&self, run_id: &str) -> Result<crate::run::RunView, Error> {
+    pub async fn run(&self, run_id: &str) -> Result<crate::client::view::RunView, Error> {
         const ROUTE: &str = "GET /api/v1/stable/workflow-runs/{id}";
         let v: Value = self
             .json(
@@ -362,7 +362,7 @@ impl Api {
                 None,
             )
             .await?;
-        crate::run::RunView::from_rest(&v).map_err(|why| {
+        crate::client::view::RunView::from_rest(&v).map_err(|why| {
             Error::new(Outcome::Rejected, ROUTE)
                 .with_detail(format!(
                     "the engine's answer has an unexpected shape: {why}"

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::{Api, Meta, Page, encode, to_body};
 use crate::error::Error;
-use crate::proto::rfc3339;
+use crate::protocol::rfc3339;
 
 /// A cron trigger.
 #[derive(Debug, Clone, Deserialize)]
@@ -110,7 +110,7 @@ impl Api {
 
     /// Deletes a cron trigger. An id no cron has is the engine's failure, not a not-found:
     /// the real engine (v0.104.9) answers its cron lookup's error with a bare 500, and the
-    /// development engine does the same ([`Outcome::Rejected`](crate::Outcome::Rejected)).
+    /// development engine does the same ([`Outcome::Rejected`](crate::error::Outcome::Rejected)).
     ///
     /// # Cancel safety
     ///

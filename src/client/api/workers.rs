@@ -59,7 +59,7 @@ impl Api {
         Ok(p.rows)
     }
 
-    /// One worker, by id ([`crate::RuntimeHandle::worker_id`] for this runtime's).
+    /// One worker, by id ([`crate::runtime::RuntimeHandle::worker_id`] for this runtime's).
     ///
     /// # Cancel safety
     ///

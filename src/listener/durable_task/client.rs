@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::registry::{Ack, Completion, DurableRegistry, EntryKey, key_of, target};
 use super::{ACK_TIMEOUT, EVICTION_ACK_TIMEOUT, OPERATION};
 use crate::error::{Error, Outcome};
-use crate::proto::v1::{self, durable_task_request::Message as Req};
+use crate::protocol::v1::{self, durable_task_request::Message as Req};
 
 /// What a task context uses to run durable operations.
 #[derive(Clone)]
@@ -294,7 +294,7 @@ mod tests {
         assert_eq!(short.outcome(), Outcome::Undecodable);
         assert!(short.to_string().contains("1 children of the 2"), "{short}");
     }
-    use crate::proto::v1::durable_task_response::Message as Resp;
+    use crate::protocol::v1::durable_task_response::Message as Resp;
     use tokio::sync::mpsc;
 
     type Out = mpsc::Receiver<v1::DurableTaskRequest>;

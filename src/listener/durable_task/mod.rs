@@ -21,13 +21,13 @@
 //!    the invocation, asks the engine to restore it and cancels it here); the restored
 //!    invocation replays onto the log the engine kept, whether or not it recorded the request,
 //!    and no retry is spent. When the restart cannot be made (the eviction fails), the held
-//!    request fails with [`Outcome::MaybeExecuted`](crate::Outcome::MaybeExecuted), and so does
+//!    request fails with [`Outcome::MaybeExecuted`](crate::error::Outcome::MaybeExecuted), and so does
 //!    every later request of its invocation, so the attempt fails and its retry replays.
 //! 3. Completions that arrive before their waiter are kept [`EARLY_COMPLETION_TTL`].
 //! 4. An eviction ack not received in [`EVICTION_ACK_TIMEOUT`] fails that eviction, not the stream.
 //! 5. Sending is a synchronous path (docs/contract.md §3): a request waits through at most
 //!    [`MAX_SEND_ATTEMPTS`] consecutive streams that end without progress, then fails with
-//!    [`Outcome::Exhausted`](crate::Outcome::Exhausted); it never blocks its task through an outage. A stream with progress
+//!    [`Outcome::Exhausted`](crate::error::Outcome::Exhausted); it never blocks its task through an outage. A stream with progress
 //!    resets the count. A listener that stops fails every pending request and wait at once.
 //! 6. While waits are pending, `worker_status` is re-sent every [`STATUS_EVERY`] on the published
 //!    stream: the engine re-sends completions it lost (routing, a cluster node change), so a lost
@@ -56,7 +56,7 @@ use super::actions::WorkerIdentity;
 use super::reconnect::StreamEnd;
 use super::stream::{EndReport, Flow, Judged, StreamKind};
 use crate::connection::Connection;
-use crate::proto::v1;
+use crate::protocol::v1;
 
 /// How long a completion that arrived before its waiter is kept.
 pub(crate) const EARLY_COMPLETION_TTL: Duration = Duration::from_secs(10);

@@ -20,7 +20,7 @@ use super::{
 };
 use crate::error::{Cause, DurableError, Error, Outcome};
 use crate::listener::reconnect::StreamEnd;
-use crate::proto::v1::{
+use crate::protocol::v1::{
     self, durable_task_request::Message as Req, durable_task_response::Message as Resp,
 };
 
@@ -727,7 +727,7 @@ impl DurableRegistry {
                 node_id: *n,
                 invocation_count: *i,
             };
-            let len = crate::proto::framed_len(entry.encoded_len());
+            let len = crate::protocol::framed_len(entry.encoded_len());
             if !batch.is_empty() && size + len > limit {
                 out.push(message(std::mem::take(&mut batch)));
                 size = 0;

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::Context;
-use crate::worker::placement::LabelValue;
+use crate::placement::LabelValue;
 
 impl Context {
     /// This attempt's number: 1 for the first attempt, 2 after one retry (the retry count plus
@@ -72,13 +72,15 @@ impl Context {
         self.inner.action.workflow_version_id.as_deref()
     }
 
-    /// The shared state of type `T` ([`RuntimeHandle::set_state`](crate::RuntimeHandle::set_state)).
+    /// The shared state of type `T` ([`RuntimeHandle::set_state`](crate::runtime::RuntimeHandle::set_state)).
     ///
     /// # Errors
     /// No value of type `T` was handed to the runtime (the error names the type).
-    pub fn state<T: Send + Sync + 'static>(&self) -> Result<std::sync::Arc<T>, crate::Error> {
+    pub fn state<T: Send + Sync + 'static>(
+        &self,
+    ) -> Result<std::sync::Arc<T>, crate::error::Error> {
         self.inner.core.state.get::<T>().ok_or_else(|| {
-            crate::Error::invalid(
+            crate::error::Error::invalid(
                 "state",
                 format!(
                     "no shared state of type {}: hand one to the runtime first with RuntimeHandle::set_state",

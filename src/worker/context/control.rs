@@ -14,9 +14,9 @@ use std::time::{Duration, SystemTime};
 use super::Context;
 use crate::connection::CallOpts;
 use crate::error::Error;
-use crate::proto::{self, v1};
+use crate::placement::LabelValue;
+use crate::protocol::{self as proto, v1};
 use crate::worker::duration::wire_duration;
-use crate::worker::placement::LabelValue;
 
 impl Context {
     /// In an `on_failure` task: the errors of the tasks whose failure started it, by task name
@@ -109,7 +109,7 @@ impl Context {
     }
 
     /// Spawns a child run that stays on this worker when its workflow is sticky
-    /// ([`crate::Workflow::sticky`]): `Hard` waits for this worker, `Soft` prefers it. Same
+    /// ([`crate::worker::task::Workflow::sticky`]): `Hard` waits for this worker, `Soft` prefers it. Same
     /// child index rules as [`Context::spawn_child`].
     ///
     /// # Cancel safety
@@ -119,7 +119,7 @@ impl Context {
         &self,
         workflow: &str,
         input: &I,
-    ) -> Result<crate::RunHandle, Error> {
+    ) -> Result<crate::client::RunHandle, Error> {
         let worker = self.inner.core.identity.get().ok_or_else(|| {
             Error::invalid("spawn child", "this worker has no id yet (not registered)")
         })?;
@@ -128,7 +128,7 @@ impl Context {
     }
 
     /// Sets labels on this task's worker (only the keys given change), as
-    /// [`crate::RuntimeHandle::upsert_labels`].
+    /// [`crate::runtime::RuntimeHandle::upsert_labels`].
     ///
     /// # Cancel safety
     ///
@@ -149,7 +149,7 @@ impl Context {
     ///
     /// The call is bound to this task's cancellation, as every call a task makes: once the task
     /// is cancelled (by this very call once the engine acts on it, a timeout, a shutdown) its
-    /// retries stop, and it answers [`Outcome::Cancelled`](crate::Outcome::Cancelled). Either
+    /// retries stop, and it answers [`Outcome::Cancelled`](crate::error::Outcome::Cancelled). Either
     /// way the task should return.
     ///
     /// # Cancel safety

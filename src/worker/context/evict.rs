@@ -1,4 +1,4 @@
-//! Eviction while waiting ([`crate::TaskOptions::evict_while_waiting`]): a durable task whose
+//! Eviction while waiting ([`crate::worker::task::TaskOptions::evict_while_waiting`]): a durable task whose
 //! wait outlasts its eviction time gives its slot back; so does every waiting durable task once
 //! its worker drains (`drain` invariant 3). The worker asks the engine to evict the
 //! invocation and stops it (nothing is reported); when the wait completes the engine runs the

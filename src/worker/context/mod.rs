@@ -12,7 +12,7 @@ use crate::client::TriggerOptions;
 use crate::connection::CallOpts;
 use crate::error::{Error, Outcome};
 use crate::listener::durable_task::DurableClient;
-use crate::proto::{self, v1};
+use crate::protocol::{self as proto, v1};
 use crate::worker::WorkerCore;
 
 mod about;
@@ -111,7 +111,7 @@ impl ChildOptions {
     pub fn desired_label(
         mut self,
         key: impl Into<String>,
-        label: crate::worker::placement::DesiredLabel,
+        label: crate::placement::DesiredLabel,
     ) -> Self {
         self.trigger = self.trigger.desired_label(key, label);
         self
@@ -277,7 +277,7 @@ impl Context {
 
     /// Sends a log line to the engine (PutLog), in the background. Never waits: when the engine
     /// falls behind by 1,024 lines, new lines are dropped and
-    /// counted ([`crate::RuntimeHandle::logs_dropped`]).
+    /// counted ([`crate::runtime::RuntimeHandle::logs_dropped`]).
     pub fn log(&self, message: impl Into<String>) {
         self.log_at(tracing::Level::INFO, message);
     }
@@ -286,7 +286,7 @@ impl Context {
     /// (`TRACE` lines arrive as `DEBUG`). Lines over 10,000 characters are cut; empty ones are
     /// not sent.
     pub fn log_at(&self, level: tracing::Level, message: impl Into<String>) {
-        crate::worker::logs::TaskLogTarget {
+        crate::logs::TaskLogTarget {
             queue: self.inner.core.log_queue().clone(),
             task_run_id: self.task_run_id().to_string(),
             run_id: self.workflow_run_id().to_string(),
@@ -342,7 +342,7 @@ impl Context {
     /// request and its acknowledgement, the engine may have recorded it, so the worker restarts
     /// the invocation from the engine's log instead (it evicts and restores it; this invocation
     /// is cancelled, the next replays, and no retry is spent). Only when that restart cannot be
-    /// made does it fail with [`Outcome::MaybeExecuted`](crate::Outcome::MaybeExecuted): return
+    /// made does it fail with [`Outcome::MaybeExecuted`](crate::error::Outcome::MaybeExecuted): return
     /// the error (`?`), and the task's retry replays onto what the engine kept.
     ///
     /// # Cancel safety
@@ -370,7 +370,7 @@ impl Context {
         self.wait(d, inv, cond).await.map(|_| ())
     }
 
-    /// Waits durably for an event: `event` is a [`crate::durable::Condition::event`], with its scope,
+    /// Waits durably for an event: `event` is a [`crate::worker::conditions::Condition::event`], with its scope,
     /// lookback and CEL expression; returns the payload of the event that satisfied it. With a
     /// scope and a lookback, an event pushed (with that scope) while the task was still
     /// sleeping, or before a replay reached this wait, is not missed:
@@ -395,9 +395,11 @@ impl Context {
     /// would drop it too (see [`Context::sleep_for`]).
     pub async fn wait_for_event_with(
         &self,
-        event: crate::durable::EventCondition,
+        event: crate::worker::conditions::EventCondition,
     ) -> Result<Value, Error> {
-        let fired = self.wait_for([crate::durable::AnyOf::from(event)]).await?;
+        let fired = self
+            .wait_for([crate::worker::conditions::AnyOf::from(event)])
+            .await?;
         Ok(fired
             .fired
             .into_values()

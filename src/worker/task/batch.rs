@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::{Handler, TaskError, TaskFn};
-use crate::proto::v1;
+use crate::protocol::v1;
 use crate::worker::context::Context;
 
 /// How the engine gathers a batch task's runs into batches.

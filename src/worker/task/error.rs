@@ -45,10 +45,10 @@ impl From<&str> for TaskError {
     }
 }
 
-impl From<crate::Error> for TaskError {
+impl From<crate::error::Error> for TaskError {
     /// A nondeterministic replay is not retried: the retry would replay the same history and
     /// diverge the same way. Every other runtime error leaves the engine's retries in charge.
-    fn from(e: crate::Error) -> Self {
+    fn from(e: crate::error::Error) -> Self {
         match e.durable() {
             Some(crate::error::DurableError::Nondeterminism { .. }) => {
                 TaskError::non_retryable(e.to_string())

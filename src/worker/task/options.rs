@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::workflow::{Concurrency, ConcurrencyStrategy, RateLimitWindow};
-use crate::proto::v1;
+use crate::placement::DesiredLabel;
+use crate::protocol::v1;
 use crate::worker::conditions::{AnyOf, ConditionAction};
-use crate::worker::placement::DesiredLabel;
 
 /// Options of one task: [`TaskOptions::new`], then a method for each option that applies
 /// (fields may be added: the struct is `#[non_exhaustive]`).
@@ -71,7 +71,7 @@ impl TaskOptions {
     /// A concurrency limit on this task alone: at most `max_runs` of its attempts whose
     /// `expression` (CEL over the input, e.g. `input.user_id`) gives the same group run at
     /// once; `strategy` says what happens to the others. The group must be a string, as for
-    /// [`Workflow::concurrency`](crate::Workflow::concurrency), which bounds whole runs instead.
+    /// [`Workflow::concurrency`](crate::worker::task::Workflow::concurrency), which bounds whole runs instead.
     pub fn concurrency(
         mut self,
         expression: impl Into<String>,
@@ -147,7 +147,7 @@ impl TaskOptions {
         self
     }
     /// Each attempt takes `units` of the rate limit `key` (declared with
-    /// [`crate::RuntimeHandle::put_rate_limit`]); the engine holds the task while none are left.
+    /// [`crate::runtime::RuntimeHandle::put_rate_limit`]); the engine holds the task while none are left.
     pub fn rate_limit(mut self, key: impl Into<String>, units: i32) -> Self {
         self.rate_limits.push(v1::CreateTaskRateLimit {
             key: key.into(),

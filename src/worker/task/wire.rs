@@ -3,14 +3,14 @@
 
 use super::workflow::Concurrency;
 use super::{TaskDef, Workflow};
-use crate::proto::v1;
+use crate::placement::desired_to_proto;
+use crate::protocol::v1;
 use crate::worker::duration::wire_duration;
-use crate::worker::placement::desired_to_proto;
 
 impl Workflow {
     /// The registration request (`v1.AdminService/PutWorkflow`), `name` already namespaced,
     /// with event keys (triggers and conditions) in `namespace`, as
-    /// [`crate::RuntimeHandle::push`] namespaces the keys it pushes.
+    /// [`crate::runtime::RuntimeHandle::push`] namespaces the keys it pushes.
     pub(crate) fn to_proto_in(
         &self,
         name: &str,
@@ -131,7 +131,7 @@ mod tests {
 
     #[test]
     fn definitions_carry_retries_timeouts_triggers_slots_concurrency_and_durability() {
-        use crate::proto::v1::ConcurrencyLimitStrategy;
+        use crate::protocol::v1::ConcurrencyLimitStrategy;
         let wf = Workflow::new("Orders")
             .task_with(
                 "charge",
@@ -150,7 +150,7 @@ mod tests {
             .concurrency(
                 "input.user_id",
                 2,
-                crate::task::ConcurrencyStrategy::GroupRoundRobin,
+                crate::worker::task::ConcurrencyStrategy::GroupRoundRobin,
             );
         let p = wf.to_proto_in("ns_orders", "");
         assert_eq!(p.name, "ns_orders");

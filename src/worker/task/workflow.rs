@@ -7,10 +7,10 @@ use serde_json::Value;
 
 use super::erased::typed;
 use super::{Handler, TaskDef, TaskError, TaskOptions, TaskTypes};
-use crate::proto::v1;
+use crate::placement::StickyStrategy;
+use crate::protocol::v1;
 #[cfg(doc)]
 use crate::worker::context::Context;
-use crate::worker::placement::StickyStrategy;
 
 /// The tasks no other task names as a parent, in declaration order (a DAG's last tasks).
 fn leaf_tasks(tasks: &[TaskDef]) -> Vec<String> {
@@ -243,7 +243,7 @@ impl Workflow {
     /// skipped. The run still reads as failed whatever this task does.
     ///
     /// A workflow with an `on_failure` task is a DAG to the engine (two steps), so its run id
-    /// differs from its task ids; typed handles ([`crate::run::WorkflowRef`]) return the task you
+    /// differs from its task ids; typed handles (`run::WorkflowRef`) return the task you
     /// name either way.
     pub fn on_failure<I, O, E, F>(mut self, name: &str, options: TaskOptions, f: F) -> Self
     where
@@ -426,7 +426,7 @@ impl Workflow {
         self
     }
 
-    /// Adds a batch task: the engine gathers its runs into batches (see [`Batching`](crate::task::Batching)) and the
+    /// Adds a batch task: the engine gathers its runs into batches (see [`Batching`](crate::worker::task::Batching)) and the
     /// handler gets each batch in one call, answering one output per member, in the batch's
     /// order (`Batch::members`). A handler error, or a wrong number of outputs, fails every
     /// member. The batch takes one slot of its worker.
@@ -492,7 +492,7 @@ impl Workflow {
     /// `additional_metadata` and `workflow_run_id`, giving a string: `input.order_id`,
     /// `'order-' + input.id`) is evaluated by the engine for each trigger, and a second trigger
     /// whose key a run still holds is refused with that run's id (a trigger marked
-    /// [`TriggerOptions::idempotent`](crate::TriggerOptions::idempotent) resolves to it). A key
+    /// [`TriggerOptions::idempotent`](crate::client::TriggerOptions::idempotent) resolves to it). A key
     /// is held for `ttl` (at least 1 ms), whatever the run does.
     ///
     /// Keys are the tenant's, not the workflow's: two workflows whose expressions give the

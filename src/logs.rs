@@ -18,7 +18,7 @@ use futures::StreamExt as _;
 use tokio::sync::mpsc;
 
 use crate::connection::Connection;
-use crate::proto;
+use crate::protocol as proto;
 
 /// Lines waiting to be sent.
 pub(crate) const LOG_QUEUE: usize = 1024;

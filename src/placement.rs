@@ -11,10 +11,10 @@
 
 use std::collections::HashMap;
 
-use crate::proto::{self, v1};
+use crate::protocol::{self as proto, v1};
 
 /// How a workflow's runs stay on the worker that started them (child runs spawned with
-/// [`crate::Context::spawn_sticky_child`]).
+/// [`crate::worker::context::Context::spawn_sticky_child`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum StickyStrategy {
