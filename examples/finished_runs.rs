@@ -1,8 +1,8 @@
-//! Benchmark (issue 48): awaiting runs that have already finished, one by one. A wait on a run
-//! that finished before the wait began reads the run once and answers; the real engine would
-//! otherwise answer it on its run stream only at its next 1 s tick. The official Python SDK's
-//! `result()` (GetRunDetails, polled) and `aio_result()` (its run listener) await the same runs
-//! in the same run when `HATCHET_BENCH_PYTHON` names a Python with `hatchet-sdk` installed.
+//! Benchmark: awaiting runs that have already finished, one by one. A wait on a run that finished
+//! before the wait began reads the run once and answers; the real engine would otherwise answer it
+//! on its run stream only at its next 1 s tick. The official Python SDK's `result()`
+//! (GetRunDetails, polled) and `aio_result()` (its run listener) await the same runs in the same
+//! run when `HATCHET_BENCH_PYTHON` names a Python with `hatchet-sdk` installed.
 //!
 //! ```sh
 //! scripts/real-engine.sh start && eval "$(scripts/real-engine.sh env)"

@@ -575,9 +575,9 @@ mod collision_tests {
         );
     }
 
-    /// N6: two items with the same input told apart by their metadata (a key expression that
-    /// reads the metadata): the first collided, the second was created. Matched by input alone,
-    /// the created run went to the first item and the collision to the second.
+    /// Two items with the same input told apart by their metadata (a key expression that reads the
+    /// metadata): the first collided, the second was created. Matched by input alone, the created
+    /// run went to the first item and the collision to the second.
     #[test]
     fn items_with_the_same_input_are_told_apart_by_their_metadata() {
         let items = vec![
@@ -608,8 +608,8 @@ mod tests {
         bytes: usize::MAX / 2,
     };
 
-    /// N12: chunks are cut by bytes as well as by count, an item over the limit alone fails
-    /// alone and unsent, and every other item is answered in order.
+    /// Chunks are cut by bytes as well as by count, an item over the limit alone fails alone and
+    /// unsent, and every other item is answered in order.
     #[tokio::test]
     async fn chunks_are_cut_by_bytes_and_an_oversized_item_fails_alone_unsent() {
         let limits = ChunkLimits {

@@ -132,7 +132,7 @@ impl ClientCore {
         };
         // A `{}` in the read's task rows may stand for an output that is not an object; the
         // read takes each output from the task's finished event, as recorded, and only a task
-        // whose event it did not find is left in doubt (issue 58, item 8).
+        // whose event it did not find is left in doubt.
         let unconfirmed = view
             .tasks
             .iter()

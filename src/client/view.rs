@@ -173,8 +173,8 @@ impl RunView {
             .filter_map(|s| Some((s["taskExternalId"].as_str()?, s["taskName"].as_str()?)))
             .collect();
         // The outputs as recorded: the run's FINISHED events carry each task's output as JSON
-        // text, where its `tasks` rows show an output that is not a JSON object as `{}` (issue
-        // 58, item 8; both engines).
+        // text, where its `tasks` rows show an output that is not a JSON object as `{}` (both
+        // engines).
         let recorded: BTreeMap<&str, Value> = {
             let mut by_task: BTreeMap<&str, (i64, &str)> = BTreeMap::new();
             for e in v

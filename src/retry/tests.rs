@@ -499,7 +499,7 @@ fn cost_per_call() {
 
 /// The real engine's gRPC layer refuses a message over its receive limit before reading it
 /// (RESOURCE_EXHAUSTED, `grpc: received message larger than max (N vs. M)`): nothing ran, so a
-/// write is rejected after one attempt, never "maybe executed" (issue 48).
+/// write is rejected after one attempt, never "maybe executed".
 #[tokio::test(start_paused = true)]
 async fn a_message_the_server_refused_unread_is_rejected_once() {
     let c = core(Policy::default());

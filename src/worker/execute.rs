@@ -31,7 +31,7 @@ pub(crate) type SlotPermit = Arc<parking_lot::Mutex<Option<tokio::sync::OwnedSem
 /// CANCEL (or any other action) is never stuck behind it while every slot is busy (the real
 /// engine drops a CANCEL it cannot send). The loop itself waits only past [`waiting_bound`]
 /// STARTs waiting for their slots: a bound near the slots would stop the reading, and the
-/// CANCEL that frees a slot would sit unread behind the STARTs waiting for it (issue 41, N10).
+/// CANCEL that frees a slot would sit unread behind the STARTs waiting for it.
 pub(super) async fn dispatch(
     core: Arc<WorkerCore>,
     mut rx: mpsc::Receiver<proto::AssignedAction>,

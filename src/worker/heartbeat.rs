@@ -206,9 +206,9 @@ mod tests {
         );
     }
 
-    /// N11: while tasks run, a worker whose stream the engine calls inactive reopens it however
-    /// often it is refused, and keeps its id: a new one would leave the running tasks without
-    /// heartbeats, and the engine would run them again elsewhere after 30 s.
+    /// While tasks run, a worker whose stream the engine calls inactive reopens it however often it
+    /// is refused, and keeps its id: a new one would leave the running tasks without heartbeats,
+    /// and the engine would run them again elsewhere after 30 s.
     #[test]
     fn with_tasks_running_a_refused_heartbeat_only_reopens() {
         for refusals in 1..10 {

@@ -202,9 +202,9 @@ async fn every_unary_call_the_engine_sees_is_in_the_runtime_s_ledger() {
     );
 }
 
-/// Issue 48: dropping the last handle without `shutdown()` warns only where it loses something
-/// (tasks running here, cancelled and reported to nobody); a client's `main` that ends with `?`,
-/// or a worker with nothing running, stops quietly.
+/// Dropping the last handle without `shutdown()` warns only where it loses something (tasks running
+/// here, cancelled and reported to nobody); a client's `main` that ends with `?`, or a worker with
+/// nothing running, stops quietly.
 #[tokio::test]
 async fn the_last_handle_dropped_warns_only_when_tasks_are_running() {
     let capture = Capture::default();

@@ -357,10 +357,10 @@ async fn heartbeat_not_found_registers_the_worker_again() {
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
-/// The worker actor decides in order (issue 42): a drain asked while the start is still
-/// registering the worker waits for it and drains the worker it made (paused at the engine,
-/// its stream closed), where it used to run beside the start, find no worker, and leave the
-/// started worker taking work; labels upserted meanwhile reach the started worker.
+/// The worker actor decides in order: a drain asked while the start is still registering the worker
+/// waits for it and drains the worker it made (paused at the engine, its stream closed), where it
+/// used to run beside the start, find no worker, and leave the started worker taking work; labels
+/// upserted meanwhile reach the started worker.
 #[tokio::test]
 async fn a_drain_and_an_upsert_sent_while_the_worker_starts_apply_to_the_started_worker() {
     let (e, rt) = setup().await;
@@ -667,7 +667,7 @@ async fn without_a_result_stream_waiters_fall_back_to_polling_and_back() {
     );
     // And the engine writes the run 11 s after answering the trigger (its write backlog): the
     // polls read it missing for longer than the old unknown-run verdict (two misses 5 s
-    // apart), and the wait must go on (issue 41, N1).
+    // apart), and the wait must go on.
     e.defer_trigger_writes(Some(Duration::from_secs(11)));
     let out: Value = tokio::time::timeout(
         Duration::from_secs(25),

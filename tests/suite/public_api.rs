@@ -382,7 +382,7 @@ fn the_public_api_list_matches_the_code() {
     }
 }
 
-/// The root stays small (issue 42): what a first workflow needs, the rest by module.
+/// The root stays small: what a first workflow needs, the rest by module.
 #[test]
 fn the_root_exports_what_a_first_workflow_needs_and_the_rest_lives_in_modules() {
     let now = listing();
@@ -397,10 +397,9 @@ fn the_root_exports_what_a_first_workflow_needs_and_the_rest_lives_in_modules() 
     );
 }
 
-/// Issue 25's promise: no public signature names a generated protocol type (our own types
-/// stand at the API, with conversions at the wire kept crate-private); issue 42's: nor the
-/// transport's, the HTTP client's or the random generator's (a cause is our own type), so
-/// their major versions are not ours to follow.
+/// No public signature names a generated protocol type (our own types stand at the API, with
+/// conversions at the wire kept crate-private), nor the transport's, the HTTP client's or the
+/// random generator's (a cause is our own type), so their major versions are not ours to follow.
 #[test]
 fn no_public_signature_names_a_protocol_or_transport_type() {
     let now = listing();

@@ -642,11 +642,10 @@ async fn release_slot_lets_a_one_slot_worker_take_other_work() {
 }
 
 /// A CANCEL is acted on while every slot is busy, however many STARTs wait over the slots (the
-/// engine assigns past the worker's one slot here). Issue 41, N10: with more STARTs waiting
-/// than the worker has slots (three runs over a one-slot worker), the dispatch loop used to
-/// wait for room and stop reading, so the CANCEL of the run holding the slot was never read:
-/// all three stuck until their timeouts. The loop never waits now; each START waits for its
-/// slot in its own task.
+/// engine assigns past the worker's one slot here). With more STARTs waiting than the worker has
+/// slots (three runs over a one-slot worker), the dispatch loop used to wait for room and stop
+/// reading, so the CANCEL of the run holding the slot was never read: all three stuck until their
+/// timeouts. The loop never waits now; each START waits for its slot in its own task.
 #[tokio::test]
 async fn a_cancel_is_acted_on_however_many_starts_wait_over_the_slots() {
     let (e, rt) = setup().await;

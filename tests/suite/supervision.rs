@@ -583,9 +583,9 @@ async fn dropping_the_last_handle_stops_the_runtime_and_fails_its_waits_closed()
     .expect("the worker's stream closes");
 }
 
-/// Issue 41, N8: a handler that triggers another workflow through `Context::runtime` does not
-/// keep the runtime alive once the user's last handle is dropped: the running task is cancelled
-/// and the wait on it fails closed, as with a handler that holds nothing.
+/// A handler that triggers another workflow through `Context::runtime` does not keep the runtime
+/// alive once the user's last handle is dropped: the running task is cancelled and the wait on it
+/// fails closed, as with a handler that holds nothing.
 #[tokio::test]
 async fn a_handler_using_the_context_s_runtime_does_not_keep_the_runtime_alive() {
     let e = engine(DevEngineOptions::default()).await;
@@ -653,9 +653,9 @@ where
     panic!("the child neither answered nor stopped");
 }
 
-/// Issue 42: every child of the root restarts within the same intensity limit as the
-/// listeners. The worker actor and the retry service used to restart forever; past the limit
-/// each stays stopped, and what asks it answers `Stopped` with the reason.
+/// Every child of the root restarts within the same intensity limit as the listeners. The worker
+/// actor and the retry service used to restart forever; past the limit each stays stopped, and what
+/// asks it answers `Stopped` with the reason.
 #[tokio::test]
 async fn the_worker_actor_and_the_retry_service_restart_within_the_limit_then_stop() {
     let e = engine(DevEngineOptions::default()).await;

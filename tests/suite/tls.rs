@@ -312,10 +312,9 @@ async fn grpc_and_rest_trust_the_same_roots_and_both_verify_tls_server_name() {
     rt.shutdown(Duration::from_millis(100)).await;
 }
 
-/// A TLS mismatch says so (issue 48): TLS against a plaintext engine, or plaintext against a
-/// TLS one, ends as a configuration error (`Invalid`: nothing ran, and trying again never
-/// helps) that names the address and the setting to change; a refused connection names its
-/// address in `Display`.
+/// A TLS mismatch says so: TLS against a plaintext engine, or plaintext against a TLS one, ends as
+/// a configuration error (`Invalid`: nothing ran, and trying again never helps) that names the
+/// address and the setting to change; a refused connection names its address in `Display`.
 #[tokio::test]
 async fn a_tls_mismatch_and_a_refused_connection_say_what_to_change() {
     let plain = crate::support::engine().await;
@@ -409,9 +408,9 @@ fn go_tls_server() -> Option<GoTlsServer> {
     Some(GoTlsServer { child, port })
 }
 
-/// Plaintext against a Go TLS server (issue 58): Go sends no alert for a first record that is
-/// not a handshake, it just closes; the runtime still says the port speaks TLS and what to set,
-/// within a few seconds.
+/// Plaintext against a Go TLS server: Go sends no alert for a first record that is not a handshake,
+/// it just closes; the runtime still says the port speaks TLS and what to set, within a few
+/// seconds.
 #[tokio::test]
 async fn plaintext_against_a_go_tls_server_says_the_port_speaks_tls() {
     let Some(server) = go_tls_server() else {

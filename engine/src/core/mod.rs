@@ -17,19 +17,20 @@
 //!    finished before the request arrived.
 //! 5. Time is `tokio::time` (scheduling) and `SystemTime` (timestamps only), so tests can pause it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::{Duration, SystemTime};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::Value;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tonic::Status as GrpcStatus;
 
 use crate::durable::DurableState;
-use crate::rules::*;
-use crate::store::model::*;
-use crate::store::subscriptions::{Ask, EventFilter};
-use hatchet_runtime::protocol::{self as proto, v1};
+use crate::rules::{parse_json, parse_metadata};
+use crate::store::model::Worker;
+use hatchet_runtime::protocol as proto;
+#[cfg(test)]
+use hatchet_runtime::protocol::v1;
 
 pub(crate) mod commands;
 pub(crate) mod queries;

@@ -1,6 +1,17 @@
 //! Registration: workflows, workers, labels and rate-limit keys put into the engine.
 
-use super::*;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use hatchet_runtime::protocol::{self as proto, v1};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tonic::Status as GrpcStatus;
+
+use super::{Engine, check_uuid, go_uuid_error, unknown_worker};
+use crate::rules::{
+    DEFAULT_TASK_TIMEOUT, SESSION_BUFFER, new_id, parse_duration, parse_json, validation_failed,
+};
+use crate::store::model::{Session, Status, TaskDef, Worker, Workflow};
 
 impl Engine {
     /// `v1.AdminService/PutWorkflow`.

@@ -1,6 +1,15 @@
 //! Results: run subscriptions, event streams and what clients read of runs.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+
+use hatchet_runtime::protocol::{self as proto, v1};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tonic::Status as GrpcStatus;
+
+use super::Engine;
+use crate::store::model::{Status, Task};
+use crate::store::subscriptions::{Ask, EventFilter};
 
 impl Engine {
     /// Opens a `SubscribeToWorkflowRuns` subscription.

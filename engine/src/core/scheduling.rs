@@ -1,7 +1,10 @@
 //! Scheduling: the scheduler's pass (reassignment, timers, the status pipeline, assignment) and
 //! hanging up every stream on a restart.
 
-use super::*;
+use std::time::Duration;
+
+use super::{Engine, State};
+use crate::rules::LIVE_HEARTBEAT;
 
 impl Engine {
     /// One scheduler pass at `now`: reassignment, timeouts, durable sleeps, then assignment.

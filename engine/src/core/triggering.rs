@@ -1,6 +1,13 @@
 //! Triggering: runs made by triggers, bulk triggers, children and events.
 
-use super::*;
+use hatchet_runtime::protocol::{self as proto, v1};
+use serde_json::Value;
+use tonic::Status as GrpcStatus;
+
+use super::{Engine, TRIGGER, check_event, check_priority};
+use crate::rules::{MAX_BULK_EVENTS, key_matches, new_id, timestamp};
+use crate::rules::{parse_json, parse_metadata};
+use crate::store::model::{StoredEvent, TriggerOpts};
 
 impl Engine {
     /// A single trigger from a client (`TriggerWorkflow`, `TriggerWorkflowRun`): written now,

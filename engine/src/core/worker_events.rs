@@ -1,7 +1,17 @@
 //! Worker events: what workers report of their tasks (started, completed, failed, logs,
 //! refreshed timeouts, released slots).
 
-use super::*;
+use std::time::SystemTime;
+
+use hatchet_runtime::protocol::{self as proto};
+use serde_json::Value;
+use tonic::Status as GrpcStatus;
+
+use super::{Engine, check_uuid, go_uuid_error, unknown_task_run};
+use crate::rules::{
+    LOG_LEVELS, MAX_LOG_LINES_PER_TASK, MAX_LOG_MESSAGE_CHARS, parse_duration, timestamp,
+};
+use crate::store::model::{LogLine, Status};
 
 impl Engine {
     /// `Dispatcher/SendStepActionEvent`.

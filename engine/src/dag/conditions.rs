@@ -5,7 +5,7 @@
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::dag::matches::*;
+use crate::dag::matches::{Act, Matcher, SKIPPED};
 
 impl crate::core::State {
     /// Gives a new task its matcher: armed at once for a root task (invariant 3); returns

@@ -2,17 +2,16 @@
 //! on a later invocation), acks, completions and their re-sends, eviction and restore, and the
 //! legacy `RegisterDurableEvent` path. The log's records and the invariants are in `mod.rs`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
+use hatchet_runtime::protocol::v1::{self, durable_task_response::Message as Resp};
 use serde_json::Value;
 use tokio::time::Instant;
 use tonic::Status as GrpcStatus;
 
-use super::*;
+use super::{BRANCH, Conditions, LegacyTx, Node, NodeKind, Tx, eref, resp, wait_key};
 use crate::core::State;
-use crate::store::model::TriggerOpts;
-use crate::store::model::{Status, StoredEvent};
-use hatchet_runtime::protocol::v1::{self, durable_task_response::Message as Resp};
+use crate::store::model::{Status, StoredEvent, TriggerOpts};
 
 impl State {
     /// Registers a DurableTask stream.

@@ -3,7 +3,7 @@
 //! `concurrency.rs`.
 
 use crate::core::State;
-use crate::sched::concurrency::*;
+use crate::sched::concurrency::{Group, Limit, group_key};
 use crate::store::model::Status;
 use hatchet_runtime::protocol::{self as proto, v1::ConcurrencyLimitStrategy as Strategy};
 

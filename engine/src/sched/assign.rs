@@ -7,9 +7,9 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::core::*;
+use crate::core::State;
 use crate::sched::queue::Lane;
-use crate::store::model::*;
+use crate::store::model::{Status, Worker};
 use hatchet_runtime::protocol as proto;
 
 /// How long after the first copy a late duplicate assignment is sent.

@@ -5,7 +5,7 @@
 use tokio::time::Instant;
 
 use crate::core::State;
-use crate::store::pause::*;
+use crate::store::pause::PauseRule;
 
 impl State {
     /// The paused workflow task `tid` belongs to, if it is paused.

@@ -7,9 +7,11 @@ use std::time::Duration;
 use serde_json::Value;
 use tonic::Status as GrpcStatus;
 
-use crate::core::*;
-use crate::rules::*;
-use crate::store::model::*;
+use crate::core::State;
+use crate::rules::{
+    MAX_INTERNAL_RETRIES, idempotency_collision, new_id, skipped_trigger, timestamp,
+};
+use crate::store::model::{NextAttempt, PastEnd, Run, Status, Task, TriggerOpts};
 use hatchet_runtime::protocol::{self as proto, v1};
 
 impl State {

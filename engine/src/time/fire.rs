@@ -10,7 +10,7 @@ use crate::core::State;
 use crate::rules::new_id;
 use crate::store::model::TriggerOpts;
 use crate::time::cron::Cron;
-use crate::time::schedules::*;
+use crate::time::schedules::{Planned, cron_metadata, row_meta};
 use hatchet_runtime::protocol::calendar::{format_rfc3339, unix_secs};
 
 impl State {

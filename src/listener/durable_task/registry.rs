@@ -1207,9 +1207,9 @@ mod tests {
         assert_eq!(written(&mut out), ["wait t 1"]);
     }
 
-    /// N4: a call still connecting (an unreachable engine) is not a stream that stayed open.
-    /// However many ticks pass, nothing is written to it, and when it fails its requests are
-    /// still queued, never sent, for the next stream: not failed as maybe executed.
+    /// A call still connecting (an unreachable engine) is not a stream that stayed open. However
+    /// many ticks pass, nothing is written to it, and when it fails its requests are still queued,
+    /// never sent, for the next stream: not failed as maybe executed.
     #[tokio::test]
     async fn ticks_while_the_call_is_still_connecting_write_nothing_and_put_nothing_in_doubt() {
         let r = DurableRegistry::default();
@@ -1431,8 +1431,8 @@ mod tests {
         assert!(!r.tick("w"), "nothing waits: nothing is sent");
     }
 
-    /// N5: an oversized durable request is refused before it is written: on the shared stream it
-    /// would end the stream and fail every other task's operation in flight.
+    /// An oversized durable request is refused before it is written: on the shared stream it would
+    /// end the stream and fail every other task's operation in flight.
     #[tokio::test]
     async fn an_oversized_request_is_refused_unsent_and_the_others_ride_on() {
         let r = DurableRegistry::with_max_message(2048);
@@ -1452,8 +1452,8 @@ mod tests {
         assert_eq!(r.pending_counts(), (0, 0, 0));
     }
 
-    /// N5: pending waits past one message's room are listed in several `worker_status`
-    /// messages, each under the limit, every wait in one of them.
+    /// Pending waits past one message's room are listed in several `worker_status` messages, each
+    /// under the limit, every wait in one of them.
     #[tokio::test]
     async fn a_status_over_the_message_limit_is_split_and_lists_every_wait() {
         use prost::Message as _;

@@ -1,7 +1,6 @@
-//! The REST API as the official SDKs' users have it (issue 26): run and task lists with their
-//! filters and pages, workers and workflows paused and unpaused, workflows listed, read and
-//! deleted, the events list, run counts and queue depths, a cron run now, task logs. Each on
-//! both engines.
+//! The REST API as the official SDKs' users have it: run and task lists with their filters and
+//! pages, workers and workflows paused and unpaused, workflows listed, read and deleted, the events
+//! list, run counts and queue depths, a cron run now, task logs. Each on both engines.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -702,9 +701,9 @@ async fn conf_task_logs_read_through_the_api_with_filters() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Children of a durable task are entries of its durable log (issue 26): `run_child` and
-/// `run_children` go through the durable stream keyed by child index, a retry replays onto the
-/// same children (each child runs once), and a failed child is the parent's error to handle.
+/// Children of a durable task are entries of its durable log: `run_child` and `run_children` go
+/// through the durable stream keyed by child index, a retry replays onto the same children (each
+/// child runs once), and a failed child is the parent's error to handle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_durable_task_s_children_are_entries_of_its_log() {
     let t = Target::new("dkids").await;
@@ -779,10 +778,10 @@ async fn conf_a_durable_task_s_children_are_entries_of_its_log() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// An incoming webhook (issue 26): created with an API-key scheme and a static payload, a
-/// request without the key is refused, one with it becomes an event that starts the workflow
-/// listening for its CEL-computed key; updated to answer 204; deleted, it is a 404. A second
-/// one with basic auth refuses a request without or with wrong credentials (403).
+/// An incoming webhook: created with an API-key scheme and a static payload, a request without the
+/// key is refused, one with it becomes an event that starts the workflow listening for its
+/// CEL-computed key; updated to answer 204; deleted, it is a 404. A second one with basic auth
+/// refuses a request without or with wrong credentials (403).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_webhook_turns_an_authenticated_request_into_an_event() {
     use hatchet_runtime::api::{NewWebhook, WebhookAuth, WebhookUpdate};
@@ -939,10 +938,9 @@ async fn conf_a_webhook_turns_an_authenticated_request_into_an_event() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Eviction while waiting (issue 26): a durable task that sleeps past its eviction time gives
-/// its durable slot back (another durable run takes the only slot and finishes while it
-/// sleeps), then the engine runs it again when the sleep ends and the new invocation replays
-/// the sleep to its end.
+/// Eviction while waiting: a durable task that sleeps past its eviction time gives its durable slot
+/// back (another durable run takes the only slot and finishes while it sleeps), then the engine
+/// runs it again when the sleep ends and the new invocation replays the sleep to its end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_durable_task_evicted_while_waiting_frees_its_slot_and_resumes() {
     let t = Target::new("evict").await;
@@ -1003,11 +1001,11 @@ async fn conf_a_durable_task_evicted_while_waiting_frees_its_slot_and_resumes() 
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Eviction and restore by hand (issue 26): a durable parent waiting on its child is evicted by
-/// its policy while the child runs; the REST restore brings it back while the child still runs
-/// (a second invocation, which only the restore can start), and its replay finds the same child
-/// in its durable log; the child's end then finishes it. Counted where they run: one child
-/// execution, one child run at the engine.
+/// Eviction and restore by hand: a durable parent waiting on its child is evicted by its policy
+/// while the child runs; the REST restore brings it back while the child still runs (a second
+/// invocation, which only the restore can start), and its replay finds the same child in its
+/// durable log; the child's end then finishes it. Counted where they run: one child execution, one
+/// child run at the engine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_parent_evicted_while_its_child_runs_is_restored_by_hand_and_finds_its_child() {
     let t = Target::new("restore").await;
@@ -1095,9 +1093,9 @@ async fn conf_a_parent_evicted_while_its_child_runs_is_restored_by_hand_and_find
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// A task's events per attempt (issue 26, the SDKs' task events): a task that fails once and
-/// passes its retry reads, newest first, attempt 2's FINISHED, attempt 1's FAILED with the
-/// handler's error, and what started attempt 2 counted to it (RETRYING, in the engine's words).
+/// A task's events per attempt (the SDKs' task events): a task that fails once and passes its retry
+/// reads, newest first, attempt 2's FINISHED, attempt 1's FAILED with the handler's error, and what
+/// started attempt 2 counted to it (RETRYING, in the engine's words).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_task_s_events_tell_each_attempt() {
     let t = Target::new("attempts").await;
@@ -1301,12 +1299,12 @@ async fn conf_cron_and_schedule_lists_filter_order_and_page() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Durable reset (issue 26, the SDKs' `reset_durable_task`): a durable task's two memos run
-/// once each; reset from node 2 of branch 1, the engine answers branch 2 and the task runs
-/// again with its first memo replayed from the log and its second run anew; reset from node 1
-/// of branch 2 (branch 3), the first runs anew and the second is branch 2's, replayed (the
-/// real engine resolves a node to the path's branch with the latest fork at or below it).
-/// Counted where they run: in the memo closures.
+/// Durable reset (the SDKs' `reset_durable_task`): a durable task's two memos run once each; reset
+/// from node 2 of branch 1, the engine answers branch 2 and the task runs again with its first memo
+/// replayed from the log and its second run anew; reset from node 1 of branch 2 (branch 3), the
+/// first runs anew and the second is branch 2's, replayed (the real engine resolves a node to the
+/// path's branch with the latest fork at or below it). Counted where they run: in the memo
+/// closures.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_durable_reset_replays_the_log_before_its_node_and_runs_the_rest() {
     let t = Target::new("reset").await;
@@ -1394,9 +1392,9 @@ async fn conf_a_durable_reset_replays_the_log_before_its_node_and_runs_the_rest(
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Task defaults (issue 26): a workflow's `task_defaults` give its tasks the retries they do not
-/// set (the engine retries the failing one; the context counts two attempts), while a task's
-/// own setting wins.
+/// Task defaults: a workflow's `task_defaults` give its tasks the retries they do not set (the
+/// engine retries the failing one; the context counts two attempts), while a task's own setting
+/// wins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_task_defaults_reach_the_tasks_that_set_nothing() {
     use hatchet_runtime::TaskOptions;
@@ -1439,11 +1437,10 @@ async fn conf_task_defaults_reach_the_tasks_that_set_nothing() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Webhooks of sources with their own signing (issue 26), checked as the real engine checks
-/// them: a Stripe `t=,v1=` signature of `{t}.{body}`, a Slack `v0=` signature of
-/// `v0:{ts}:{body}`, a Svix `v1,` signature of `{id}.{ts}.{body}`. A good one becomes the
-/// event; a wrong signature is a 403; a stale Stripe timestamp or a Svix request without its
-/// headers is a 400.
+/// Webhooks of sources with their own signing, checked as the real engine checks them: a Stripe
+/// `t=,v1=` signature of `{t}.{body}`, a Slack `v0=` signature of `v0:{ts}:{body}`, a Svix `v1,`
+/// signature of `{id}.{ts}.{body}`. A good one becomes the event; a wrong signature is a 403; a
+/// stale Stripe timestamp or a Svix request without its headers is a 400.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_stripe_slack_and_svix_webhooks_check_their_own_signatures() {
     use base64::Engine as _;
@@ -1602,11 +1599,11 @@ async fn conf_a_tenant_route_of_another_tenant_reads_not_found() {
     }
 }
 
-/// Issue 58, item 8: the engine's run read (REST) shows an output that is not a JSON object as
-/// `{}` in its task rows, so a `{}` there is no proof; its finished events carry each output as
-/// recorded. The runtime's read of a run takes the outputs from there, on both engines: a string
-/// output reads back as the string and a real `{}` as `{}` (the REST fallback of a result reads
-/// the same, instead of failing the wait as undecodable).
+/// The engine's run read (REST) shows an output that is not a JSON object as `{}` in its task rows,
+/// so a `{}` there is no proof; its finished events carry each output as recorded. The runtime's
+/// read of a run takes the outputs from there, on both engines: a string output reads back as the
+/// string and a real `{}` as `{}` (the REST fallback of a result reads the same, instead of failing
+/// the wait as undecodable).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_run_read_over_rest_has_each_output_as_recorded() {
     let t = Target::new("recorded").await;

@@ -61,11 +61,11 @@ async fn conf_durable_sleep_event_or_wait_and_memo() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Durable sleeps end at the engine's timer poll (issue 45): the real engine looks for due
-/// sleeps once a second, so a sleep ends up to a second late, and one registered just after the
-/// poll that ended the one before ends a whole second late. Three chained 2 s sleeps take about
-/// 8 to 9 s there; ours took exactly 6, so a test with a 7 s budget passed on ours and failed on
-/// the real engine. Measured in the handler, from before the first sleep to after the last.
+/// Durable sleeps end at the engine's timer poll: the real engine looks for due sleeps once a
+/// second, so a sleep ends up to a second late, and one registered just after the poll that ended
+/// the one before ends a whole second late. Three chained 2 s sleeps take about 8 to 9 s there;
+/// ours took exactly 6, so a test with a 7 s budget passed on ours and failed on the real engine.
+/// Measured in the handler, from before the first sleep to after the last.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_chained_durable_sleeps_each_end_at_the_engine_s_next_timer_poll() {
     let t = Target::new("sleeps").await;
@@ -157,11 +157,10 @@ async fn conf_durable_now_is_the_same_instant_on_replay_and_sleep_until_waits_fo
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// A replay whose concurrent branches spawn in another order finds each child by its spawn slot
-/// (issue 45): the real engine resolves a durable child by its key (or index), not by the
-/// request's place in the log, so a retry whose joined branches spawn key `b` before key `a`
-/// completes, each child run once. Ours used to match by place and failed it "operation 1
-/// differs from the one recorded".
+/// A replay whose concurrent branches spawn in another order finds each child by its spawn slot:
+/// the real engine resolves a durable child by its key (or index), not by the request's place in
+/// the log, so a retry whose joined branches spawn key `b` before key `a` completes, each child run
+/// once. Ours used to match by place and failed it "operation 1 differs from the one recorded".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_durable_replay_that_spawns_in_another_order_finds_each_child_by_its_key() {
     let t = Target::new("reorder").await;
@@ -217,9 +216,9 @@ async fn conf_a_durable_replay_that_spawns_in_another_order_finds_each_child_by_
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// A durable spawn at an index bound to another workflow is nondeterministic (issue 45): the
-/// real engine answers it with a non-determinism error naming both workflows and creates no
-/// child; ours used to hand back the other workflow's child and its result.
+/// A durable spawn at an index bound to another workflow is nondeterministic: the real engine
+/// answers it with a non-determinism error naming both workflows and creates no child; ours used to
+/// hand back the other workflow's child and its result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_durable_spawn_at_an_index_bound_to_another_workflow_is_nondeterministic() {
     let t = Target::new("rebind").await;
@@ -274,10 +273,10 @@ async fn conf_a_durable_spawn_at_an_index_bound_to_another_workflow_is_nondeterm
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// An evicted durable task over gRPC (issue 45): the real engine reads it RUNNING in every
-/// status of GetRunDetails, task and run, and says it only in `is_evicted`; ours answered the
-/// task EVICTED (5), which an SDK that does not know 5 cannot read. The runtime reads the run as
-/// running, and the event that ends the wait brings the task back to finish.
+/// An evicted durable task over gRPC: the real engine reads it RUNNING in every status of
+/// GetRunDetails, task and run, and says it only in `is_evicted`; ours answered the task EVICTED
+/// (5), which an SDK that does not know 5 cannot read. The runtime reads the run as running, and
+/// the event that ends the wait brings the task back to finish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_an_evicted_task_reads_running_over_grpc_and_says_it_in_is_evicted() {
     let t = Target::new("evicted").await;
@@ -370,9 +369,9 @@ async fn conf_a_durable_wait_in_doubt_after_a_cut_restarts_from_the_log_without_
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// An evicted durable task still times out (issue 45): the real engine fails it at its
-/// execution timeout while it waits evicted (the Python SDK's `test_eviction_execution_timeout`);
-/// ours skipped evicted tasks when it expired attempts, so the run waited out its whole sleep.
+/// An evicted durable task still times out: the real engine fails it at its execution timeout while
+/// it waits evicted (the Python SDK's `test_eviction_execution_timeout`); ours skipped evicted
+/// tasks when it expired attempts, so the run waited out its whole sleep.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_an_evicted_durable_task_still_times_out() {
     let t = Target::new("evicttimeout").await;
@@ -402,10 +401,10 @@ async fn conf_an_evicted_durable_task_still_times_out() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// A drain evicts its waiting durable tasks (issue 45; the official SDKs' graceful
-/// termination): the worker's shutdown does not sit out a wait of ten minutes, the engine reads
-/// the run evicted, and a worker started later runs the task again when the event comes,
-/// replaying its log. Counted in the handler: two invocations, one per worker.
+/// A drain evicts its waiting durable tasks (the official SDKs' graceful termination): the worker's
+/// shutdown does not sit out a wait of ten minutes, the engine reads the run evicted, and a worker
+/// started later runs the task again when the event comes, replaying its log. Counted in the
+/// handler: two invocations, one per worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_drain_evicts_waiting_durable_tasks_and_another_worker_finishes_them() {
     let t = Target::new("draining").await;

@@ -94,7 +94,7 @@ async fn conf_a_trace_spans_the_client_the_trigger_and_the_task_and_reaches_the_
     let root = find("client-operation");
     let trigger = find("hatchet.run_workflow");
     let task = find("hatchet.start_step_run");
-    // The engine names the tenant in the assignment (issue 45: ours left it empty), and the task's
+    // The engine names the tenant in the assignment (ours used to leave it empty), and the task's
     // span carries it as the official SDKs' do.
     let tenant = task
         .attributes

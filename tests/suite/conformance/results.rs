@@ -144,13 +144,13 @@ async fn conf_outputs_of_five_mib_in_total_reach_the_waiter() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Outputs the run stream does not carry (issue 41, N2, N3), on both engines: a DAG whose
-/// outputs pass the engine's payload threshold together gets a results-less event, and its
-/// details (5.2 MB) are over the engine's 4 MiB message limit (it refuses to send them), so the
-/// only read left is REST, whose task rows show an output that is not an object (a string here)
-/// as `{}`. The runtime reads each output from the run's finished events instead, where the
-/// engine keeps it as recorded, so the wait gets both outputs whole (issue 58, item 8: it used
-/// to end `Undecodable`). A single output just under the limit arrives whole.
+/// Outputs the run stream does not carry, on both engines: a DAG whose outputs pass the engine's
+/// payload threshold together gets a results-less event, and its details (5.2 MB) are over the
+/// engine's 4 MiB message limit (it refuses to send them), so the only read left is REST, whose
+/// task rows show an output that is not an object (a string here) as `{}`. The runtime reads each
+/// output from the run's finished events instead, where the engine keeps it as recorded, so the
+/// wait gets both outputs whole (it used to end `Undecodable`). A single output just under the
+/// limit arrives whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_non_object_output_past_the_threshold_is_never_read_as_empty() {
     let t = Target::new("bigshapes").await;
@@ -540,14 +540,15 @@ async fn conf_an_assignment_the_engine_never_sends_is_taken_back_and_run_once() 
     rt.shutdown(Duration::from_secs(2)).await;
 }
 
-/// The zombie worker of the official SDKs' reports (hatchet #4254, #4824): the engine holds the
-/// worker's actions stream as gone while the worker's side of it stays open, so nothing is
-/// assigned to a worker that heartbeats on. The engine refuses its next heartbeat with
-/// FAILED_PRECONDITION ("worker stream is not active"); the worker reopens the stream at once and
-/// takes work again within seconds (`heartbeat` invariant 3). On ours the engine forgets the
-/// stream; on the real engine (and the cluster, through its proxy) the worker's row reads
-/// inactive, as the dispatcher that lost the session leaves it, and the row reads active again
-/// within a few heartbeats.
+/// The zombie worker of the official SDKs' reports
+/// (<https://github.com/hatchet-dev/hatchet/issues/4254>,
+/// <https://github.com/hatchet-dev/hatchet/issues/4824>): the engine holds the worker's actions
+/// stream as gone while the worker's side of it stays open, so nothing is assigned to a worker that
+/// heartbeats on. The engine refuses its next heartbeat with FAILED_PRECONDITION ("worker stream is
+/// not active"); the worker reopens the stream at once and takes work again within seconds
+/// (`heartbeat` invariant 3). On ours the engine forgets the stream; on the real engine (and the
+/// cluster, through its proxy) the worker's row reads inactive, as the dispatcher that lost the
+/// session leaves it, and the row reads active again within a few heartbeats.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_zombie_worker_reopens_its_stream_at_its_next_heartbeat_and_takes_work_again() {
     let t = Target::new("zombie").await;
@@ -858,11 +859,11 @@ async fn conf_a_wait_on_an_unknown_run_ends_not_found() {
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
-/// A trigger the engine answers before it writes the run (issue 41, N1): the real engine does
-/// so when its optimistic write slots (5 by default) are busy, and its task controller creates
-/// the run later from a queued message (v0.104.9, `AdminService.ingest`). On the real engine
-/// 30 triggers at once take that path; on ours a fault writes every trigger 11 s late, past the
-/// old sweep's 10 s verdict. Every wait ends with its own run's output, each run executed once.
+/// A trigger the engine answers before it writes the run: the real engine does so when its
+/// optimistic write slots (5 by default) are busy, and its task controller creates the run later
+/// from a queued message (v0.104.9, `AdminService.ingest`). On the real engine 30 triggers at once
+/// take that path; on ours a fault writes every trigger 11 s late, past the old sweep's 10 s
+/// verdict. Every wait ends with its own run's output, each run executed once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_waits_outlive_triggers_the_engine_writes_after_answering() {
     let t = Target::new("late_writes").await;
@@ -905,11 +906,10 @@ async fn conf_waits_outlive_triggers_the_engine_writes_after_answering() {
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
-/// A wait on a live run the engine does not show yet is not given up (issue 41, N1). The real
-/// engine answers GetRunDetails NotFound for a run whose root task waits on a condition (it
-/// creates only a match until the condition holds); ours shows such a run, so a fault plays the
-/// real engine there. The wait outlives the old sweep's 10 s verdict, then the sleep ends and
-/// the result is the task's.
+/// A wait on a live run the engine does not show yet is not given up. The real engine answers
+/// GetRunDetails NotFound for a run whose root task waits on a condition (it creates only a match
+/// until the condition holds); ours shows such a run, so a fault plays the real engine there. The
+/// wait outlives the old sweep's 10 s verdict, then the sleep ends and the result is the task's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_wait_outlives_a_gated_run_the_engine_does_not_show_yet() {
     let t = Target::new("gated_root").await;
@@ -1030,8 +1030,8 @@ async fn conf_ours_only_a_run_stalled_by_a_lost_followup_is_named_at_its_deadlin
 
 /// A wait on a run that has already finished answers from one read of the run (the engine's
 /// run stream tells of a finished run only at its next tick, a second on the real engine),
-/// while a wait that starts with its trigger costs no read (issue 48). Reads are counted at our
-/// engine; both engines give the same result.
+/// while a wait that starts with its trigger costs no read. Reads are counted at our engine; both
+/// engines give the same result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_wait_on_a_finished_run_reads_it_once_and_a_fresh_wait_not_at_all() {
     let t = Target::new("finished_wait").await;
@@ -1143,7 +1143,7 @@ async fn conf_ours_only_a_completion_the_engine_lost_times_out_and_is_retried() 
 
 /// An input over the message limit is refused before it is sent (nothing can run), and when the
 /// client's limit is raised past the engine's, the engine's own refusal is a rejection, not a
-/// "maybe executed": its gRPC layer refuses the message unread (issue 48).
+/// "maybe executed": its gRPC layer refuses the message unread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_an_input_over_the_message_limit_is_refused_and_never_maybe_executed() {
     let t = Target::new("too_big").await;
@@ -1179,9 +1179,9 @@ async fn conf_an_input_over_the_message_limit_is_refused_and_never_maybe_execute
 
 /// A durable event wait with a scope and a lookback takes an event pushed (with that scope)
 /// while the task was still in its durable sleep, before the wait was registered, and not one
-/// pushed in another scope (issue 48); a lookback comes with its scope in the types (issue 58). The real engine looks back only for a
-/// scoped event, from `consider_events_since`, which the runtime counts back from the durable
-/// clock so a replay asks the same instant.
+/// pushed in another scope; a lookback comes with its scope in the types. The real engine looks
+/// back only for a scoped event, from `consider_events_since`, which the runtime counts back from
+/// the durable clock so a replay asks the same instant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_durable_event_wait_with_a_lookback_takes_an_event_pushed_before_it() {
     let t = Target::new("lookback").await;
@@ -1342,7 +1342,7 @@ async fn conf_a_lookback_takes_the_newest_event_in_its_window_and_none_before_it
 }
 
 /// An event push whose triggered run collides on the workflow's idempotency key is accepted:
-/// the event is stored and one run exists (issue 45; ours answered ALREADY_EXISTS to the push).
+/// the event is stored and one run exists (ours used to answer ALREADY_EXISTS to the push).
 /// Executions are counted in the handler, and the second push is read back from the events list.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_an_event_push_whose_run_collides_on_an_idempotency_key_is_accepted() {

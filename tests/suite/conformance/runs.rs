@@ -531,10 +531,10 @@ async fn conf_retries_non_retryable_and_timeouts() {
 
 // --- on_failure; cancel and replay by id and by filter; bulk; priority ----------------------
 
-/// A batch flushes by its members' payload size (issue 45): the real engine flushes when the
-/// buffered payloads pass 4,000,000 bytes, the member that passed them starting the next batch.
-/// 100 runs of about 100 kB each: two batches of 39 by size, then 22 by interval, on both
-/// engines; every run answered with its own output.
+/// A batch flushes by its members' payload size: the real engine flushes when the buffered payloads
+/// pass 4,000,000 bytes, the member that passed them starting the next batch. 100 runs of about
+/// 100 kB each: two batches of 39 by size, then 22 by interval, on both engines; every run
+/// answered with its own output.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_a_batch_flushes_when_its_members_payloads_pass_four_million_bytes() {
     let t = Target::new("batchbytes").await;

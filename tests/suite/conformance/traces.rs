@@ -1,7 +1,7 @@
-//! Traces (issue 26): a run's trace as the engine keeps it, on both engines. The engine stamps
-//! every run's metadata with a `traceparent` whose ids are derived from the run's id, makes its
-//! own spans as the run goes (the run, each attempt's time queued and its run), and its OTLP
-//! collector takes the SDKs' spans into the same trace.
+//! Traces: a run's trace as the engine keeps it, on both engines. The engine stamps every run's
+//! metadata with a `traceparent` whose ids are derived from the run's id, makes its own spans as
+//! the run goes (the run, each attempt's time queued and its run), and its OTLP collector takes the
+//! SDKs' spans into the same trace.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

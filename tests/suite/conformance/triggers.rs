@@ -191,10 +191,9 @@ async fn conf_bulk_trigger_partly_colliding_answers_each_item_with_its_run() {
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
-/// Issue 41, N6: two bulk items with the same input, told apart by the metadata the key reads;
-/// the first collides with an earlier run, the second is created. Matched by input alone, the
-/// created run went to the first item. Both engines; the real one adds a `traceparent` to
-/// the metadata it reads back.
+/// Two bulk items with the same input, told apart by the metadata the key reads; the first collides
+/// with an earlier run, the second is created. Matched by input alone, the created run went to the
+/// first item. Both engines; the real one adds a `traceparent` to the metadata it reads back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conf_bulk_items_with_the_same_input_get_their_own_runs_by_metadata() {
     let t = Target::new("bulkmeta").await;
