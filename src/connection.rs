@@ -110,10 +110,11 @@ pub struct ReclaimTiming {
     pub grace: Duration,
     /// How long after its answer an at-risk final may be sent again (90 s).
     pub resend_after: Duration,
-    /// How long after the last disturbance, with no final of this worker answered since (so no
-    /// witness), the engine's core counts as recording ends again (150 s: past a killed
-    /// engine's start, its successor's one-minute rebalance of its tenant, and that minute
-    /// again), so an idle worker's lost final is sent again too.
+    /// How long the engine must have answered every heartbeat since the last disturbance, with
+    /// no final of this worker answered since (so no witness), before its core counts as
+    /// recording ends again (150 s: past a killed engine's start, its successor's one-minute
+    /// rebalance of its tenant, and that minute again), so an idle worker's lost final of a
+    /// one-task run is sent again too (a DAG task's waits for a witness).
     pub alone_after: Duration,
 }
 

@@ -69,10 +69,35 @@ fn rooms() -> BTreeMap<String, Vec<String>> {
     out
 }
 
-/// The rooms a file's code names after `crate::` (also inside `use crate::{a, b}` groups).
+/// The top-level items of a `{...}` group that `text` starts inside of (after its `{`): split at
+/// the commas outside nested groups, up to the group's own `}`.
+fn group_items(text: &str) -> Vec<&str> {
+    let (mut depth, mut start, mut items) = (0usize, 0usize, Vec::new());
+    for (i, c) in text.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(&text[start..i]);
+                return items;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&text[start..]);
+    items
+}
+
+/// The rooms a file's code names after `crate::` (also inside `use crate::{a, b::{c, d}}`
+/// groups). A name that is no room is one of the root's re-exports, and counts as `lib`.
 fn named_rooms(code: &str, rooms: &BTreeSet<&str>) -> BTreeSet<String> {
     let word = |s: &str| -> String {
-        s.chars()
+        s.trim()
+            .chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
             .collect()
     };
@@ -80,13 +105,16 @@ fn named_rooms(code: &str, rooms: &BTreeSet<&str>) -> BTreeSet<String> {
     for (i, _) in code.match_indices("crate::") {
         let rest = &code[i + "crate::".len()..];
         let names: Vec<String> = match rest.strip_prefix('{') {
-            Some(group) => group[..group.find('}').unwrap_or(group.len())]
-                .split(',')
-                .map(|item| word(item.trim()))
-                .collect(),
+            Some(group) => group_items(group).into_iter().map(word).collect(),
             None => vec![word(rest)],
         };
-        out.extend(names.into_iter().filter(|n| rooms.contains(n.as_str())));
+        for n in names.into_iter().filter(|n| !n.is_empty()) {
+            out.insert(if rooms.contains(n.as_str()) {
+                n
+            } else {
+                "lib".to_string()
+            });
+        }
     }
     out
 }
@@ -141,6 +169,28 @@ fn the_check_sees_an_import_that_looks_up() {
         .or_default()
         .push("use crate::runtime::Inner;".into());
     assert_eq!(upward(&rooms), ["config -> runtime"]);
+    rooms
+        .entry("transport".into())
+        .or_default()
+        .push("use crate::{protocol::{self, v1}, worker::{TaskDef}, Error};".into());
+    assert_eq!(
+        upward(&rooms),
+        [
+            "config -> runtime",
+            "transport -> lib",
+            "transport -> worker"
+        ],
+        "a nested group is read whole, and a root re-export counts as the root"
+    );
+}
+
+#[test]
+fn groups_split_at_their_own_commas() {
+    assert_eq!(
+        group_items("a::{b, c}, d} rest, e"),
+        ["a::{b, c}", " d"],
+        "the nested group stays one item, and the group ends at its own brace"
+    );
 }
 
 #[test]

@@ -18,9 +18,13 @@
 //!    every read (GetRunDetails, the run stream's tick) shows the run's old end, which a wait
 //!    started right after the replay would take for the new one. So each run given that read
 //!    ended before the replay, and has a task the engine answered replayed, is read again until
-//!    it reads otherwise ([`replay_shown`]), for at most [`REPLAY_SHOWN_WITHIN`]. A replay by
+//!    it reads otherwise ([`replay_shown`]), for at most [`REPLAY_SHOWN_WITHIN`]. The read
+//!    before the replay is bounded the same way, and covers the first [`REPLAY_WAITED_MAX`]
+//!    ids; what a run read is kept as an [`EndSeen`] digest, not its payloads. A replay by
 //!    filter names no runs, and is not waited for.
 
+use std::collections::HashSet;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::{Duration, SystemTime};
 
 use super::api::RunStatus;
@@ -37,14 +41,53 @@ pub(crate) const REPLAY_SHOWN_WITHIN: Duration = Duration::from_secs(5);
 const REPLAY_READ_EVERY: Duration = Duration::from_millis(100);
 /// Runs read at once around a replay.
 const REPLAY_READS_AT_ONCE: usize = 8;
+/// Runs of one replay by ids whose replay is waited for (invariant 4): a replay of more ids
+/// than this waits for the first ones only, so its cost stays bounded.
+pub(crate) const REPLAY_WAITED_MAX: usize = 100;
+
+/// What a read of a run showed of its end, as a digest (invariant 4): the run's status and
+/// whether it is done, each task's id and status, and a hash of its output and error. Two reads
+/// of one end digest alike; a new end (another attempt's output or error) digests otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EndSeen {
+    done: bool,
+    status: i32,
+    tasks: Vec<(String, i32, u64)>,
+}
+
+impl EndSeen {
+    /// The digest of one read.
+    pub(crate) fn of(d: &v1::GetRunDetailsResponse) -> Self {
+        let mut tasks: Vec<(String, i32, u64)> = d
+            .task_runs
+            .values()
+            .map(|t| {
+                let mut h = DefaultHasher::new();
+                t.output.hash(&mut h);
+                t.error.hash(&mut h);
+                (t.external_id.clone(), t.status, h.finish())
+            })
+            .collect();
+        tasks.sort_unstable();
+        EndSeen {
+            done: d.done,
+            status: d.status,
+            tasks,
+        }
+    }
+
+    /// Whether the run has a task among `replayed`.
+    fn has_task_in(&self, replayed: &HashSet<&str>) -> bool {
+        self.tasks
+            .iter()
+            .any(|(id, ..)| replayed.contains(id.as_str()))
+    }
+}
 
 /// Whether a run read after its replay shows the replay taken (a pure rule, invariant 4): it no
 /// longer reads done, or it reads otherwise than it did before the replay (a replay that ran
 /// to a new end between two reads).
-pub(crate) fn replay_shown(
-    before: &v1::GetRunDetailsResponse,
-    after: &v1::GetRunDetailsResponse,
-) -> bool {
+pub(crate) fn replay_shown(before: &EndSeen, after: &EndSeen) -> bool {
     !after.done || after != before
 }
 
@@ -166,7 +209,10 @@ impl ClientCore {
             return Ok(Vec::new());
         }
         let (external_ids, filter) = what.split();
-        let ended = self.read_ended(&external_ids).await;
+        let waited = &external_ids[..external_ids.len().min(REPLAY_WAITED_MAX)];
+        let ended = tokio::time::timeout(REPLAY_SHOWN_WITHIN, self.read_ended(waited))
+            .await
+            .unwrap_or_default();
         let req = v1::ReplayTasksRequest {
             external_ids,
             filter,
@@ -179,13 +225,10 @@ impl ClientCore {
             })
             .await
             .map(|r| r.replayed_tasks)?;
+        let ids: HashSet<&str> = replayed.iter().map(String::as_str).collect();
         let ended: Vec<_> = ended
             .into_iter()
-            .filter(|(_, d)| {
-                d.task_runs
-                    .values()
-                    .any(|t| replayed.contains(&t.external_id))
-            })
+            .filter(|(_, seen)| seen.has_task_in(&ids))
             .collect();
         if !ended.is_empty() {
             self.until_replays_shown(ended).await;
@@ -193,9 +236,9 @@ impl ClientCore {
         Ok(replayed)
     }
 
-    /// The runs among `ids` that read ended, with their reads (invariant 4); an id that is not
-    /// a run's, or that cannot be read, is left out.
-    async fn read_ended(&self, ids: &[String]) -> Vec<(String, v1::GetRunDetailsResponse)> {
+    /// The runs among `ids` that read ended, with what their reads showed (invariant 4); an id
+    /// that is not a run's, or that cannot be read, is left out.
+    async fn read_ended(&self, ids: &[String]) -> Vec<(String, EndSeen)> {
         use futures::StreamExt as _;
         futures::stream::iter(ids.iter().cloned())
             .map(|id| async move {
@@ -203,7 +246,7 @@ impl ClientCore {
                     .conn
                     .run_details(&id, Some(STATUS_CHECK_DEADLINE))
                     .await;
-                read.ok().filter(|d| d.done).map(|d| (id, d))
+                read.ok().filter(|d| d.done).map(|d| (id, EndSeen::of(&d)))
             })
             .buffer_unordered(REPLAY_READS_AT_ONCE)
             .filter_map(std::future::ready)
@@ -213,7 +256,7 @@ impl ClientCore {
 
     /// Reads each replayed run until it shows its replay taken, within [`REPLAY_SHOWN_WITHIN`]
     /// (invariant 4).
-    async fn until_replays_shown(&self, ended: Vec<(String, v1::GetRunDetailsResponse)>) {
+    async fn until_replays_shown(&self, ended: Vec<(String, EndSeen)>) {
         use futures::StreamExt as _;
         let settle = futures::stream::iter(ended)
             .map(|(id, before)| async move {
@@ -223,7 +266,7 @@ impl ClientCore {
                         .run_details(&id, Some(STATUS_CHECK_DEADLINE))
                         .await
                     {
-                        Ok(after) if replay_shown(&before, &after) => return,
+                        Ok(after) if replay_shown(&before, &EndSeen::of(&after)) => return,
                         Err(_) => return, // the wait's own reads decide from here
                         Ok(_) => tokio::time::sleep(REPLAY_READ_EVERY).await,
                     }
@@ -307,26 +350,53 @@ impl RunHandle {
 mod tests {
     use super::*;
 
+    fn read(status: v1::RunStatus, done: bool, error: Option<&str>) -> v1::GetRunDetailsResponse {
+        let task = |id: &str| v1::TaskRunDetail {
+            external_id: id.into(),
+            status: status as i32,
+            error: error.map(Into::into),
+            ..Default::default()
+        };
+        v1::GetRunDetailsResponse {
+            status: status as i32,
+            done,
+            task_runs: [("a".to_string(), task("t1")), ("b".to_string(), task("t2"))]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn a_replay_shows_once_the_run_reads_unended_or_otherwise_than_before() {
-        let ended = v1::GetRunDetailsResponse {
-            status: v1::RunStatus::Failed as i32,
-            done: true,
-            ..Default::default()
-        };
-        assert!(!replay_shown(&ended, &ended.clone()), "the old end");
-        let queued = v1::GetRunDetailsResponse {
-            status: v1::RunStatus::Queued as i32,
-            done: false,
-            ..Default::default()
-        };
-        assert!(replay_shown(&ended, &queued));
-        let completed = v1::GetRunDetailsResponse {
-            status: v1::RunStatus::Completed as i32,
-            done: true,
-            ..Default::default()
-        };
-        assert!(replay_shown(&ended, &completed), "a new end");
+        use v1::RunStatus::*;
+        let ended = EndSeen::of(&read(Failed, true, Some("boom")));
+        assert!(
+            !replay_shown(&ended, &EndSeen::of(&read(Failed, true, Some("boom")))),
+            "the old end, read again (its tasks in another order of the map)"
+        );
+        assert!(replay_shown(
+            &ended,
+            &EndSeen::of(&read(Queued, false, None))
+        ));
+        assert!(
+            replay_shown(&ended, &EndSeen::of(&read(Completed, true, None))),
+            "a new end"
+        );
+        assert!(
+            replay_shown(
+                &ended,
+                &EndSeen::of(&read(Failed, true, Some("boom again")))
+            ),
+            "a new failure of the same tasks"
+        );
+    }
+
+    #[test]
+    fn a_run_is_waited_for_only_when_one_of_its_tasks_was_replayed() {
+        let seen = EndSeen::of(&read(v1::RunStatus::Failed, true, None));
+        assert!(seen.has_task_in(&["t2", "x"].into_iter().collect()));
+        assert!(!seen.has_task_in(&["x"].into_iter().collect()));
     }
 
     #[test]

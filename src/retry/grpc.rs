@@ -12,7 +12,9 @@
 //!    and idempotent calls retry. Only a CANCELLED the server itself sent (no transport source)
 //!    is the never-retried CANCELLED of the contract.
 //! 3. A TLS handshake that read bytes that are not TLS is [`Failure::Misconfigured`]: the
-//!    server speaks plaintext there; nothing ran and trying again never helps.
+//!    server speaks plaintext there; nothing ran and trying again never helps. Only a failure
+//!    while connecting (a `tonic::ConnectError` in the chain) counts: a record that is not TLS
+//!    on a connection already up may come after the request went, and is lost, not refused.
 //! 4. RESOURCE_EXHAUSTED with grpc-go's words for a message over the server's receive limit is
 //!    [`Failure::RefusedUnread`]: nothing ran, so a write is rejected, never *maybe executed*.
 //! 5. Streams never come here: [`super::class::class_of`] has no entry for them, and
@@ -68,15 +70,17 @@ pub(crate) fn status_not_sent(status: &tonic::Status) -> bool {
     })
 }
 
-/// Whether the TLS handshake read bytes that are not TLS (rustls's `InvalidMessage`): the server
-/// speaks something else on that port, plaintext most likely. Nothing was sent over TLS.
+/// Whether the TLS handshake read bytes that are not TLS (rustls's `InvalidMessage` while
+/// connecting, invariant 3): the server speaks something else on that port, plaintext most
+/// likely. Nothing was sent over TLS.
 pub(crate) fn status_tls_garbled(status: &tonic::Status) -> bool {
-    chain_has(status, |e| {
-        matches!(
-            e.downcast_ref::<rustls::Error>(),
-            Some(rustls::Error::InvalidMessage(_))
-        )
-    })
+    chain_has(status, |e| e.is::<tonic::ConnectError>())
+        && chain_has(status, |e| {
+            matches!(
+                e.downcast_ref::<rustls::Error>(),
+                Some(rustls::Error::InvalidMessage(_))
+            )
+        })
 }
 
 /// Whether the status's source chain is a refused TCP connection.
@@ -226,4 +230,20 @@ pub(crate) fn request_with_timeout<M>(msg: M, timeout: Duration) -> tonic::Reque
     let mut req = tonic::Request::new(msg);
     req.set_timeout(timeout);
     req
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Invariant 3: a record that is not TLS on a connection already up (no `ConnectError` in
+    /// the chain) may come after the request went: it is lost, not a misconfiguration.
+    #[test]
+    fn garbled_tls_after_connecting_is_lost_not_misconfigured() {
+        let rustls = rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, rustls);
+        let status = tonic::Status::from_error(Box::new(io));
+        assert!(!status_tls_garbled(&status));
+        assert!(matches!(failure_of_status(&status), Failure::Lost));
+    }
 }

@@ -29,8 +29,9 @@ impl RuntimeHandle {
 
     /// Replays runs (a run id: its whole DAG; a task id: that task and what follows it):
     /// failed or cancelled tasks run again with a fresh retry budget. Returns the task ids
-    /// replayed, once the engine shows each replayed run taken (at most 5 s), so a wait or a
-    /// read started after it never sees a run's old end.
+    /// replayed, once the engine shows each replayed run taken (at most 5 s, for the first 100
+    /// ids given), so a wait or a read started after it never sees a run's old end. The runs
+    /// are read before the replay too (within the same 5 s), to know their old end.
     ///
     /// # Cancel safety
     ///

@@ -18,8 +18,10 @@
 //!    out a reconnect backoff opens at once (a killed engine is back in about 2 s; a backoff
 //!    grown during its outage would otherwise keep the worker deaf for up to 30 s more).
 //! 5. While the engine cannot be reached (UNAVAILABLE, DEADLINE_EXCEEDED) the next heartbeat
-//!    goes after [`PROBE_EVERY`], not a whole interval ([`next_beat_in`]), so the engine's return
-//!    is seen within about a second of it and invariant 4 acts then. A refusal keeps the
+//!    goes sooner than a whole interval ([`next_beat_in`]): [`PROBE_EVERY`] after the first such
+//!    failure, then twice as long after each one more, up to the interval. A blip (an engine
+//!    killed and back in about 2 s) is seen within about a second of its end and invariant 4
+//!    acts then; a long outage costs no more than one beat per interval. A refusal keeps the
 //!    interval: a stream reopened after one needs time to be taken before the next beat judges it.
 
 use std::sync::Arc;
@@ -42,11 +44,25 @@ pub(crate) const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 const PATH: &str = "/Dispatcher/Heartbeat";
 
+/// Whether a heartbeat that failed with `code` says the engine could not be reached (rather than
+/// refused the beat).
+pub(crate) fn unreachable(code: Code) -> bool {
+    matches!(code, Code::Unavailable | Code::DeadlineExceeded)
+}
+
 /// How long after a heartbeat the next one goes (pure, invariant 5): `failed` is the code of a
-/// heartbeat that failed, `None` for one accepted.
-pub(crate) fn next_beat_in(every: Duration, failed: Option<Code>) -> Duration {
+/// heartbeat that failed, `None` for one accepted; `unreachable_in_a_row` counts the heartbeats,
+/// this one included, that could not reach the engine.
+pub(crate) fn next_beat_in(
+    every: Duration,
+    failed: Option<Code>,
+    unreachable_in_a_row: u32,
+) -> Duration {
     match failed {
-        Some(Code::Unavailable | Code::DeadlineExceeded) => PROBE_EVERY.min(every),
+        Some(code) if unreachable(code) => {
+            let doublings = unreachable_in_a_row.saturating_sub(1).min(8);
+            (PROBE_EVERY * (1u32 << doublings)).min(every)
+        }
         _ => every,
     }
 }
@@ -80,6 +96,7 @@ pub(crate) fn spawn(core: Arc<WorkerCore>) {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut refusals = 0u32;
+        let mut unreachable_in_a_row = 0u32;
         let mut failing = false;
         loop {
             tokio::select! {
@@ -90,6 +107,7 @@ pub(crate) fn spawn(core: Arc<WorkerCore>) {
                 r = beat(&core) => match r {
                     Ok(()) => {
                         refusals = 0;
+                        unreachable_in_a_row = 0;
                         if std::mem::take(&mut failing) {
                             // invariant 4: the engine is back; no listener waits out a backoff.
                             core.listeners.engine_back();
@@ -98,7 +116,12 @@ pub(crate) fn spawn(core: Arc<WorkerCore>) {
                     }
                     Err(code) => {
                         failing = true;
-                        tick.reset_after(next_beat_in(every, Some(code)));
+                        unreachable_in_a_row = if unreachable(code) {
+                            unreachable_in_a_row.saturating_add(1)
+                        } else {
+                            0
+                        };
+                        tick.reset_after(next_beat_in(every, Some(code), unreachable_in_a_row));
                         code
                     }
                 },
@@ -165,25 +188,38 @@ async fn beat(core: &WorkerCore) -> Result<(), Code> {
 mod tests {
     use super::*;
 
-    /// Invariant 5: an unreachable engine is probed every second; a refusal, an accepted beat
-    /// and any other failure keep the interval, and the probe never exceeds the interval.
+    /// Invariant 5: an unreachable engine is probed after a second, then twice as long after each
+    /// more failure, up to the interval; a refusal, an accepted beat and any other failure keep
+    /// the interval, and the probe never exceeds the interval.
     #[test]
-    fn an_unreachable_engine_is_probed_every_second_and_a_refusal_waits_the_interval() {
+    fn an_unreachable_engine_is_probed_soon_then_less_often_and_a_refusal_waits_the_interval() {
         let every = HEARTBEAT_EVERY;
-        assert_eq!(next_beat_in(every, None), every);
+        let secs = Duration::from_secs;
+        assert_eq!(next_beat_in(every, None, 0), every);
         for code in [Code::Unavailable, Code::DeadlineExceeded] {
-            assert_eq!(next_beat_in(every, Some(code)), PROBE_EVERY, "{code:?}");
+            let gaps: Vec<_> = (1..=5)
+                .map(|n| next_beat_in(every, Some(code), n))
+                .collect();
+            assert_eq!(
+                gaps,
+                [secs(1), secs(2), secs(4), secs(4), secs(4)],
+                "{code:?}"
+            );
         }
+        assert_eq!(
+            next_beat_in(every, Some(Code::Unavailable), u32::MAX),
+            every
+        );
         for code in [
             Code::FailedPrecondition,
             Code::NotFound,
             Code::ResourceExhausted,
             Code::Unauthenticated,
         ] {
-            assert_eq!(next_beat_in(every, Some(code)), every, "{code:?}");
+            assert_eq!(next_beat_in(every, Some(code), 1), every, "{code:?}");
         }
         let short = Duration::from_millis(300);
-        assert_eq!(next_beat_in(short, Some(Code::Unavailable)), short);
+        assert_eq!(next_beat_in(short, Some(Code::Unavailable), 1), short);
     }
 
     #[test]

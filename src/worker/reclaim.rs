@@ -29,12 +29,13 @@
 //!    disturbance (the witness) reads recorded. The engine's task controller reads its queue in
 //!    order, so an end queued before the witness and still unrecorded after it was lost, not
 //!    delayed (a killed engine's successor takes its tenant back only after a minute). A worker
-//!    that answers no final after the disturbance has no witness: its at-risk finals go again
-//!    once the engine has answered every heartbeat for [`ReclaimTiming::alone_after`] (past the
-//!    successor's rebalance minute twice over), so an idle worker's last result is not left to
-//!    the attempt's timeout. A second final of a recorded DAG task is what the engine takes for a
-//!    replay, which strands other work: that is never sent, and the core is read for each final
-//!    just before it goes.
+//!    that answers no final after the disturbance has no witness: the at-risk finals of its
+//!    one-task runs go again once the engine has answered every heartbeat for
+//!    [`ReclaimTiming::alone_after`] (past the successor's rebalance minute twice over,
+//!    [`quiet_long_enough`]), so an idle worker's last result is not left to the attempt's
+//!    timeout. A second final of a recorded DAG task is what the engine takes for a replay, which
+//!    strands other work: that is never sent, a DAG task's final waits for a witness, and the
+//!    core is read for each final just before it goes.
 //! 4. What the worker cannot run from the core's record (a batch; a durable task past its first
 //!    invocation, whose count is the engine's alone) is failed at once with an error that names
 //!    the engine's loss, instead of waiting out its timeout; with retries left the engine
@@ -180,6 +181,39 @@ pub(crate) fn due(first_seen: Instant, now: Instant, grace: Duration) -> bool {
 /// (pure; invariant 3): answered in the [`AT_RISK_BEFORE`] before it.
 pub(crate) fn at_risk(answered: Instant, disturbed: Instant) -> bool {
     answered <= disturbed && disturbed.duration_since(answered) <= AT_RISK_BEFORE
+}
+
+/// Whether a worker with no witness has heard the engine long enough to trust that an end it
+/// has not recorded was lost (pure; invariant 3): the latest disturbance at `disturbed`, and a
+/// heartbeat sent at `heartbeat_ok` and accepted, at least `alone_after` later (every failed
+/// heartbeat is a new disturbance, so none failed in between).
+pub(crate) fn quiet_long_enough(
+    disturbed: Option<Instant>,
+    heartbeat_ok: Option<Instant>,
+    alone_after: Duration,
+) -> bool {
+    match (disturbed, heartbeat_ok) {
+        (Some(d), Some(ok)) => ok >= d && ok.duration_since(d) >= alone_after,
+        _ => false,
+    }
+}
+
+/// Whether a final of `action_id` belongs to a one-task run (invariant 3: only those go again
+/// without a witness): the run shows one task, and the workflow of that action declares one
+/// task on this worker.
+fn one_task_run(core: &WorkerCore, details: &v1::GetRunDetailsResponse, action_id: &str) -> bool {
+    if details.task_runs.len() != 1 {
+        return false;
+    }
+    let handlers = core.handlers.lock();
+    let Some(def) = handlers.get(action_id) else {
+        return false;
+    };
+    handlers
+        .values()
+        .filter(|d| d.workflow == def.workflow)
+        .count()
+        == 1
 }
 
 /// What the core says of one task of a run (pure): `Some(true)` it holds the task as running,
@@ -489,18 +523,23 @@ async fn resend_lost_finals(core: &Arc<WorkerCore>, timing: ReclaimTiming) {
         let w = core.reclaim.witness.lock();
         (w.disturbed, w.first_after.clone())
     };
-    match witness {
+    let alone = match witness {
         Some((run, task)) => match core
             .conn
             .run_details(&run, Some(Duration::from_secs(5)))
             .await
         {
-            Ok(d) if core_holds(&d, &task) == Some(false) => {}
+            Ok(d) if core_holds(&d, &task) == Some(false) => false,
             _ => return,
         },
-        None if disturbed.is_some_and(|d| self::due(d, now, timing.alone_after)) => {}
-        None => return,
-    }
+        None => {
+            let heartbeat_ok = *core.identity.heartbeat_ok.borrow();
+            if !quiet_long_enough(disturbed, heartbeat_ok, timing.alone_after) {
+                return;
+            }
+            true
+        }
+    };
     for (key, f) in due {
         let details = match core
             .conn
@@ -510,6 +549,9 @@ async fn resend_lost_finals(core: &Arc<WorkerCore>, timing: ReclaimTiming) {
             Ok(d) => d,
             Err(_) => continue, // the next sweep asks again
         };
+        if alone && !one_task_run(core, &details, &f.event.action_id) {
+            continue; // a DAG task's final waits for a witness
+        }
         core.reclaim.finals.lock().remove(&key);
         if core_holds(&details, &key.0) != Some(true) {
             continue; // recorded (or retried, or gone): nothing to send
@@ -548,6 +590,27 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    /// Invariant 3: without a witness, only a heartbeat accepted `alone_after` past the latest
+    /// disturbance lets an at-risk final go again; time alone (an engine still down, or a
+    /// worker not yet heard) does not.
+    #[test]
+    fn a_worker_alone_resends_only_after_the_engine_answered_long_enough() {
+        let d = Instant::now();
+        let alone = Duration::from_secs(150);
+        let at = |s: u64| Some(d + Duration::from_secs(s));
+        assert!(!quiet_long_enough(None, at(200), alone), "no disturbance");
+        assert!(
+            !quiet_long_enough(Some(d), None, alone),
+            "no heartbeat accepted"
+        );
+        assert!(!quiet_long_enough(Some(d), at(149), alone), "too soon");
+        assert!(quiet_long_enough(Some(d), at(150), alone));
+        assert!(
+            !quiet_long_enough(at(10), Some(d), alone),
+            "the accepted beat came before the disturbance"
+        );
     }
 
     #[test]

@@ -29,6 +29,19 @@ fn fast_sweep() -> RuntimeOptions {
     )
 }
 
+/// A fast sweep for a worker with no witness: finals at risk go again 500 ms after their answer,
+/// and without a witness once the engine has answered every heartbeat for `alone_after`.
+fn alone_sweep(alone_after: Duration) -> RuntimeOptions {
+    let ms = Duration::from_millis;
+    RuntimeOptions::new().heartbeat_every(ms(200)).reclaim(
+        ReclaimTiming::new()
+            .every(ms(200))
+            .grace(ms(400))
+            .resend_after(ms(500))
+            .alone_after(alone_after),
+    )
+}
+
 /// A worker of `workflows` (4 slots) on `engine`, with the fast sweep.
 async fn worker(engine: &DevEngine, workflows: Vec<Workflow>) -> RuntimeHandle {
     let rt = runtime_with(engine, fast_sweep()).await;
@@ -173,17 +186,7 @@ async fn an_idle_worker_s_lost_final_is_sent_once_more_without_a_witness() {
         async { Ok::<_, TaskError>(json!({"done": true})) }
     });
     let ms = Duration::from_millis;
-    let rt = runtime_with(
-        &e,
-        RuntimeOptions::new().heartbeat_every(ms(200)).reclaim(
-            ReclaimTiming::new()
-                .every(ms(200))
-                .grace(ms(400))
-                .resend_after(ms(500))
-                .alone_after(ms(3_000)),
-        ),
-    )
-    .await;
+    let rt = runtime_with(&e, alone_sweep(ms(3_000))).await;
     rt.register(wf).await.expect("register");
     rt.start_worker(WorkerOptions::new("alone", 4))
         .await
@@ -211,6 +214,65 @@ async fn an_idle_worker_s_lost_final_is_sent_once_more_without_a_witness() {
         disturbed.elapsed()
     );
     assert_eq!(execs.load(Ordering::SeqCst), 1, "the handler ran once");
+    assert_eq!(rt.task_counts().finals_resent, 1);
+    rt.shutdown(Duration::from_secs(2)).await;
+}
+
+/// Taking-back invariant 3: a DAG task's lost final does not go again without a witness (a second
+/// final of a recorded DAG task reads as a replay to the engine): past `alone_after`, sweep after
+/// sweep reads the run and sends nothing; a later final of this worker that reads recorded is
+/// the witness, and then it goes once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dag_task_s_lost_final_waits_for_a_witness() {
+    const READ: &str = "/v1.AdminService/GetRunDetails";
+    let e = engine().await;
+    let execs = counter();
+    let (xa, xb) = (execs.clone(), execs.clone());
+    let dag = Workflow::new("lost-dag")
+        .task("a", move |_: Value, _c: Context| {
+            xa.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, TaskError>(json!({"a": 1})) }
+        })
+        .task_with(
+            "b",
+            TaskOptions::new().parents(["a"]),
+            move |_: Value, _c: Context| {
+                xb.fetch_add(1, Ordering::SeqCst);
+                async { Ok::<_, TaskError>(json!({"b": 2})) }
+            },
+        );
+    let witness = Workflow::new("witness").task("w", |_: Value, _c: Context| async {
+        Ok::<_, TaskError>(json!({"w": true}))
+    });
+    let ms = Duration::from_millis;
+    let rt = runtime_with(&e, alone_sweep(ms(1_000))).await;
+    rt.register(dag).await.expect("register");
+    rt.register(witness).await.expect("register");
+    rt.start_worker(WorkerOptions::new("dag-alone", 4))
+        .await
+        .expect("start worker");
+    let h = final_lost_before_an_outage(&e, &rt, "lost-dag").await;
+    let disturbed = Instant::now();
+    until("past alone_after", || disturbed.elapsed() >= ms(1_500)).await;
+    // Sweeps past alone_after read the run's core (proof they weighed the final) and send nothing.
+    let reads = e.faults().attempts(READ);
+    until("three more reads of the run", || {
+        e.faults().attempts(READ) >= reads + 3
+    })
+    .await;
+    assert_eq!(rt.task_counts().finals_resent, 0, "no witness, no resend");
+    assert_eq!(execs.load(Ordering::SeqCst), 1, "only a ran");
+    let w: Value = rt
+        .run("witness", &json!({}))
+        .await
+        .expect("the witness run");
+    assert_eq!(w, json!({"w": true}));
+    let out: Value = h
+        .result_within(SOON)
+        .await
+        .expect("the run ends: the witness read recorded, the lost final went again");
+    assert_eq!(out["b"], json!({"b": 2}));
+    assert_eq!(execs.load(Ordering::SeqCst), 2, "a and b ran once each");
     assert_eq!(rt.task_counts().finals_resent, 1);
     rt.shutdown(Duration::from_secs(2)).await;
 }

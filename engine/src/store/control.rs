@@ -233,30 +233,33 @@ impl State {
         }
     }
 
+    /// What a replay of `id` would replay now (invariant 4): its run's id and the task ids, the
+    /// tasks it stands for that have ended (a task still running or waiting to retry is left
+    /// alone, discard rule a); `None` when it stands for nothing to replay.
+    pub(crate) fn replay_choice(&self, id: &str) -> Option<(String, Vec<String>)> {
+        let chosen: Vec<String> = if let Some(run) = self.runs.get(id) {
+            run.tasks.clone()
+        } else {
+            self.with_descendants(id)
+        };
+        let run_id = chosen
+            .first()
+            .and_then(|t| self.tasks.get(t))
+            .map(|t| t.run_id.clone())?;
+        let chosen: Vec<String> = chosen
+            .into_iter()
+            .filter(|t| self.tasks.get(t).is_some_and(|t| t.status.is_terminal()))
+            .collect();
+        (!chosen.is_empty()).then_some((run_id, chosen))
+    }
+
     /// Replays the tasks the ids stand for; returns the task ids replayed (invariant 4).
     pub(crate) fn replay_ids(&mut self, ids: &[String]) -> Vec<String> {
         let mut out = Vec::new();
         for id in ids {
-            let chosen: Vec<String> = if self.runs.contains_key(id) {
-                self.runs[id].tasks.clone()
-            } else {
-                self.with_descendants(id)
-            };
-            let Some(run_id) = chosen
-                .first()
-                .and_then(|t| self.tasks.get(t))
-                .map(|t| t.run_id.clone())
-            else {
+            let Some((run_id, chosen)) = self.replay_choice(id) else {
                 continue;
             };
-            // A task still running or waiting to retry is left alone (discard rule a).
-            let chosen: Vec<String> = chosen
-                .into_iter()
-                .filter(|t| self.tasks.get(t).is_some_and(|t| t.status.is_terminal()))
-                .collect();
-            if chosen.is_empty() {
-                continue;
-            }
             let names: HashSet<String> = chosen
                 .iter()
                 .filter_map(|t| self.tasks.get(t))
@@ -380,14 +383,20 @@ impl Engine {
         let mut st = self.state.lock();
         let ids = targets.resolve(&st, REPLAY_FILTER_CAP);
         if let Some(lag) = st.switches.replay_lag {
+            // The answer names the task ids, as the real engine's does, before it applies them.
+            let answer: Vec<String> = ids
+                .iter()
+                .filter_map(|id| st.replay_choice(id))
+                .flat_map(|(_, tasks)| tasks)
+                .collect();
             drop(st);
-            let (me, later) = (self.clone(), ids.clone());
+            let (me, later) = (self.clone(), ids);
             tokio::spawn(async move {
                 tokio::time::sleep(lag).await;
                 me.state.lock().replay_ids(&later);
                 me.wake.notify_one();
             });
-            return Ok(ids);
+            return Ok(answer);
         }
         let out = st.replay_ids(&ids);
         drop(st);
