@@ -16,13 +16,13 @@ fi
 eval "$(scripts/real-cluster.sh env)"
 export HATCHET_REAL_ENGINE=1 HATCHET_REAL_ENGINE_SCRIPT="$PWD/scripts/real-cluster.sh"
 source scripts/lib-rerun.sh
-for t in conformance::results::conf_a_zombie_worker_reopens_its_stream_at_its_next_heartbeat_and_takes_work_again \
-  conformance::results::conf_cluster_a_worker_whose_actions_stream_cannot_be_reopened_is_not_ready \
-  conformance::results::conf_cluster_workers_spread_onto_a_replica_started_after_them \
-  conformance::results::conf_an_idle_worker_is_ready_within_seconds \
-  conformance::durable::conf_a_durable_wait_in_doubt_after_a_cut_restarts_from_the_log_without_a_retry \
-  conformance::results::conf_an_assignment_the_engine_never_sends_is_taken_back_and_run_once \
-  conformance::results::conf_results_survive_the_engine_restarting_mid_run; do
+for t in conformance::results::a_zombie_worker_reopens_its_stream_at_its_next_heartbeat_and_takes_work_again \
+  conformance::results::cluster_a_worker_whose_actions_stream_cannot_be_reopened_is_not_ready \
+  conformance::results::cluster_workers_spread_onto_a_replica_started_after_them \
+  conformance::results::an_idle_worker_is_ready_within_seconds \
+  conformance::durable::a_durable_wait_in_doubt_after_a_cut_restarts_from_the_log_without_a_retry \
+  conformance::results::an_assignment_the_engine_never_sends_is_taken_back_and_run_once \
+  conformance::results::results_survive_the_engine_restarting_mid_run; do
   run_alone "the cluster" "$t" 600
 done
 report_flaky

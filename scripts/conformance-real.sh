@@ -32,8 +32,8 @@ fi
 # The checks that kill and restart the shared engine run alone, one after another.
 source scripts/lib-rerun.sh
 FLAKY_TESTS=("${flaky[@]}")
-for restart in conformance::results::conf_results_survive_the_engine_restarting_mid_run \
-  conformance::results::conf_listeners_serve_again_within_seconds_after_the_engine_restarting_twice; do
+for restart in conformance::results::results_survive_the_engine_restarting_mid_run \
+  conformance::results::listeners_serve_again_within_seconds_after_the_engine_restarting_twice; do
   run_alone "the real engine" "$restart" 900
 done
 report_flaky

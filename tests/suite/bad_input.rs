@@ -13,11 +13,7 @@ use serde_json::{Value, json};
 use crate::support::engine_and_runtime as setup;
 
 fn echo(timeout: Duration) -> Workflow {
-    Workflow::new("echo").task_with(
-        "t",
-        TaskOptions::new().timeout(timeout),
-        |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
-    )
+    crate::support::echo_with(TaskOptions::new().timeout(timeout))
 }
 
 #[tokio::test]

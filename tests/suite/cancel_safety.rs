@@ -10,15 +10,9 @@ use hatchet_runtime::{Context, Outcome, TaskError, WorkerOptions, Workflow};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
+use crate::support::echo;
 use crate::support::engine_and_runtime as setup;
 use crate::support::until as eventually;
-
-fn echo() -> Workflow {
-    Workflow::new("echo").task(
-        "t",
-        |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
-    )
-}
 
 #[tokio::test]
 async fn shutdown_dropped_mid_drain_still_shuts_down() {

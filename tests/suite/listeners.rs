@@ -27,14 +27,7 @@ async fn setup() -> (DevEngine, RuntimeHandle) {
 async fn setup_with(opts: RuntimeOptions) -> (DevEngine, RuntimeHandle) {
     let engine = crate::support::engine().await;
     let rt = crate::support::runtime_with(&engine, opts).await;
-    rt.register(
-        Workflow::new("echo").task(
-            "t",
-            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
-        ),
-    )
-    .await
-    .expect("register");
+    rt.register(crate::support::echo()).await.expect("register");
     (engine, rt)
 }
 

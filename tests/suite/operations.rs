@@ -25,14 +25,7 @@ async fn health_and_metrics_endpoints_report_the_worker() {
     config.healthcheck = Some(([127, 0, 0, 1], 0).into());
     let rt =
         crate::support::runtime_from(config, RuntimeOptions::new().stream_backoff(fast())).await;
-    rt.register(
-        Workflow::new("echo").task(
-            "t",
-            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
-        ),
-    )
-    .await
-    .expect("register");
+    rt.register(crate::support::echo()).await.expect("register");
     rt.register(
         Workflow::new("boom").task("t", |_i: Value, _c: Context| async move {
             Err::<Value, _>(TaskError::non_retryable("boom"))

@@ -592,7 +592,7 @@ async fn a_released_slot_stays_counted_unless_release_slot_frees_is_on() {
 }
 
 /// With `release_slot_frees` on (what the call is for; the real engine v0.104.9 keeps the slot
-/// counted, see `conformance::placement::conf_a_released_slot_stays_counted_until_the_attempt_ends`), the
+/// counted, see `conformance::placement::a_released_slot_stays_counted_until_the_attempt_ends`), the
 /// worker's own bound lets another task run in the released slot.
 #[tokio::test]
 async fn release_slot_lets_a_one_slot_worker_take_other_work() {

@@ -19,8 +19,8 @@ struct Num {
 
 use crate::support::engine_and_runtime as setup;
 
-fn echo() -> Workflow {
-    Workflow::new("echo").task("double", |i: Num, _ctx: Context| async move {
+fn doubler() -> Workflow {
+    Workflow::new("doubler").task("double", |i: Num, _ctx: Context| async move {
         Ok::<_, TaskError>(Num { n: i.n * 2 })
     })
 }
@@ -28,15 +28,15 @@ fn echo() -> Workflow {
 #[tokio::test]
 async fn run_returns_the_typed_output() {
     let (_e, rt) = setup().await;
-    rt.register(echo()).await.expect("register");
+    rt.register(doubler()).await.expect("register");
     rt.start_worker(WorkerOptions::new("w", 8))
         .await
         .expect("start");
-    let out: Num = rt.run("echo", &Num { n: 21 }).await.expect("run");
+    let out: Num = rt.run("doubler", &Num { n: 21 }).await.expect("run");
     assert_eq!(out, Num { n: 42 });
     // Many concurrently, each result to its own caller.
     let handles = rt
-        .run_many("echo", &(0..50).map(|n| Num { n }).collect::<Vec<_>>())
+        .run_many("doubler", &(0..50).map(|n| Num { n }).collect::<Vec<_>>())
         .await;
     for (n, h) in handles.into_iter().enumerate() {
         let out: Num = h.expect("trigger").result().await.expect("result");
@@ -294,10 +294,10 @@ async fn cancelling_a_result_wait_removes_only_that_waiter() {
 #[tokio::test]
 async fn shutdown_fails_pending_waiters_with_closed_at_once() {
     let (_e, rt) = setup().await;
-    rt.register(echo()).await.expect("register");
+    rt.register(doubler()).await.expect("register");
     // No worker: the run never finishes.
     let h = rt
-        .run_no_wait("echo", &Num { n: 1 })
+        .run_no_wait("doubler", &Num { n: 1 })
         .await
         .expect("trigger");
     let waiter = tokio::spawn({
@@ -314,7 +314,7 @@ async fn shutdown_fails_pending_waiters_with_closed_at_once() {
     assert_eq!(err.outcome(), Outcome::Closed);
     assert_eq!(err.run_id(), Some(h.run_id()));
     let err = rt
-        .run_no_wait("echo", &Num { n: 1 })
+        .run_no_wait("doubler", &Num { n: 1 })
         .await
         .expect_err("closed runtime");
     assert_eq!(err.outcome(), Outcome::Closed);
@@ -461,10 +461,10 @@ async fn only_a_callers_deadline_goes_on_the_wire() {
     assert_eq!(faults.calls_with_deadline("/Dispatcher/GetVersion"), 0);
 
     // What matters is what each trigger carried.
-    rt.register(echo()).await.expect("register");
-    let _ = rt.run_no_wait("echo", &Num { n: 1 }).await;
+    rt.register(doubler()).await.expect("register");
+    let _ = rt.run_no_wait("doubler", &Num { n: 1 }).await;
     let bounded = TriggerOptions::new().timeout(Duration::from_secs(5));
-    let _ = rt.run_no_wait_with("echo", &Num { n: 1 }, bounded).await;
+    let _ = rt.run_no_wait_with("doubler", &Num { n: 1 }, bounded).await;
     assert_eq!(
         faults.attempts(TRIGGER),
         2,
@@ -481,7 +481,7 @@ async fn only_a_callers_deadline_goes_on_the_wire() {
 #[tokio::test]
 async fn register_after_start_worker_is_refused_and_sends_nothing() {
     let (e, rt) = setup().await;
-    rt.register(echo()).await.expect("register");
+    rt.register(doubler()).await.expect("register");
     rt.start_worker(WorkerOptions::new("w", 2))
         .await
         .expect("start");
@@ -500,7 +500,7 @@ async fn register_after_start_worker_is_refused_and_sends_nothing() {
         "nothing was sent"
     );
     // The worker goes on serving what it registered.
-    let out: Num = rt.run("echo", &Num { n: 2 }).await.expect("run");
+    let out: Num = rt.run("doubler", &Num { n: 2 }).await.expect("run");
     assert_eq!(out, Num { n: 4 });
     rt.shutdown(Duration::from_secs(1)).await;
 }
@@ -515,11 +515,11 @@ async fn a_token_refused_after_the_engine_accepted_it_is_retried_as_never_sent()
     const TRIGGER: &str = "/WorkflowService/TriggerWorkflow";
     let (engine, rt) = setup().await;
     let faults = engine.faults();
-    rt.register(echo()).await.expect("register");
+    rt.register(doubler()).await.expect("register");
     rt.start_worker(WorkerOptions::new("w", 2))
         .await
         .expect("start");
-    let _: Num = rt.run("echo", &Num { n: 1 }).await.expect("accepted");
+    let _: Num = rt.run("doubler", &Num { n: 1 }).await.expect("accepted");
     let refuse = |times| {
         faults.inject(
             TRIGGER,
@@ -534,7 +534,7 @@ async fn a_token_refused_after_the_engine_accepted_it_is_retried_as_never_sent()
     refuse(2);
     let before = faults.attempts(TRIGGER);
     let out: Num = rt
-        .run("echo", &Num { n: 2 })
+        .run("doubler", &Num { n: 2 })
         .await
         .expect("retried through two refusals");
     assert_eq!(out.n, 4);
@@ -545,7 +545,7 @@ async fn a_token_refused_after_the_engine_accepted_it_is_retried_as_never_sent()
     );
     refuse(100);
     let err = rt
-        .run_no_wait("echo", &Num { n: 3 })
+        .run_no_wait("doubler", &Num { n: 3 })
         .await
         .expect_err("refused on every attempt");
     assert_eq!(err.outcome(), Outcome::NotSent, "{err}");
@@ -565,10 +565,10 @@ async fn two_registrations_of_one_name_side_by_side_pass_once() {
         2,
         hatchet_dev_engine::Fault::Delay { ms: 300 },
     );
-    let other = Workflow::new("echo").task("triple", |i: Num, _c: Context| async move {
+    let other = Workflow::new("doubler").task("triple", |i: Num, _c: Context| async move {
         Ok::<_, TaskError>(Num { n: i.n * 3 })
     });
-    let (a, b) = tokio::join!(rt.register(echo()), rt.register(other));
+    let (a, b) = tokio::join!(rt.register(doubler()), rt.register(other));
     assert!(a.is_ok() != b.is_ok(), "exactly one passes: {a:?} {b:?}");
     let err = a.err().or(b.err()).expect("one refused");
     assert!(err.to_string().contains("already registered"), "{err}");
@@ -585,9 +585,9 @@ async fn two_registrations_of_one_name_side_by_side_pass_once() {
 #[tokio::test]
 async fn a_second_workflow_under_a_registered_name_is_refused() {
     let (engine, rt) = setup().await;
-    rt.register(echo()).await.expect("register");
+    rt.register(doubler()).await.expect("register");
     let puts = engine.faults().attempts("/v1.AdminService/PutWorkflow");
-    let other = Workflow::new("echo").task("triple", |i: Num, _c: Context| async move {
+    let other = Workflow::new("doubler").task("triple", |i: Num, _c: Context| async move {
         Ok::<_, TaskError>(Num { n: i.n * 3 })
     });
     let err = rt.register(other).await.expect_err("the name is taken");
@@ -601,7 +601,7 @@ async fn a_second_workflow_under_a_registered_name_is_refused() {
     rt.start_worker(WorkerOptions::new("w", 2))
         .await
         .expect("start");
-    let out: Num = rt.run("echo", &Num { n: 2 }).await.expect("run");
+    let out: Num = rt.run("doubler", &Num { n: 2 }).await.expect("run");
     assert_eq!(out.n, 4, "the first registration's handler");
     rt.shutdown(Duration::from_secs(1)).await;
 }

@@ -32,14 +32,9 @@ use crate::support::{engine_with as engine, runtime_with as runtime};
 
 /// `echo` (returns its input) and `nap` (a durable task that sleeps 10 ms).
 async fn register_echo_and_nap(rt: &RuntimeHandle) {
-    rt.register(
-        Workflow::new("echo").task(
-            "t",
-            |i: Value, _c: Context| async move { Ok::<_, TaskError>(i) },
-        ),
-    )
-    .await
-    .expect("register echo");
+    rt.register(crate::support::echo())
+        .await
+        .expect("register echo");
     rt.register(Workflow::new("nap").durable_task(
         "d",
         TaskOptions::new(),

@@ -12,10 +12,25 @@ use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use hatchet_runtime::config::ClientConfig;
 use hatchet_runtime::health::{ListenerKind, ListenerState};
 use hatchet_runtime::retries::{Backoff, StreamBackoff};
-use hatchet_runtime::{Runtime, RuntimeHandle, RuntimeOptions};
+use hatchet_runtime::{
+    Context, Runtime, RuntimeHandle, RuntimeOptions, TaskError, TaskOptions, Workflow,
+};
+use serde_json::Value;
 
 /// How long a wait polls before it fails the test (the real engine's slowest writes fit).
 const WAIT: Duration = Duration::from_secs(90);
+
+/// The echo workflow every suite shares: one task, `t`, that answers its input.
+pub(crate) fn echo() -> Workflow {
+    echo_with(TaskOptions::new())
+}
+
+/// The echo workflow with its task's options.
+pub(crate) fn echo_with(opts: TaskOptions) -> Workflow {
+    Workflow::new("echo").task_with("t", opts, |i: Value, _c: Context| async move {
+        Ok::<_, TaskError>(i)
+    })
+}
 
 /// Our engine, with the real engine's behaviour (the default options).
 pub(crate) async fn engine() -> DevEngine {

@@ -35,7 +35,7 @@ fn just_before() -> SystemTime {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_run_lists_filter_as_the_sdks_ask_and_page() {
+async fn run_lists_filter_as_the_sdks_ask_and_page() {
     let t = Target::new("lists").await;
     let since = just_before();
     let child_wf = Workflow::new("kid").task("k", |_: Value, _c: Context| async move {
@@ -254,7 +254,7 @@ async fn probe_until(rt: &RuntimeHandle, wf: &str, landed: &AtomicU32, settle: I
 /// 6 s after the change and until a run lands on the worker that must now get them all, then
 /// counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_paused_worker_gets_no_new_tasks_until_unpaused() {
+async fn a_paused_worker_gets_no_new_tasks_until_unpaused() {
     // The real engine's scheduler rereads its workers every 5 s; ours sees a pause at once.
     let settle = |t: &Target| Instant::now() + t.real_engine_period(Duration::from_secs(6));
     let t = Target::new("pausew").await;
@@ -326,7 +326,7 @@ async fn conf_a_paused_worker_gets_no_new_tasks_until_unpaused() {
 /// A paused workflow's run is created and stays queued while another workflow's runs pass it on
 /// the same worker; unpaused, it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_paused_workflow_holds_its_runs_until_unpaused() {
+async fn a_paused_workflow_holds_its_runs_until_unpaused() {
     let t = Target::new("pausewf").await;
     let (held, free) = (counter(), counter());
     let rt = t
@@ -397,7 +397,7 @@ async fn conf_a_paused_workflow_holds_its_runs_until_unpaused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_workflows_list_read_and_delete() {
+async fn workflows_list_read_and_delete() {
     let t = Target::new("shelf").await;
     let rt = t.runtime().await;
     for name in ["shelf-a", "shelf-b"] {
@@ -476,7 +476,7 @@ async fn conf_workflows_list_read_and_delete() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_the_events_list_shows_each_push_and_the_runs_it_started() {
+async fn the_events_list_shows_each_push_and_the_runs_it_started() {
     let t = Target::new("evlist").await;
     let since = just_before();
     let execs = counter();
@@ -547,7 +547,7 @@ async fn conf_the_events_list_shows_each_push_and_the_runs_it_started() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_run_counts_and_queue_depths_read_back() {
+async fn run_counts_and_queue_depths_read_back() {
     let t = Target::new("metrics").await;
     let since = just_before();
     let execs = counter();
@@ -607,7 +607,7 @@ async fn conf_run_counts_and_queue_depths_read_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_cron_runs_now_with_its_input_and_cron_metadata() {
+async fn a_cron_runs_now_with_its_input_and_cron_metadata() {
     let t = Target::new("cronnow").await;
     let wf = Workflow::new("cronnow").task("t", |i: Value, c: Context| async move {
         let expr = c.metadata().get("hatchet__cron_expression").cloned();
@@ -635,7 +635,7 @@ async fn conf_a_cron_runs_now_with_its_input_and_cron_metadata() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_task_logs_read_through_the_api_with_filters() {
+async fn task_logs_read_through_the_api_with_filters() {
     let t = Target::new("logq").await;
     let wf = Workflow::new("logq").task("t", |_: Value, c: Context| async move {
         c.log("starting");
@@ -705,7 +705,7 @@ async fn conf_task_logs_read_through_the_api_with_filters() {
 /// through the durable stream keyed by child index, a retry replays onto the same children (each
 /// child runs once), and a failed child is the parent's error to handle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_durable_task_s_children_are_entries_of_its_log() {
+async fn a_durable_task_s_children_are_entries_of_its_log() {
     let t = Target::new("dkids").await;
     let child_runs = counter();
     let c = child_runs.clone();
@@ -783,7 +783,7 @@ async fn conf_a_durable_task_s_children_are_entries_of_its_log() {
 /// CEL-computed key; updated to answer 204; deleted, it is a 404. A second one with basic auth
 /// refuses a request without or with wrong credentials (403).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_webhook_turns_an_authenticated_request_into_an_event() {
+async fn a_webhook_turns_an_authenticated_request_into_an_event() {
     use hatchet_runtime::api::{NewWebhook, WebhookAuth, WebhookUpdate};
     let t = Target::new("hooks").await;
     let seen: Arc<parking_lot::Mutex<Vec<Value>>> = Arc::default();
@@ -942,7 +942,7 @@ async fn conf_a_webhook_turns_an_authenticated_request_into_an_event() {
 /// back (another durable run takes the only slot and finishes while it sleeps), then the engine
 /// runs it again when the sleep ends and the new invocation replays the sleep to its end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_durable_task_evicted_while_waiting_frees_its_slot_and_resumes() {
+async fn a_durable_task_evicted_while_waiting_frees_its_slot_and_resumes() {
     let t = Target::new("evict").await;
     let starts = counter();
     let s = starts.clone();
@@ -1007,7 +1007,7 @@ async fn conf_a_durable_task_evicted_while_waiting_frees_its_slot_and_resumes() 
 /// durable log; the child's end then finishes it. Counted where they run: one child execution, one
 /// child run at the engine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_parent_evicted_while_its_child_runs_is_restored_by_hand_and_finds_its_child() {
+async fn a_parent_evicted_while_its_child_runs_is_restored_by_hand_and_finds_its_child() {
     let t = Target::new("restore").await;
     let (invocations, child_runs, child_cancels) = (counter(), counter(), counter());
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
@@ -1097,7 +1097,7 @@ async fn conf_a_parent_evicted_while_its_child_runs_is_restored_by_hand_and_find
 /// reads, newest first, attempt 2's FINISHED, attempt 1's FAILED with the handler's error, and what
 /// started attempt 2 counted to it (RETRYING, in the engine's words).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_task_s_events_tell_each_attempt() {
+async fn a_task_s_events_tell_each_attempt() {
     let t = Target::new("attempts").await;
     let tries = counter();
     let n = tries.clone();
@@ -1176,7 +1176,7 @@ async fn conf_a_task_s_events_tell_each_attempt() {
 /// filters): by workflow id, workflow name and cron name, newest first unless ordered, paged;
 /// schedules latest trigger first, `statuses=SCHEDULED` matching those not fired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_cron_and_schedule_lists_filter_order_and_page() {
+async fn cron_and_schedule_lists_filter_order_and_page() {
     let t = Target::new("callists").await;
     let noop = |name: &str| {
         Workflow::new(name).task("t", |_: Value, _c: Context| async move {
@@ -1306,7 +1306,7 @@ async fn conf_cron_and_schedule_lists_filter_order_and_page() {
 /// path's branch with the latest fork at or below it). Counted where they run: in the memo
 /// closures.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_durable_reset_replays_the_log_before_its_node_and_runs_the_rest() {
+async fn a_durable_reset_replays_the_log_before_its_node_and_runs_the_rest() {
     let t = Target::new("reset").await;
     let (a, b) = (counter(), counter());
     let (ca, cb) = (a.clone(), b.clone());
@@ -1396,7 +1396,7 @@ async fn conf_a_durable_reset_replays_the_log_before_its_node_and_runs_the_rest(
 /// engine retries the failing one; the context counts two attempts), while a task's own setting
 /// wins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_task_defaults_reach_the_tasks_that_set_nothing() {
+async fn task_defaults_reach_the_tasks_that_set_nothing() {
     use hatchet_runtime::TaskOptions;
     let t = Target::new("defaults").await;
     let (a, b) = (counter(), counter());
@@ -1442,7 +1442,7 @@ async fn conf_task_defaults_reach_the_tasks_that_set_nothing() {
 /// signature of `{id}.{ts}.{body}`. A good one becomes the event; a wrong signature is a 403; a
 /// stale Stripe timestamp or a Svix request without its headers is a 400.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_stripe_slack_and_svix_webhooks_check_their_own_signatures() {
+async fn stripe_slack_and_svix_webhooks_check_their_own_signatures() {
     use base64::Engine as _;
     use hatchet_dev_engine::webhook_signing as sign;
     use hatchet_runtime::api::{
@@ -1566,7 +1566,7 @@ async fn conf_stripe_slack_and_svix_webhooks_check_their_own_signatures() {
 /// 404 `not found` for another tenant's UUID, 400 `invalid tenant id` for a tenant that is not
 /// a UUID (the real engine's tenant lookup), on every tenant route; the token's tenant reads 200.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_tenant_route_of_another_tenant_reads_not_found() {
+async fn a_tenant_route_of_another_tenant_reads_not_found() {
     let t = Target::new("tenants").await;
     let routes = |tenant: &str| {
         [
@@ -1605,7 +1605,7 @@ async fn conf_a_tenant_route_of_another_tenant_reads_not_found() {
 /// string and a real `{}` as `{}` (the REST fallback of a result reads the same, instead of failing
 /// the wait as undecodable).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_run_read_over_rest_has_each_output_as_recorded() {
+async fn a_run_read_over_rest_has_each_output_as_recorded() {
     let t = Target::new("recorded").await;
     let wf = Workflow::new("recorded")
         .task("s", |_: Value, _c: Context| async move {

@@ -812,7 +812,7 @@ async fn grpc_answers(raw: &hatchet_dev_engine::clients::RawClients) -> Vec<Stri
 /// not found, a registration refused by its validator (numbered lines) or, for a DAG that is
 /// not one (no task, no id or action, two tasks of one id, a cycle), with a bare `Internal`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_differential_grpc_answers_read_like_the_real_engine() {
+async fn differential_grpc_answers_read_like_the_real_engine() {
     if !Target::real_from_env() {
         eprintln!("conformance: the gRPC differential needs the real engine too; skipped");
         return;
@@ -841,7 +841,7 @@ async fn conf_differential_grpc_answers_read_like_the_real_engine() {
 /// reason, in `tests/suite/conformance/differential_known.txt`: a new difference fails the test, and a listed
 /// one that is gone is reported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_differential_our_engine_answers_like_the_real_one() {
+async fn differential_our_engine_answers_like_the_real_one() {
     if !Target::real_from_env() {
         eprintln!("conformance: the differential test needs the real engine too; skipped");
         return;

@@ -5,7 +5,7 @@
 use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_durable_sleep_event_or_wait_and_memo() {
+async fn durable_sleep_event_or_wait_and_memo() {
     let t = Target::new("durable").await;
     let memo_runs = counter();
     let m = memo_runs.clone();
@@ -67,7 +67,7 @@ async fn conf_durable_sleep_event_or_wait_and_memo() {
 /// ours took exactly 6, so a test with a 7 s budget passed on ours and failed on the real engine.
 /// Measured in the handler, from before the first sleep to after the last.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_chained_durable_sleeps_each_end_at_the_engine_s_next_timer_poll() {
+async fn chained_durable_sleeps_each_end_at_the_engine_s_next_timer_poll() {
     let t = Target::new("sleeps").await;
     let took: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let k = took.clone();
@@ -115,7 +115,7 @@ async fn conf_chained_durable_sleeps_each_end_at_the_engine_s_next_timer_poll() 
 /// replay of its invocation's log) reads the same instant; `sleep_until()` sleeps until an
 /// instant by that clock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_durable_now_is_the_same_instant_on_replay_and_sleep_until_waits_for_it() {
+async fn durable_now_is_the_same_instant_on_replay_and_sleep_until_waits_for_it() {
     let t = Target::new("clock").await;
     let seen: Arc<Mutex<Vec<(i32, SystemTime)>>> = Arc::default();
     let s = seen.clone();
@@ -162,7 +162,7 @@ async fn conf_durable_now_is_the_same_instant_on_replay_and_sleep_until_waits_fo
 /// the log, so a retry whose joined branches spawn key `b` before key `a` completes, each child run
 /// once. Ours used to match by place and failed it "operation 1 differs from the one recorded".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_durable_replay_that_spawns_in_another_order_finds_each_child_by_its_key() {
+async fn a_durable_replay_that_spawns_in_another_order_finds_each_child_by_its_key() {
     let t = Target::new("reorder").await;
     let kids = Arc::new(AtomicUsize::new(0));
     let k = kids.clone();
@@ -220,7 +220,7 @@ async fn conf_a_durable_replay_that_spawns_in_another_order_finds_each_child_by_
 /// answers it with a non-determinism error naming both workflows and creates no child; ours used to
 /// hand back the other workflow's child and its result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_durable_spawn_at_an_index_bound_to_another_workflow_is_nondeterministic() {
+async fn a_durable_spawn_at_an_index_bound_to_another_workflow_is_nondeterministic() {
     let t = Target::new("rebind").await;
     let (ran_a, ran_b) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let kid = |name: &str, ran: Arc<AtomicUsize>| {
@@ -278,7 +278,7 @@ async fn conf_a_durable_spawn_at_an_index_bound_to_another_workflow_is_nondeterm
 /// (5), which an SDK that does not know 5 cannot read. The runtime reads the run as running, and
 /// the event that ends the wait brings the task back to finish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_an_evicted_task_reads_running_over_grpc_and_says_it_in_is_evicted() {
+async fn an_evicted_task_reads_running_over_grpc_and_says_it_in_is_evicted() {
     let t = Target::new("evicted").await;
     let wf = Workflow::new("nap").durable_task(
         "d",
@@ -328,7 +328,7 @@ async fn conf_an_evicted_task_reads_running_over_grpc_and_says_it_in_is_evicted(
 /// invocation at retry 0 that replays onto the recorded sleep. The cut is made on the client
 /// (the ack dropped and the stream let go), so it works against the real engine as against ours.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_durable_wait_in_doubt_after_a_cut_restarts_from_the_log_without_a_retry() {
+async fn a_durable_wait_in_doubt_after_a_cut_restarts_from_the_log_without_a_retry() {
     let t = Target::new("doubt").await;
     let executions = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let count = executions.clone();
@@ -373,7 +373,7 @@ async fn conf_a_durable_wait_in_doubt_after_a_cut_restarts_from_the_log_without_
 /// it waits evicted (the Python SDK's `test_eviction_execution_timeout`); ours skipped evicted
 /// tasks when it expired attempts, so the run waited out its whole sleep.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_an_evicted_durable_task_still_times_out() {
+async fn an_evicted_durable_task_still_times_out() {
     let t = Target::new("evicttimeout").await;
     let wf = Workflow::new("nap-long").durable_task(
         "d",
@@ -406,7 +406,7 @@ async fn conf_an_evicted_durable_task_still_times_out() {
 /// started later runs the task again when the event comes, replaying its log. Counted in the
 /// handler: two invocations, one per worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_drain_evicts_waiting_durable_tasks_and_another_worker_finishes_them() {
+async fn a_drain_evicts_waiting_durable_tasks_and_another_worker_finishes_them() {
     let t = Target::new("draining").await;
     let invocations = counter();
     let workflow = || {
@@ -475,7 +475,7 @@ async fn conf_a_drain_evicts_waiting_durable_tasks_and_another_worker_finishes_t
 /// whatever order its goroutines finish (ours plays that with a fault, newest first). Each run's
 /// memo is its own input, so an ack routed to another invocation shows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_durable_operations_joined_in_one_invocation_get_their_own_answers() {
+async fn durable_operations_joined_in_one_invocation_get_their_own_answers() {
     let t = Target::new("joined").await;
     if let Some(engine) = t.ours_only("out-of-order durable answers") {
         engine.answer_durable_requests_out_of_order(Duration::from_millis(200));

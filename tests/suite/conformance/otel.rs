@@ -29,7 +29,7 @@ impl Drop for ResetGlobals {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_trace_spans_the_client_the_trigger_and_the_task_and_reaches_the_engine() {
+async fn a_trace_spans_the_client_the_trigger_and_the_task_and_reaches_the_engine() {
     // Global OpenTelemetry state: this is the only test that sets it, and it puts the no-op
     // provider and propagator back when it ends (a test that reads it waits for that).
     let _otel = super::OTEL_GLOBALS.write().await;
@@ -190,7 +190,7 @@ async fn conf_a_trace_spans_the_client_the_trigger_and_the_task_and_reaches_the_
 /// wait for a call that needs that thread. The span still reaches the engine, in the run's
 /// trace it names.
 #[tokio::test]
-async fn conf_a_simple_processor_on_the_runtime_s_own_thread_exports_without_blocking_it() {
+async fn a_simple_processor_on_the_runtime_s_own_thread_exports_without_blocking_it() {
     use opentelemetry::KeyValue;
     use opentelemetry::trace::{
         Span as _, SpanContext, SpanId, TraceFlags, TraceId, TraceState, TracerProvider as _,

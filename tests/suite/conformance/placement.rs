@@ -4,7 +4,7 @@
 use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_dag_conditions_skip_and_wait() {
+async fn dag_conditions_skip_and_wait() {
     let t = Target::new("conds").await;
     let wf = Workflow::new("conds")
         .task("check", |i: Value, _c: Context| async move {
@@ -94,7 +94,7 @@ async fn conf_dag_conditions_skip_and_wait() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_labels_and_sticky_place_tasks() {
+async fn labels_and_sticky_place_tasks() {
     let t = Target::new("labels").await;
     let places: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
     let rec = |name: &'static str| {
@@ -160,7 +160,7 @@ async fn conf_labels_and_sticky_place_tasks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_event_filters_and_scopes() {
+async fn event_filters_and_scopes() {
     let t = Target::new("filters").await;
     let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
     let s = seen.clone();
@@ -224,7 +224,7 @@ async fn conf_event_filters_and_scopes() {
 // --- rate limits; concurrency ---------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_rate_limits_and_concurrency_bound_running_tasks() {
+async fn rate_limits_and_concurrency_bound_running_tasks() {
     let t = Target::new("limits").await;
     let running = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
@@ -340,7 +340,7 @@ async fn conf_rate_limits_and_concurrency_bound_running_tasks() {
 /// The releasing task waits 3 s for it: the real engine gives a freed slot out within 1.5 s
 /// (its slot refresh), and it has no counter to poll for "not assigned".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_released_slot_stays_counted_until_the_attempt_ends() {
+async fn a_released_slot_stays_counted_until_the_attempt_ends() {
     let t = Target::new("release").await;
     let (released, quick_started) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let holder = Workflow::new("holder").task("t", {
@@ -395,7 +395,7 @@ async fn conf_a_released_slot_stays_counted_until_the_attempt_ends() {
 /// (the real engine's details then read COMPLETED with its output, seen on v0.104.9), so a
 /// later wait reads that output (control.rs invariant 3) and the keeper's run stays CANCELLED.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_cancel_does_not_reach_a_task_that_released_its_slot() {
+async fn a_cancel_does_not_reach_a_task_that_released_its_slot() {
     let t = Target::new("unlinked").await;
     let (running, finished) = (counter(), counter());
     let (keeper_saw, releaser_saw) = (counter(), counter());

@@ -6,7 +6,7 @@
 use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_crons_and_schedules() {
+async fn crons_and_schedules() {
     let t = Target::new("crons").await;
     let execs = counter();
     let x = execs.clone();
@@ -75,15 +75,15 @@ async fn conf_crons_and_schedules() {
 // --- REST reads with typed outputs; outputs of 5 MiB ----------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_rest_reads_run_status_and_list_with_typed_outputs() {
+async fn rest_reads_run_status_and_list_with_typed_outputs() {
     let t = Target::new("rest").await;
-    let wf = Workflow::new("echo").task("double", |i: Num, _c: Context| async move {
+    let wf = Workflow::new("doubler").task("double", |i: Num, _c: Context| async move {
         Ok::<_, TaskError>(Num { n: i.n * 2 })
     });
     let rt = t.worker(4, vec![wf]).await;
     let since = SystemTime::now() - Duration::from_secs(5);
     let h = rt
-        .run_no_wait("echo", &Num { n: 21 })
+        .run_no_wait("doubler", &Num { n: 21 })
         .await
         .expect("trigger");
     let _: Value = h.result_within(RESULT).await.expect("result");
@@ -121,7 +121,7 @@ async fn conf_rest_reads_run_status_and_list_with_typed_outputs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_outputs_of_five_mib_in_total_reach_the_waiter() {
+async fn outputs_of_five_mib_in_total_reach_the_waiter() {
     let t = Target::new("big").await;
     let chunk = |tag: &'static str| {
         move |_: Value, _c: Context| async move {
@@ -152,7 +152,7 @@ async fn conf_outputs_of_five_mib_in_total_reach_the_waiter() {
 /// wait gets both outputs whole (it used to end `Undecodable`). A single output just under the
 /// limit arrives whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_non_object_output_past_the_threshold_is_never_read_as_empty() {
+async fn a_non_object_output_past_the_threshold_is_never_read_as_empty() {
     let t = Target::new("bigshapes").await;
     let wf = Workflow::new("shapes")
         .task("text", |_: Value, _c: Context| async move {
@@ -190,7 +190,7 @@ async fn conf_a_non_object_output_past_the_threshold_is_never_read_as_empty() {
 // --- drain; the engine restarting mid-run ---------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_shutdown_drains_running_tasks() {
+async fn shutdown_drains_running_tasks() {
     let t = Target::new("drain").await;
     let started = counter();
     let finished = counter();
@@ -228,7 +228,7 @@ async fn conf_shutdown_drains_running_tasks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_results_survive_the_engine_restarting_mid_run() {
+async fn results_survive_the_engine_restarting_mid_run() {
     let t = Target::new("restart").await;
     let execs = counter();
     let x = execs.clone();
@@ -300,7 +300,7 @@ async fn conf_results_survive_the_engine_restarting_mid_run() {
 /// partition until its successor's one-minute rebalance (docs/guide/real-engine.md); that time
 /// is printed, not asserted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_listeners_serve_again_within_seconds_after_the_engine_restarting_twice() {
+async fn listeners_serve_again_within_seconds_after_the_engine_restarting_twice() {
     use hatchet_runtime::health::{ListenerKind, ListenerState};
     let t = Target::new("relisten").await;
     let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -422,7 +422,7 @@ async fn conf_listeners_serve_again_within_seconds_after_the_engine_restarting_t
 /// engine's answer would never come for an idle worker. It counts as served once its open went
 /// a moment without an error and a heartbeat after it was accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_an_idle_worker_is_ready_within_seconds() {
+async fn an_idle_worker_is_ready_within_seconds() {
     use hatchet_runtime::health::{ListenerKind, ListenerState};
     let t = Target::new("idle_ready").await;
     let wf = Workflow::new("idle").task("t", |_: Value, _c: Context| async move {
@@ -454,7 +454,7 @@ async fn conf_an_idle_worker_is_ready_within_seconds() {
 /// `Worker.dispatcherId` and checks no liveness. (A root task the trigger's own process
 /// schedules goes to the stream in process, so there the DAG's second task is the lost one.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_an_assignment_the_engine_never_sends_is_taken_back_and_run_once() {
+async fn an_assignment_the_engine_never_sends_is_taken_back_and_run_once() {
     use hatchet_runtime::retries::ReclaimTiming;
     let t = Target::new("unsent").await;
     let (ea, eb) = (counter(), counter());
@@ -550,7 +550,7 @@ async fn conf_an_assignment_the_engine_never_sends_is_taken_back_and_run_once() 
 /// cluster, through its proxy) the worker's row reads inactive, as the dispatcher that lost the
 /// session leaves it, and the row reads active again within a few heartbeats.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_zombie_worker_reopens_its_stream_at_its_next_heartbeat_and_takes_work_again() {
+async fn a_zombie_worker_reopens_its_stream_at_its_next_heartbeat_and_takes_work_again() {
     let t = Target::new("zombie").await;
     let ran = counter();
     let x = ran.clone();
@@ -622,7 +622,7 @@ async fn conf_a_zombie_worker_reopens_its_stream_at_its_next_heartbeat_and_takes
 /// fails within seconds and says why (a zombie would stay ready, taking nothing); once the proxy
 /// carries the stream again (`unblock-listen`) it is ready again and takes work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_cluster_a_worker_whose_actions_stream_cannot_be_reopened_is_not_ready() {
+async fn cluster_a_worker_whose_actions_stream_cannot_be_reopened_is_not_ready() {
     let t = Target::new("blocked").await;
     if t.script_is_cluster().is_none() {
         eprintln!("conformance: cluster only, skipped here: an actions stream the proxy refuses");
@@ -700,7 +700,7 @@ async fn conf_cluster_a_worker_whose_actions_stream_cannot_be_reopened_is_not_re
 /// within a few rotation periods (10 s here) both replicas hold actions streams (the workers'
 /// rows name two dispatchers). Without rotation they would stay on replica 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_cluster_workers_spread_onto_a_replica_started_after_them() {
+async fn cluster_workers_spread_onto_a_replica_started_after_them() {
     let t = Target::new("spread").await;
     let check = "streams rotate onto a replica added later";
     if t.script_is_cluster().is_none() {
@@ -769,7 +769,7 @@ async fn conf_cluster_workers_spread_onto_a_replica_started_after_them() {
 // --- ours only: what needs fault injection --------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_ours_only_a_duplicated_assignment_runs_once() {
+async fn ours_only_a_duplicated_assignment_runs_once() {
     let t = Target::new("dup").await;
     let Some(engine) = t.ours_only("an assignment delivered twice runs once") else {
         return;
@@ -796,7 +796,7 @@ async fn conf_ours_only_a_duplicated_assignment_runs_once() {
 /// The engine's own answer to an unknown run: both engines, so the check's expectation is the
 /// real one's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_details_of_an_unknown_run_are_not_found() {
+async fn details_of_an_unknown_run_are_not_found() {
     let t = Target::new("unknown").await;
     let rt = t.runtime().await;
     let err: Error = rt
@@ -817,7 +817,7 @@ async fn conf_details_of_an_unknown_run_are_not_found() {
 /// workflow the engine does not have is refused before it is sent (the real engine answers it
 /// with an id no run will ever have), single and bulk: nothing is triggered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_wait_on_an_unknown_run_ends_not_found() {
+async fn a_wait_on_an_unknown_run_ends_not_found() {
     let t = Target::new("unknown_wait").await;
     let rt = t.runtime().await;
     let refused = rt
@@ -865,7 +865,7 @@ async fn conf_a_wait_on_an_unknown_run_ends_not_found() {
 /// take that path; on ours a fault writes every trigger 11 s late, past the old sweep's 10 s
 /// verdict. Every wait ends with its own run's output, each run executed once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_waits_outlive_triggers_the_engine_writes_after_answering() {
+async fn waits_outlive_triggers_the_engine_writes_after_answering() {
     let t = Target::new("late_writes").await;
     let execs = Arc::new(AtomicUsize::new(0));
     let e = execs.clone();
@@ -911,7 +911,7 @@ async fn conf_waits_outlive_triggers_the_engine_writes_after_answering() {
 /// until the condition holds); ours shows such a run, so a fault plays the real engine there. The
 /// wait outlives the old sweep's 10 s verdict, then the sleep ends and the result is the task's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_wait_outlives_a_gated_run_the_engine_does_not_show_yet() {
+async fn a_wait_outlives_a_gated_run_the_engine_does_not_show_yet() {
     let t = Target::new("gated_root").await;
     let wf = Workflow::new("gated-root").task_with(
         "t",
@@ -976,7 +976,7 @@ async fn conf_a_wait_outlives_a_gated_run_the_engine_does_not_show_yet() {
 /// discards a replay of such a run: read in its log, `failed preflight check for DAG`). The real
 /// engine's case is the chaos suite's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_ours_only_a_run_stalled_by_a_lost_followup_is_named_at_its_deadline() {
+async fn ours_only_a_run_stalled_by_a_lost_followup_is_named_at_its_deadline() {
     let t = Target::new("stalled").await;
     let Some(e) = t.ours_only("a completion whose follow-up the engine loses") else {
         return;
@@ -1033,7 +1033,7 @@ async fn conf_ours_only_a_run_stalled_by_a_lost_followup_is_named_at_its_deadlin
 /// while a wait that starts with its trigger costs no read. Reads are counted at our engine; both
 /// engines give the same result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_wait_on_a_finished_run_reads_it_once_and_a_fresh_wait_not_at_all() {
+async fn a_wait_on_a_finished_run_reads_it_once_and_a_fresh_wait_not_at_all() {
     let t = Target::new("finished_wait").await;
     let wf = Workflow::new("finished-wait").task("t", |i: Value, _c: Context| async move {
         Ok::<_, TaskError>(json!({"n": i["n"]}))
@@ -1106,7 +1106,7 @@ async fn conf_a_wait_on_a_finished_run_reads_it_once_and_a_fresh_wait_not_at_all
 /// engine takes a second COMPLETED of a DAG task for a replay and strands the messages it read
 /// with it (chaos run long4).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_ours_only_a_completion_the_engine_lost_times_out_and_is_retried() {
+async fn ours_only_a_completion_the_engine_lost_times_out_and_is_retried() {
     let t = Target::new("lost_completion").await;
     let Some(e) = t.ours_only("an answered completion the engine loses") else {
         return;
@@ -1145,7 +1145,7 @@ async fn conf_ours_only_a_completion_the_engine_lost_times_out_and_is_retried() 
 /// client's limit is raised past the engine's, the engine's own refusal is a rejection, not a
 /// "maybe executed": its gRPC layer refuses the message unread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_an_input_over_the_message_limit_is_refused_and_never_maybe_executed() {
+async fn an_input_over_the_message_limit_is_refused_and_never_maybe_executed() {
     let t = Target::new("too_big").await;
     let wf = Workflow::new("too-big").task("t", |_: Value, _c: Context| async move {
         Ok::<_, TaskError>(json!({}))
@@ -1183,7 +1183,7 @@ async fn conf_an_input_over_the_message_limit_is_refused_and_never_maybe_execute
 /// back only for a scoped event, from `consider_events_since`, which the runtime counts back from
 /// the durable clock so a replay asks the same instant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_durable_event_wait_with_a_lookback_takes_an_event_pushed_before_it() {
+async fn a_durable_event_wait_with_a_lookback_takes_an_event_pushed_before_it() {
     let t = Target::new("lookback").await;
     let key = format!("approval-{}", std::process::id());
     let k = key.clone();
@@ -1242,7 +1242,7 @@ async fn conf_a_durable_event_wait_with_a_lookback_takes_an_event_pushed_before_
 /// count from each run's first invocation; the sleep ends at the engine's next timer read
 /// after 4 s (up to 1 s later), so each window starts between 2 s and 3 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_lookback_takes_the_newest_event_in_its_window_and_none_before_it() {
+async fn a_lookback_takes_the_newest_event_in_its_window_and_none_before_it() {
     let t = Target::new("lookback_window").await;
     let key = format!("window-{}", std::process::id());
     let starts: Arc<parking_lot::Mutex<std::collections::HashMap<String, std::time::Instant>>> =
@@ -1345,7 +1345,7 @@ async fn conf_a_lookback_takes_the_newest_event_in_its_window_and_none_before_it
 /// the event is stored and one run exists (ours used to answer ALREADY_EXISTS to the push).
 /// Executions are counted in the handler, and the second push is read back from the events list.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_an_event_push_whose_run_collides_on_an_idempotency_key_is_accepted() {
+async fn an_event_push_whose_run_collides_on_an_idempotency_key_is_accepted() {
     let t = Target::new("event_key").await;
     let ran = Arc::new(AtomicUsize::new(0));
     let r = ran.clone();
@@ -1393,7 +1393,7 @@ async fn conf_an_event_push_whose_run_collides_on_an_idempotency_key_is_accepted
 /// A static rate-limit key must exist before a workflow that names it is registered (the real
 /// engine's step rate limit references the key).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_static_rate_limit_key_must_exist_before_registration() {
+async fn a_static_rate_limit_key_must_exist_before_registration() {
     let t = Target::new("rl_missing").await;
     let rt = t.runtime().await;
     let wf = Workflow::new("needs-limit").task_with(
@@ -1431,7 +1431,7 @@ async fn instant_worker(
 /// `aio_result()` alone: 19 to 54 ms after the task returned. Ours held a new run's end back
 /// with REST's lag, 1.3 to 1.7 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_new_run_s_result_arrives_as_its_end_is_recorded_not_with_rest_s_lag() {
+async fn a_new_run_s_result_arrives_as_its_end_is_recorded_not_with_rest_s_lag() {
     let t = Target::new("prompt_end").await;
     let (rt, returned) = instant_worker(&t, "instant").await;
     let mut after_return = Vec::new();
@@ -1462,7 +1462,7 @@ async fn conf_a_new_run_s_result_arrives_as_its_end_is_recorded_not_with_rest_s_
 /// it reads the finalized runs before the running tasks, so a read that straddles the end's
 /// commit finds neither.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_run_details_read_a_run_not_done_a_while_after_its_worker_ended_it() {
+async fn run_details_read_a_run_not_done_a_while_after_its_worker_ended_it() {
     let t = Target::new("endhop").await;
     let (rt, returned) = instant_worker(&t, "quick").await;
     use hatchet_runtime::protocol::v1::RunStatus;

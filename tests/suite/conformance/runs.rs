@@ -7,7 +7,7 @@ use super::*;
 /// assignment the engine sends and the worker's own declarations: names, attempt numbers,
 /// priority, lineage of a child, the event that triggered a run, the worker's labels.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_task_reads_its_attempt_lineage_trigger_and_worker() {
+async fn a_task_reads_its_attempt_lineage_trigger_and_worker() {
     fn about(c: &Context) -> Value {
         json!({
             "task": c.task_name(), "workflow": c.workflow_name(),
@@ -160,7 +160,7 @@ async fn conf_a_task_reads_its_attempt_lineage_trigger_and_worker() {
 /// `on_success` runs once every other task completed, after the leaves, with their outputs;
 /// a run whose task fails skips it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_on_success_runs_after_every_task_and_is_skipped_when_one_fails() {
+async fn on_success_runs_after_every_task_and_is_skipped_when_one_fails() {
     let t = Target::new("onsuccess").await;
     let runs = counter();
     let r = runs.clone();
@@ -217,7 +217,7 @@ async fn conf_on_success_runs_after_every_task_and_is_skipped_when_one_fails() {
 /// A standalone task: declared and registered without a one-task `Workflow`, run through the
 /// typed reference its registration returns (input and output types from its handler).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_standalone_task_runs_typed() {
+async fn a_standalone_task_runs_typed() {
     let t = Target::new("standalone").await;
     let rt = t.runtime().await;
     let double = rt
@@ -241,7 +241,7 @@ async fn conf_a_standalone_task_runs_typed() {
 /// A workflow's description reaches the engine's API. Its version label is sent (as the SDKs
 /// send it) but the real engine keeps none: its versions read `""`, and so do ours.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_workflow_s_description_and_version_reach_the_api() {
+async fn a_workflow_s_description_and_version_reach_the_api() {
     let t = Target::new("described").await;
     let rt = t.runtime().await;
     rt.register(
@@ -278,7 +278,7 @@ async fn latest_version(t: &Target, id: &str) -> Value {
 /// version, as the real engine reuses a version whose checksum matches; a changed definition
 /// is a new version, and a run shows the definition of its own version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_registering_the_same_workflow_again_keeps_its_version() {
+async fn registering_the_same_workflow_again_keeps_its_version() {
     let t = Target::new("reregistered").await;
     let workflow = |retries: i32| {
         Workflow::new("reregistered").task_with(
@@ -315,7 +315,7 @@ async fn conf_registering_the_same_workflow_again_keeps_its_version() {
 /// beside plain ones delayed every refill of the plain slots to the scheduler's 1-1.5 s poll
 /// (2,000 echo tasks took 3x the Go SDK's time), so the shape is checked on both engines.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_worker_registers_a_durable_pool_only_for_durable_tasks() {
+async fn a_worker_registers_a_durable_pool_only_for_durable_tasks() {
     let t = Target::new("pools").await;
     let plain = Workflow::new("plain").task("t", |_i: Value, _c: Context| async move {
         Ok::<_, TaskError>(Value::Null)
@@ -396,7 +396,7 @@ async fn conf_a_worker_registers_a_durable_pool_only_for_durable_tasks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_run_and_dag() {
+async fn run_and_dag() {
     let t = Target::new("dag").await;
     let execs = counter();
     let x = execs.clone();
@@ -453,7 +453,7 @@ async fn conf_run_and_dag() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_retries_non_retryable_and_timeouts() {
+async fn retries_non_retryable_and_timeouts() {
     let t = Target::new("retries").await;
     let flaky_runs = counter();
     let fatal_runs = counter();
@@ -536,7 +536,7 @@ async fn conf_retries_non_retryable_and_timeouts() {
 /// 100 kB each: two batches of 39 by size, then 22 by interval, on both engines; every run
 /// answered with its own output.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_batch_flushes_when_its_members_payloads_pass_four_million_bytes() {
+async fn a_batch_flushes_when_its_members_payloads_pass_four_million_bytes() {
     let t = Target::new("batchbytes").await;
     let sizes: Arc<Mutex<Vec<usize>>> = Arc::default();
     let seen = sizes.clone();
@@ -575,7 +575,7 @@ async fn conf_a_batch_flushes_when_its_members_payloads_pass_four_million_bytes(
 /// run reads its own output, and a run whose key is not a string fails alone with the engine's
 /// reason. Counted where it happens: handler calls in the handler, members per call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_batch_task_gets_its_runs_in_batches_and_answers_each_member() {
+async fn a_batch_task_gets_its_runs_in_batches_and_answers_each_member() {
     let t = Target::new("batch").await;
     let calls: Arc<Mutex<Vec<Vec<i64>>>> = Arc::default();
     let seen = calls.clone();
@@ -647,7 +647,7 @@ async fn conf_a_batch_task_gets_its_runs_in_batches_and_answers_each_member() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_on_failure_runs_once_with_the_error() {
+async fn on_failure_runs_once_with_the_error() {
     let t = Target::new("onfail").await;
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let s = seen.clone();

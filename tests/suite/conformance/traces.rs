@@ -46,7 +46,7 @@ fn named<'a>(spans: &'a [TraceSpan], name: &str) -> Vec<&'a TraceSpan> {
 /// the run's trace under its root; a span exported over OTLP with the task's id joins the trace,
 /// an SDK step span hangs under the run's root, and an unknown run has no trace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_run_s_trace_holds_the_engine_s_spans_and_the_sdk_s() {
+async fn a_run_s_trace_holds_the_engine_s_spans_and_the_sdk_s() {
     // No trigger span of ours: the runs carry the engine's own traceparent.
     let _otel = super::OTEL_GLOBALS.read().await;
     let t = Target::new("traced").await;
@@ -499,7 +499,7 @@ fn derived_from(parts: &[&[u8]], n: usize) -> String {
 /// `hatchet.engine.event` span: the push carried no SDK `traceparent`), and the started run's
 /// spans share that trace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_an_event_a_task_pushes_is_drawn_in_the_pushing_run_s_trace() {
+async fn an_event_a_task_pushes_is_drawn_in_the_pushing_run_s_trace() {
     let _otel = super::OTEL_GLOBALS.read().await;
     let t = Target::new("emits").await;
     let handle: Arc<std::sync::OnceLock<hatchet_runtime::RuntimeHandle>> = Arc::default();

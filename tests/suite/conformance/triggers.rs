@@ -4,7 +4,7 @@
 use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_cancel_and_replay_by_id_and_by_filter() {
+async fn cancel_and_replay_by_id_and_by_filter() {
     let t = Target::new("cancel").await;
     let started = counter();
     let st = started.clone();
@@ -105,7 +105,7 @@ async fn conf_cancel_and_replay_by_id_and_by_filter() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_bulk_trigger_and_push() {
+async fn bulk_trigger_and_push() {
     let t = Target::new("bulk").await;
     let execs = counter();
     let x = execs.clone();
@@ -146,7 +146,7 @@ async fn conf_bulk_trigger_and_push() {
 /// A bulk trigger some of whose items collide on the workflow's idempotency key: the engine
 /// creates the others, and each item is answered with its own run or the one it collided with.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_bulk_trigger_partly_colliding_answers_each_item_with_its_run() {
+async fn bulk_trigger_partly_colliding_answers_each_item_with_its_run() {
     let t = Target::new("bulkidem").await;
     let execs: Arc<Mutex<Vec<String>>> = Arc::default();
     let e = execs.clone();
@@ -195,7 +195,7 @@ async fn conf_bulk_trigger_partly_colliding_answers_each_item_with_its_run() {
 /// with an earlier run, the second is created. Matched by input alone, the created run went to the
 /// first item. Both engines; the real one adds a `traceparent` to the metadata it reads back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_bulk_items_with_the_same_input_get_their_own_runs_by_metadata() {
+async fn bulk_items_with_the_same_input_get_their_own_runs_by_metadata() {
     let t = Target::new("bulkmeta").await;
     let wf = Workflow::new("by-order")
         .task("o", |_: Value, c: Context| async move {
@@ -252,7 +252,7 @@ async fn conf_bulk_items_with_the_same_input_get_their_own_runs_by_metadata() {
 /// an id and creates no run (the wait on it ends as not found, and nothing executes); a key by
 /// status is released when the run's first root task ends, while its DAG still runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_idempotency_keys_are_the_tenant_s_and_a_status_key_ends_with_a_root_task() {
+async fn idempotency_keys_are_the_tenant_s_and_a_status_key_ends_with_a_root_task() {
     let t = Target::new("idemkeys").await;
     let execs: Arc<Mutex<Vec<String>>> = Arc::default();
     let one = |name: &str| {
@@ -408,7 +408,7 @@ async fn conf_idempotency_keys_are_the_tenant_s_and_a_status_key_ends_with_a_roo
 /// a run whose input the expression fails on fails at once with the real engine's reason, and
 /// its task never runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_concurrency_group_is_its_expression_s_string_and_a_failing_one_fails_the_run() {
+async fn a_concurrency_group_is_its_expression_s_string_and_a_failing_one_fails_the_run() {
     let t = Target::new("cgroups").await;
     let spans: Arc<Mutex<Vec<(String, std::time::Instant, std::time::Instant)>>> = Arc::default();
     let s = spans.clone();
@@ -470,7 +470,7 @@ async fn conf_a_concurrency_group_is_its_expression_s_string_and_a_failing_one_f
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_priority_orders_queued_runs() {
+async fn priority_orders_queued_runs() {
     let t = Target::new("prio").await;
     let order: Arc<Mutex<Vec<i64>>> = Arc::default();
     let o = order.clone();
@@ -537,7 +537,7 @@ async fn conf_priority_orders_queued_runs() {
 // --- children with index and key dedupe -----------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_children_by_index_and_key_are_not_duplicated() {
+async fn children_by_index_and_key_are_not_duplicated() {
     let t = Target::new("children").await;
     let child_runs = counter();
     let parent_runs = counter();
@@ -600,7 +600,7 @@ async fn conf_children_by_index_and_key_are_not_duplicated() {
 /// its name: the engine's name filter is a substring search, newest first, 50 to a page, so the
 /// lookup that guards a trigger reads past the first page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conf_a_workflow_behind_a_page_of_newer_similar_names_is_still_triggered() {
+async fn a_workflow_behind_a_page_of_newer_similar_names_is_still_triggered() {
     let t = Target::new("lookup_pages").await;
     let wf = |name: String| {
         Workflow::new(name).task("t", |_: Value, _c: Context| async move {
