@@ -114,7 +114,7 @@ if [[ "${BENCH_ENGINE:-ours}" == real ]]; then
     SVG="$ROOT/target/bench-report/throughput-real.svg"
     step 1800 "$ROOT/scripts/real-engine.sh" start
     eval "$("$ROOT/scripts/real-engine.sh" env)"
-    export BENCH_REAL_ENGINE_LABEL="The real engine (hatchet-engine $GO_SDK and hatchet-api on PostgreSQL 15, scripts/real-engine.sh: the Postgres message and task queues, engine settings in docs/real-engine.md)"
+    export BENCH_REAL_ENGINE_LABEL="The real engine (hatchet-engine $GO_SDK and hatchet-api on PostgreSQL 15, scripts/real-engine.sh: the Postgres message and task queues, engine settings in docs/guide/real-engine.md)"
     BENCH_SIZES="${BENCH_SIZES:-2000 10000}"
     echo "bench: on the real engine at $HATCHET_CLIENT_HOST_PORT"
 fi

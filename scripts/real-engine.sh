@@ -21,7 +21,7 @@
 # repository's own CI runs new SDKs against older engines (sdk-python-old-engine-new-sdk), and the
 # SDKs gate newer features on the version the engine reports, which the build sets to the tag.
 #
-# Settings and traps: ../shared/reference/real-engine-config.md (and docs/real-engine.md here).
+# Settings and traps: ../shared/reference/real-engine-config.md (and docs/guide/real-engine.md here).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"

@@ -1,10 +1,10 @@
 //! The engine's house rules, checked on its own source. First: no engine file imports another
 //! in a circle. A room (its records and their invariants) imports only what is below it; the hub
-//! (`core/`) imports the rooms; the actions that cross rooms (`impl State` blocks in files such
+//! (`hub/`) imports the rooms; the actions that cross rooms (`impl State` blocks in files such
 //! as `sched/assign.rs`) import the hub, and nothing imports them. A `mod x;` declaration is not
 //! an import, and neither is a test module. Second: the transports (`api/`) never reach into
-//! the state; they read through [`crate::core::queries::View`] and change through the engine's entry
-//! points (`core/`).
+//! the state; they read through [`crate::hub::queries::View`] and change through the engine's entry
+//! points (`hub/`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -159,11 +159,11 @@ fn no_engine_file_imports_another_in_a_circle() {
         edges.len()
     );
     // The checker sees an import where there is one: the hub names the queue room.
-    assert!(edges["core"].contains("sched::queue"));
+    assert!(edges["hub"].contains("sched::queue"));
     if let Some(circle) = a_circle(&edges) {
         panic!(
             "these engine files import each other in a circle: {}. Move what the lower one \
-             needs below both (a room's records, `rules.rs`), or the higher one's actions out \
+             needs below both (a room's records, `limits.rs`, `parse.rs`, `answers.rs`), or the higher one's actions out \
              of the room (see `house.rs`)",
             circle.join(" -> ")
         );
@@ -176,9 +176,9 @@ fn the_circle_check_finds_a_circle_when_there_is_one() {
     edges
         .entry("sched::queue".to_string())
         .or_default()
-        .insert("core".to_string());
+        .insert("hub".to_string());
     let circle = a_circle(&edges).expect("a circle");
-    assert!(circle.contains(&"core".to_string()) && circle.contains(&"sched::queue".to_string()));
+    assert!(circle.contains(&"hub".to_string()) && circle.contains(&"sched::queue".to_string()));
 }
 
 /// Where a transport file (`api/`) names the engine's state: its `State` type or an
@@ -191,8 +191,8 @@ fn state_uses_in_transports(files: &BTreeMap<String, String>) -> Vec<String> {
         }
         let code = code(text);
         for path in named_paths(module, &code) {
-            if path.first().is_some_and(|p| p == "core") && path.iter().any(|p| p == "State") {
-                found.push(format!("{module} names crate::core::State"));
+            if path.first().is_some_and(|p| p == "hub") && path.iter().any(|p| p == "State") {
+                found.push(format!("{module} names crate::hub::State"));
             }
         }
         let mut rest = code.as_str();
@@ -214,12 +214,12 @@ fn transports_read_through_views_and_change_through_the_engine_s_entry_points() 
     assert!(
         found.is_empty(),
         "a transport reaches into the engine's state: {found:?}. Read through `Engine::view` \
-         (core/queries.rs) and change through an entry point (core/)"
+         (hub/queries.rs) and change through an entry point (hub/)"
     );
     // The check sees both kinds of reach.
     files.insert(
         "api::probe".into(),
-        "use crate::core::State;\nfn f(e: &Engine) { e.state.lock(); }\n".into(),
+        "use crate::hub::State;\nfn f(e: &Engine) { e.state.lock(); }\n".into(),
     );
     assert_eq!(state_uses_in_transports(&files).len(), 2);
 }

@@ -12,14 +12,16 @@
 
 // The rooms (ARCHITECTURE.md draws them): the transports, the store of runs and tasks, the
 // scheduler, the DAG rules, time, durable execution, and the test switches and counters.
+mod answers;
 mod api;
-mod core;
 mod dag;
 mod durable;
 mod faults;
 #[cfg(test)]
 mod house;
-mod rules;
+mod hub;
+mod limits;
+mod parse;
 mod sched;
 mod store;
 mod time;
@@ -31,7 +33,8 @@ pub use store::webhooks::signing as webhook_signing;
 
 use api::{gate, grpc, io, rest};
 
-pub use crate::rules::{ENGINE_VERSION, parse_duration};
+pub use crate::limits::ENGINE_VERSION;
+pub use crate::parse::parse_duration;
 pub use faults::{Fault, FaultRule, Faults};
 
 use std::net::SocketAddr;
@@ -224,7 +227,7 @@ struct Serving {
 
 /// A running development engine. Dropping it stops the servers.
 pub struct DevEngine {
-    engine: Arc<crate::core::Engine>,
+    engine: Arc<crate::hub::Engine>,
     tls: Option<EngineTls>,
     faults: Faults,
     grpc_addr: SocketAddr,
@@ -265,7 +268,7 @@ impl DevEngine {
         let api = bind(opts.api_port)?;
         let grpc_addr = grpc.local_addr()?;
         let api_addr = api.local_addr()?;
-        let tenant_id = opts.tenant_id.unwrap_or_else(crate::rules::new_id);
+        let tenant_id = opts.tenant_id.unwrap_or_else(crate::parse::new_id);
         let exp = (SystemTime::now() + TOKEN_LIFETIME)
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -275,7 +278,7 @@ impl DevEngine {
             &format!("http://{api_addr}"),
             &grpc_addr.to_string(),
             exp,
-            &crate::rules::new_id(),
+            &crate::parse::new_id(),
         );
         let strategy = match &opts.tls {
             None => TlsStrategy::None,
@@ -294,9 +297,9 @@ impl DevEngine {
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         let engine = DevEngine {
             tls: opts.tls.clone(),
-            engine: Arc::new(crate::core::Engine::new(
+            engine: Arc::new(crate::hub::Engine::new(
                 tenant_id,
-                opts.reassign_after.unwrap_or(crate::rules::REASSIGN_AFTER),
+                opts.reassign_after.unwrap_or(crate::limits::REASSIGN_AFTER),
                 opts.version
                     .clone()
                     .unwrap_or_else(|| ENGINE_VERSION.to_string()),
@@ -305,7 +308,7 @@ impl DevEngine {
             grpc_addr,
             api_addr,
             token,
-            dashboard_key: SecretToken::new(crate::rules::new_id().replace('-', "")),
+            dashboard_key: SecretToken::new(crate::parse::new_id().replace('-', "")),
             config,
             serving: Mutex::new(None),
         };

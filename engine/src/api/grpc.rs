@@ -8,9 +8,9 @@ use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tonic::{Request, Response, Status};
 
 use crate::api::streams::{OnDrop, Out, guarded};
-use crate::core::Engine;
 use crate::faults::Faults;
-use crate::rules::{parse_json, parse_metadata, timestamp};
+use crate::hub::Engine;
+use crate::parse::{parse_json, parse_metadata, timestamp};
 use crate::time::schedules::Planned;
 use hatchet_runtime::protocol::{self as proto, v1};
 

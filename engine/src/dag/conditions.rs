@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use crate::dag::matches::{Act, Matcher, SKIPPED};
 
-impl crate::core::State {
+impl crate::hub::State {
     /// Gives a new task its matcher: armed at once for a root task (invariant 3); returns
     /// whether the task waits (stays pending) instead of being queued now.
     pub(crate) fn start_matcher(&mut self, tid: &str, m: Option<Matcher>) -> bool {

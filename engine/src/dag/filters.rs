@@ -151,7 +151,7 @@ impl Filters {
                 .and_then(|p| serde_json::from_slice(p).ok())
                 .unwrap_or_else(|| json!({}));
             self.all.push(Filter {
-                id: crate::rules::new_id(),
+                id: crate::parse::new_id(),
                 workflow_id: workflow_id.to_string(),
                 scope: d.scope.clone(),
                 expression: d.expression.clone(),
@@ -170,7 +170,7 @@ mod tests {
 
     fn filter(wf: &str, scope: &str, expr: &str, payload: Value) -> Filter {
         Filter {
-            id: crate::rules::new_id(),
+            id: crate::parse::new_id(),
             workflow_id: wf.into(),
             scope: scope.into(),
             expression: expr.into(),

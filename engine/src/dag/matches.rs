@@ -108,7 +108,7 @@ pub(crate) fn validate(c: &v1::TaskConditions) -> Result<(), GrpcStatus> {
         }
     }
     for s in &c.sleep_conditions {
-        if crate::rules::parse_duration(&s.sleep_for).is_none() {
+        if crate::parse::parse_duration(&s.sleep_for).is_none() {
             return Err(GrpcStatus::invalid_argument(format!(
                 "sleep_for {:?} is not a duration",
                 s.sleep_for
@@ -128,7 +128,7 @@ fn act_of(action: i32) -> Act {
 
 fn group_of(base: &v1::BaseMatchCondition) -> String {
     if base.or_group_id.is_empty() {
-        crate::rules::new_id()
+        crate::parse::new_id()
     } else {
         base.or_group_id.clone()
     }
@@ -221,7 +221,7 @@ impl Matcher {
                 key: base.readable_data_key.clone(),
                 expression: String::new(),
                 kind: Kind::Sleep {
-                    for_: crate::rules::parse_duration(&s.sleep_for).unwrap_or_default(),
+                    for_: crate::parse::parse_duration(&s.sleep_for).unwrap_or_default(),
                     text: s.sleep_for.clone(),
                 },
             });

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tonic::Status as GrpcStatus;
 
 use super::{BRANCH, Conditions, LegacyTx, Node, NodeKind, Tx, eref, resp, wait_key};
-use crate::core::State;
+use crate::hub::State;
 use crate::store::model::{Status, StoredEvent, TriggerOpts};
 
 impl State {
@@ -479,7 +479,7 @@ impl State {
                     match self.create_run(tenant, &opt.name, input, meta, opts) {
                         Ok(id) => id,
                         // As TriggerWorkflow answers it: an id no run will have.
-                        Err(e) if crate::rules::is_skipped_trigger(&e) => crate::rules::new_id(),
+                        Err(e) if crate::answers::is_skipped_trigger(&e) => crate::parse::new_id(),
                         Err(_) => return,
                     }
                 }

@@ -41,7 +41,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::Status as GrpcStatus;
 
-use crate::rules::parse_duration;
+use crate::parse::parse_duration;
 use crate::store::model::StoredEvent;
 use hatchet_runtime::protocol::v1::{self, durable_task_response::Message as Resp};
 
@@ -94,7 +94,7 @@ impl Conditions {
                 ))
             })?;
             let group = if base.or_group_id.is_empty() {
-                crate::rules::new_id()
+                crate::parse::new_id()
             } else {
                 base.or_group_id
             };
@@ -107,7 +107,7 @@ impl Conditions {
         for e in &c.user_event_conditions {
             let base = e.base.clone().unwrap_or_default();
             let group = if base.or_group_id.is_empty() {
-                crate::rules::new_id()
+                crate::parse::new_id()
             } else {
                 base.or_group_id
             };

@@ -2,7 +2,7 @@
 //! a group admits when its active runs finish. The limits and the invariants are in
 //! `concurrency.rs`.
 
-use crate::core::State;
+use crate::hub::State;
 use crate::sched::concurrency::{Group, Limit, group_key};
 use crate::store::model::Status;
 use hatchet_runtime::protocol::{self as proto, v1::ConcurrencyLimitStrategy as Strategy};
@@ -202,7 +202,7 @@ mod tests {
     use serde_json::json;
 
     fn state(limits: &[(&str, Strategy)]) -> State {
-        crate::core::state_with(v1::CreateWorkflowVersionRequest {
+        crate::hub::state_with(v1::CreateWorkflowVersionRequest {
             concurrency_arr: limits
                 .iter()
                 .map(|(e, s)| v1::Concurrency {
@@ -211,7 +211,7 @@ mod tests {
                     limit_strategy: Some(*s as i32),
                 })
                 .collect(),
-            ..crate::core::one_task_workflow()
+            ..crate::hub::one_task_workflow()
         })
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::core::State;
+use crate::hub::State;
 use crate::sched::queue::Lane;
 use crate::store::model::{Status, Worker};
 use hatchet_runtime::protocol as proto;
@@ -525,7 +525,7 @@ impl State {
                 continue;
             }
             let members: Vec<String> = taken.iter().map(|(m, _)| m.clone()).collect();
-            let batch = crate::rules::new_id();
+            let batch = crate::parse::new_id();
             let msg = self.start_batch_action(&batch, &line, &members, why, tenant);
             let sent = self.workers.get(&wid).and_then(|w| {
                 w.sessions
@@ -608,7 +608,7 @@ impl State {
             batch_key: (!key.trim().is_empty()).then(|| key.clone()),
             batch_start_payload: Some(proto::BatchStartPayload {
                 trigger_reason: why.reason().to_string(),
-                trigger_time: Some(crate::rules::timestamp(self.clock.system_now())),
+                trigger_time: Some(crate::parse::timestamp(self.clock.system_now())),
                 expected_size: members.len() as i32,
             }),
             ..Default::default()
@@ -616,7 +616,7 @@ impl State {
     }
 }
 
-impl crate::core::State {
+impl crate::hub::State {
     /// Queues task `tid` at the back of its lane (its run's priority, its slot type), or holds
     /// it when its workflow is paused (see `pause.rs`).
     pub(crate) fn enqueue(&mut self, tid: &str) {

@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::rules::key_of_expression;
+use crate::parse::key_of_expression;
 use hatchet_runtime::protocol::v1;
 
 /// A declared limit and its current window.

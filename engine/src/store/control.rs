@@ -20,7 +20,7 @@ use std::time::SystemTime;
 
 use tonic::Status as GrpcStatus;
 
-use crate::core::{Engine, State};
+use crate::hub::{Engine, State};
 use crate::store::model::{NextAttempt, PastEnd, Run, Status};
 use hatchet_runtime::protocol::calendar::parse_rfc3339;
 use hatchet_runtime::protocol::v1;

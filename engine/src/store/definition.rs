@@ -18,7 +18,7 @@ use hatchet_runtime::protocol::v1;
 
 /// What the real engine's validator finds wrong with a registration, `(field, condition)` in
 /// its field order (`Name`, `CronTriggers[i]`, `DefaultPriority`, `Idempotency.*`); empty when
-/// nothing is. Answered as `InvalidArgument` in its words (`rules::validation_failed`).
+/// nothing is. Answered as `InvalidArgument` in its words (`answers::validation_failed`).
 pub(crate) fn validation_problems(req: &v1::CreateWorkflowVersionRequest) -> Vec<(String, String)> {
     let mut out = Vec::new();
     if req.name.is_empty() {

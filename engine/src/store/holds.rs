@@ -4,7 +4,7 @@
 
 use tokio::time::Instant;
 
-use crate::core::State;
+use crate::hub::State;
 use crate::store::pause::PauseRule;
 
 impl State {

@@ -1,5 +1,5 @@
 //! The development engine's in-memory records. Plain data: the rules that change them live with
-//! the rooms of their concepts (`sched`, `dag`, `time`, `durable`) and the hub (`core/`).
+//! the rooms of their concepts (`sched`, `dag`, `time`, `durable`) and the hub (`hub/`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, SystemTime};
@@ -405,12 +405,12 @@ impl Task {
 
 impl Worker {
     /// Its status as the real engine's REST transformer decides it: INACTIVE once its last
-    /// heartbeat is [`crate::rules::LIVE_HEARTBEAT`] old (a legacy `Listen` stream keeps it
+    /// heartbeat is [`crate::limits::LIVE_HEARTBEAT`] old (a legacy `Listen` stream keeps it
     /// beating), whatever else; else PAUSED if paused; else ACTIVE. A worker whose stream just
     /// closed reads as before until its heartbeat ages, as there.
     pub(crate) fn status(&self, now: Instant) -> &'static str {
         let beating = self.sessions.iter().any(|s| s.legacy)
-            || now.saturating_duration_since(self.last_heartbeat) < crate::rules::LIVE_HEARTBEAT;
+            || now.saturating_duration_since(self.last_heartbeat) < crate::limits::LIVE_HEARTBEAT;
         if !beating {
             "INACTIVE"
         } else if self.paused {

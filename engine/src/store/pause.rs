@@ -207,7 +207,7 @@ mod tests {
 
     #[test]
     fn held_tasks_go_back_in_order_on_unpause_and_expire_after_the_ttl() {
-        let mut st = crate::core::state_with(crate::core::one_task_workflow());
+        let mut st = crate::hub::state_with(crate::hub::one_task_workflow());
         let wf = st
             .workflows
             .values()

@@ -40,7 +40,7 @@
 //! 6. A subscription of a run whose end went out before it is answered at the stream's next
 //!    tick (`subscriptions.rs` invariant 1), by the first pass at or after it (the scheduler
 //!    wakes for it, and virtual time may jump to it: `next_status_poll`); at once with the lag
-//!    or the end hop off (the kindnesses: `core/results.rs`).
+//!    or the end hop off (the kindnesses: `hub/results.rs`).
 
 use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::core::State;
+use crate::hub::State;
 use crate::store::model::{Entry, Run, Status, Task};
 use crate::store::subscriptions::Ask;
 
@@ -326,7 +326,7 @@ mod tests {
     use tokio::time::Instant;
 
     use super::new_run_lag;
-    use crate::core::State;
+    use crate::hub::State;
     use crate::store::model::Status;
 
     type Ends =
@@ -336,7 +336,7 @@ mod tests {
 
     /// An engine with the status lag `lag`, and its clock's start.
     fn engine(lag: Option<Duration>) -> (State, Instant) {
-        let mut st = crate::core::state_with(crate::core::one_task_workflow());
+        let mut st = crate::hub::state_with(crate::hub::one_task_workflow());
         st.switches.status_lag = lag;
         let t0 = st.clock.now();
         (st, t0)
@@ -345,7 +345,7 @@ mod tests {
     /// A new one-task run a subscription waits for, after a pass at `now`: the run, its task,
     /// the subscription's receiver and when the run comes through.
     fn new_run(st: &mut State, now: Instant) -> (String, String, Ends, Instant) {
-        let run = crate::core::plain_run(st, "wf");
+        let run = crate::hub::plain_run(st, "wf");
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let sub = st.subscriptions.open_runs(tx, now);
         st.subscriptions

@@ -7,10 +7,10 @@ use std::time::Duration;
 use serde_json::Value;
 use tonic::Status as GrpcStatus;
 
-use crate::core::State;
-use crate::rules::{
-    MAX_INTERNAL_RETRIES, idempotency_collision, new_id, skipped_trigger, timestamp,
-};
+use crate::answers::{idempotency_collision, skipped_trigger};
+use crate::hub::State;
+use crate::limits::MAX_INTERNAL_RETRIES;
+use crate::parse::{new_id, timestamp};
 use crate::store::model::{NextAttempt, PastEnd, Run, Status, Task, TriggerOpts};
 use hatchet_runtime::protocol::{self as proto, v1};
 
@@ -26,7 +26,7 @@ impl State {
     ) -> Result<String, GrpcStatus> {
         let _ = tenant;
         // The real engine answers a trigger of a workflow it does not know with an id no run
-        // will have (a skipped trigger here: see `rules::skipped_trigger`).
+        // will have (a skipped trigger here: see `answers::skipped_trigger`).
         let wf = self
             .workflows
             .live(name)

@@ -1,8 +1,8 @@
 //! What subscribers see: the run and task events the state's changes make, handed to the
 //! subscriptions (`subscriptions.rs` keeps who follows what, and its invariants).
 
-use crate::core::State;
-use crate::rules::timestamp;
+use crate::hub::State;
+use crate::parse::timestamp;
 use hatchet_runtime::protocol as proto;
 
 impl State {

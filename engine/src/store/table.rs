@@ -263,8 +263,8 @@ mod tests {
 
     #[test]
     fn runs_are_filed_once_under_their_trace_and_a_pushed_event_s_runs_under_the_pusher_s() {
-        let mut st = crate::core::state_with(crate::core::one_task_workflow());
-        let plain = crate::core::plain_run(&mut st, "wf");
+        let mut st = crate::hub::state_with(crate::hub::one_task_workflow());
+        let plain = crate::hub::plain_run(&mut st, "wf");
         let template = st.runs[plain.as_str()].clone();
         let sdk_trace = "0af7651916cd43dd8448eb211c80319c";
         let mut traced = template.clone();
@@ -306,7 +306,7 @@ mod tests {
 
     #[test]
     fn runs_are_listed_newest_first_once_each() {
-        let mut st = crate::core::state_with(crate::core::one_task_workflow());
+        let mut st = crate::hub::state_with(crate::hub::one_task_workflow());
         let ids: Vec<String> = (0..3)
             .map(|i| {
                 st.create_run(

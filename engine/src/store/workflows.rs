@@ -236,7 +236,7 @@ mod tests {
 
     #[test]
     fn a_new_version_keeps_the_id_and_a_deleted_name_starts_a_new_workflow() {
-        let mut st = crate::core::state_with(crate::core::one_task_workflow());
+        let mut st = crate::hub::state_with(crate::hub::one_task_workflow());
         let first = st.workflows.live("wf").map(|w| w.id.clone()).expect("live");
         assert_eq!(st.workflows.id_for("wf", || "new".into()), first);
         assert!(st.workflows.delete("wf"));
@@ -278,7 +278,7 @@ mod tests {
     fn an_idempotency_config_is_refused_in_the_real_engine_s_words() {
         use hatchet_runtime::protocol::v1::IdempotencyConfig;
         let problems = |expression: &str, ttl_ms: i64| {
-            crate::rules::validation_failed(&idempotency_config_problems(&IdempotencyConfig {
+            crate::answers::validation_failed(&idempotency_config_problems(&IdempotencyConfig {
                 expression: expression.into(),
                 ttl_ms,
                 method: None,

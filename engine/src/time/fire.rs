@@ -6,8 +6,8 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use crate::core::State;
-use crate::rules::new_id;
+use crate::hub::State;
+use crate::parse::new_id;
 use crate::store::model::TriggerOpts;
 use crate::time::cron::Cron;
 use crate::time::schedules::{Planned, cron_metadata, row_meta};
@@ -245,7 +245,7 @@ mod tests {
     use hatchet_runtime::protocol::calendar::parse_rfc3339;
 
     fn state_with_workflow() -> State {
-        crate::core::state_with(crate::core::one_task_workflow())
+        crate::hub::state_with(crate::hub::one_task_workflow())
     }
 
     fn planned() -> Planned {

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::core::State;
+use crate::hub::State;
 use crate::store::model::Status;
 
 impl State {
@@ -108,7 +108,7 @@ mod tests {
 
     #[test]
     fn a_worker_s_last_heartbeat_moves_with_a_jump_and_timeouts_are_no_target() {
-        let mut st = crate::core::state_with(crate::core::one_task_workflow());
+        let mut st = crate::hub::state_with(crate::hub::one_task_workflow());
         let id = "w".to_string();
         let worker = crate::store::model::Worker {
             id: id.clone(),
@@ -145,7 +145,7 @@ mod tests {
 
     #[test]
     fn nothing_awaited_means_no_jump_even_on_virtual_time() {
-        let mut st = crate::core::state_with(crate::core::one_task_workflow());
+        let mut st = crate::hub::state_with(crate::hub::one_task_workflow());
         st.clock.set_virtual(true);
         let wf = st
             .workflows
@@ -153,7 +153,7 @@ mod tests {
             .next()
             .map(|w| w.name.clone())
             .expect("a workflow");
-        crate::core::plain_run(&mut st, &wf);
+        crate::hub::plain_run(&mut st, &wf);
         // A queued task nobody awaits: no subscriber, so no skip.
         assert!(!st.may_skip(st.clock.now()));
         assert_eq!(st.skip_if_idle(), None);

@@ -22,7 +22,7 @@ use std::time::SystemTime;
 
 use super::SpanRow;
 use super::spans::{self, AttemptEnd, AttemptFacts, RunFacts};
-use crate::core::State;
+use crate::hub::State;
 use crate::store::model::{PastEnd, Run, Status, Task};
 
 fn nanos(t: SystemTime) -> u64 {
@@ -128,7 +128,7 @@ impl State {
             [only] => only.readable_id.as_str(),
             _ => run.workflow_name.as_str(),
         };
-        let display = crate::rules::display_name(base, run.created_at);
+        let display = crate::parse::display_name(base, run.created_at);
         let created = nanos(run.created_at);
         out.push(spans::workflow_run_span(&RunFacts {
             run: &run.id,
@@ -150,7 +150,7 @@ impl State {
             ));
         }
         for t in tasks {
-            let step = crate::rules::step_id(&run.workflow_id, &t.readable_id);
+            let step = crate::parse::step_id(&run.workflow_id, &t.readable_id);
             let facts = |retry_count| AttemptFacts {
                 task: &t.id,
                 run: &run.id,

@@ -18,7 +18,7 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use crate::core::queries::View;
+use crate::hub::queries::View;
 use crate::store::model::Status;
 
 /// Runs shown, newest first.
@@ -147,7 +147,7 @@ mod tests {
 
     #[test]
     fn an_empty_engine_shows_empty_lists() {
-        let engine = crate::core::Engine::new(
+        let engine = crate::hub::Engine::new(
             "tenant".into(),
             std::time::Duration::from_secs(30),
             "v0.0.0".into(),

@@ -11,7 +11,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 use super::{Params, Rest, bad_id_or_missing, err, message, meta};
-use crate::core::queries::View;
+use crate::hub::queries::View;
 use crate::store::model::{Status, StoredEvent};
 use hatchet_runtime::protocol::rfc3339;
 

@@ -93,7 +93,7 @@ async fn create(AxState(s): AxState<Rest>, body: Option<Json<Value>>) -> Respons
     }
     let now = s.engine.clock.system_now();
     let f = Filter {
-        id: crate::rules::new_id(),
+        id: crate::parse::new_id(),
         workflow_id,
         scope,
         expression,

@@ -25,9 +25,9 @@ mod webhooks;
 mod workflows;
 
 use crate::api::gate::bearer_ok;
-use crate::core::Engine;
-use crate::core::queries::View;
 use crate::faults::{Fault, FaultRule, Faults};
+use crate::hub::Engine;
+use crate::hub::queries::View;
 use hatchet_runtime::protocol::rfc3339;
 
 /// Shared by the handlers.

@@ -22,7 +22,7 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 use super::{Rest, err, meta};
-use crate::core::queries::View;
+use crate::hub::queries::View;
 use crate::store::control::{RunFilter, Targets};
 use crate::store::model::{NextAttempt, PastEnd, Run, Status, Task};
 use hatchet_runtime::protocol::rfc3339;
@@ -70,7 +70,7 @@ use super::{Params, bad_id_or_missing, message};
 
 /// A stable UUID for a workflow step (invariant 2).
 pub(crate) fn step_id(run: &Run, readable: &str) -> String {
-    crate::rules::step_id(&run.workflow_id, readable)
+    crate::parse::step_id(&run.workflow_id, readable)
 }
 
 /// A stored output as a JSON value; `{}` when there is none (invariant 1).
@@ -101,7 +101,7 @@ fn display_name(run: &Run, tasks: &[&Task]) -> String {
         [only] => only.readable_id.as_str(),
         _ => run.workflow_name.as_str(),
     };
-    crate::rules::display_name(base, run.created_at)
+    crate::parse::display_name(base, run.created_at)
 }
 
 /// The tasks of a run, in definition order.
@@ -171,7 +171,7 @@ fn task_json(st: &View<'_>, t: &Task, run: &Run, tenant: &str, with_payloads: bo
         "stepId": step_id(run, &t.readable_id),
         "actionId": t.action,
         // `<task>-<unix ms>`, as the real engine names a task.
-        "displayName": crate::rules::display_name(&t.readable_id, t.created_at),
+        "displayName": crate::parse::display_name(&t.readable_id, t.created_at),
         "status": st.task_status(t).rest(),
         "type": "TASK",
         // The task's stored input (`input`, `parents`, `triggers`, ...), as the real engine's.

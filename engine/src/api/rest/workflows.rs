@@ -9,7 +9,7 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 use super::{Rest, bad_id_or_missing, err, meta, page, paged};
-use crate::core::queries::View;
+use crate::hub::queries::View;
 use crate::store::model::Workflow;
 use crate::store::pause::PauseRule;
 

@@ -5,8 +5,9 @@ use serde_json::Value;
 use tonic::Status as GrpcStatus;
 
 use super::{Engine, TRIGGER, check_event, check_priority};
-use crate::rules::{MAX_BULK_EVENTS, key_matches, new_id, timestamp};
-use crate::rules::{parse_json, parse_metadata};
+use crate::limits::MAX_BULK_EVENTS;
+use crate::parse::{key_matches, new_id, timestamp};
+use crate::parse::{parse_json, parse_metadata};
 use crate::store::model::{StoredEvent, TriggerOpts};
 
 impl Engine {
@@ -76,7 +77,7 @@ impl Engine {
                 Ok(id)
             }
             // Answered with an id no run will have, as the real engine answers it.
-            Err(e) if crate::rules::is_skipped_trigger(&e) => Ok(new_id()),
+            Err(e) if crate::answers::is_skipped_trigger(&e) => Ok(new_id()),
             Err(e) => Err(e),
         }
     }
@@ -116,7 +117,7 @@ impl Engine {
         if collisions.is_empty() {
             Ok(created)
         } else {
-            Err(crate::rules::bulk_idempotency_collision(
+            Err(crate::answers::bulk_idempotency_collision(
                 created, collisions,
             ))
         }
@@ -195,7 +196,7 @@ impl Engine {
                 );
                 match run {
                     Ok(run) => started.push(run),
-                    Err(e) if crate::rules::is_skipped_trigger(&e) => {}
+                    Err(e) if crate::answers::is_skipped_trigger(&e) => {}
                     // A run whose idempotency key is taken is not created, and the push is
                     // accepted: the real engine stores the event and answers it (one run).
                     Err(e) if e.code() == tonic::Code::AlreadyExists => {}

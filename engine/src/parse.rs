@@ -1,34 +1,11 @@
-//! The engine's fixed rules (liveness and reassignment windows, timeouts, limits) and the small
-//! parsers every room reads with: durations, event-key patterns, key expressions, JSON fields and
-//! ids, and the statuses an idempotency collision is answered with. A leaf: it imports no other
-//! engine file.
+//! What every room reads requests with: ids and display names, durations, event-key patterns,
+//! key expressions, JSON fields and metadata, refused in the real engine's words. A leaf: it
+//! imports no other engine file.
 
 use std::time::Duration;
 
-use hatchet_runtime::protocol::{self as proto, v1};
 use serde_json::Value;
 use tonic::Status as GrpcStatus;
-
-/// A worker is assignable while its last heartbeat is younger than this (engine rule).
-pub(crate) const LIVE_HEARTBEAT: Duration = Duration::from_secs(5);
-/// Running tasks of a worker silent for this long are requeued elsewhere.
-pub(crate) const REASSIGN_AFTER: Duration = Duration::from_secs(30);
-/// Execution timeout when a task declares none.
-pub(crate) const DEFAULT_TASK_TIMEOUT: Duration = Duration::from_secs(60);
-/// Internal requeues (send failures, reassignment) allowed per task.
-pub(crate) const MAX_INTERNAL_RETRIES: i32 = 10;
-/// Assignment queue depth of one listener session.
-pub(crate) const SESSION_BUFFER: usize = 1024;
-/// The version GetVersion reports (recent enough for slot_config and the DurableTask stream).
-pub const ENGINE_VERSION: &str = "v0.94.16";
-
-/// The longest log message the engine accepts (characters).
-pub(crate) const MAX_LOG_MESSAGE_CHARS: usize = 10_000;
-/// Log levels the engine accepts.
-pub(crate) const LOG_LEVELS: [&str; 4] = ["INFO", "ERROR", "WARN", "DEBUG"];
-/// Lines kept per task; later lines are accepted and dropped (the development engine's bound on
-/// memory; the real engine keeps everything).
-pub(crate) const MAX_LOG_LINES_PER_TASK: usize = 10_000;
 
 pub(crate) fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
@@ -151,9 +128,6 @@ pub(crate) fn parse_metadata(
     }
 }
 
-/// Events per BulkPush call.
-pub(crate) const MAX_BULK_EVENTS: usize = 1_000;
-
 /// Evaluates the small subset of concurrency and rate-limit key expressions the dev engine
 /// understands: a dotted path into `input` or `additional_metadata` (`input.order_id`); anything
 /// else is used verbatim. The value of a key expression (`input.user_id`, `additional_metadata.tenant`) as a string;
@@ -175,84 +149,6 @@ pub(crate) fn key_of_expression(
         Some(other) => other.to_string(),
         None => "null".to_string(),
     }
-}
-
-/// A refused definition's message as the real engine words it (its validator's): one numbered
-/// line per `(field, condition)`.
-pub(crate) fn validation_failed(problems: &[(String, String)]) -> String {
-    let mut m = String::from("Validation failed with the following errors:\n");
-    for (i, (field, condition)) in problems.iter().enumerate() {
-        m.push_str(&format!(
-            "{i}: validation failed on field 'CreateWorkflowVersionOpts.{field}': {condition}\n"
-        ));
-    }
-    m
-}
-
-/// What a skipped trigger's status says first (see [`skipped_trigger`]).
-const SKIPPED: &str = "trigger skipped: ";
-
-/// The answer inside the engine to a trigger it skips without creating a run (a workflow's
-/// idempotency key expression gives no key): the real engine answers such a trigger with the
-/// id the run would have had, so the callers that answer a client turn it into a fresh id
-/// ([`is_skipped_trigger`]); the others create nothing.
-pub(crate) fn skipped_trigger(why: &str) -> GrpcStatus {
-    GrpcStatus::aborted(format!("{SKIPPED}{why}"))
-}
-
-/// Whether `status` is a [`skipped_trigger`].
-pub(crate) fn is_skipped_trigger(status: &GrpcStatus) -> bool {
-    status.code() == tonic::Code::Aborted && status.message().starts_with(SKIPPED)
-}
-
-/// An `ALREADY_EXISTS` "idempotency key collision" status carrying `detail` under `type_url`.
-fn collision_status(type_url: &str, detail: Vec<u8>) -> GrpcStatus {
-    use prost::Message as _;
-    let status = proto::RpcStatus {
-        code: tonic::Code::AlreadyExists as i32,
-        message: "idempotency key collision".into(),
-        details: vec![prost_types::Any {
-            type_url: type_url.into(),
-            value: detail,
-        }],
-    };
-    GrpcStatus::with_details(
-        tonic::Code::AlreadyExists,
-        "idempotency key collision",
-        status.encode_to_vec().into(),
-    )
-}
-
-/// The `ALREADY_EXISTS` status with a `v1.IdempotencyCollisionError` detail.
-pub(crate) fn idempotency_collision(existing: &str) -> GrpcStatus {
-    use prost::Message as _;
-    // The real engine names only the existing run here (a bulk trigger names both).
-    let detail = v1::IdempotencyCollisionError {
-        existing_run_external_id: existing.to_string(),
-        colliding_run_external_id: String::new(),
-    };
-    collision_status(
-        proto::IDEMPOTENCY_COLLISION_TYPE_URL,
-        detail.encode_to_vec(),
-    )
-}
-
-/// The `ALREADY_EXISTS` status of a bulk trigger some of whose items collided, as the real
-/// engine answers it: a `v1.BulkTriggerIdempotencyCollisionError` with the runs it created and
-/// the collisions, each in item order.
-pub(crate) fn bulk_idempotency_collision(
-    created: Vec<String>,
-    collisions: Vec<v1::IdempotencyCollisionError>,
-) -> GrpcStatus {
-    use prost::Message as _;
-    let detail = v1::BulkTriggerIdempotencyCollisionError {
-        successful_workflow_run_external_ids: created,
-        collisions,
-    };
-    collision_status(
-        proto::BULK_IDEMPOTENCY_COLLISION_TYPE_URL,
-        detail.encode_to_vec(),
-    )
 }
 
 #[cfg(test)]

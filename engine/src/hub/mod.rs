@@ -26,7 +26,7 @@ use tokio::sync::Notify;
 use tonic::Status as GrpcStatus;
 
 use crate::durable::DurableState;
-use crate::rules::{parse_json, parse_metadata};
+use crate::parse::{parse_json, parse_metadata};
 use crate::store::model::Worker;
 use hatchet_runtime::protocol as proto;
 #[cfg(test)]
@@ -130,8 +130,8 @@ pub(crate) struct State {
     /// The fault switches (see `faults.rs`): the real engine's timing on by default
     /// (`DevEngineOptions::timing`), every other switch off.
     pub switches: crate::faults::Switches,
-    /// What tests count (see `core/stats.rs`).
-    pub counters: crate::core::stats::Counters,
+    /// What tests count (see `hub/stats.rs`).
+    pub counters: crate::hub::stats::Counters,
     /// Condition sleeps of pending tasks, earliest first (see `time/timers.rs`; armed and
     /// fired by `dag/conditions.rs`).
     pub condition_sleeps: crate::time::timers::Timers,

@@ -8,9 +8,8 @@ use serde_json::Value;
 use tonic::Status as GrpcStatus;
 
 use super::{Engine, check_uuid, go_uuid_error, unknown_task_run};
-use crate::rules::{
-    LOG_LEVELS, MAX_LOG_LINES_PER_TASK, MAX_LOG_MESSAGE_CHARS, parse_duration, timestamp,
-};
+use crate::limits::{LOG_LEVELS, MAX_LOG_LINES_PER_TASK, MAX_LOG_MESSAGE_CHARS};
+use crate::parse::{parse_duration, timestamp};
 use crate::store::model::{LogLine, Status};
 
 impl Engine {

@@ -1,5 +1,5 @@
 //! The engine's entry points for what the transports change beyond the protocol's own calls
-//! (those are in the other files of `core/`): durable streams, REST writes (filters, webhooks, crons and
+//! (those are in the other files of `hub/`): durable streams, REST writes (filters, webhooks, crons and
 //! schedules, workflows, workers, evicted tasks). Each takes the state's lock once, so a
 //! transport never holds it or reads the state's fields (`house.rs` checks).
 
@@ -9,8 +9,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tonic::Status as GrpcStatus;
 
-use crate::core::{Engine, State};
 use crate::dag::filters::{Filter, Filters};
+use crate::hub::{Engine, State};
 use crate::store::model::Worker;
 use crate::store::pause::PauseRule;
 use crate::store::webhooks::Webhook;

@@ -8,9 +8,9 @@ use tokio::sync::mpsc;
 use tonic::Status as GrpcStatus;
 
 use super::{Engine, check_uuid, go_uuid_error, unknown_worker};
-use crate::rules::{
-    DEFAULT_TASK_TIMEOUT, SESSION_BUFFER, new_id, parse_duration, parse_json, validation_failed,
-};
+use crate::answers::validation_failed;
+use crate::limits::{DEFAULT_TASK_TIMEOUT, SESSION_BUFFER};
+use crate::parse::{new_id, parse_duration, parse_json};
 use crate::store::model::{Session, Status, TaskDef, Worker, Workflow};
 
 impl Engine {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Engine, State};
-use crate::rules::LIVE_HEARTBEAT;
+use crate::limits::LIVE_HEARTBEAT;
 
 impl Engine {
     /// One scheduler pass at `now`: reassignment, timeouts, durable sleeps, then assignment.

@@ -1,13 +1,13 @@
 //! What the transports read: a view of the state through queries. A [`View`] holds the state's
 //! lock for as long as it lives (a REST read or a dashboard snapshot is one consistent read)
 //! and offers read-only queries of the rooms; it has no field of the state and changes
-//! nothing. Changes go through the engine's entry points (`core/`).
+//! nothing. Changes go through the engine's entry points (`hub/`).
 
 use parking_lot::MutexGuard;
 use serde_json::Value;
 
-use crate::core::{Engine, State};
 use crate::dag::filters::Filters;
+use crate::hub::{Engine, State};
 use crate::sched::rate_limits::RateLimits;
 use crate::store::events::EventLog;
 use crate::store::model::{Run, Status, Task, Worker, Workflow};
