@@ -2,7 +2,7 @@
 # Throughput on the reference deployment (scripts/real-cluster.sh: two gRPC replicas behind
 # nginx, a controllers+scheduler process, RabbitMQ, PostgreSQL): tasks/s and worker CPU per
 # 1,000 tasks with 1, 2 and 4 worker processes, ours (examples/worker.rs with our client,
-# examples/bench_driver.rs) beside the official Go SDK's (tests/interop/go bench-worker and
+# tools/bench_driver.rs) beside the official Go SDK's (tests/interop/go bench-worker and
 # bench-drive) in the same run. The sides are interleaved A B B A per worker count (ours, Go,
 # Go, ours): on a shared engine a run favours the side that goes second, so every pair is
 # printed, and the median of the pairs' ratios. The table goes to target/bench-report/cluster.md.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The chaos suite: a worker process and a client process (examples/chaos_suite.rs, the public API
+# The chaos suite: a worker process and a client process (tools/chaos_suite.rs, the public API
 # only) work through DAG, single-task and durable runs while faults are injected on loopback: the
 # engine SIGKILLed and started again, its PostgreSQL restarted, connections frozen (half-open) or
 # cut by a TCP proxy of our own in front of the gRPC port, the worker SIGKILLed mid-task and

@@ -5,7 +5,7 @@ hatchet-sdk Python worker (echo_worker.py, `py-echo`), each against a fresh hatc
   bench.py report RUST.json PY.json MD  # print the Markdown table and append it to MD
   bench.py sweep MD SVG RESULT.json...  # one table over sizes and sides, and the SVG plot
 With BENCH_CLIENT=rust the rust side triggers and waits with our client
-(HATCHET_RUST_DRIVER_BIN, examples/bench_driver.rs) instead of the SDK driver.
+(HATCHET_RUST_DRIVER_BIN, tools/bench_driver.rs) instead of the SDK driver.
 
 A side: start the engine (handshake file, free ports, stdin pipe), start the worker in its own
 process group with the handshake's HATCHET_CLIENT_* env and BENCH_SLOTS slots, wait until the
@@ -227,7 +227,7 @@ def run_side(side: str, out_path: Path) -> int:
             return wall, t_trig, cpu1 - cpu0, eng1 - eng0
 
         def measure_driver(argv: list[str], name: str) -> tuple[float, float, float, float]:
-            """A side with its own client: a driver process (ours: examples/bench_driver.rs;
+            """A side with its own client: a driver process (ours: tools/bench_driver.rs;
             the Go SDK's: tests/interop/go `bench-drive`) triggers and waits; CPU is measured
             around its measured part, as for the SDK driver."""
             driver = subprocess.Popen(
@@ -396,7 +396,7 @@ def sweep(md_path: Path, svg_path: Path, results: list[Path]) -> int:
         f"(Go worker + Go client) vs hatchet-sdk {sdk} (Python worker + Python client) ({stamp})",
         "",
         f"Binaries: {build}. {where}, one worker "
-        f"process with {rows[0]['slots']} slots. Ours: `examples/bench_driver.rs` triggers with "
+        f"process with {rows[0]['slots']} slots. Ours: `tools/bench_driver.rs` triggers with "
         "`run_many` (BulkTriggerWorkflow, 1,000 per call) and awaits every result; Go: the SDK's "
         "`RunMany` (one TriggerWorkflow call per input, 500 inputs per call) and `Result()` on "
         "each ref (`tests/interop/go`, `bench-drive`); Python: the SDK's `aio_run_many` and "

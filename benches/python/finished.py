@@ -2,7 +2,7 @@
 ids come one per line on stdin; each is awaited with `hatchet.runs.get_run_ref(id).result()`
 (GetRunDetails, polled) and then `aio_result()` (the run listener). Prints one JSON line:
 {"result_ms": [...], "aio_result_ms": [...]}. Env: HATCHET_CLIENT_* (the engine).
-Driven by examples/finished_runs.rs.
+Driven by tools/finished_runs.rs.
 """
 
 import asyncio

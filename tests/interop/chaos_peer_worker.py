@@ -1,6 +1,6 @@
 """The Python SDK's side of the chaos suite (scripts/chaos-real.sh with CHAOS_PEER=python): a
 worker written with the official hatchet-sdk as its documentation shows, with the chaos suite's
-three workflows (examples/chaos_suite.rs: chaos-dag `a` then `b`, chaos-single `t`,
+three workflows (tools/chaos_suite.rs: chaos-dag `a` then `b`, chaos-single `t`,
 chaos-durable `d` sleeping 2 s durably), each idempotent on input.k, so our chaos client drives
 it and counts its results exactly as it does ours.
 
