@@ -18,8 +18,13 @@ fn http() -> reqwest::Client {
     reqwest::Client::builder().build().expect("client")
 }
 
-#[tokio::test]
-async fn health_and_metrics_endpoints_report_the_worker() {
+/// Our engine and a runtime whose worker (`echo` and `boom`, 4 slots) serves the health and
+/// metrics endpoints, its actions stream connected; with the endpoints' base URL.
+async fn served() -> (
+    hatchet_dev_engine::DevEngine,
+    hatchet_runtime::RuntimeHandle,
+    String,
+) {
     let e = crate::support::engine().await;
     let mut config = e.client_config();
     config.healthcheck = Some(([127, 0, 0, 1], 0).into());
@@ -38,20 +43,30 @@ async fn health_and_metrics_endpoints_report_the_worker() {
         .await
         .expect("start");
     let addr = rt.ops_addr().expect("serving");
-    let base = format!("http://{addr}");
-    let client = http();
     until_listener(&rt, ListenerKind::WorkerActions, |s| {
         matches!(s, hatchet_runtime::health::ListenerState::Connected { .. })
     })
     .await;
+    (e, rt, format!("http://{addr}"))
+}
 
-    let r = client
-        .get(format!("{base}/health"))
+/// An endpoint's status code and JSON body.
+async fn probe(base: &str, path: &str) -> (u16, Value) {
+    let r = http()
+        .get(format!("{base}{path}"))
         .send()
         .await
         .expect("get");
-    assert_eq!(r.status(), 200);
-    let body: Value = r.json().await.expect("json");
+    let code = r.status().as_u16();
+    (code, r.json::<Value>().await.expect("json"))
+}
+
+#[tokio::test]
+async fn health_and_metrics_endpoints_report_the_worker() {
+    let (_e, rt, base) = served().await;
+    let client = http();
+    let (code, body) = probe(&base, "/health").await;
+    assert_eq!(code, 200);
     assert_eq!(body["status"], "healthy");
     assert_eq!(body["listeners"]["worker_actions"]["state"], "connected");
     assert_eq!(body["worker_id"], json!(rt.worker_id()));
@@ -93,23 +108,19 @@ async fn health_and_metrics_endpoints_report_the_worker() {
         .await
         .expect("get");
     assert_eq!(r.status(), 404);
+    rt.shutdown(Duration::from_secs(1)).await;
+    // The server ends with the runtime.
+    assert!(client.get(format!("{base}/health")).send().await.is_err());
+}
 
-    // The engine goes away: the actions stream reconnects. Not ready; still live (a liveness
-    // probe that failed here would restart every worker of a fleet during an engine outage).
-    let status = |path: &'static str| {
-        let (client, base) = (client.clone(), base.clone());
-        async move {
-            let r = client
-                .get(format!("{base}{path}"))
-                .send()
-                .await
-                .expect("get");
-            let code = r.status().as_u16();
-            (code, r.json::<Value>().await.expect("json"))
-        }
-    };
-    assert_eq!(status("/live").await.0, 200);
-    assert_eq!(status("/ready").await.0, 200);
+/// The engine goes away: the actions stream reconnects. Not ready; still live (a liveness
+/// probe that failed here would restart every worker of a fleet during an engine outage); ready
+/// again once reconnected.
+#[tokio::test]
+async fn while_the_engine_is_away_the_worker_is_live_but_not_ready() {
+    let (e, rt, base) = served().await;
+    assert_eq!(probe(&base, "/live").await.0, 200);
+    assert_eq!(probe(&base, "/ready").await.0, 200);
     e.faults().inject(
         "/Dispatcher/ListenV2",
         1_000,
@@ -127,31 +138,41 @@ async fn health_and_metrics_endpoints_report_the_worker() {
         )
     })
     .await;
-    let (code, body) = status("/ready").await;
+    let (code, body) = probe(&base, "/ready").await;
     assert_eq!(
         (code, body["status"].as_str()),
         (503, Some("not_ready")),
         "{body}"
     );
-    let (code, body) = status("/live").await;
+    let (code, body) = probe(&base, "/live").await;
     assert_eq!(
         (code, body["status"].as_str()),
         (200, Some("live")),
         "{body}"
     );
-    assert_eq!(status("/health").await.0, 503, "/health answers as /ready");
+    assert_eq!(
+        probe(&base, "/health").await.0,
+        503,
+        "/health answers as /ready"
+    );
     e.faults().clear();
     until_listener(&rt, ListenerKind::WorkerActions, |s| {
         matches!(s, hatchet_runtime::health::ListenerState::Connected { .. })
     })
     .await;
     assert_eq!(
-        status("/ready").await.0,
+        probe(&base, "/ready").await.0,
         200,
         "ready again once reconnected"
     );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
 
-    // A listener that stops makes the probe fail, and says which and why.
+/// A listener that stops for good makes the probes fail, and says which and why: a deaf worker
+/// is neither healthy nor live.
+#[tokio::test]
+async fn a_listener_stopped_for_good_fails_health_and_liveness_and_says_why() {
+    let (e, rt, base) = served().await;
     e.faults().inject(
         "/Dispatcher/ListenV2",
         1,
@@ -162,13 +183,8 @@ async fn health_and_metrics_endpoints_report_the_worker() {
     );
     e.faults().drop_connections();
     until_listener(&rt, ListenerKind::WorkerActions, stopped).await;
-    let r = client
-        .get(format!("{base}/health"))
-        .send()
-        .await
-        .expect("get");
-    assert_eq!(r.status(), 503);
-    let body: Value = r.json().await.expect("json");
+    let (code, body) = probe(&base, "/health").await;
+    assert_eq!(code, 503);
     assert_eq!(body["status"], "unhealthy");
     assert_eq!(body["listeners"]["worker_actions"]["state"], "stopped");
     assert!(
@@ -177,7 +193,7 @@ async fn health_and_metrics_endpoints_report_the_worker() {
             .is_some_and(|e| e.contains("PermissionDenied")),
         "{body}"
     );
-    let (code, body) = status("/live").await;
+    let (code, body) = probe(&base, "/live").await;
     assert_eq!(
         code, 503,
         "a listener stopped for good is a deaf worker: {body}"
@@ -189,8 +205,6 @@ async fn health_and_metrics_endpoints_report_the_worker() {
         "{body}"
     );
     rt.shutdown(Duration::from_secs(1)).await;
-    // The server ends with the runtime.
-    assert!(client.get(format!("{base}/health")).send().await.is_err());
 }
 
 #[test]

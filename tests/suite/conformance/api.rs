@@ -38,26 +38,11 @@ fn just_before() -> SystemTime {
 async fn run_lists_filter_as_the_sdks_ask_and_page() {
     let t = Target::new("lists").await;
     let since = just_before();
-    let child_wf = Workflow::new("kid").task("k", |_: Value, _c: Context| async move {
-        Ok::<_, TaskError>(json!({}))
-    });
-    let parent_wf = Workflow::new("parent").task("p", |_: Value, c: Context| async move {
-        let h = c
-            .spawn_child("kid", &json!({}))
-            .await
-            .map_err(|e| TaskError::new(e.to_string()))?;
-        Ok::<_, TaskError>(json!({"child": h.run_id()}))
-    });
-    let heard = Workflow::new("heard")
-        .on_events(["lists:heard"])
-        .task("h", |_: Value, _c: Context| async move {
-            Ok::<_, TaskError>(json!({}))
-        });
     let execs = counter();
     let (rt, worker) = t
         .worker_with(
             WorkerOptions::new("lists", 8),
-            vec![counted("listed", execs.clone()), child_wf, parent_wf, heard],
+            vec![counted("listed", execs.clone())],
         )
         .await;
     let api = rt.api();
@@ -193,7 +178,33 @@ async fn run_lists_filter_as_the_sdks_ask_and_page() {
         .unwrap_err();
     assert_eq!(refused.outcome(), Outcome::Invalid);
 
-    // By parent task and by triggering event.
+    assert_eq!(execs.load(Ordering::SeqCst), 4);
+    rt.shutdown(Duration::from_secs(5)).await;
+}
+
+/// A run list finds a child run by its parent's task id and a run by the event that triggered
+/// it, as the SDKs ask (`parent_task_external_id`, `triggering_event_external_id`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_lists_find_a_child_by_its_parent_task_and_a_run_by_its_event() {
+    let t = Target::new("lists-by").await;
+    let since = just_before();
+    let child_wf = Workflow::new("kid").task("k", |_: Value, _c: Context| async move {
+        Ok::<_, TaskError>(json!({}))
+    });
+    let parent_wf = Workflow::new("parent").task("p", |_: Value, c: Context| async move {
+        let h = c
+            .spawn_child("kid", &json!({}))
+            .await
+            .map_err(|e| TaskError::new(e.to_string()))?;
+        Ok::<_, TaskError>(json!({"child": h.run_id()}))
+    });
+    let heard = Workflow::new("heard")
+        .on_events(["lists:heard"])
+        .task("h", |_: Value, _c: Context| async move {
+            Ok::<_, TaskError>(json!({}))
+        });
+    let rt = t.worker(8, vec![child_wf, parent_wf, heard]).await;
+    let api = rt.api();
     let p = rt.run_no_wait("parent", &json!({})).await.expect("parent");
     let out: Value = p.result_within(RESULT).await.expect("parent done");
     let details = rt.run_details(p.run_id()).await.expect("details");
@@ -225,7 +236,6 @@ async fn run_lists_filter_as_the_sdks_ask_and_page() {
     .await
     .expect("by event");
     assert_eq!(heard_runs.rows[0].status, RunStatus::Completed);
-    assert_eq!(execs.load(Ordering::SeqCst), 4);
     rt.shutdown(Duration::from_secs(5)).await;
 }
 
