@@ -221,6 +221,23 @@ impl Connection {
         &self.inner.rest
     }
 
+    /// Both endpoints' retry state now: the one read of it, which the retry service answers
+    /// with (`runtime/supervisor.rs`).
+    pub(crate) fn retry_report(&self) -> crate::retry::report::RetryReport {
+        crate::retry::report::RetryReport {
+            grpc: self.inner.grpc.report(),
+            rest: self.inner.rest.report(),
+        }
+    }
+
+    /// Every method's attempt counters, from the one ledger both retry cores count in: the one
+    /// read of them (`RuntimeHandle::counters`, and through it `/metrics`).
+    pub(crate) fn counters(
+        &self,
+    ) -> std::collections::BTreeMap<String, crate::retry::ledger::MethodCounters> {
+        self.inner.grpc.ledger().snapshot()
+    }
+
     /// The listeners' reconnect backoff.
     pub(crate) fn backoff(&self) -> StreamBackoff {
         self.inner.backoff

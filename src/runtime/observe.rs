@@ -163,7 +163,7 @@ impl RuntimeHandle {
 
     /// Attempt counters per method.
     pub fn counters(&self) -> BTreeMap<String, MethodCounters> {
-        self.inner.conn.grpc_core().ledger().snapshot()
+        self.inner.conn.counters()
     }
 
     /// Result waiters pending, by run id count. For this workspace's tests (feature

@@ -115,13 +115,6 @@ pub(crate) enum RetryMsg {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RetryService;
 
-fn retry_report(conn: &Connection) -> RetryReport {
-    RetryReport {
-        grpc: conn.grpc_core().report(),
-        rest: conn.rest_core().report(),
-    }
-}
-
 impl Actor for RetryService {
     type Msg = RetryMsg;
     type State = Connection;
@@ -143,7 +136,7 @@ impl Actor for RetryService {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             RetryMsg::Report(reply) => {
-                let _ = reply.send(retry_report(conn));
+                let _ = reply.send(conn.retry_report());
             }
             RetryMsg::Switch(on, reply) => {
                 conn.grpc_core().switch_off(!on);
@@ -153,7 +146,7 @@ impl Actor for RetryService {
                     "unary retries switched {} (RuntimeHandle::set_retries)",
                     if on { "back on" } else { "off" }
                 );
-                let _ = reply.send(retry_report(conn));
+                let _ = reply.send(conn.retry_report());
             }
             #[cfg(feature = "test-hooks")]
             RetryMsg::Crash => panic!("retry service crash requested by a test"),
