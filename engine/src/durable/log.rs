@@ -243,12 +243,7 @@ impl State {
     }
 
     /// Handles one request of a DurableTask stream.
-    pub(crate) fn durable_request(
-        &mut self,
-        stream: u64,
-        tenant: &str,
-        req: v1::DurableTaskRequest,
-    ) {
+    pub(crate) fn durable_request(&mut self, stream: u64, req: v1::DurableTaskRequest) {
         use v1::durable_task_request::Message as Req;
         let Some(msg) = req.message else { return };
         let expects_ack = matches!(
@@ -269,7 +264,7 @@ impl State {
             Req::WaitFor(w) => self.durable_wait_for(stream, w),
             Req::Memo(m) => self.durable_memo(stream, m),
             Req::CompleteMemo(c) => self.durable_complete_memo(c),
-            Req::TriggerRuns(t) => self.durable_trigger_runs(stream, tenant, t),
+            Req::TriggerRuns(t) => self.durable_trigger_runs(stream, t),
             Req::EvictInvocation(e) => self.durable_evict(stream, e),
             Req::WorkerStatus(s) => self.durable_worker_status(stream, s),
         }
@@ -388,12 +383,7 @@ impl State {
     }
 
     /// Children spawned: each matched to its node (the same child again on replay, a non-determinism error for another workflow), created, and acknowledged.
-    fn durable_trigger_runs(
-        &mut self,
-        stream: u64,
-        tenant: &str,
-        t: v1::DurableTaskTriggerRunsRequest,
-    ) {
+    fn durable_trigger_runs(&mut self, stream: u64, t: v1::DurableTaskTriggerRunsRequest) {
         let task = t.durable_task_external_id.clone();
         if !self.durable_check(stream, &task, t.invocation_count) {
             return;
@@ -476,7 +466,7 @@ impl State {
                         filter_payload: None,
                         run_id: None,
                     };
-                    match self.create_run(tenant, &opt.name, input, meta, opts) {
+                    match self.create_run(&opt.name, input, meta, opts) {
                         Ok(id) => id,
                         // As TriggerWorkflow answers it: an id no run will have.
                         Err(e) if crate::answers::is_skipped_trigger(&e) => crate::parse::new_id(),

@@ -55,7 +55,7 @@ impl Engine {
     pub(crate) fn durable_requests(&self, id: u64, reqs: Vec<v1::DurableTaskRequest>) {
         let mut st = self.state.lock();
         for req in reqs {
-            st.durable_request(id, &self.tenant_id, req);
+            st.durable_request(id, req);
         }
         drop(st);
         self.wake.notify_one();

@@ -205,7 +205,6 @@ pub(crate) fn state_with(workflow: v1::CreateWorkflowVersionRequest) -> State {
 #[cfg(test)]
 pub(crate) fn plain_run(st: &mut State, name: &str) -> String {
     st.create_run(
-        "tenant",
         name,
         serde_json::json!({}),
         Default::default(),

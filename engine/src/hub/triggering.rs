@@ -54,7 +54,6 @@ impl Engine {
         check_priority(req.priority, TRIGGER)?;
         let mut st = self.state.lock();
         let id = st.create_run(
-            &self.tenant_id,
             &req.name,
             input,
             meta,
@@ -183,7 +182,6 @@ impl Engine {
             };
             for filter_payload in payloads {
                 let run = st.create_run(
-                    &self.tenant_id,
                     &name,
                     payload.clone(),
                     run_meta.clone(),

@@ -216,14 +216,8 @@ mod tests {
     }
 
     fn run(st: &mut State, input: serde_json::Value) -> String {
-        st.create_run(
-            "tenant",
-            "wf",
-            input,
-            Default::default(),
-            Default::default(),
-        )
-        .expect("run")
+        st.create_run("wf", input, Default::default(), Default::default())
+            .expect("run")
     }
 
     fn queued(st: &State, run: &str) -> bool {

@@ -221,23 +221,11 @@ mod tests {
             drop_schedules: false,
         };
         let first = st
-            .create_run(
-                "tenant",
-                &wf,
-                json!({}),
-                Default::default(),
-                Default::default(),
-            )
+            .create_run(&wf, json!({}), Default::default(), Default::default())
             .expect("run");
         st.pause_workflow(&wf, rule, now);
         let second = st
-            .create_run(
-                "tenant",
-                &wf,
-                json!({}),
-                Default::default(),
-                Default::default(),
-            )
+            .create_run(&wf, json!({}), Default::default(), Default::default())
             .expect("run");
         assert!(
             st.queue.is_empty(),

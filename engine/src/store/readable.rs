@@ -508,13 +508,7 @@ mod tests {
             ..Default::default()
         };
         let run = st
-            .create_run(
-                "tenant",
-                "wf",
-                serde_json::json!({}),
-                Default::default(),
-                opts,
-            )
+            .create_run("wf", serde_json::json!({}), Default::default(), opts)
             .expect("a child run");
         st.publish_statuses(now);
         let tid = st.runs[&run].tasks[0].clone();

@@ -15,78 +15,122 @@ use crate::store::model::{NextAttempt, PastEnd, Run, Status, Task, TriggerOpts};
 use hatchet_runtime::protocol::{self as proto, v1};
 
 impl State {
-    /// Creates a run and queues its root tasks. Child dedupe and idempotency keys apply.
+    /// Creates a run and queues its root tasks, in four steps: validate (a workflow it knows),
+    /// dedupe (a child already spawned at its parent's index or key; the tenant's idempotency
+    /// keys), build (its metadata and its tasks), enqueue (its ready tasks, its key claimed, its
+    /// subscribers and concurrency told).
     pub(crate) fn create_run(
         &mut self,
-        tenant: &str,
         name: &str,
         input: Value,
         meta: serde_json::Map<String, Value>,
         opts: TriggerOpts,
     ) -> Result<String, GrpcStatus> {
-        let _ = tenant;
-        // The real engine answers a trigger of a workflow it does not know with an id no run
-        // will have (a skipped trigger here: see `answers::skipped_trigger`).
-        let wf = self
-            .workflows
-            .live(name)
-            .cloned()
-            .ok_or_else(|| skipped_trigger(&format!("workflow names not found: {name}")))?;
-        // Child dedupe: the same parent and index/key returns the existing run.
-        let child_slot = match (&opts.parent_task, &opts.child_key, opts.child_index) {
-            (Some(p), Some(k), _) => Some((p.clone(), format!("key:{k}"))),
-            (Some(p), None, Some(i)) => Some((p.clone(), format!("index:{i}"))),
-            _ => None,
-        };
-        if let Some((p, k)) = &child_slot
-            && let Some(existing) = self.tasks.get(p).and_then(|t| t.children.get(k))
-        {
-            return Ok(existing.clone());
+        let wf = self.validate_trigger(name)?;
+        let child_slot = child_slot(&opts);
+        if let Some(existing) = self.spawned_child(child_slot.as_ref()) {
+            return Ok(existing);
         }
         let run_id = opts.run_id.clone().unwrap_or_else(new_id);
-        // Workflow idempotency (the tenant's keys): a live key collides; a key the expression
-        // cannot give skips the trigger (store/workflows.rs invariants 3 and 5).
-        let mut idem = None;
-        if let Some(cfg) = &wf.idempotency {
-            let key = match crate::store::workflows::idempotency_key(
-                &cfg.expression,
-                &input,
-                &meta,
-                &run_id,
-            ) {
-                Ok(key) => key,
-                Err(why) => {
-                    tracing::warn!(workflow = name, %why, "skipping the trigger: no idempotency key");
-                    return Err(skipped_trigger(&why));
-                }
-            };
-            let now = self.clock.now();
-            let by_status = cfg.method == Some(v1::IdempotencyMethod::Status as i32);
-            let tasks = &self.tasks;
-            let collision = self.idempotency.holder(&key, now, by_status, |t| {
-                tasks.get(t).is_none_or(|t| t.status.is_terminal())
-            });
-            if let Some(existing) = collision {
-                return Err(idempotency_collision(&existing));
-            }
-            let ttl = Duration::from_millis(cfg.ttl_ms.max(0) as u64);
-            idem = Some((
-                key,
-                now + if ttl.is_zero() {
-                    Duration::from_secs(86_400)
-                } else {
-                    ttl
-                },
-            ));
-        }
-
-        let single = wf.tasks.len() == 1;
+        let claim = self.idempotency_claim(&wf, &input, &meta, &run_id)?;
+        let meta = self.run_metadata(meta, &opts, &run_id);
         let priority = opts
             .priority
             .or(wf.default_priority)
             .unwrap_or(crate::sched::queue::DEFAULT_PRIORITY);
         let now = self.clock.system_now();
-        let mut meta = meta;
+        let built = self.build_tasks(&wf, &run_id, &input, &meta, &opts, priority, now);
+        self.runs.insert(Run {
+            id: run_id.clone(),
+            workflow_name: name.to_string(),
+            workflow_id: wf.id.clone(),
+            workflow_version_id: wf.version_id.clone(),
+            input,
+            additional_metadata: meta,
+            status: Status::Queued,
+            readable: Status::Queued,
+            end_published: false,
+            in_pipeline: false,
+            replays: 0,
+            tasks: built.tasks.clone(),
+            parent_task_id: opts.parent_task.clone(),
+            child_index: opts.child_index,
+            child_key: opts.child_key.clone(),
+            priority,
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+            triggering_event: opts.event,
+            held: false,
+            groups: Vec::new(),
+            first_failure: None,
+            filter_payload: opts.filter_payload.clone(),
+        });
+        self.enqueue_new_run(&run_id, built, claim, child_slot);
+        Ok(run_id)
+    }
+
+    /// Step 1: the live workflow `name`. The real engine answers a trigger of a workflow it does
+    /// not know with an id no run will have (a skipped trigger here: see
+    /// `answers::skipped_trigger`).
+    fn validate_trigger(&self, name: &str) -> Result<crate::store::model::Workflow, GrpcStatus> {
+        self.workflows
+            .live(name)
+            .cloned()
+            .ok_or_else(|| skipped_trigger(&format!("workflow names not found: {name}")))
+    }
+
+    /// Step 2a: the run a parent already spawned at this index or key, if any.
+    fn spawned_child(&self, slot: Option<&(String, String)>) -> Option<String> {
+        let (parent, key) = slot?;
+        self.tasks.get(parent)?.children.get(key).cloned()
+    }
+
+    /// Step 2b: the workflow's idempotency key for this run and until when it holds, or the
+    /// refusal: a live key collides; a key the expression cannot give skips the trigger
+    /// (store/workflows.rs invariants 3 and 5, the tenant's keys).
+    fn idempotency_claim(
+        &self,
+        wf: &crate::store::model::Workflow,
+        input: &Value,
+        meta: &serde_json::Map<String, Value>,
+        run_id: &str,
+    ) -> Result<Option<(String, tokio::time::Instant)>, GrpcStatus> {
+        let Some(cfg) = &wf.idempotency else {
+            return Ok(None);
+        };
+        let key =
+            crate::store::workflows::idempotency_key(&cfg.expression, input, meta, run_id)
+                .map_err(|why| {
+                    tracing::warn!(workflow = %wf.name, %why, "skipping the trigger: no idempotency key");
+                    skipped_trigger(&why)
+                })?;
+        let now = self.clock.now();
+        let by_status = cfg.method == Some(v1::IdempotencyMethod::Status as i32);
+        let tasks = &self.tasks;
+        let collision = self.idempotency.holder(&key, now, by_status, |t| {
+            tasks.get(t).is_none_or(|t| t.status.is_terminal())
+        });
+        if let Some(existing) = collision {
+            return Err(idempotency_collision(&existing));
+        }
+        let ttl = Duration::from_millis(cfg.ttl_ms.max(0) as u64);
+        let ttl = if ttl.is_zero() {
+            Duration::from_secs(86_400)
+        } else {
+            ttl
+        };
+        Ok(Some((key, now + ttl)))
+    }
+
+    /// Step 3a: the run's metadata: a child inherits its parent run's (but the engine's own
+    /// `hatchet__` keys) and names its parents; every run carries a `traceparent`.
+    fn run_metadata(
+        &self,
+        mut meta: serde_json::Map<String, Value>,
+        opts: &TriggerOpts,
+        run_id: &str,
+    ) -> serde_json::Map<String, Value> {
         if let Some(p) = &opts.parent_task
             && let Some(pt) = self.tasks.get(p)
         {
@@ -106,13 +150,27 @@ impl State {
                 Value::String(p.clone()),
             );
         }
-        crate::traces::spans::ensure_traceparent(&mut meta, &run_id);
-        let mut task_ids = Vec::new();
-        let mut ready = Vec::new();
-        // The tasks that carry the run's idempotency key: its root tasks.
-        let mut roots = Vec::new();
+        crate::traces::spans::ensure_traceparent(&mut meta, run_id);
+        meta
+    }
+
+    /// Step 3b: the run's tasks, one per definition (a one-task run's task takes the run's
+    /// id), each QUEUED or, behind parents, conditions or as the on-failure task, PENDING.
+    #[allow(clippy::too_many_arguments)]
+    fn build_tasks(
+        &mut self,
+        wf: &crate::store::model::Workflow,
+        run_id: &str,
+        input: &Value,
+        meta: &serde_json::Map<String, Value>,
+        opts: &TriggerOpts,
+        priority: i32,
+        now: std::time::SystemTime,
+    ) -> BuiltTasks {
+        let single = wf.tasks.len() == 1;
+        let mut built = BuiltTasks::default();
         for def in &wf.tasks {
-            let id = if single { run_id.clone() } else { new_id() };
+            let id = if single { run_id.to_string() } else { new_id() };
             let slot_type = def.slot_requests.keys().next().cloned().unwrap_or_else(|| {
                 if def.is_durable {
                     "durable".into()
@@ -134,7 +192,7 @@ impl State {
                 id.clone(),
                 Task {
                     id: id.clone(),
-                    run_id: run_id.clone(),
+                    run_id: run_id.to_string(),
                     readable_id: def.readable_id.clone(),
                     action: def.action.clone(),
                     status,
@@ -168,11 +226,7 @@ impl State {
                     children: HashMap::new(),
                     logs: Vec::new(),
                     held: false,
-                    rate_limits: crate::sched::rate_limits::uses_of(
-                        &def.rate_limits,
-                        &input,
-                        &meta,
-                    ),
+                    rate_limits: crate::sched::rate_limits::uses_of(&def.rate_limits, input, meta),
                     priority,
                     on_failure: def.on_failure,
                     wish: crate::sched::placement::Wish {
@@ -197,56 +251,41 @@ impl State {
             );
             self.start_matcher(&id, matcher);
             if def.parents.is_empty() && !def.on_failure {
-                roots.push(id.clone());
+                built.roots.push(id.clone());
             }
             if status == Status::Queued {
-                ready.push(id.clone());
+                built.ready.push(id.clone());
             }
-            task_ids.push(id);
+            built.tasks.push(id);
         }
-        let run = Run {
-            id: run_id.clone(),
-            workflow_name: name.to_string(),
-            workflow_id: wf.id.clone(),
-            workflow_version_id: wf.version_id.clone(),
-            input,
-            additional_metadata: meta,
-            status: Status::Queued,
-            readable: Status::Queued,
-            end_published: false,
-            in_pipeline: false,
-            replays: 0,
-            tasks: task_ids.clone(),
-            parent_task_id: opts.parent_task.clone(),
-            child_index: opts.child_index,
-            child_key: opts.child_key.clone(),
-            priority,
-            created_at: now,
-            started_at: None,
-            finished_at: None,
-            triggering_event: opts.event,
-            held: false,
-            groups: Vec::new(),
-            first_failure: None,
-            filter_payload: opts.filter_payload.clone(),
-        };
-        self.runs.insert(run);
-        // Queued once the run exists: a paused workflow's tasks are held by their run's workflow.
-        for tid in &ready {
+        built
+    }
+
+    /// Step 4: a new run's ready tasks queued (once the run exists: a paused workflow's tasks
+    /// are held by their run's workflow), its idempotency key claimed by its roots, its parent's
+    /// child slot taken, its metadata subscribers and concurrency group told, and STARTED
+    /// (task creation) emitted for each task still queued.
+    fn enqueue_new_run(
+        &mut self,
+        run_id: &str,
+        built: BuiltTasks,
+        claim: Option<(String, tokio::time::Instant)>,
+        child_slot: Option<(String, String)>,
+    ) {
+        for tid in &built.ready {
             self.enqueue(tid);
         }
-        if let Some((key, until)) = idem {
-            self.idempotency.claim(key, &run_id, until, roots);
+        if let Some((key, until)) = claim {
+            self.idempotency.claim(key, run_id, until, built.roots);
         }
         if let Some((p, k)) = child_slot
             && let Some(pt) = self.tasks.get_mut(&p)
         {
-            pt.children.insert(k, run_id.clone());
+            pt.children.insert(k, run_id.to_string());
         }
-        // Metadata subscribers start tracking the new run; task creation is STEP_RUN/STARTED.
-        self.track_metadata_subscribers(&run_id);
-        self.apply_concurrency(&run_id);
-        for tid in &task_ids {
+        self.track_metadata_subscribers(run_id);
+        self.apply_concurrency(run_id);
+        for tid in &built.tasks {
             if self
                 .tasks
                 .get(tid)
@@ -255,7 +294,6 @@ impl State {
                 self.emit_task_event(tid, proto::ResourceEventType::Started, String::new());
             }
         }
-        Ok(run_id)
     }
 
     /// Completes every queued task of `workflow`'s runs with `{}` (a bench and test control:
@@ -576,6 +614,24 @@ impl State {
             )),
             results: fit_results(results, RESULTS_THRESHOLD),
         }
+    }
+}
+
+/// The tasks a new run was built with (`State::build_tasks`): all, in definition order; those
+/// ready to queue; its roots (which carry its idempotency key).
+#[derive(Default)]
+struct BuiltTasks {
+    tasks: Vec<String>,
+    ready: Vec<String>,
+    roots: Vec<String>,
+}
+
+/// Where a child run sits under its parent task (`key:…` or `index:…`), for the dedupe.
+fn child_slot(opts: &TriggerOpts) -> Option<(String, String)> {
+    match (&opts.parent_task, &opts.child_key, opts.child_index) {
+        (Some(p), Some(k), _) => Some((p.clone(), format!("key:{k}"))),
+        (Some(p), None, Some(i)) => Some((p.clone(), format!("index:{i}"))),
+        _ => None,
     }
 }
 

@@ -310,7 +310,6 @@ mod tests {
         let ids: Vec<String> = (0..3)
             .map(|i| {
                 st.create_run(
-                    "tenant",
                     "wf",
                     serde_json::json!({ "i": i }),
                     Default::default(),

@@ -227,7 +227,6 @@ impl State {
             meta.extend(cron_metadata(row, now));
         }
         self.create_run(
-            row["tenantId"].as_str().unwrap_or_default(),
             row["workflowName"].as_str().unwrap_or_default(),
             row["input"].clone(),
             meta,
