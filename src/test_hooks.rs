@@ -14,7 +14,7 @@ pub fn read_status(status: &tonic::Status) -> String {
 }
 
 /// The listeners' restart intensity limit (restarts per window before a listener stops).
-pub const LISTENER_MAX_RESTARTS: usize = crate::listener::stream::MAX_RESTARTS;
+pub const LISTENER_MAX_RESTARTS: usize = crate::runtime::supervisor::MAX_RESTARTS;
 
 /// Times a durable request is sent before it fails.
 pub const DURABLE_MAX_SEND_ATTEMPTS: u32 = crate::listener::durable_task::MAX_SEND_ATTEMPTS;

@@ -11,7 +11,8 @@
 //! Home<K>  (kept by whoever spawns the actor: the stream supervisor, or a subscription)
 //!   kind (registry, sink ...), health, lifecycle token (a child of the runtime's),
 //!   reconnect rules (no-progress count, jitter), generation counter, current reader,
-//!   restart history, the current actor (so callers can Ensure/Reopen it)
+//!   restart count (for health; the supervisor owns the limit), the current actor (so callers
+//!   can Ensure/Reopen it)
 //! StreamActor<K>  (a ractor actor; restartable: all it keeps is its phase)
 //!   Ensure | Reopen | Ended{generation, report, judged} | Reconnect(generation) | Poll | Tick | Crash
 //! reader task (one per generation): open -> read -> judge the end -> report to the actor
@@ -46,7 +47,6 @@
 //!    routed to it before the new one took over still arrives), and the listener reads
 //!    connected throughout.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -249,29 +249,6 @@ impl ReconnectRules {
     }
 }
 
-/// Restarts allowed within [`RESTART_WINDOW`] before a listener is stopped for good.
-pub(crate) const MAX_RESTARTS: usize = 10;
-/// The window of the restart intensity limit.
-pub(crate) const RESTART_WINDOW: Duration = Duration::from_secs(60);
-
-/// The restart intensity rule, as a pure function: records a restart at `now` and says whether it
-/// is allowed (at most `max` within `window`, counting this one).
-pub(crate) fn restart_allowed(
-    history: &mut VecDeque<Instant>,
-    now: Instant,
-    max: usize,
-    window: Duration,
-) -> bool {
-    while history
-        .front()
-        .is_some_and(|t| now.saturating_duration_since(*t) >= window)
-    {
-        history.pop_front();
-    }
-    history.push_back(now);
-    history.len() <= max
-}
-
 /// Messages of a stream actor.
 #[derive(Debug)]
 pub(crate) enum StreamMsg {
@@ -317,7 +294,6 @@ pub(crate) struct Home<K: StreamKind> {
     generations: AtomicU64,
     reader: Mutex<Option<AbortHandle>>,
     actor: Mutex<Option<ActorRef<StreamMsg>>>,
-    restarts: Mutex<VecDeque<Instant>>,
     restarts_total: AtomicU64,
     stopped: Mutex<Option<String>>,
 }
@@ -347,7 +323,6 @@ impl<K: StreamKind> Home<K> {
             generations: AtomicU64::new(0),
             reader: Mutex::new(None),
             actor: Mutex::new(None),
-            restarts: Mutex::new(VecDeque::new()),
             restarts_total: AtomicU64::new(0),
             stopped: Mutex::new(None),
         }
@@ -390,15 +365,10 @@ impl<K: StreamKind> Home<K> {
         self.send(StreamMsg::Crash);
     }
 
-    /// Records a restart of this listener's actor: whether the intensity limit allows it.
-    pub(crate) fn restart_allowed(&self) -> bool {
+    /// Counts a restart of this listener's actor (its health's count; the stream supervisor
+    /// owns the intensity limit).
+    pub(crate) fn count_restart(&self) {
         self.restarts_total.fetch_add(1, Ordering::Relaxed);
-        restart_allowed(
-            &mut self.restarts.lock(),
-            Instant::now(),
-            MAX_RESTARTS,
-            RESTART_WINDOW,
-        )
     }
 
     /// Restarts (after a crash) so far.
@@ -890,6 +860,7 @@ pub(crate) async fn spawn<K: StreamKind>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::VecDeque;
 
     /// One step of a scripted stream: a message, its end, or a read that is not ready yet (the
     /// next message is still on the wire).
@@ -1055,21 +1026,5 @@ mod tests {
                 .is_some_and(|(lo, hi)| *hi - *lo > Duration::from_secs(20)),
             "streams opened together move at different moments: {delays:?}"
         );
-    }
-
-    #[test]
-    fn the_restart_intensity_limit_counts_restarts_inside_the_window_only() {
-        let mut h = VecDeque::new();
-        let t0 = Instant::now();
-        let w = Duration::from_secs(60);
-        for i in 0..10 {
-            assert!(restart_allowed(&mut h, t0 + Duration::from_secs(i), 10, w));
-        }
-        assert!(
-            !restart_allowed(&mut h, t0 + Duration::from_secs(10), 10, w),
-            "the 11th restart within 60 s is refused"
-        );
-        // 61 s after the first restarts, the window holds fewer than ten again.
-        assert!(restart_allowed(&mut h, t0 + Duration::from_secs(62), 10, w));
     }
 }

@@ -276,10 +276,8 @@ impl Runtime {
             listeners: listeners.clone(),
             worker,
             stream_sup,
-            stream_sup_restarts: Arc::default(),
             worker_ref: Arc::default(),
             retry_ref: Arc::default(),
-            child_restarts: Arc::default(),
             stopped: Arc::default(),
         };
         let (root, done) = supervisor::start(tree.clone()).await?;

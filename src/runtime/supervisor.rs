@@ -6,13 +6,15 @@
 //! 1. Every supervisor overrides `handle_supervisor_evt` (ractor's default stops the supervisor
 //!    when a child fails).
 //! 2. Children keep their state outside the actor: each listener in its [`Home`] (registry,
-//!    generation, reconnect rules, restart history), held by [`Listeners`], which outlives the
-//!    stream supervisor; the worker in its `WorkerCore`. So a restart loses no waiter, no pending
-//!    ack and no workflow definition.
+//!    generation, reconnect rules), held by [`Listeners`], which outlives the stream supervisor;
+//!    the worker in its `WorkerCore`. So a restart loses no waiter, no pending ack and no
+//!    workflow definition. Each supervisor owns its children's restart histories in its own
+//!    state ([`Intensity`], a table by [`Child`]); a restarted stream supervisor starts a new
+//!    table, and the root's limit on the stream supervisor bounds that.
 //! 3. A restarted stream supervisor brings back every listener, the worker-actions listener
 //!    included once the worker has started (its home is in [`Listeners`], not in the
 //!    supervisor's state).
-//! 4. Restarts are limited ([`stream::MAX_RESTARTS`] within [`stream::RESTART_WINDOW`]), per
+//! 4. Restarts are limited ([`MAX_RESTARTS`] within [`RESTART_WINDOW`], [`restart_allowed`]), per
 //!    listener and for every child of the root (the stream supervisor, the worker actor, the
 //!    retry service): past the limit the listener is stopped for good, `health()` says why and
 //!    each of its waiters fails with that reason, never a silent, deaf listener; a child of the
@@ -20,8 +22,9 @@
 //!    with the reason, which says to restart the process.
 //! 5. After the lifecycle token is cancelled nothing is restarted.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
@@ -43,34 +46,76 @@ pub(crate) struct Tree {
     pub(crate) listeners: Arc<Listeners>,
     pub(crate) worker: Arc<WorkerCore>,
     pub(crate) stream_sup: Arc<Mutex<Option<ActorRef<StreamSupMsg>>>>,
-    pub(crate) stream_sup_restarts: Arc<Mutex<VecDeque<Instant>>>,
     pub(crate) worker_ref: Arc<Mutex<Option<ActorRef<crate::worker::WorkerMsg>>>>,
     pub(crate) retry_ref: Arc<Mutex<Option<ActorRef<RetryMsg>>>>,
-    /// Restart histories of the worker actor and the retry service (invariant 4).
-    pub(crate) child_restarts: Arc<Mutex<[VecDeque<Instant>; 2]>>,
-    /// Why a child of the root was stopped for good, by name (invariant 4).
+    /// Why a child of the root was stopped for good, by name (invariant 4): read by the handles
+    /// that ask it.
     pub(crate) stopped: Arc<Mutex<Option<String>>>,
 }
 
-/// The worker actor's and the retry service's places in [`Tree::child_restarts`].
-const WORKER: usize = 0;
-const RETRY: usize = 1;
+/// Restarts allowed within [`RESTART_WINDOW`] before a child is stopped for good.
+pub(crate) const MAX_RESTARTS: usize = 10;
+/// The window of the restart intensity limit.
+pub(crate) const RESTART_WINDOW: Duration = Duration::from_secs(60);
+
+/// The restart intensity rule, as a pure function: records a restart at `now` and says whether it
+/// is allowed (at most `max` within `window`, counting this one).
+pub(crate) fn restart_allowed(
+    history: &mut VecDeque<Instant>,
+    now: Instant,
+    max: usize,
+    window: Duration,
+) -> bool {
+    while history
+        .front()
+        .is_some_and(|t| now.saturating_duration_since(*t) >= window)
+    {
+        history.pop_front();
+    }
+    history.push_back(now);
+    history.len() <= max
+}
+
+/// A supervisor's child, as its restart table names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Child {
+    RetryService,
+    StreamSupervisor,
+    Worker,
+    Listener(ListenerKind),
+}
+
+/// A supervisor's restart table (invariant 4): each child's restarts inside the window, owned by
+/// the supervisor's state.
+#[derive(Debug, Default)]
+pub(crate) struct Intensity(HashMap<Child, VecDeque<Instant>>);
+
+impl Intensity {
+    /// Records a restart of `child` now: whether the limit allows it.
+    fn allow(&mut self, child: Child) -> bool {
+        restart_allowed(
+            self.0.entry(child).or_default(),
+            Instant::now(),
+            MAX_RESTARTS,
+            RESTART_WINDOW,
+        )
+    }
+}
 
 impl Tree {
-    /// Whether the child at `which` may restart once more (invariant 4); past the limit it is
-    /// recorded as stopped for good, with `err`.
-    fn child_may_restart(&self, which: usize, name: &str, err: &dyn std::fmt::Display) -> bool {
-        let allowed = stream::restart_allowed(
-            &mut self.child_restarts.lock()[which],
-            Instant::now(),
-            stream::MAX_RESTARTS,
-            stream::RESTART_WINDOW,
-        );
+    /// Whether the root's child `child` (`name` in messages) may restart once more
+    /// (invariant 4); past the limit it is recorded as stopped for good, with `err`.
+    fn child_may_restart(
+        &self,
+        intensity: &mut Intensity,
+        child: Child,
+        name: &str,
+        err: &dyn std::fmt::Display,
+    ) -> bool {
+        let allowed = intensity.allow(child);
         if !allowed {
             let why = format!(
-                "the {name} failed more than {} times in {:?} (last failure: {err}); it is stopped: restart the process",
-                stream::MAX_RESTARTS,
-                stream::RESTART_WINDOW
+                "the {name} failed more than {MAX_RESTARTS} times in {RESTART_WINDOW:?} (last failure: {err}); it is stopped: restart the process",
             );
             tracing::error!("{why}");
             *self.stopped.lock() = Some(why);
@@ -199,10 +244,11 @@ async fn restart<K: StreamKind>(
     conn: &Connection,
     home: &Arc<Home<K>>,
     me: &ActorRef<StreamSupMsg>,
-    kind: ListenerKind,
+    (intensity, kind): (&mut Intensity, ListenerKind),
     err: &str,
 ) -> Result<(), ActorProcessingErr> {
-    if home.restart_allowed() {
+    home.count_restart();
+    if intensity.allow(Child::Listener(kind)) {
         tracing::error!(
             listener = kind.as_str(),
             error = err,
@@ -211,10 +257,8 @@ async fn restart<K: StreamKind>(
         spawn_listener(conn, home, me).await
     } else {
         let why = format!(
-            "the {} listener failed more than {} times in {:?} and was stopped (last failure: {err})",
+            "the {} listener failed more than {MAX_RESTARTS} times in {RESTART_WINDOW:?} and was stopped (last failure: {err})",
             kind.as_str(),
-            stream::MAX_RESTARTS,
-            stream::RESTART_WINDOW
         );
         tracing::error!(listener = kind.as_str(), "{why}");
         home.stop_for_good(&why);
@@ -222,16 +266,23 @@ async fn restart<K: StreamKind>(
     }
 }
 
+/// The stream supervisor's state: the tree it spawns listeners from, and its restart table.
+#[derive(Debug)]
+pub(crate) struct StreamSupState {
+    tree: Tree,
+    intensity: Intensity,
+}
+
 impl Actor for StreamSupervisor {
     type Msg = StreamSupMsg;
-    type State = Tree;
+    type State = StreamSupState;
     type Arguments = Tree;
 
     async fn pre_start(
         &self,
         myself: ActorRef<StreamSupMsg>,
         tree: Tree,
-    ) -> Result<Tree, ActorProcessingErr> {
+    ) -> Result<StreamSupState, ActorProcessingErr> {
         let l = &tree.listeners;
         spawn_listener(&tree.conn, &l.runs, &myself).await?;
         spawn_listener(&tree.conn, &l.durable, &myself).await?;
@@ -240,15 +291,19 @@ impl Actor for StreamSupervisor {
         if let Some(actions) = l.actions() {
             spawn_listener(&tree.conn, &actions, &myself).await?;
         }
-        Ok(tree)
+        Ok(StreamSupState {
+            tree,
+            intensity: Intensity::default(),
+        })
     }
 
     async fn handle(
         &self,
         myself: ActorRef<StreamSupMsg>,
         msg: StreamSupMsg,
-        tree: &mut Tree,
+        state: &mut StreamSupState,
     ) -> Result<(), ActorProcessingErr> {
+        let tree = &state.tree;
         match msg {
             StreamSupMsg::StartActions => {
                 if let Some(actions) = tree.listeners.actions()
@@ -267,26 +322,31 @@ impl Actor for StreamSupervisor {
         &self,
         myself: ActorRef<StreamSupMsg>,
         evt: SupervisionEvent,
-        tree: &mut Tree,
+        state: &mut StreamSupState,
     ) -> Result<(), ActorProcessingErr> {
         let SupervisionEvent::ActorFailed(cell, err) = evt else {
             return Ok(());
         };
+        let StreamSupState { tree, intensity } = state;
         if tree.conn.lifecycle().is_cancelled() {
             return Ok(());
         }
         let err = err.to_string();
         let (conn, l) = (&tree.conn, &tree.listeners);
         if is(&l.runs, &cell) {
-            restart(conn, &l.runs, &myself, ListenerKind::WorkflowRuns, &err).await?;
+            let child = (intensity, ListenerKind::WorkflowRuns);
+            restart(conn, &l.runs, &myself, child, &err).await?;
         } else if is(&l.durable, &cell) {
-            restart(conn, &l.durable, &myself, ListenerKind::DurableTask, &err).await?;
+            let child = (intensity, ListenerKind::DurableTask);
+            restart(conn, &l.durable, &myself, child, &err).await?;
         } else if is(&l.events, &cell) {
-            restart(conn, &l.events, &myself, ListenerKind::DurableEvents, &err).await?;
+            let child = (intensity, ListenerKind::DurableEvents);
+            restart(conn, &l.events, &myself, child, &err).await?;
         } else if let Some(actions) = l.actions()
             && is(&actions, &cell)
         {
-            restart(conn, &actions, &myself, ListenerKind::WorkerActions, &err).await?;
+            let child = (intensity, ListenerKind::WorkerActions);
+            restart(conn, &actions, &myself, child, &err).await?;
         }
         Ok(())
     }
@@ -318,27 +378,37 @@ async fn spawn_worker(tree: &Tree, root: &ActorRef<RootMsg>) -> Result<(), Actor
     Ok(())
 }
 
+/// The root's state: the tree it spawns its children from, and its restart table.
+#[derive(Debug)]
+pub(crate) struct RootState {
+    tree: Tree,
+    intensity: Intensity,
+}
+
 impl Actor for Root {
     type Msg = RootMsg;
-    type State = Tree;
+    type State = RootState;
     type Arguments = Tree;
 
     async fn pre_start(
         &self,
         myself: ActorRef<RootMsg>,
         tree: Tree,
-    ) -> Result<Tree, ActorProcessingErr> {
+    ) -> Result<RootState, ActorProcessingErr> {
         spawn_retry_service(&tree, &myself.get_cell()).await?;
         spawn_stream_supervisor(&tree, &myself).await?;
         spawn_worker(&tree, &myself).await?;
-        Ok(tree)
+        Ok(RootState {
+            tree,
+            intensity: Intensity::default(),
+        })
     }
 
     async fn handle(
         &self,
         _: ActorRef<RootMsg>,
         msg: RootMsg,
-        _: &mut Tree,
+        _: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {}
     }
@@ -347,42 +417,35 @@ impl Actor for Root {
         &self,
         myself: ActorRef<RootMsg>,
         evt: SupervisionEvent,
-        tree: &mut Tree,
+        state: &mut RootState,
     ) -> Result<(), ActorProcessingErr> {
         let SupervisionEvent::ActorFailed(cell, err) = evt else {
             return Ok(());
         };
+        let RootState { tree, intensity } = state;
         if tree.conn.lifecycle().is_cancelled() {
             return Ok(());
         }
         let same = |r: &Option<ActorCell>| r.as_ref().is_some_and(|c| c.get_id() == cell.get_id());
         if same(&tree.worker_ref.lock().as_ref().map(|w| w.get_cell())) {
-            if tree.child_may_restart(WORKER, "worker actor", &err) {
+            if tree.child_may_restart(intensity, Child::Worker, "worker actor", &err) {
                 tracing::error!(error = %err, "the worker actor failed; restarting it");
                 spawn_worker(tree, &myself).await?;
             } else {
                 *tree.worker_ref.lock() = None;
             }
         } else if same(&tree.stream_sup.lock().as_ref().map(|s| s.get_cell())) {
-            let allowed = stream::restart_allowed(
-                &mut tree.stream_sup_restarts.lock(),
-                Instant::now(),
-                stream::MAX_RESTARTS,
-                stream::RESTART_WINDOW,
-            );
-            if allowed {
+            if intensity.allow(Child::StreamSupervisor) {
                 tracing::error!(error = %err, "the stream supervisor failed; restarting it and every listener");
                 spawn_stream_supervisor(tree, &myself).await?;
             } else {
                 let why = format!(
-                    "the stream supervisor failed more than {} times in {:?} (last failure: {err})",
-                    stream::MAX_RESTARTS,
-                    stream::RESTART_WINDOW
+                    "the stream supervisor failed more than {MAX_RESTARTS} times in {RESTART_WINDOW:?} (last failure: {err})",
                 );
                 tracing::error!("{why}");
                 tree.listeners.stop_all_for_good(&why);
             }
-        } else if tree.child_may_restart(RETRY, "retry service", &err) {
+        } else if tree.child_may_restart(intensity, Child::RetryService, "retry service", &err) {
             tracing::error!(error = %err, "the retry service failed; restarting it");
             spawn_retry_service(tree, &myself.get_cell()).await?;
         } else {
@@ -403,4 +466,39 @@ pub(crate) async fn start(
     Actor::spawn(None, Root, tree).await.map_err(|e| {
         Error::new(crate::error::Outcome::Closed, "spawn runtime").with_detail(e.to_string())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_restart_intensity_limit_counts_restarts_inside_the_window_only() {
+        let mut h = VecDeque::new();
+        let t0 = Instant::now();
+        let w = Duration::from_secs(60);
+        for i in 0..10 {
+            assert!(restart_allowed(&mut h, t0 + Duration::from_secs(i), 10, w));
+        }
+        assert!(
+            !restart_allowed(&mut h, t0 + Duration::from_secs(10), 10, w),
+            "the 11th restart within 60 s is refused"
+        );
+        // 61 s after the first restarts, the window holds fewer than ten again.
+        assert!(restart_allowed(&mut h, t0 + Duration::from_secs(62), 10, w));
+    }
+
+    #[test]
+    fn each_child_of_a_supervisor_has_its_own_restart_history() {
+        let mut t = Intensity::default();
+        for _ in 0..MAX_RESTARTS {
+            assert!(t.allow(Child::Listener(ListenerKind::WorkflowRuns)));
+        }
+        assert!(!t.allow(Child::Listener(ListenerKind::WorkflowRuns)));
+        assert!(
+            t.allow(Child::Listener(ListenerKind::DurableTask)),
+            "another child's restarts do not count against it"
+        );
+        assert!(t.allow(Child::Worker));
+    }
 }
