@@ -14,7 +14,7 @@
 //!    reader's `unpublish` cannot clear a newer stream.
 //! 5. A registry whose listener was stopped for good refuses new waiters with the reason.
 //! 6. A [`Waiter`] dropped before its reply removes itself and no other waiter of its key
-//!    (`runtime_e2e::cancelling_a_result_wait_removes_only_that_waiter`,
+//!    (`features::runtime_e2e::cancelling_a_result_wait_removes_only_that_waiter`,
 //!    `tests::every_waiter_of_a_key_gets_its_reply_once_and_a_dropped_one_takes_only_itself`).
 //! 7. A pending wait costs one allocation (its slot: key, state, waker) and a pointer in the
 //!    table (`bench side_by_side -- fanin` measures the bytes).

@@ -1,26 +1,10 @@
 //! The integration test suite: one binary, one module per area (one binary links faster than many).
 
-mod bad_input;
-mod cancel_safety;
-mod chaos;
-mod concurrency;
-mod config_env;
+// Features on both engines (the real one too, with HATCHET_REAL_ENGINE=1).
 mod conformance;
-mod durable_listener;
-mod engine_losses;
-mod hygiene;
-mod listeners;
-mod operations;
-mod placement;
-mod public_api;
-mod rate_limits;
-mod rest_api;
-mod retry_decisions;
-mod run_control;
-mod run_events;
-mod runtime_e2e;
-mod soak;
-mod supervision;
+// Features, faults and the public surface, on our engine.
+mod faults;
+mod features;
+mod surface;
+
 mod support;
-mod tls;
-mod wire;

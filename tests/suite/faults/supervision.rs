@@ -367,7 +367,7 @@ fn run_until_signal_under_real_signals_in_its_own_process() {
     let mut child = Command::new(exe)
         .args([
             "--exact",
-            "supervision::signals_child",
+            "faults::supervision::signals_child",
             "--include-ignored",
             "--nocapture",
             "--test-threads",
