@@ -149,6 +149,22 @@ pub(crate) fn stopped(s: &ListenerState) -> bool {
 }
 
 /// A fault that ends a stream at once with `code` (an engine hanging up a listener).
+/// A unary call or a stream's open failing with `code` and `message` (no pushback).
+pub(crate) fn fail(code: tonic::Code, message: &str) -> hatchet_dev_engine::Fault {
+    hatchet_dev_engine::Fault::Fail {
+        code: code as i32,
+        message: message.into(),
+        pushback_ms: None,
+    }
+}
+
+/// Starts `rt`'s worker as the suites usually do: named `w`, with `slots` slots.
+pub(crate) async fn start_worker(rt: &RuntimeHandle, slots: usize) {
+    rt.start_worker(hatchet_runtime::WorkerOptions::new("w", slots))
+        .await
+        .expect("start");
+}
+
 pub(crate) fn end(code: tonic::Code) -> hatchet_dev_engine::Fault {
     hatchet_dev_engine::Fault::EndStream {
         after: 0,

@@ -275,9 +275,7 @@ async fn rate_limits_and_concurrency_bound_running_tasks() {
     rt.register(limited).await.expect("register");
     rt.register(grouped).await.expect("register");
     rt.register(task_grouped).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 8))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 8).await;
     // Concurrency 1 per group: never two of one group at once.
     let all_of_one_group = |workflow: &'static str, n: usize| {
         let rt = rt.clone();

@@ -10,9 +10,7 @@ use hatchet_runtime::durable::DurableError;
 use hatchet_runtime::health::ListenerKind;
 use hatchet_runtime::protocol::v1;
 use hatchet_runtime::test_hooks::DURABLE_MAX_SEND_ATTEMPTS as MAX_SEND_ATTEMPTS;
-use hatchet_runtime::{
-    Context, RuntimeHandle, RuntimeOptions, TaskError, TaskOptions, WorkerOptions, Workflow,
-};
+use hatchet_runtime::{Context, RuntimeHandle, RuntimeOptions, TaskError, TaskOptions, Workflow};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
@@ -52,9 +50,7 @@ async fn nap_with_durable_opens_failing(n: u32, code: Code) -> (DevEngine, Runti
     let rt = runtime(&engine).await;
     rt.register(reporting_napper()).await.expect("register");
     engine.faults().inject(DURABLE, n, end(code));
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let out: Value = within("the run", rt.run("nap", &json!({})))
         .await
         .expect("the task itself completes");
@@ -126,9 +122,7 @@ async fn a_nondeterministic_replay_fails_the_task_with_a_typed_error_and_is_not_
     ))
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let err = within("the failure", rt.run::<_, Value>("drift", &json!({})))
         .await
         .expect_err("the run fails");
@@ -181,9 +175,7 @@ async fn a_server_eviction_stops_the_evicted_invocation_and_the_next_one_finishe
     ))
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let run = rt
         .run_no_wait("evictee", &json!({}))
         .await
@@ -251,15 +243,9 @@ async fn a_legacy_durable_wait_whose_registration_keeps_failing_errors_and_arms_
     engine.faults().inject(
         REGISTER,
         5,
-        hatchet_dev_engine::Fault::Fail {
-            code: Code::Unavailable as i32,
-            message: "engine down".into(),
-            pushback_ms: None,
-        },
+        crate::support::fail(Code::Unavailable, "engine down"),
     );
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let out: Value = within("the failure", rt.run("nap", &json!({})))
         .await
         .expect("the task itself completes");
@@ -290,9 +276,7 @@ async fn a_completion_lost_by_the_engine_is_recovered_by_the_periodic_worker_sta
     let engine = crate::support::engine().await;
     let rt = runtime(&engine).await;
     rt.register(reporting_napper()).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     engine.lose_next_durable_completions(1);
     // Without a later status the wait would never end (the stream stays up, nothing ends it).
     let out: Value = within("the recovered completion", rt.run("nap", &json!({})))
@@ -320,9 +304,7 @@ async fn a_retried_durable_task_replays_its_sleep_instead_of_diverging() {
     ))
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let out: Value = within("the replayed run", rt.run("replayer", &json!({})))
         .await
         .expect("the replay of the same sleep is not a nondeterminism");
@@ -363,9 +345,7 @@ async fn a_durable_ack_lost_with_its_stream_restarts_the_invocation_from_the_log
     .expect("register");
     // The engine records the first sleep, and its stream ends before the ack goes out.
     engine.lose_next_durable_acks(1);
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let out: Value = within("the restarted run", rt.run("cut", &json!({})))
         .await
         .expect("the restored invocation replays onto the recorded sleep");
@@ -422,9 +402,7 @@ async fn a_wait_that_ends_while_its_eviction_is_on_its_way_is_restored_not_lost(
     ))
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let out: Value = within("the raced run", rt.run("raced", &json!({})))
         .await
         .expect("the restored invocation finds its sleep done");
@@ -457,9 +435,7 @@ async fn two_durable_operations_joined_in_one_invocation_get_their_own_answers()
     ))
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let h = rt.run_no_wait("joined", &json!({})).await.expect("trigger");
     let waiter = tokio::spawn({
         let h = h.clone();

@@ -82,11 +82,7 @@ async fn final_lost_before_an_outage(
     e.faults().inject(
         "/Dispatcher/Heartbeat",
         1,
-        Fault::Fail {
-            code: tonic::Code::Unavailable as i32,
-            message: "the engine is restarting".into(),
-            pushback_ms: None,
-        },
+        crate::support::fail(tonic::Code::Unavailable, "the engine is restarting"),
     );
     let beats = e.faults().attempts("/Dispatcher/Heartbeat");
     until("the heartbeat failed and one passed after it", || {
@@ -307,11 +303,7 @@ async fn without_losses_the_sweep_runs_nothing_and_sends_no_final_twice() {
     e.faults().inject(
         "/Dispatcher/Heartbeat",
         1,
-        Fault::Fail {
-            code: tonic::Code::Unavailable as i32,
-            message: "a blip".into(),
-            pushback_ms: None,
-        },
+        crate::support::fail(tonic::Code::Unavailable, "a blip"),
     );
     let beats = e.faults().attempts("/Dispatcher/Heartbeat");
     until("the heartbeat failed", || {
@@ -548,11 +540,7 @@ async fn waits_on_given_ids_through_an_outage_read_once_a_pass() {
     e.faults().inject(
         READ,
         u32::MAX,
-        Fault::Fail {
-            code: tonic::Code::Unavailable as i32,
-            message: "the engine is down".into(),
-            pushback_ms: None,
-        },
+        crate::support::fail(tonic::Code::Unavailable, "the engine is down"),
     );
     let waits: Vec<_> = (0..20)
         .map(|i| {

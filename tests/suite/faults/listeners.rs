@@ -43,9 +43,7 @@ async fn runs_stream_ends_with_transient_codes_or_eof_reconnect_and_deliver() {
         None,
     ] {
         let (e, rt) = setup().await;
-        rt.start_worker(WorkerOptions::new("w", 4))
-            .await
-            .expect("start");
+        crate::support::start_worker(&rt, 4).await;
         e.faults().inject(
             RUNS,
             1,
@@ -165,9 +163,7 @@ async fn a_thousand_waiters_across_an_engine_restart_get_every_result_once() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     e.restart().await.expect("restart");
-    rt.start_worker(WorkerOptions::new("w", 64))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 64).await;
     for w in waits {
         tokio::time::timeout(Duration::from_secs(30), w)
             .await
@@ -228,9 +224,7 @@ async fn a_waiter_cancelled_mid_reconnect_is_not_replayed() {
         1,
         "only the live waiter is replayed"
     );
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     keep_wait.await.expect("task").expect("result");
     rt.shutdown(Duration::from_secs(1)).await;
 }
@@ -292,9 +286,7 @@ async fn shutdown_while_a_durable_task_waits_on_a_backing_off_stream_leaves_no_t
         .metrics()
         .num_alive_tasks();
     let rt = napping_runtime(&engine).await;
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let h = rt.run_no_wait("nap", &json!({})).await.expect("trigger");
     // The task waits for its sleep's ack while the durable stream keeps failing.
     until_listener(&rt, ListenerKind::DurableTask, |s| {
@@ -319,11 +311,7 @@ async fn re_registered_after_not_found(e: &DevEngine, rt: &RuntimeHandle) -> Str
     e.faults().inject(
         "/Dispatcher/Heartbeat",
         1,
-        Fault::Fail {
-            code: Code::NotFound as i32,
-            message: "worker gone".into(),
-            pushback_ms: None,
-        },
+        crate::support::fail(Code::NotFound, "worker gone"),
     );
     for _ in 0..120 {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -337,9 +325,7 @@ async fn re_registered_after_not_found(e: &DevEngine, rt: &RuntimeHandle) -> Str
 #[tokio::test]
 async fn heartbeat_not_found_registers_the_worker_again() {
     let (e, rt) = setup().await;
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let _: Value = rt.run("echo", &json!({})).await.expect("works");
     re_registered_after_not_found(&e, &rt).await;
     let out: Value = rt
@@ -433,18 +419,12 @@ async fn two_upserts_of_one_key_reach_the_engine_in_the_order_they_were_sent() {
 #[tokio::test]
 async fn a_re_registration_carries_the_upserted_labels_the_engine_took_only() {
     let (e, rt) = setup().await;
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     rt.upsert_labels([("region", "eu")]).await.expect("upsert");
     e.faults().inject(
         "/Dispatcher/UpsertWorkerLabels",
         1,
-        Fault::Fail {
-            code: Code::InvalidArgument as i32,
-            message: "refused".into(),
-            pushback_ms: None,
-        },
+        crate::support::fail(Code::InvalidArgument, "refused"),
     );
     rt.upsert_labels([("gpu", "a100")])
         .await
@@ -459,19 +439,13 @@ async fn a_re_registration_carries_the_upserted_labels_the_engine_took_only() {
 #[tokio::test]
 async fn heartbeat_failed_precondition_reconnects_the_action_stream() {
     let (e, rt) = setup().await;
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let _: Value = rt.run("echo", &json!({})).await.expect("works");
     let opens = e.faults().attempts("/Dispatcher/ListenV2");
     e.faults().inject(
         "/Dispatcher/Heartbeat",
         1,
-        Fault::Fail {
-            code: Code::FailedPrecondition as i32,
-            message: "stream gone".into(),
-            pushback_ms: None,
-        },
+        crate::support::fail(Code::FailedPrecondition, "stream gone"),
     );
     let mut reopened = false;
     for _ in 0..120 {
@@ -498,19 +472,13 @@ async fn heartbeat_failed_precondition_reconnects_the_action_stream() {
 async fn while_heartbeats_cannot_reach_the_engine_the_worker_probes_soon() {
     const BEAT: &str = "/Dispatcher/Heartbeat";
     let (e, rt) = setup().await;
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let _: Value = rt.run("echo", &json!({})).await.expect("works");
     e.faults().record_times(BEAT);
     e.faults().inject(
         BEAT,
         2,
-        Fault::Fail {
-            code: Code::Unavailable as i32,
-            message: "unreachable".into(),
-            pushback_ms: None,
-        },
+        crate::support::fail(Code::Unavailable, "unreachable"),
     );
     // Two failed beats, the accepted one after them, and the next at the interval.
     let mut times = Vec::new();
@@ -545,15 +513,9 @@ async fn listen_v2_unimplemented_falls_back_to_listen_for_good() {
     e.faults().inject(
         "/Dispatcher/ListenV2",
         1,
-        Fault::Fail {
-            code: Code::Unimplemented as i32,
-            message: "old engine".into(),
-            pushback_ms: None,
-        },
+        crate::support::fail(Code::Unimplemented, "old engine"),
     );
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let out: Value = rt
         .run("echo", &json!({"via": "listen"}))
         .await
@@ -578,9 +540,7 @@ async fn one_empty_ok_end_resubscribes_and_two_register_the_worker_again() {
                 code: None,
             },
         );
-        rt.start_worker(WorkerOptions::new("w", 4))
-            .await
-            .expect("start");
+        crate::support::start_worker(&rt, 4).await;
         let out: Value = rt
             .run("echo", &json!({"n": ends}))
             .await
@@ -617,9 +577,7 @@ async fn crashed_listeners_restart_with_their_waiters() {
     ))
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 8))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 8).await;
     let slow = rt.run_no_wait("slow", &json!({})).await.expect("trigger");
     let durable = rt
         .run_no_wait("durable", &json!({}))
@@ -651,9 +609,7 @@ async fn crashed_listeners_restart_with_their_waiters() {
 #[tokio::test]
 async fn without_a_result_stream_waiters_fall_back_to_polling_and_back() {
     let (e, rt) = setup().await;
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     // The result stream fails at once, every time (a transient code: reconnect forever).
     e.faults().inject(
         RUNS,
@@ -722,9 +678,7 @@ async fn a_durable_stream_cut_after_the_ack_recovers_the_completion() {
             code: Some(Code::Unavailable as i32),
         },
     );
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let out: Value = tokio::time::timeout(Duration::from_secs(20), rt.run("nap", &json!({})))
         .await
         .expect("in time")
@@ -761,9 +715,7 @@ async fn engines_before_v0_80_get_durable_waits_through_the_durable_events_liste
     ))
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let h = rt.run_no_wait("legacy", &json!({})).await.expect("trigger");
     let waiter = tokio::spawn({
         let h = h.clone();
@@ -836,9 +788,7 @@ async fn stopped_by(
     for (path, times, fault) in faults {
         e.faults().inject(*path, *times, fault.clone());
     }
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     if let Some(workflow) = trigger {
         let _ = rt.run_no_wait(workflow, &json!({})).await.expect("trigger");
     }
@@ -854,9 +804,7 @@ async fn the_actions_listener_under_every_kind_of_stream_end() {
     for code in [Code::Unavailable, Code::Internal, Code::Unknown] {
         let (e, rt) = setup().await;
         e.faults().inject(LISTEN, 6, end(code));
-        rt.start_worker(WorkerOptions::new("w", 2))
-            .await
-            .expect("start");
+        crate::support::start_worker(&rt, 2).await;
         let out: Value = rt
             .run("echo", &json!({"c": code as i32}))
             .await
@@ -880,11 +828,7 @@ async fn the_actions_listener_under_every_kind_of_stream_end() {
         "ten ends without progress, then stop"
     );
     // After the fallback, UNIMPLEMENTED on Listen is not permanent: it counts toward the ten.
-    let unimplemented = || Fault::Fail {
-        code: Code::Unimplemented as i32,
-        message: "no such method".into(),
-        pushback_ms: None,
-    };
+    let unimplemented = || crate::support::fail(Code::Unimplemented, "no such method");
     let e = actions_stopped_by(&[
         (LISTEN, 1, unimplemented()),
         ("/Dispatcher/Listen", 1000, unimplemented()),
@@ -916,9 +860,7 @@ async fn the_durable_task_listener_under_every_kind_of_stream_end() {
         let (e, rt) = setup().await;
         rt.register(napper()).await.expect("register");
         e.faults().inject(DURABLE, 1, fault.clone());
-        rt.start_worker(WorkerOptions::new("w", 2))
-            .await
-            .expect("start");
+        crate::support::start_worker(&rt, 2).await;
         let out: Value = tokio::time::timeout(Duration::from_secs(20), rt.run("nap", &json!({})))
             .await
             .expect("in time")
@@ -973,9 +915,7 @@ async fn the_durable_events_listener_under_every_kind_of_stream_end() {
     for fault in [end(Code::Unavailable), end(Code::Internal), eof] {
         let (e, rt) = legacy_setup().await;
         e.faults().inject(EVENTS, 9, fault.clone());
-        rt.start_worker(WorkerOptions::new("w", 2))
-            .await
-            .expect("start");
+        crate::support::start_worker(&rt, 2).await;
         let out: Value = tokio::time::timeout(Duration::from_secs(20), rt.run("nap", &json!({})))
             .await
             .expect("in time")
@@ -986,9 +926,7 @@ async fn the_durable_events_listener_under_every_kind_of_stream_end() {
     }
     let (e, rt) = legacy_setup().await;
     e.faults().inject(EVENTS, 1, end(Code::Unauthenticated));
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let err = tokio::time::timeout(
         Duration::from_secs(20),
         rt.run::<_, Value>("nap", &json!({})),
@@ -1048,9 +986,7 @@ async fn concurrent_waiters_share_one_stream_and_one_subscription_per_run() {
         2,
         "one subscribe message per run id on the wire"
     );
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     for w in waits {
         w.await.expect("task").expect("result");
     }
@@ -1095,9 +1031,7 @@ async fn idle_then_rearmed(
             code: None,
         },
     );
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(rt, 2).await;
     let _: Value = rt.run(workflow, &json!({})).await.expect("first result");
     // Idle is the listener's decision on that end, made: a reconnect would show as
     // Reconnecting, with its timer armed, and the next open counted.
@@ -1144,9 +1078,7 @@ async fn waiters_arriving_during_an_outage_ride_the_scheduled_reconnect_instead_
         "{opens} stream opens for 200 waiters in {window:?}: arrivals bypassed the backoff"
     );
     engine.faults().clear();
-    rt.start_worker(WorkerOptions::new("w", 16))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 16).await;
     for (i, w) in waits.into_iter().enumerate() {
         let out = tokio::time::timeout(Duration::from_secs(20), w)
             .await
@@ -1161,9 +1093,7 @@ async fn waiters_arriving_during_an_outage_ride_the_scheduled_reconnect_instead_
 #[tokio::test]
 async fn a_waiter_added_while_its_run_is_being_delivered_still_gets_the_result_once() {
     let (_e, rt) = setup().await;
-    rt.start_worker(WorkerOptions::new("w", 16))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 16).await;
     // The second waiter of each run arrives at a different moment around the run's delivery
     // (the run takes a few milliseconds): before, during, or after the first waiter's result.
     let rounds: Vec<_> = (0..200u64)
@@ -1202,9 +1132,7 @@ async fn a_waiter_added_while_its_run_is_being_delivered_still_gets_the_result_o
 /// the listener is idle.
 async fn runs_listener_after(faults: &[Fault]) -> (DevEngine, RuntimeHandle) {
     let (e, rt) = setup().await;
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     for f in faults {
         e.faults().inject(RUNS, 1, f.clone());
     }
@@ -1240,9 +1168,7 @@ async fn each_end_is_judged_on_its_own_eof_with_a_waiter_reconnects_without_goes
 async fn after_shutdown_every_listener_is_stopped_cleanly_and_nothing_reconnects() {
     let (e, rt) = setup().await;
     rt.register(napper()).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let _: Value = rt.run("nap", &json!({})).await.expect("a durable run");
     let pending = rt.run_no_wait("never-registered-here", &json!({})).await;
     let opens = |e: &DevEngine| [RUNS, DURABLE, LISTEN].map(|p| e.faults().attempts(p));
@@ -1327,9 +1253,7 @@ async fn the_durable_events_stream_goes_idle_without_waiters_and_the_next_wait_r
 #[tokio::test]
 async fn concurrent_durable_event_waits_share_one_stream_and_send_each_signal_once() {
     let (e, rt) = legacy_setup().await;
-    rt.start_worker(WorkerOptions::new("w", 8))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 8).await;
     let runs: Vec<_> = (0..4)
         .map(|_| {
             let rt = rt.clone();
@@ -1372,9 +1296,7 @@ async fn a_legacy_durable_wait_dropped_by_its_task_leaves_no_waiter_behind() {
     )
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let h = rt
         .run_no_wait("gives-up", &json!({}))
         .await
@@ -1414,9 +1336,7 @@ async fn rotating_streams_move_while_work_flows_and_lose_nothing() {
     )
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 8))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 8).await;
     until_listener(&rt, ListenerKind::WorkerActions, |s| {
         matches!(s, ListenerState::Connected { .. })
     })

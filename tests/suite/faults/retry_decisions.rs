@@ -23,17 +23,12 @@ async fn seeded() -> (
 
 #[tokio::test]
 async fn a_sustained_outage_costs_at_most_1_2_attempts_per_operation_counted_at_the_engine() {
-    use hatchet_dev_engine::Fault;
     let engine = crate::support::engine().await;
     let rt = crate::support::runtime(&engine).await;
     engine.faults().inject(
         "/Dispatcher/GetVersion",
         u32::MAX,
-        Fault::Fail {
-            code: Code::Unavailable as i32,
-            message: "outage".into(),
-            pushback_ms: None,
-        },
+        crate::support::fail(Code::Unavailable, "outage"),
     );
     let calls: Vec<_> = (0..1000)
         .map(|_| {
@@ -58,18 +53,13 @@ async fn a_sustained_outage_costs_at_most_1_2_attempts_per_operation_counted_at_
 
 #[tokio::test]
 async fn twenty_reads_at_an_outage_s_start_retry_at_the_reserve_rate_counted_at_the_engine() {
-    use hatchet_dev_engine::Fault;
     const PATH: &str = "/Dispatcher/GetVersion";
     let (engine, rt) = seeded().await;
     // The outage outlasts every read (each ends within its 5 attempts' backoff, about 4 s).
     engine.faults().inject(
         PATH,
         u32::MAX,
-        Fault::Fail {
-            code: Code::Unavailable as i32,
-            message: "outage".into(),
-            pushback_ms: None,
-        },
+        crate::support::fail(Code::Unavailable, "outage"),
     );
     engine.faults().record_times(PATH);
     let reads: Vec<_> = (0..20)
@@ -115,19 +105,12 @@ async fn twenty_reads_at_an_outage_s_start_retry_at_the_reserve_rate_counted_at_
 /// The environment's switch stays off whatever the runtime switch says.
 #[tokio::test]
 async fn the_retry_service_switches_retries_off_and_on_and_reports_it_counted_at_the_engine() {
-    use hatchet_dev_engine::Fault;
     const PATH: &str = "/Dispatcher/GetVersion";
     let (engine, rt) = seeded().await;
     let fail_once = || {
-        engine.faults().inject(
-            PATH,
-            1,
-            Fault::Fail {
-                code: Code::Unavailable as i32,
-                message: "blip".into(),
-                pushback_ms: None,
-            },
-        )
+        engine
+            .faults()
+            .inject(PATH, 1, crate::support::fail(Code::Unavailable, "blip"))
     };
     let report = rt.retries().await.expect("report");
     assert!(report.grpc.retrying && report.rest.retrying, "{report:?}");

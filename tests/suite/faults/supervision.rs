@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hatchet_dev_engine::{DevEngine, DevEngineOptions, Fault};
+use hatchet_dev_engine::{DevEngine, DevEngineOptions};
 use hatchet_runtime::health::{ListenerKind, ListenerState};
 use hatchet_runtime::test_hooks::LISTENER_MAX_RESTARTS as MAX_RESTARTS;
 use hatchet_runtime::{
@@ -220,11 +220,7 @@ async fn start_worker_resolves_with_the_registered_id_and_a_refused_token_fails_
     e.faults().inject(
         "/Dispatcher/Register",
         1,
-        Fault::Fail {
-            code: Code::Unauthenticated as i32,
-            message: "invalid token".into(),
-            pushback_ms: None,
-        },
+        crate::support::fail(Code::Unauthenticated, "invalid token"),
     );
     let err = rt
         .start_worker(WorkerOptions::new("w", 2))
@@ -546,9 +542,7 @@ async fn dropping_the_last_handle_stops_the_runtime_and_fails_its_waits_closed()
     )
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let h = rt.run_no_wait("stuck", &json!({})).await.expect("trigger");
     started_rx.recv().await.expect("the task runs");
     assert_eq!(e.stats().listener_sessions, 1);
@@ -609,9 +603,7 @@ async fn a_handler_using_the_context_s_runtime_does_not_keep_the_runtime_alive()
     )
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let h = rt.run_no_wait("fanout", &json!({})).await.expect("trigger");
     let leaf = triggered
         .recv()

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hatchet_runtime::task::ConcurrencyStrategy as Strategy;
-use hatchet_runtime::{Context, RuntimeHandle, TaskError, WorkerOptions, Workflow};
+use hatchet_runtime::{Context, RuntimeHandle, TaskError, Workflow};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -74,9 +74,7 @@ async fn running(
     rt.register(limited(name, 1, strategy, occ.clone(), gate))
         .await
         .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 10))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 10).await;
     (e, rt, occ, open)
 }
 

@@ -39,9 +39,7 @@ async fn served() -> (
     .await
     .expect("register");
     assert_eq!(rt.ops_addr(), None, "served once the worker starts");
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let addr = rt.ops_addr().expect("serving");
     until_listener(&rt, ListenerKind::WorkerActions, |s| {
         matches!(s, hatchet_runtime::health::ListenerState::Connected { .. })
@@ -124,11 +122,7 @@ async fn while_the_engine_is_away_the_worker_is_live_but_not_ready() {
     e.faults().inject(
         "/Dispatcher/ListenV2",
         1_000,
-        Fault::Fail {
-            code: Code::Unavailable as i32,
-            message: "engine down".into(),
-            pushback_ms: None,
-        },
+        crate::support::fail(Code::Unavailable, "engine down"),
     );
     e.faults().drop_connections();
     until_listener(&rt, ListenerKind::WorkerActions, |s| {
@@ -271,9 +265,7 @@ async fn a_task_s_tracing_events_reach_the_engine_as_its_logs_with_the_layer() {
     )
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let _: Value = rt.run("chatty", &json!({})).await.expect("run");
     // Outside a task nothing is forwarded (and nothing panics).
     tracing::warn!("not inside a task");

@@ -236,9 +236,7 @@ async fn dag_conditions_wait_skip_and_cancel_as_the_engine_decides() {
             echo("abortable"),
         );
     rt.register(wf).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 8))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 8).await;
     let h = rt
         .run_no_wait("conds", &json!({"n": 9}))
         .await
@@ -326,9 +324,7 @@ async fn durable_waits_on_an_or_group_say_which_condition_fired() {
     ))
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let ev = rt
         .run_no_wait("wait-or", &json!({"sleep": 600}))
         .await

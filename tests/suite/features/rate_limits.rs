@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use hatchet_runtime::task::RateLimitWindow;
-use hatchet_runtime::{Context, TaskError, TaskOptions, WorkerOptions, Workflow};
+use hatchet_runtime::{Context, TaskError, TaskOptions, Workflow};
 use serde_json::{Value, json};
 
 use crate::support::engine_and_runtime as setup;
@@ -28,9 +28,7 @@ async fn running(
             .expect("limit");
     }
     rt.register(echo(name, options)).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 10))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 10).await;
     let mut handles = Vec::new();
     for i in inputs {
         handles.push(rt.run_no_wait(name, &i).await.expect("trigger"));
@@ -66,9 +64,7 @@ async fn a_declared_limit_holds_tasks_until_units_are_free() {
     rt.register(echo("free", TaskOptions::new()))
         .await
         .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 10))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 10).await;
     let mut handles = Vec::new();
     for i in 0..5 {
         handles.push(

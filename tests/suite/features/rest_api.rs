@@ -202,9 +202,7 @@ async fn schedules_fire_at_their_time_and_crons_are_validated_at_registration() 
     )
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let api = rt.api();
     let at = SystemTime::now() + Duration::from_secs(1);
     let sched = api

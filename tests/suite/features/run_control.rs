@@ -76,9 +76,7 @@ async fn on_failure_runs_once_after_a_final_failure_and_reads_the_error() {
             }
         });
     rt.register(wf).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let h = rt
         .run_no_wait("checkout", &Order { id: 1 })
         .await
@@ -122,9 +120,7 @@ async fn on_failure_is_skipped_when_every_task_completes_and_a_typed_result_igno
         .expect("register")
         .returning::<Order, Receipt>("charge")
         .expect("types match");
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let run = orders.run_no_wait(&Order { id: 7 }).await.expect("trigger");
     assert_eq!(
         run.result().await.expect("result"),
@@ -193,9 +189,7 @@ async fn typed_references_refuse_types_the_workflow_does_not_declare() {
     assert!(missing.to_string().contains("no task"), "{missing}");
     // Adding "audit" to the DAG did not change what the reference returns.
     let r = reg.returning::<Order, Receipt>("price").expect("ok");
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     assert_eq!(
         r.run(&Order { id: 2 }).await.expect("run"),
         Receipt { order: 2, total: 3 }
@@ -209,9 +203,7 @@ async fn cancel_fires_the_tasks_token_and_the_waiter_sees_a_cancelled_run() {
     rt.register(slow("slow", ran.clone(), saw.clone()))
         .await
         .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let h = rt.run_no_wait("slow", &json!({})).await.expect("trigger");
     until("the task to start", || ran.load(Ordering::SeqCst) == 1).await;
     h.cancel().await.expect("cancel");
@@ -249,9 +241,7 @@ async fn failing_once(rt: &RuntimeHandle, name: &str) -> Arc<AtomicUsize> {
     }))
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(rt, 2).await;
     runs
 }
 
@@ -319,9 +309,7 @@ async fn cancel_and_replay_by_filter_select_runs_by_metadata_and_time() {
     rt.register(slow("batch", ran.clone(), saw.clone()))
         .await
         .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 8))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 8).await;
     let since = SystemTime::now() - Duration::from_secs(1);
     let mut a = Vec::new();
     for _ in 0..3 {
@@ -448,9 +436,7 @@ async fn run_many_goes_through_bulk_trigger_and_answers_per_item() {
         .await
         .expect("register");
     let typed = reg.returning::<Order, Receipt>("t").expect("typed");
-    rt.start_worker(WorkerOptions::new("w", 8))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 8).await;
     e.faults().reset_counters();
     let mut items: Vec<BulkRun<Order>> = (0..25).map(|id| BulkRun::new(Order { id })).collect();
     items[3] = BulkRun::new(Order { id: 3 }).priority(5);
@@ -492,9 +478,7 @@ async fn push_many_triggers_one_run_per_event_with_its_metadata() {
     )
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let events: Vec<BulkEvent<Value>> = ["ann", "bob", "cy"]
         .iter()
         .map(|who| BulkEvent::new("user:signup", json!({})).metadata(meta("who", who)))
@@ -535,9 +519,7 @@ async fn refresh_timeout_keeps_a_slow_attempt_alive() {
         },
     );
     rt.register(wf).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let _: Value = rt
         .run("refresh", &true)
         .await
@@ -705,9 +687,7 @@ async fn a_task_can_cancel_its_own_run() {
     )
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let err = rt
         .run::<_, Value>("self-cancel", &json!({}))
         .await
@@ -728,9 +708,7 @@ async fn task_logs_keep_their_levels_and_read_back_over_rest() {
     )
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let h = rt.run_no_wait("logger", &json!({})).await.expect("trigger");
     let _: Value = h.result().await.expect("done");
     until("three log lines", || e.task_logs(h.run_id()).len() == 3).await;
@@ -771,9 +749,7 @@ async fn replaying_a_task_of_a_dag_reruns_it_and_what_follows_not_what_came_befo
         .task_with("b", TaskOptions::new().parents(["a"]), step("b", true))
         .task_with("c", TaskOptions::new().parents(["b"]), step("c", false));
     rt.register(wf).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let h = rt.run_no_wait("chain", &json!({})).await.expect("trigger");
     assert_eq!(
         h.outputs().await.expect_err("b fails").outcome(),
@@ -821,20 +797,14 @@ async fn refresh_timeout_is_a_write_and_is_never_sent_twice() {
     e.faults().inject(
         PATH,
         1,
-        hatchet_dev_engine::Fault::Fail {
-            code: tonic::Code::Unavailable as i32,
-            message: "lost on the way back".into(),
-            pushback_ms: None,
-        },
+        crate::support::fail(tonic::Code::Unavailable, "lost on the way back"),
     );
     let wf = Workflow::new("refresh-once").task("t", |_: Value, c: Context| async move {
         let r = c.refresh_timeout(Duration::from_secs(5)).await;
         Ok::<_, TaskError>(json!({ "outcome": r.err().map(|e| format!("{:?}", e.outcome())) }))
     });
     rt.register(wf).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let out: Value = rt.run("refresh-once", &json!({})).await.expect("run");
     assert_eq!(e.faults().attempts(PATH), 1, "sent once: {out}");
     assert_eq!(out["outcome"], "MaybeExecuted", "{out}");
@@ -860,9 +830,7 @@ async fn a_memo_whose_value_cannot_be_serialised_is_an_error_and_stores_nothing(
         },
     );
     rt.register(wf).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let out: Value = rt.run("bad-memo", &json!({})).await.expect("run");
     assert_eq!(out["outcome"], "Invalid", "{out}");
     assert!(

@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use hatchet_dev_engine::Fault;
 use hatchet_runtime::run::{FinalStatus, RunEvent, TaskEventKind};
-use hatchet_runtime::{Context, TaskError, TriggerOptions, WorkerOptions, Workflow};
+use hatchet_runtime::{Context, TaskError, TriggerOptions, Workflow};
 use serde_json::{Value, json};
 use tonic::Code;
 
@@ -35,9 +35,7 @@ async fn streaming() -> (
 ) {
     let (e, rt) = setup().await;
     rt.register(streamer()).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     (e, rt)
 }
 

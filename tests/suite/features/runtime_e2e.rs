@@ -6,9 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use hatchet_runtime::health::{ListenerKind, ListenerState};
-use hatchet_runtime::{
-    Context, Outcome, TaskError, TaskOptions, TriggerOptions, WorkerOptions, Workflow,
-};
+use hatchet_runtime::{Context, Outcome, TaskError, TaskOptions, TriggerOptions, Workflow};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -29,9 +27,7 @@ fn doubler() -> Workflow {
 async fn run_returns_the_typed_output() {
     let (_e, rt) = setup().await;
     rt.register(doubler()).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 8))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 8).await;
     let out: Num = rt.run("doubler", &Num { n: 21 }).await.expect("run");
     assert_eq!(out, Num { n: 42 });
     // Many concurrently, each result to its own caller.
@@ -66,9 +62,7 @@ async fn a_dag_child_reads_its_parents_outputs() {
             },
         );
     rt.register(wf).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let out: Value = rt.run("dag", &Num { n: 10 }).await.expect("run");
     assert_eq!(out["sum"]["n"], 23);
     assert_eq!(out["a"]["n"], 11);
@@ -111,9 +105,7 @@ async fn failures_retries_non_retryable_errors_and_panics() {
     for wf in [wf, fatal, panics] {
         rt.register(wf).await.expect("register");
     }
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let out: Value = rt
         .run("flaky", &json!({}))
         .await
@@ -162,9 +154,7 @@ async fn durable_tasks_sleep_wait_for_events_and_memoize() {
         },
     );
     rt.register(wf).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let h = rt
         .run_no_wait("durable", &json!({}))
         .await
@@ -206,9 +196,7 @@ async fn child_runs_from_a_task_are_not_duplicated_by_retries() {
     );
     rt.register(child).await.expect("register");
     rt.register(parent).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let out: Num = rt.run("parent", &json!({})).await.expect("run");
     assert_eq!(out, Num { n: 40 });
     assert_eq!(
@@ -260,9 +248,7 @@ async fn cancelling_a_result_wait_removes_only_that_waiter() {
         Ok::<_, TaskError>(json!({"done": true}))
     });
     rt.register(wf).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let h = rt.run_no_wait("slow", &json!({})).await.expect("trigger");
     // A waiter that stays, and one that gives up: dropping it removes it and nothing else.
     let stays = tokio::spawn({
@@ -331,9 +317,7 @@ async fn results_survive_an_engine_restart_and_a_listener_crash() {
         Ok::<_, TaskError>(Num { n: i.n + 1 })
     });
     rt.register(wf).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 64))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 64).await;
     let handles: Vec<_> = rt
         .run_many("slowish", &(0..40).map(|n| Num { n }).collect::<Vec<_>>())
         .await
@@ -378,9 +362,7 @@ async fn an_attempt_assigned_twice_is_executed_once() {
     }))
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 32))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 32).await;
     e.duplicate_next_assignments(20);
     let handles = rt
         .run_many("once", &(0..20).map(|n| Num { n }).collect::<Vec<_>>())
@@ -419,9 +401,7 @@ async fn an_attempt_offered_again_after_it_finished_is_not_run_again() {
     }))
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 8))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 8).await;
     e.duplicate_next_assignments_late(10);
     let handles = rt
         .run_many("late", &(0..10).map(|n| Num { n }).collect::<Vec<_>>())
@@ -482,9 +462,7 @@ async fn only_a_callers_deadline_goes_on_the_wire() {
 async fn register_after_start_worker_is_refused_and_sends_nothing() {
     let (e, rt) = setup().await;
     rt.register(doubler()).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let puts = e.faults().attempts("/v1.AdminService/PutWorkflow");
     let late =
         Workflow::new("late").task(
@@ -516,9 +494,7 @@ async fn a_token_refused_after_the_engine_accepted_it_is_retried_as_never_sent()
     let (engine, rt) = setup().await;
     let faults = engine.faults();
     rt.register(doubler()).await.expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let _: Num = rt.run("doubler", &Num { n: 1 }).await.expect("accepted");
     let refuse = |times| {
         faults.inject(
@@ -598,9 +574,7 @@ async fn a_second_workflow_under_a_registered_name_is_refused() {
         puts,
         "nothing sent"
     );
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     let out: Num = rt.run("doubler", &Num { n: 2 }).await.expect("run");
     assert_eq!(out.n, 4, "the first registration's handler");
     rt.shutdown(Duration::from_secs(1)).await;

@@ -22,9 +22,7 @@ async fn an_invalid_payload_from_the_engine_fails_the_task_with_a_clear_error() 
     rt.register(echo(Duration::from_secs(5)))
         .await
         .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     // The worker decodes with the one parser the fuzz target drives (decode_action_payload).
     for (payload, says) in [
         ("{not json", "action payload is not JSON"),
@@ -52,9 +50,7 @@ async fn missing_fields_and_unknown_enum_values_never_crash_the_worker() {
     rt.register(echo(Duration::from_secs(1)))
         .await
         .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     // No action id: no handler, a FAILED event that says so.
     e.mutate_next_actions(1, |a| a.action_id.clear());
     let err = rt
@@ -135,9 +131,7 @@ async fn an_output_over_the_message_limit_is_a_clear_failure() {
     )
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 1))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 1).await;
     let err = rt
         .run::<_, Value>("big", &json!({}))
         .await
@@ -174,9 +168,7 @@ async fn a_handler_that_never_returns_is_cancelled_at_its_timeout_and_frees_its_
     ))
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 1))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 1).await;
     let err = rt
         .run::<_, Value>("stuck", &json!({"hang": true}))
         .await
@@ -212,9 +204,7 @@ async fn a_flood_of_log_lines_against_a_stalled_engine_never_blocks_the_task_and
     )
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     // Healthy engine, a burst within the queue: every line arrives, none is dropped.
     let burst = LOG_QUEUE / 2;
     let _: Value = rt

@@ -37,9 +37,7 @@ async fn shutdown_dropped_mid_drain_still_shuts_down() {
         .put_tasks("orphan", &[("t", &[], 0, "")], &[])
         .await
         .expect("put");
-    rt.start_worker(WorkerOptions::new("w", 2))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 2).await;
     rt.run_no_wait("gated", &json!({})).await.expect("trigger");
     started.recv().await.expect("the task runs");
     let orphan = rt.run_no_wait("orphan", &json!({})).await.expect("trigger");
@@ -117,9 +115,7 @@ async fn spawn_child_dropped_at_each_await_point_and_called_again_yields_one_chi
     )
     .await
     .expect("register parent");
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let parent = rt.run_no_wait("parent", &json!({})).await.expect("trigger");
     ready.recv().await.expect("the parent runs");
     let f = e.faults();
@@ -174,9 +170,7 @@ async fn a_dropped_spawn_never_hands_its_index_to_a_spawn_of_another_workflow() 
     )
     .await
     .expect("register parent");
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let parent = rt.run_no_wait("parent", &json!({})).await.expect("trigger");
     e.faults()
         .inject(TRIGGER, 1, Fault::DelayAnswer { ms: 1000 });

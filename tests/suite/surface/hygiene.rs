@@ -84,11 +84,7 @@ async fn the_token_never_appears_in_trace_logs() {
     engine.faults().inject(
         "/Dispatcher/ListenV2",
         1,
-        hatchet_dev_engine::Fault::Fail {
-            code: tonic::Code::Unavailable as i32,
-            message: "refused once after the restart".into(),
-            pushback_ms: None,
-        },
+        crate::support::fail(tonic::Code::Unavailable, "refused once after the restart"),
     );
     engine.restart().await.expect("restart");
     let _: Value = d
@@ -171,9 +167,7 @@ async fn every_unary_call_the_engine_sees_is_in_the_runtime_s_ledger() {
     ))
     .await
     .expect("register");
-    rt.start_worker(WorkerOptions::new("w", 4))
-        .await
-        .expect("start");
+    crate::support::start_worker(&rt, 4).await;
     let h = rt.run_no_wait("busy", &json!({})).await.expect("trigger");
     let _: Value = h.result().await.expect("busy");
     let _: Value = rt.run("nap", &json!({})).await.expect("nap");
