@@ -11,6 +11,11 @@
 //! 4. *Progress* is a message received or a stream that stayed open [`HEALTHY_STREAM`]; a connect
 //!    that fails right after opening is not progress (so a failing server is never a hot loop).
 //! 5. A listener that nobody needs (no waiter) goes idle instead of reconnecting.
+//! 6. The backoff grows over the ends since the engine was last known back
+//!    ([`ReconnectState::engine_back`]: a heartbeat accepted after failed ones), not over the
+//!    whole outage: an engine that answers heartbeats but refuses a stream for a moment as it
+//!    comes up is tried again after a second, not after the 16-30 s the outage grew the backoff
+//!    to. The stop rule (3) still counts every end without progress.
 
 use std::time::Duration;
 
@@ -88,6 +93,15 @@ pub(crate) enum Next {
 pub(crate) struct ReconnectState {
     /// Consecutive stream ends without progress.
     pub no_progress: u32,
+    /// `no_progress` when the engine was last known back (rule 6).
+    pub back_at: u32,
+}
+
+impl ReconnectState {
+    /// The engine answers again (rule 6): the backoff starts over from here.
+    pub(crate) fn engine_back(&mut self) {
+        self.back_at = self.no_progress;
+    }
 }
 
 /// Decides what follows a stream end.
@@ -107,6 +121,7 @@ pub(crate) fn decide<R: rand::Rng + ?Sized>(
     }
     if progressed {
         state.no_progress = 0;
+        state.back_at = 0;
     }
     if let StreamEnd::Code(c) = end
         && PERMANENT_STREAM_CODES.contains(&c)
@@ -122,7 +137,7 @@ pub(crate) fn decide<R: rand::Rng + ?Sized>(
         StreamEnd::Eof => true,
         StreamEnd::Code(c) => TRANSIENT_STREAM_CODES.contains(&c),
     };
-    let attempt = state.no_progress;
+    let attempt = state.no_progress.saturating_sub(state.back_at);
     state.no_progress = state.no_progress.saturating_add(1);
     if !transient && state.no_progress >= MAX_NO_PROGRESS {
         return Next::Stop {
@@ -250,5 +265,48 @@ mod tests {
             ),
             Next::Stop { .. }
         ));
+    }
+
+    /// Rule 6: after an outage of six failed opens the backoff window is 30 s; once the engine is
+    /// known back, the next failed open waits at most the base again, and the stop rule still
+    /// counts every end.
+    #[test]
+    fn once_the_engine_is_back_the_backoff_starts_over_and_the_stop_rule_keeps_counting() {
+        let mut s = ReconnectState::default();
+        let mut rng = StdRng::seed_from_u64(7);
+        let unavailable = StreamEnd::Code(Code::Unavailable);
+        let mut delay = |s: &mut ReconnectState| match decide(
+            s,
+            unavailable,
+            false,
+            true,
+            true,
+            &STREAM_BACKOFF,
+            &mut rng,
+        ) {
+            Next::Reconnect { delay, .. } => delay,
+            other => panic!("reconnects: {other:?}"),
+        };
+        for _ in 0..6 {
+            delay(&mut s);
+        }
+        assert_eq!(s.no_progress, 6);
+        s.engine_back();
+        for _ in 0..20 {
+            let mut again = s;
+            assert!(
+                delay(&mut again) <= STREAM_BACKOFF.window(0),
+                "the first end after the engine came back waits at most the base"
+            );
+        }
+        delay(&mut s);
+        assert!(
+            delay(&mut s) <= STREAM_BACKOFF.window(1),
+            "then grows again"
+        );
+        assert_eq!(
+            s.no_progress, 8,
+            "every end still counts toward the stop rule"
+        );
     }
 }

@@ -228,6 +228,11 @@ impl ReconnectRules {
         rotation_delay(period, self.rng.random::<f64>())
     }
 
+    /// The engine answers again: the backoff starts over (reconnect rule 6).
+    pub(crate) fn engine_back(&mut self) {
+        self.state.engine_back();
+    }
+
     /// The decision for one end ([`reconnect::decide`]).
     pub(crate) fn decide(
         &mut self,
@@ -821,6 +826,7 @@ impl<K: StreamKind> Actor for StreamActor<K> {
                 }
             }
             StreamMsg::EngineBack => {
+                st.home.rules.lock().engine_back();
                 if st.phase == Phase::BackingOff && !st.stopped && st.home.kind.wanted() {
                     Self::open(&myself, st);
                 }
