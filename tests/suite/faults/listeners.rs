@@ -465,8 +465,7 @@ async fn heartbeat_failed_precondition_reconnects_the_action_stream() {
 }
 
 /// Heartbeat invariant 5, counted at the engine: while heartbeats fail UNAVAILABLE the worker
-/// probes after a second, then after two, and once one is accepted it keeps the 4 s interval
-/// again. Without the probe, the gaps after the failures would be the whole interval, and a
+/// probes every second, and once one is accepted it keeps the 4 s interval again. Without the probe, the gaps after the failures would be the whole interval, and a
 /// worker would see an engine's return up to 4 s late (the twice-restarted real engine's 5.4 s).
 #[tokio::test]
 async fn while_heartbeats_cannot_reach_the_engine_the_worker_probes_soon() {
@@ -497,8 +496,8 @@ async fn while_heartbeats_cannot_reach_the_engine_the_worker_probes_soon() {
         "after the first failed beat the next came with the 1 s probe: {gaps:?}"
     );
     assert!(
-        gaps[1] > secs(1.6) && gaps[1] < secs(3.0),
-        "after the second the probe waited twice as long: {gaps:?}"
+        gaps[1] < secs(1.6),
+        "after the second failed beat too: {gaps:?}"
     );
     assert!(
         gaps[2] > Duration::from_secs(3),
