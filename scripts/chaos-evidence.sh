@@ -21,19 +21,7 @@ while IFS=$'\t' read -r end workflow key rest; do
   echo "-- executions in the handlers (task, key, retry count, worker pid)"
   grep -P "\t$key\t" "$OUT/exec.log" || echo "(none)"
   [[ "$run" =~ ^[0-9a-f-]{36}$ ]] || continue
-  q "select external_id, inserted_at, dag_id, task_id from v1_lookup_table where external_id = '$run'"
-  q "select id, step_readable_id, retry_count, inserted_at, initial_state, concurrency_parent_strategy_ids
-       from v1_task where workflow_run_id = '$run' order by id"
-  q "select e.task_id, t.step_readable_id, e.retry_count, e.event_type, e.created_at, left(e.data::text, 120) data
-       from v1_task_event e join v1_task t on t.id = e.task_id and t.inserted_at = e.task_inserted_at
-      where t.workflow_run_id = '$run' order by e.created_at"
-  q "select r.task_id, r.retry_count, r.worker_id, r.timeout_at from v1_task_runtime r
-       join v1_task t on t.id = r.task_id and t.inserted_at = r.task_inserted_at where t.workflow_run_id = '$run'"
-  q "select id, kind, is_satisfied, trigger_step_index, trigger_external_id from v1_match
-      where trigger_workflow_run_id = '$run' or trigger_external_id = '$run'"
-  q "select q.task_id, q.retry_count, q.queue, q.priority from v1_queue_item q
-       join v1_task t on t.id = q.task_id and t.inserted_at = q.task_inserted_at where t.workflow_run_id = '$run'"
-  q "select readable_status, inserted_at from v1_runs_olap where external_id = '$run'"
+  "$ROOT/scripts/real-engine.sh" evidence "$run"
 done <"$OUT/problems.tsv"
 
 echo

@@ -9,6 +9,9 @@
 #                                    (the conformance suite's "engine restarts mid-run" check)
 #   scripts/real-engine.sh restart-postgres   stop PostgreSQL (fast: sessions ended) and start it
 #   scripts/real-engine.sh psql [ARGS]   psql on the engine's database (its tables as evidence)
+#   scripts/real-engine.sh evidence RUN   what the engine's tables hold of one run: its tasks, their
+#                                    events, runtime rows and queue items, the workers holding them,
+#                                    its read-model row, the tenant's partitions, the message queue
 #   scripts/real-engine.sh status    which of its processes are alive
 #
 # Nothing of the engine is copied into this repository: the script installs its commands with the Go
@@ -231,6 +234,32 @@ cmd_psql() { # the engine's database, for reading its tables (the chaos suite's 
   as_pg "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U hatchet -d hatchet "$@"
 }
 
+cmd_evidence() { # run id: the engine's tables on one run (why it did not end)
+  local run="${1:?usage: $0 evidence RUN_ID}" q
+  [[ "$run" =~ ^[0-9a-f-]{36}$ ]] || die "not a run id: $run"
+  q() { cmd_psql -P pager=off -c "$1"; }
+  q "select external_id, inserted_at, dag_id, task_id from v1_lookup_table where external_id = '$run'"
+  q "select id, step_readable_id, retry_count, inserted_at, initial_state, schedule_timeout, step_timeout
+       from v1_task where workflow_run_id = '$run' or external_id = '$run' order by id"
+  q "select e.task_id, t.step_readable_id, e.retry_count, e.event_type, e.created_at, left(e.data::text, 120) data
+       from v1_task_event e join v1_task t on t.id = e.task_id and t.inserted_at = e.task_inserted_at
+      where t.workflow_run_id = '$run' or t.external_id = '$run' order by e.created_at"
+  q "select r.task_id, r.retry_count, r.worker_id, r.timeout_at, r.evicted_at, now() at time zone 'UTC' as now
+       from v1_task_runtime r join v1_task t on t.id = r.task_id and t.inserted_at = r.task_inserted_at
+      where t.workflow_run_id = '$run' or t.external_id = '$run'"
+  q "select w.id, w.name, w.\"isActive\", w.\"lastHeartbeatAt\", w.\"lastListenerEstablished\", w.\"dispatcherId\"
+       from \"Worker\" w where w.id in (select r.worker_id from v1_task_runtime r join v1_task t
+         on t.id = r.task_id and t.inserted_at = r.task_inserted_at where t.workflow_run_id = '$run' or t.external_id = '$run')"
+  q "select id, kind, is_satisfied, trigger_step_index, trigger_external_id from v1_match
+      where trigger_workflow_run_id = '$run' or trigger_external_id = '$run'"
+  q "select q.task_id, q.retry_count, q.queue, q.priority, q.schedule_timeout_at from v1_queue_item q
+       join v1_task t on t.id = q.task_id and t.inserted_at = q.task_inserted_at where t.workflow_run_id = '$run' or t.external_id = '$run'"
+  q "select readable_status, inserted_at from v1_runs_olap where external_id = '$run'"
+  q "select \"schedulerPartitionId\", \"controllerPartitionId\" from \"Tenant\" where id = '$TENANT'"
+  q "select id, \"lastHeartbeat\" from \"SchedulerPartition\""
+  q "select \"queueId\", status, payload->>'id' as message, count(*), min(\"expiresAt\") from \"MessageQueueItem\" group by 1, 2, 3"
+}
+
 cmd_env() {
   [[ -f "$ENV_FILE" ]] || die "no client environment yet (scripts/real-engine.sh start)"
   sed 's/^/export /' "$ENV_FILE"
@@ -249,7 +278,8 @@ case "${1:-}" in
   restart-engine) cmd_restart_engine ;;
   restart-postgres) cmd_restart_postgres ;;
   psql) shift; cmd_psql "$@" ;;
+  evidence) shift; cmd_evidence "$@" ;;
   status) cmd_status ;;
   install) mkdir -p "$STATE" "$LOGS"; install_engine ;;
-  *) echo "usage: $0 start|stop|env|restart-engine|restart-postgres|psql|status|install" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|env|restart-engine|restart-postgres|psql|evidence|status|install" >&2; exit 2 ;;
 esac

@@ -107,6 +107,29 @@ pub(crate) fn later<M: ractor::Message>(
     });
 }
 
+/// Sends `msg()` to `to` at each new value of `rx` (the engine's returns), until `life` is
+/// cancelled, the actor is gone, or the channel closes.
+pub(crate) fn on_each_change<M: ractor::Message, T: Send + Sync + 'static>(
+    life: &CancellationToken,
+    mut rx: tokio::sync::watch::Receiver<T>,
+    to: &ractor::ActorRef<M>,
+    msg: fn() -> M,
+) {
+    let (life, to) = (life.clone(), to.clone());
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = life.cancelled() => break,
+                r = rx.changed() => {
+                    if r.is_err() || to.cast(msg()).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
+
 /// Sends `msg()` to `to` every `every`, until `life` is cancelled or the actor is gone.
 pub(crate) fn every<M: ractor::Message>(
     life: &CancellationToken,

@@ -54,18 +54,6 @@ impl Listeners {
         }
     }
 
-    /// The engine answers again after an outage (a heartbeat accepted after refusals): every
-    /// listener waiting out a reconnect backoff opens now instead (the backoff spares an engine
-    /// that is down, and this one is up). At most once per outage: it follows a failure.
-    pub(crate) fn engine_back(&self) {
-        self.runs.engine_back();
-        self.events.engine_back();
-        self.durable.engine_back();
-        if let Some(h) = self.actions() {
-            h.engine_back();
-        }
-    }
-
     /// Stops every listener quietly (shutdown).
     pub(crate) fn stop_all(&self) {
         self.runs.stop();

@@ -359,11 +359,6 @@ impl<K: StreamKind> Home<K> {
         self.send(StreamMsg::Reopen);
     }
 
-    /// The engine answers again: a reconnect waiting out its backoff happens now.
-    pub(crate) fn engine_back(&self) {
-        self.send(StreamMsg::EngineBack);
-    }
-
     /// Makes the actor panic (its supervisor restarts it).
     #[cfg(feature = "test-hooks")]
     pub(crate) fn crash(&self) {
@@ -664,6 +659,15 @@ impl<K: StreamKind> StreamActor<K> {
                 .error
                 .contains(crate::retry::executor::AMBIGUOUS_REFUSAL);
         let end = reconnect::end_after_acceptance(end, ambiguous);
+        let lost = match end {
+            StreamEnd::Eof => true,
+            StreamEnd::Code(code) => !crate::connection::watch::reached(Some(code)),
+        };
+        if lost {
+            // The engine may be gone (an EOF is how an engine that stops ends its streams): the
+            // watch probes it and says when it answers again.
+            st.conn.suspect_engine();
+        }
         let wanted = st.home.kind.wanted();
         let alive = !st.home.token.is_cancelled();
         let backoff = st.home.kind.backoff(&st.conn);
@@ -741,6 +745,14 @@ impl<K: StreamKind> Actor for StreamActor<K> {
         if let Some(every) = K::TICK {
             super::every(&args.home.token, every, &myself, || StreamMsg::Tick);
         }
+        // The engine watch's returns (connection/watch.rs): a reconnect waiting out its backoff
+        // happens at once when the engine answers again.
+        super::on_each_change(
+            &args.home.token,
+            args.conn.engine_returns(),
+            &myself,
+            || StreamMsg::EngineBack,
+        );
         let mut st = StreamState {
             conn: args.conn,
             home: args.home,

@@ -48,11 +48,7 @@ pub(crate) const PROBES: u32 = 10;
 
 const PATH: &str = "/Dispatcher/Heartbeat";
 
-/// Whether a heartbeat that failed with `code` says the engine could not be reached (rather than
-/// refused the beat).
-pub(crate) fn unreachable(code: Code) -> bool {
-    matches!(code, Code::Unavailable | Code::DeadlineExceeded)
-}
+pub(crate) use crate::connection::watch::unreachable;
 
 /// How long after a heartbeat the next one goes (pure, invariant 5): `failed` is the code of a
 /// heartbeat that failed, `None` for one accepted; `unreachable_in_a_row` counts the heartbeats,
@@ -110,8 +106,9 @@ pub(crate) fn spawn(core: Arc<WorkerCore>) {
                         refusals = 0;
                         unreachable_in_a_row = 0;
                         if std::mem::take(&mut failing) {
-                            // invariant 4: the engine is back; no listener waits out a backoff.
-                            core.listeners.engine_back();
+                            // invariant 4: the engine is back; no listener waits out a backoff
+                            // (published as the engine watch's own returns are).
+                            core.conn.engine_back();
                         }
                         continue;
                     }

@@ -261,6 +261,26 @@ impl Target {
         Some(text.lines().next().unwrap_or_default().trim().to_string())
     }
 
+    /// What the real engine's tables hold of one run (`scripts/real-engine.sh evidence`): printed
+    /// where a run did not end, to explain it from the engine's records; `None` on ours.
+    pub(crate) async fn real_evidence(&self, run_id: &str) -> Option<String> {
+        let script = self.script.clone()?;
+        let run_id = run_id.to_string();
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(script)
+                .args(["evidence", &run_id])
+                .output()
+        })
+        .await
+        .ok()?
+        .ok()?;
+        Some(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+
     /// The tenant the client's token is for.
     pub(crate) fn tenant_id(&self) -> String {
         self.config

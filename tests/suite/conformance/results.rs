@@ -277,7 +277,15 @@ async fn results_survive_the_engine_restarting_mid_run() {
             Err(e) if e.outcome() == Outcome::RunFailed => {
                 eprintln!("conformance: a run whose START the restart cut failed: {e}");
             }
-            Err(e) => panic!("result across the restart: {e:?}"),
+            Err(e) => {
+                if let Some(tables) = t.real_evidence(h.run_id()).await {
+                    eprintln!(
+                        "conformance: the engine's tables on run {}:\n{tables}",
+                        h.run_id()
+                    );
+                }
+                panic!("result across the restart: {e:?}")
+            }
         }
     }
     let out: Value = after.result_within(RESULT).await.expect("result");

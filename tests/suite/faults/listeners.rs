@@ -1401,3 +1401,57 @@ async fn rotating_streams_move_while_work_flows_and_lose_nothing() {
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }
+
+/// The engine watch (docs/contract.md §3), counted at the engine: a client with no worker (so no
+/// heartbeat) whose engine stops and comes back serves its runs stream again within a probe of
+/// the return, however long the reconnect backoff the outage drew. Without the watch the
+/// listener waits out its backoff (windows of 10 s, 20 s, 30 s here); with it the engine is
+/// probed with GetVersion about every second and the first answer opens the stream.
+#[tokio::test]
+async fn a_listener_serves_within_a_probe_of_the_engine_s_return_however_long_its_backoff() {
+    const PROBE: &str = "/Dispatcher/GetVersion";
+    let slow = Backoff {
+        base: Duration::from_secs(10),
+        factor: 2,
+        cap: Duration::from_secs(30),
+    };
+    let (e, rt) = setup_with(
+        RuntimeOptions::new()
+            .stream_backoff(StreamBackoff::new().stream(slow).waiters(slow))
+            .seed(11),
+    )
+    .await;
+    // A waiter with no worker: its run stays queued, so the runs stream stays wanted.
+    let h = rt.run_no_wait("echo", &json!({})).await.expect("trigger");
+    let waiter =
+        tokio::spawn(async move { h.result_within::<Value>(Duration::from_secs(60)).await });
+    let mut runs = rt.health()[&ListenerKind::WorkflowRuns].clone();
+    let connected = |s: &ListenerState| matches!(s, ListenerState::Connected { .. });
+    tokio::time::timeout(Duration::from_secs(10), runs.wait_for(connected))
+        .await
+        .expect("the runs stream serves")
+        .expect("health");
+    e.faults().record_times(PROBE);
+    e.shutdown().await;
+    tokio::time::timeout(Duration::from_secs(10), runs.wait_for(|s| !connected(s)))
+        .await
+        .expect("the stop is seen")
+        .expect("health");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    e.start_again().await.expect("serve again");
+    let back = std::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(60), runs.wait_for(connected))
+        .await
+        .expect("the runs stream serves again")
+        .expect("health");
+    let took = back.elapsed();
+    let probes = e.faults().attempt_times(PROBE).len();
+    assert!(probes >= 1, "the engine was probed after its return");
+    assert!(
+        took < Duration::from_secs(3),
+        "served {took:?} after the engine's return (a probe a second), not after the backoff"
+    );
+    e.complete_queued("echo");
+    let _ = waiter.await;
+    rt.shutdown(Duration::from_secs(1)).await;
+}

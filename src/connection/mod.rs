@@ -3,7 +3,8 @@
 //!
 //! A [`Connection`] holds the configuration, the gRPC channel with its auth interceptor, the two
 //! retry cores (gRPC and REST, one budget per endpoint, one ledger), the HTTP client, the
-//! runtime's lifecycle token, the listeners' reconnect backoff and the jitter seed.
+//! runtime's lifecycle token, the listeners' reconnect backoff, the jitter seed and the engine
+//! watch ([`watch`]: whether the engine answers again after a listener lost it).
 //!
 //! # Invariants
 //!
@@ -13,6 +14,8 @@
 //! 2. Cloning is cheap (an `Arc`); every clone shares the same channel, cores and token.
 //! 3. Nothing here imports the runtime, the worker, the client or the listeners: this module
 //!    only looks down (config, transport, retry, proto).
+
+pub(crate) mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -184,6 +187,7 @@ pub(crate) struct Parts {
 #[derive(Clone)]
 pub(crate) struct Connection {
     inner: Arc<Parts>,
+    watch: Arc<watch::EngineWatch>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -198,6 +202,7 @@ impl Connection {
     pub(crate) fn new(parts: Parts) -> Self {
         Connection {
             inner: Arc::new(parts),
+            watch: Arc::default(),
         }
     }
 
@@ -266,6 +271,48 @@ impl Connection {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         });
         rand::rngs::StdRng::seed_from_u64(self.inner.seed ^ salt)
+    }
+
+    /// A listener could not reach the engine: the engine watch probes it until it answers, once
+    /// for the whole runtime ([`watch`]; a call while a probe loop runs joins it).
+    pub(crate) fn suspect_engine(&self) {
+        if !self.watch.begin() {
+            return;
+        }
+        const PATH: &str = "/Dispatcher/GetVersion";
+        let conn = self.clone();
+        tokio::spawn(async move {
+            let mut rng = conn.rng("engine_watch");
+            let ledger = conn.grpc_core().ledger();
+            let probe = || {
+                let mut client = conn.dispatcher();
+                ledger.operation(PATH);
+                ledger.attempt(PATH, false);
+                async move {
+                    let r = client
+                        .get_version(request_with_timeout(
+                            proto::GetVersionRequest {},
+                            watch::PROBE_DEADLINE,
+                        ))
+                        .await;
+                    let failed = r.err().map(|s| s.code());
+                    ledger.finished(PATH, if failed.is_none() { "ok" } else { "failed" });
+                    failed
+                }
+            };
+            watch::probe_until_answered(&conn.watch, conn.lifecycle(), &mut rng, probe).await;
+        });
+    }
+
+    /// The engine answers again (a heartbeat accepted after failed ones): published to every
+    /// stream actor, as the watch's own probe does.
+    pub(crate) fn engine_back(&self) {
+        self.watch.back();
+    }
+
+    /// The engine's returns from now on, for a stream actor to open at once on each.
+    pub(crate) fn engine_returns(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.watch.subscribe()
     }
 
     /// The channel with the client's credentials (for a call no generated client makes).
