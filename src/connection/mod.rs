@@ -304,12 +304,6 @@ impl Connection {
         });
     }
 
-    /// The engine answers again (a heartbeat accepted after failed ones): published to every
-    /// stream actor, as the watch's own probe does.
-    pub(crate) fn engine_back(&self) {
-        self.watch.back();
-    }
-
     /// The engine's returns from now on, for a stream actor to open at once on each.
     pub(crate) fn engine_returns(&self) -> tokio::sync::watch::Receiver<u64> {
         self.watch.subscribe()

@@ -88,8 +88,7 @@ impl EngineWatch {
         self.back.subscribe()
     }
 
-    /// Publishes a return of the engine (invariant 4): by the watch's probe, or by a heartbeat
-    /// accepted after failed ones.
+    /// Publishes a return of the engine (invariant 4), seen by the watch's probe.
     pub(crate) fn back(&self) {
         self.back.send_modify(|n| *n = n.wrapping_add(1));
     }

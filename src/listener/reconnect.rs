@@ -12,7 +12,7 @@
 //!    that fails right after opening is not progress (so a failing server is never a hot loop).
 //! 5. A listener that nobody needs (no waiter) goes idle instead of reconnecting.
 //! 6. The backoff grows over the ends since the engine was last known back
-//!    ([`ReconnectState::engine_back`]: a heartbeat accepted after failed ones), not over the
+//!    ([`ReconnectState::engine_back`]: the engine watch's answer after failed probes), not over the
 //!    whole outage: an engine that answers heartbeats but refuses a stream for a moment as it
 //!    comes up is tried again after a second, not after the 16-30 s the outage grew the backoff
 //!    to. The stop rule (3) still counts every end without progress.

@@ -2,6 +2,8 @@
 //! its step events (invariants 2 to 5).
 
 use super::*;
+use std::pin::Pin;
+
 use crate::logs;
 
 /// The worker's slot bounds: ordinary tasks and durable tasks each have their own (as the
@@ -134,23 +136,17 @@ async fn execute(
         invocation: action.durable_task_invocation_count.unwrap_or(1),
     });
     core.counters.started.fetch_add(1, Ordering::Relaxed);
-    // STARTED goes out alongside the handler instead of before it: the task does not wait a
-    // round trip to begin, and the engine ignores a STARTED that arrives after the attempt's
-    // final event (a finished attempt only moves forward).
-    {
-        let (core2, action2) = (core.clone(), action.clone());
-        core.tracker.spawn(async move {
-            send_event(
-                &core2,
-                &action2,
-                E::StepEventTypeStarted,
-                String::new(),
-                false,
-                false,
-            )
-            .await;
-        });
-    }
+    // STARTED goes out alongside the handler, from this task (no task of its own, no copy of the
+    // action): the handler does not wait a round trip to begin, and the engine ignores a STARTED
+    // that arrives after the attempt's final event (a finished attempt only moves forward).
+    let mut started = std::pin::pin!(send_event(
+        core,
+        &action,
+        E::StepEventTypeStarted,
+        String::new(),
+        false,
+        false,
+    ));
     #[cfg(feature = "otel")]
     let otel_cx = {
         let metadata = action
@@ -168,7 +164,10 @@ async fn execute(
         #[cfg(feature = "otel")]
         otel: otel_cx.clone(),
     };
-    let Some(result) = run_attempt(core, attempt, prepared).await else {
+    let (result, started_ended) =
+        alongside(started.as_mut(), run_attempt(core, attempt, prepared)).await;
+    let Some(result) = result else {
+        // Cancelled: no event is expected any more, a STARTED still in flight included.
         core.counters.cancelled.fetch_add(1, Ordering::Relaxed);
         core.ended(&task_id);
         return;
@@ -197,8 +196,26 @@ async fn execute(
         &core.counters.failed
     };
     counter.fetch_add(1, Ordering::Relaxed);
-    send_event(core, &action, kind, payload, no_retry, true).await;
+    let final_event = send_event(core, &action, kind, payload, no_retry, true);
+    if started_ended {
+        final_event.await;
+    } else {
+        // Still in flight (a slow engine, a trivial task): both go on, the final not behind it.
+        futures::future::join(started, final_event).await;
+    }
     core.ended(&task_id);
+}
+
+/// Polls `side` (first) and `main` together until `main` ends: `main`'s output, and whether
+/// `side` has ended (if not, the caller finishes or drops it; it must not poll an ended one).
+async fn alongside<M: Future>(
+    side: Pin<&mut impl Future<Output = ()>>,
+    main: M,
+) -> (M::Output, bool) {
+    match futures::future::select(side, std::pin::pin!(main)).await {
+        futures::future::Either::Left(((), main)) => (main.await, true),
+        futures::future::Either::Right((out, _)) => (out, false),
+    }
 }
 
 /// Ends a durable attempt's invocation in the registry when the attempt's future goes.

@@ -14,17 +14,14 @@
 //!    stop their heartbeats, and the engine would reassign them after 30 s to run twice. Only
 //!    NOT_FOUND (the worker's row is gone, and its tasks with it) registers again with tasks
 //!    running.
-//! 4. A heartbeat accepted after a failed one says the engine is back: every listener waiting
-//!    out a reconnect backoff opens at once (a killed engine is back in about 2 s; a backoff
-//!    grown during its outage would otherwise keep the worker deaf for up to 30 s more).
-//! 5. While the engine cannot be reached (UNAVAILABLE, DEADLINE_EXCEEDED) the next heartbeat
-//!    goes sooner than a whole interval ([`next_beat_in`]): every [`PROBE_EVERY`] for the first
-//!    [`PROBES`] such failures in a row, then at the interval. A blip or a restart (an engine
-//!    killed and back in 2 to 10 s) is seen within about a second of its end and invariant 4
-//!    acts then (a probe that backed off to the interval left the actions stream unserved 6.5 s
-//!    after the real engine's return, where the bound is 3 s); a long outage costs one beat per
-//!    interval after the first [`PROBES`]. A refusal keeps the interval: a stream reopened after
-//!    one needs time to be taken before the next beat judges it.
+//! 4. A heartbeat that cannot reach the engine (UNAVAILABLE, DEADLINE_EXCEEDED) asks the engine
+//!    watch to probe it (`connection::watch`: one probe loop for the runtime, about every second
+//!    for ten failures, then every 5 s) and keeps its own interval: the runtime probes an
+//!    unreachable engine once, not twice (a heartbeat of its own each second beside the watch's
+//!    GetVersion). When the watch publishes the engine's return the next heartbeat goes at once,
+//!    so the engine hears the worker within a probe of its return (it assigns only to workers
+//!    heard from in the last 5 s), and every listener waiting out a backoff opens on the same
+//!    publication.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,28 +38,9 @@ pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(4);
 /// Heartbeat deadline.
 pub(crate) const HEARTBEAT_DEADLINE: Duration = Duration::from_secs(3);
 
-/// The heartbeat's cadence while the engine cannot be reached (invariant 5).
-pub(crate) const PROBE_EVERY: Duration = Duration::from_secs(1);
-/// Failed heartbeats in a row probed at [`PROBE_EVERY`] before the interval applies again.
-pub(crate) const PROBES: u32 = 10;
-
 const PATH: &str = "/Dispatcher/Heartbeat";
 
 pub(crate) use crate::connection::watch::unreachable;
-
-/// How long after a heartbeat the next one goes (pure, invariant 5): `failed` is the code of a
-/// heartbeat that failed, `None` for one accepted; `unreachable_in_a_row` counts the heartbeats,
-/// this one included, that could not reach the engine.
-pub(crate) fn next_beat_in(
-    every: Duration,
-    failed: Option<Code>,
-    unreachable_in_a_row: u32,
-) -> Duration {
-    match failed {
-        Some(code) if unreachable(code) && unreachable_in_a_row <= PROBES => PROBE_EVERY.min(every),
-        _ => every,
-    }
-}
 
 /// What the worker does after a heartbeat refused with `code`, `refusals` in a row (pure).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,33 +71,30 @@ pub(crate) fn spawn(core: Arc<WorkerCore>) {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut refusals = 0u32;
-        let mut unreachable_in_a_row = 0u32;
-        let mut failing = false;
+        let mut returns = core.conn.engine_returns();
+        returns.mark_unchanged();
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = tick.tick() => {}
+                // Invariant 4: the watch saw the engine return; beat now, then at the interval.
+                changed = returns.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    tick.reset();
+                }
             }
             let code = tokio::select! {
                 r = beat(&core) => match r {
                     Ok(()) => {
                         refusals = 0;
-                        unreachable_in_a_row = 0;
-                        if std::mem::take(&mut failing) {
-                            // invariant 4: the engine is back; no listener waits out a backoff
-                            // (published as the engine watch's own returns are).
-                            core.conn.engine_back();
-                        }
                         continue;
                     }
                     Err(code) => {
-                        failing = true;
-                        unreachable_in_a_row = if unreachable(code) {
-                            unreachable_in_a_row.saturating_add(1)
-                        } else {
-                            0
-                        };
-                        tick.reset_after(next_beat_in(every, Some(code), unreachable_in_a_row));
+                        if unreachable(code) {
+                            core.conn.suspect_engine();
+                        }
                         code
                     }
                 },
@@ -185,38 +160,6 @@ async fn beat(core: &WorkerCore) -> Result<(), Code> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Invariant 5: an unreachable engine is probed every second for the first ten failures,
-    /// then at the interval; a refusal, an accepted beat and any other failure keep the
-    /// interval, and the probe never exceeds the interval.
-    #[test]
-    fn an_unreachable_engine_is_probed_soon_then_less_often_and_a_refusal_waits_the_interval() {
-        let every = HEARTBEAT_EVERY;
-        let secs = Duration::from_secs;
-        assert_eq!(next_beat_in(every, None, 0), every);
-        for code in [Code::Unavailable, Code::DeadlineExceeded] {
-            let gaps: Vec<_> = (1..=12)
-                .map(|n| next_beat_in(every, Some(code), n))
-                .collect();
-            let mut want = vec![secs(1); 10];
-            want.extend([every, every]);
-            assert_eq!(gaps, want, "{code:?}");
-        }
-        assert_eq!(
-            next_beat_in(every, Some(Code::Unavailable), u32::MAX),
-            every
-        );
-        for code in [
-            Code::FailedPrecondition,
-            Code::NotFound,
-            Code::ResourceExhausted,
-            Code::Unauthenticated,
-        ] {
-            assert_eq!(next_beat_in(every, Some(code), 1), every, "{code:?}");
-        }
-        let short = Duration::from_millis(300);
-        assert_eq!(next_beat_in(short, Some(Code::Unavailable), 1), short);
-    }
 
     #[test]
     fn refusals_reopen_first_and_register_again_when_they_continue() {

@@ -3,7 +3,7 @@
 // way its documentation shows, so the Go SDK is measured with its own client, as ours is with
 // ours and the Python SDK's with its own.
 //
-//	go-interop bench-worker   # registers go-bench-echo (returns its input) as go-bench-worker
+//	go-interop bench-worker   # registers go-bench-echo (logs a line, returns its input) as go-bench-worker
 //	                          # with BENCH_SLOTS (50) slots; serves until SIGINT or SIGTERM
 //	go-interop bench-drive    # the driver protocol of examples/bench_driver.rs:
 //	                          #   BENCH_WARMUP runs, then {"event":"warm","failed":N};
@@ -49,7 +49,9 @@ func benchWorker() error {
 	if err != nil {
 		return fmt.Errorf("hatchet.NewClient: %w", err)
 	}
+	// The same work as the Rust and Python bench tasks: one log line (PutLog), then the input.
 	echo := client.NewStandaloneTask("go-bench-echo", func(ctx hatchet.Context, in benchIn) (benchIn, error) {
+		ctx.Log("echoing from Go")
 		return in, nil
 	}, hatchet.WithRetries(0))
 	slots := envInt("BENCH_SLOTS", 50)

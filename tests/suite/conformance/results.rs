@@ -308,8 +308,8 @@ async fn results_survive_the_engine_restarting_mid_run() {
 /// that ended before) answered at the engine's next tick. The actions stream: the engine cannot
 /// be made to answer it before it has work, so on the real engine its own table says when it
 /// took the worker's stream again (`Worker.lastListenerEstablished`); on ours its answer does. A
-/// backoff grown in the outage keeps no listener away: the first heartbeat accepted after
-/// refusals opens every listener waiting out its backoff. On the real engine new work then
+/// backoff grown in the outage keeps no listener away: the engine watch's first answer after
+/// failed probes opens every listener waiting out its backoff. On the real engine new work then
 /// waits for the engine itself: a killed engine leaves its tenant on its dead scheduler
 /// partition until its successor's one-minute rebalance (docs/guide/real-engine.md); that time
 /// is printed, not asserted.

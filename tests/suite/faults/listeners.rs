@@ -464,44 +464,57 @@ async fn heartbeat_failed_precondition_reconnects_the_action_stream() {
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
-/// Heartbeat invariant 5, counted at the engine: while heartbeats fail UNAVAILABLE the worker
-/// probes every second, and once one is accepted it keeps the 4 s interval again. Without the probe, the gaps after the failures would be the whole interval, and a
-/// worker would see an engine's return up to 4 s late (the twice-restarted real engine's 5.4 s).
+/// Heartbeat invariant 4, counted at the engine: a heartbeat that cannot reach the engine starts
+/// the engine watch and keeps its interval (the runtime probes once a second, with GetVersion,
+/// not with heartbeats too), and the next heartbeat goes the moment the watch sees the engine
+/// answer, then the interval again. Without the watch's publication the second beat would come
+/// a whole interval after the first; with the heartbeat probing on its own, beats would come
+/// every second beside the probes.
 #[tokio::test]
-async fn while_heartbeats_cannot_reach_the_engine_the_worker_probes_soon() {
+async fn a_heartbeat_that_cannot_reach_the_engine_lets_the_watch_probe_and_beats_on_its_answer() {
     const BEAT: &str = "/Dispatcher/Heartbeat";
+    const PROBE: &str = "/Dispatcher/GetVersion";
     let (e, rt) = setup().await;
     crate::support::start_worker(&rt, 4).await;
     let _: Value = rt.run("echo", &json!({})).await.expect("works");
     e.faults().record_times(BEAT);
-    e.faults().inject(
-        BEAT,
-        2,
-        crate::support::fail(Code::Unavailable, "unreachable"),
-    );
-    // Two failed beats, the accepted one after them, and the next at the interval.
-    let mut times = Vec::new();
+    e.faults().record_times(PROBE);
+    let unreachable = || crate::support::fail(Code::Unavailable, "unreachable");
+    e.faults().inject(PROBE, 2, unreachable());
+    e.faults().inject(BEAT, 1, unreachable());
+    // The failed beat, the one on the watch's answer, and the next at the interval.
+    let mut beats = Vec::new();
     for _ in 0..200 {
-        times = e.faults().attempt_times(BEAT);
-        if times.len() >= 4 {
+        beats = e.faults().attempt_times(BEAT);
+        if beats.len() >= 3 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(times.len() >= 4, "four heartbeats arrived: {times:?}");
-    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(beats.len() >= 3, "three heartbeats arrived: {beats:?}");
+    let probes = e.faults().attempt_times(PROBE);
+    let probes_before_second_beat: Vec<_> = probes.iter().filter(|t| **t <= beats[1]).collect();
+    assert_eq!(
+        probes_before_second_beat.len(),
+        3,
+        "two failed probes and the answered one came before the second beat: {probes:?} {beats:?}"
+    );
+    let answered = *probes_before_second_beat[2];
     let secs = Duration::from_secs_f64;
     assert!(
-        gaps[0] < secs(1.6),
-        "after the first failed beat the next came with the 1 s probe: {gaps:?}"
+        beats[1] - answered < secs(0.5),
+        "the second beat went on the watch's answer: {:?} after it",
+        beats[1] - answered
     );
     assert!(
-        gaps[1] < secs(1.6),
-        "after the second failed beat too: {gaps:?}"
+        beats[1] - beats[0] < secs(2.6),
+        "sooner than the 4 s interval: {:?}",
+        beats[1] - beats[0]
     );
     assert!(
-        gaps[2] > Duration::from_secs(3),
-        "after an accepted beat the interval is back: {gaps:?}"
+        beats[2] - beats[1] > secs(3.0),
+        "then the interval again: {:?}",
+        beats[2] - beats[1]
     );
     rt.shutdown(Duration::from_secs(1)).await;
 }
