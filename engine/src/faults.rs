@@ -66,6 +66,12 @@ pub(crate) struct Switches {
     /// an assignment whose message was on its way to a dispatcher that was killed: the task is
     /// the worker's (its slot taken, RUNNING, the worker's id on it) until its timeout.
     pub lose_sends: u32,
+    /// Lose the next this many task ends in the read model, as a killed replica can leave the
+    /// real engine's: REST reads each such task RUNNING, without its output, for good, while the
+    /// core has it COMPLETED (a cluster chaos run left a DAG parent so).
+    pub lose_read_model_ends: u32,
+    /// The tasks whose end the read model lost ([`Switches::lose_read_model_ends`]).
+    pub read_model_lost: std::collections::HashSet<String>,
     /// Send the next this many assignments again 300 ms later.
     pub late_duplicates: u32,
     /// How long a replay takes to be applied after it is answered, as the real engine's task
@@ -128,6 +134,8 @@ impl Default for Switches {
             reoffer_unanswered: false,
             duplicate_assignments: 0,
             lose_sends: 0,
+            lose_read_model_ends: 0,
+            read_model_lost: Default::default(),
             late_duplicates: 0,
             replay_lag: None,
             lose_answered_completions: Default::default(),

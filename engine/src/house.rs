@@ -1,10 +1,10 @@
 //! The engine's house rules, checked on its own source. First: no engine file imports another
-//! in a circle. A room (its records and their invariants) imports only what is below it; the hub
-//! (`hub/`) imports the rooms; the actions that cross rooms (`impl State` blocks in files such
-//! as `sched/assign.rs`) import the hub, and nothing imports them. A `mod x;` declaration is not
-//! an import, and neither is a test module. Second: the transports (`api/`) never reach into
-//! the state; they read through [`crate::hub::queries::View`] and change through the engine's entry
-//! points (`hub/`).
+//! in a circle. Second: the layers only look down: a room (its records and their invariants, in
+//! `store/`, `sched/`, `dag/`, `time/`, `traces/`) never imports the hub; the actions that
+//! cross rooms (`impl State` blocks) stand together in `hub/actions/`, above the rooms, save the
+//! three named in [`ACTIONS_IN_ROOMS`]. A `mod x;` declaration is not an import, and neither is a
+//! test module. Third: the transports (`api/`) never reach into the state; they read through
+//! [`crate::hub::queries::View`] and change through the engine's entry points (`hub/`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -222,4 +222,44 @@ fn transports_read_through_views_and_change_through_the_engine_s_entry_points() 
         "use crate::hub::State;\nfn f(e: &Engine) { e.state.lock(); }\n".into(),
     );
     assert_eq!(state_uses_in_transports(&files).len(), 2);
+}
+
+/// The actions that still stand in their room's folder, each for a reason: the durable log's
+/// operations work on the durable room's private nodes; the status pipeline drives the run
+/// fields only `store/` may change (a run's readable status, its published end); the run
+/// lifecycle builds runs and tasks, whose statuses only `store/` may set.
+const ACTIONS_IN_ROOMS: [&str; 3] = ["durable::log", "store::readable", "store::runs"];
+
+/// The files below the hub (not `hub/`, `api/`, the crate root or this file) that import the
+/// hub.
+fn rooms_importing_the_hub(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let above = |m: &str| {
+        m.is_empty()
+            || m == "house"
+            || ["hub", "api"]
+                .iter()
+                .any(|t| m == *t || m.starts_with(&format!("{t}::")))
+    };
+    edges
+        .iter()
+        .filter(|(m, to)| !above(m) && to.iter().any(|t| t == "hub" || t.starts_with("hub::")))
+        .map(|(m, _)| m.clone())
+        .collect()
+}
+
+#[test]
+fn no_room_imports_the_hub_and_the_actions_stand_together() {
+    let mut edges = imports();
+    let found = rooms_importing_the_hub(&edges);
+    assert_eq!(
+        found, ACTIONS_IN_ROOMS,
+        "a room imports the hub: move its `impl State` blocks to `hub/actions/` and keep the \
+         records and their rules in the room"
+    );
+    // The check sees such an import.
+    edges
+        .entry("sched::queue".to_string())
+        .or_default()
+        .insert("hub".to_string());
+    assert!(rooms_importing_the_hub(&edges).contains(&"sched::queue".to_string()));
 }

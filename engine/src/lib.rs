@@ -753,6 +753,13 @@ impl DevEngine {
         self.engine.state.lock().switches.lose_sends = n;
     }
 
+    /// Fault injection, as a killed replica can leave the real engine's read model: the next `n`
+    /// task ends are recorded in the core (`GetRunDetails` reads them once the run ends) and
+    /// never in the read model, where each task reads RUNNING without its output for good.
+    pub fn lose_next_read_model_ends(&self, n: u32) {
+        self.engine.state.lock().switches.lose_read_model_ends = n;
+    }
+
     /// Fault injection, the "zombie worker" of the official SDKs' reports: the engine forgets
     /// every actions stream of worker `id` while the worker's side of them stays open (a
     /// dispatcher that lost the session, a proxy that kept the client's half). Nothing is sent

@@ -119,6 +119,7 @@ async fn execute(
     token: CancellationToken,
     slot: SlotPermit,
 ) {
+    let action = Arc::new(action);
     let task_id = running_key(&action);
     let handler = core.handlers.lock().get(&action.action_id).cloned();
     let durable = handler.as_ref().filter(|h| h.durable).map(|_| {
@@ -156,7 +157,7 @@ async fn execute(
             .unwrap_or_default();
         crate::otel::task_context(&action, &metadata)
     };
-    let prepared = prepare(core, handler, action.clone(), &token, durable, slot);
+    let prepared = prepare(core, handler, Arc::clone(&action), &token, durable, slot);
     let attempt = Attempt {
         action: &action,
         task_run_id: &action.task_run_external_id,
@@ -236,7 +237,7 @@ impl Drop for InvocationEnds {
 fn prepare(
     core: &Arc<WorkerCore>,
     handler: Option<Arc<TaskDef>>,
-    action: proto::AssignedAction,
+    action: Arc<proto::AssignedAction>,
     token: &CancellationToken,
     durable: Option<DurableClient>,
     slot: SlotPermit,
@@ -554,7 +555,7 @@ async fn execute_batch(
         .collect();
     let mut batch_action = action.clone();
     batch_action.action_payload = serde_json::json!({ "input": wire }).to_string();
-    let prepared = prepare(core, handler, batch_action, &token, None, slot);
+    let prepared = prepare(core, handler, Arc::new(batch_action), &token, None, slot);
     let attempt = Attempt {
         action: &action,
         task_run_id: &first,

@@ -39,7 +39,11 @@
 //! 4. What the worker cannot run from the core's record (a batch; a durable task past its first
 //!    invocation, whose count is the engine's alone) is failed at once with an error that names
 //!    the engine's loss, instead of waiting out its timeout; with retries left the engine
-//!    retries it. A durable task's first invocation is run as invocation 1.
+//!    retries it. A durable task's first invocation is run as invocation 1. A DAG task whose
+//!    parents' outputs neither the core (it shows them only once the run ends) nor the read
+//!    model shows is failed the same way on the [`UNREADABLE_PASSES`]-th due pass that finds
+//!    them so (the read model lost a parent's end: a cluster chaos run, a replica killed as it
+//!    recorded it, left such a task assigned and unsent for its whole five-minute timeout).
 //! 5. Memory is bounded: at most [`FINALS_KEPT`] finals and [`FINAL_BYTES_KEPT`] bytes of their
 //!    payloads, the oldest forgotten first.
 
@@ -106,6 +110,9 @@ pub(crate) struct Reclaim {
     finals: Mutex<Finals>,
     /// Held attempts not received, with when they were first seen.
     seen: Mutex<HashMap<AttemptKey, Instant>>,
+    /// Held attempts whose parents' outputs could not be read, with how many due passes found
+    /// them so (invariant 4).
+    unreadable: Mutex<HashMap<AttemptKey, u32>>,
     /// The first final answered after the latest disturbance: once it reads recorded, the
     /// engine records ends again (invariant 3).
     witness: Mutex<Witness>,
@@ -240,6 +247,17 @@ pub(crate) fn parents_known(details: &v1::GetRunDetailsResponse, parents: &[Stri
     parents
         .iter()
         .all(|p| details.task_runs.get(p).is_some_and(|t| t.output.is_some()))
+}
+
+/// Due passes that may find a held attempt's parents' outputs unreadable before it is failed as
+/// lost (invariant 4): the read model lags the core by seconds, and for about a minute after a
+/// controllers crash, so one pass is not enough to call them lost.
+pub(crate) const UNREADABLE_PASSES: u32 = 2;
+
+/// Whether a held attempt whose parents' outputs neither the core nor the read model shows is
+/// failed as lost on its `pass`-th due pass that found them so (pure; invariant 4).
+pub(crate) fn fail_unreadable(pass: u32) -> bool {
+    pass >= UNREADABLE_PASSES
 }
 
 /// Fills the parents' outputs the core's record lacks from the run's REST read (pure).
@@ -426,6 +444,10 @@ async fn take_back_unsent(core: &Arc<WorkerCore>, timing: ReclaimTiming) {
             }
         }
         seen.retain(|k, _| listed.contains(k));
+        core.reclaim
+            .unreadable
+            .lock()
+            .retain(|k, _| listed.contains(k));
     }
     for row in due_now {
         let key = (row.task_external_id.clone(), row.retry_count);
@@ -469,6 +491,23 @@ async fn take_back_unsent(core: &Arc<WorkerCore>, timing: ReclaimTiming) {
                     };
                     fill_parent_outputs(&mut details, &def.options.parents, &view);
                     if !parents_known(&details, &def.options.parents) {
+                        // Neither shows them: the read model lost a parent's end (a replica
+                        // killed as it recorded it). Tried again at the next due pass, then
+                        // failed as lost rather than left to its timeout (minutes).
+                        let pass = {
+                            let mut unreadable = core.reclaim.unreadable.lock();
+                            let n = unreadable.entry(key.clone()).or_insert(0);
+                            *n += 1;
+                            *n
+                        };
+                        if fail_unreadable(pass) {
+                            core.reclaim.unreadable.lock().remove(&key);
+                            let why = format!(
+                                "the engine assigned this attempt to worker {worker_id} and lost it before sending it (its dispatcher went away); this worker cannot run it from the engine's record: its parents' outputs ({:?}) are in neither the engine's core (which shows them once the run ends) nor its read model (which lost them), so it fails the attempt now instead of leaving it to its timeout; with retries left the engine runs it again with its parents' outputs, and RunHandle::replay runs it again after that",
+                                def.options.parents
+                            );
+                            fail_as_lost(core, &action, why).await;
+                        }
                         continue;
                     }
                 }
@@ -495,13 +534,17 @@ async fn take_back_unsent(core: &Arc<WorkerCore>, timing: ReclaimTiming) {
                 let why = format!(
                     "the engine assigned this attempt to worker {worker_id} and lost it before sending it (its dispatcher went away); this worker cannot run it from the engine's record (a batched task, a durable task past its first invocation or that may be evicted, or an action it does not have: {action_id:?}), so it fails the attempt now instead of leaving it to its timeout"
                 );
-                tracing::warn!(task = %row.task_external_id, "{why}");
-                super::execute::send_event(core, &action, E::StepEventTypeFailed, why, false, true)
-                    .await;
-                core.reclaim.failed.fetch_add(1, Ordering::Relaxed);
+                fail_as_lost(core, &action, why).await;
             }
         }
     }
+}
+
+/// Fails a held attempt the worker cannot run, naming the engine's loss (invariant 4).
+async fn fail_as_lost(core: &WorkerCore, action: &proto::AssignedAction, why: String) {
+    tracing::warn!(task = %action.task_run_external_id, "{why}");
+    super::execute::send_event(core, action, E::StepEventTypeFailed, why, false, true).await;
+    core.reclaim.failed.fetch_add(1, Ordering::Relaxed);
 }
 
 async fn resend_lost_finals(core: &Arc<WorkerCore>, timing: ReclaimTiming) {

@@ -1,9 +1,10 @@
 //! The engine's state and its entry points (registration, triggering, worker events, results,
-//! the scheduler's pass). The rules on the state live in the rooms' folders: `store/runs.rs`
-//! (run lifecycle), `sched/assign.rs` (assignment, slots, timeouts), `store/subscribers.rs`
-//! (event streams), `durable/log.rs` (the durable log's operations; the room in
-//! `durable/mod.rs`), `sched/concurrency.rs` and `sched/admission.rs` (concurrency limits),
-//! `time/schedules.rs` and `time/fire.rs` (crons and schedules).
+//! the scheduler's pass). The changes that cross rooms are the engine's actions, in `actions/`:
+//! `assign.rs` (assignment, slots, timeouts), `subscribers.rs` (event streams), `admission.rs`
+//! (concurrency limits), `fire.rs` (crons and schedules), and the rest; three stay beside the
+//! records they drive (`house.rs` names them): `store/runs.rs` (run lifecycle),
+//! `store/readable.rs` (the status pipeline) and `durable/log.rs` (the durable log's
+//! operations; the room in `durable/mod.rs`).
 //!
 //! # Invariants
 //!
@@ -32,6 +33,7 @@ use hatchet_runtime::protocol as proto;
 #[cfg(test)]
 use hatchet_runtime::protocol::v1;
 
+mod actions;
 pub(crate) mod commands;
 pub(crate) mod queries;
 mod registration;
@@ -133,14 +135,14 @@ pub(crate) struct State {
     /// What tests count (see `hub/stats.rs`).
     pub counters: crate::hub::stats::Counters,
     /// Condition sleeps of pending tasks, earliest first (see `time/timers.rs`; armed and
-    /// fired by `dag/conditions.rs`).
+    /// fired by `actions/conditions.rs`).
     pub condition_sleeps: crate::time::timers::Timers,
     /// Pending tasks whose conditions wait for events.
     pub event_waiters: HashSet<String>,
     /// Event filters (see `dag/filters.rs`).
     pub filters: crate::dag::filters::Filters,
     /// Deadlines of running attempts, earliest first (see `time/timers.rs`; fired by
-    /// `expire_timeouts` in `sched/assign.rs`).
+    /// `expire_timeouts` in `actions/assign.rs`).
     pub deadlines: crate::time::timers::Timers,
     /// Paused workflows and the tasks they hold (see `store/pause.rs`).
     pub pauses: crate::store::pause::Pauses,

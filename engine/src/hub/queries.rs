@@ -49,6 +49,12 @@ impl View<'_> {
         self.st.readable_task_status(t)
     }
 
+    /// Whether the read model lost task `t`'s end (`DevEngine::lose_next_read_model_ends`): REST
+    /// reads it without its output.
+    pub(crate) fn end_lost(&self, t: &Task) -> bool {
+        self.st.switches.read_model_lost.contains(&t.id)
+    }
+
     /// The status REST reads of run `r`: as of the status pipeline's last entry for it.
     pub(crate) fn run_status(&self, r: &Run) -> Status {
         self.st.readable_run_status(r)
@@ -135,7 +141,7 @@ impl View<'_> {
         &self.st.webhooks
     }
 
-    /// The trace a run or task id's spans belong to (see `traces/read.rs`).
+    /// The trace a run or task id's spans belong to (see `hub/actions/traces.rs`).
     pub(crate) fn trace_id_of(&self, id: &str) -> Option<Vec<u8>> {
         self.st.trace_id_of(id)
     }

@@ -1,8 +1,6 @@
 //! The scheduler: the queue of tasks waiting for a worker, assignment to slots, placement
 //! (labels, sticky), workflow concurrency and rate limits.
 
-pub(crate) mod admission;
-pub(crate) mod assign;
 pub(crate) mod batches;
 pub(crate) mod concurrency;
 pub(crate) mod placement;

@@ -1,6 +1,6 @@
 //! Which worker takes a task: sticky strategies and worker-label affinity, as the real engine
 //! ranks workers (`hatchet-engine-semantics.md` §6, §7). Pure functions over plain data; the
-//! assignment pass (`assign.rs`) applies them.
+//! assignment pass (`hub/actions/assign.rs`) applies them.
 //!
 //! # Invariants
 //!

@@ -4,12 +4,10 @@
 pub mod control;
 pub(crate) mod definition;
 pub(crate) mod events;
-pub(crate) mod holds;
 pub(crate) mod model;
 pub(crate) mod pause;
 pub(crate) mod readable;
 pub(crate) mod runs;
-pub(crate) mod subscribers;
 pub(crate) mod subscriptions;
 pub(crate) mod table;
 pub(crate) mod webhooks;

@@ -493,19 +493,19 @@ impl Run {
     }
 
     /// Every task ended: the run ends with `status` (completed, failed or cancelled) at `at`.
-    pub(in crate::store) fn end(&mut self, status: Status, at: SystemTime) {
+    pub(crate) fn end(&mut self, status: Status, at: SystemTime) {
         self.status = status;
         self.finished_at = Some(at);
     }
 
     /// Every task completed after all (a completion that came after a cancel, recorded as
     /// the real engine does): the run reads completed; its end time stays the cancel's.
-    pub(in crate::store) fn complete_late(&mut self) {
+    pub(crate) fn complete_late(&mut self) {
         self.status = Status::Completed;
     }
 
     /// Replayed: queued again, its end forgotten (the run streams hear of its next end).
-    pub(in crate::store) fn replay(&mut self) {
+    pub(crate) fn replay(&mut self) {
         self.status = Status::Queued;
         self.finished_at = None;
         self.end_published = false;

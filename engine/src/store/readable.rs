@@ -63,6 +63,9 @@ pub(crate) fn new_run_lag(id: &str, lag: Duration) -> Duration {
 impl State {
     /// The status REST reads of task `t` (invariants 1 and 3).
     pub(crate) fn readable_task_status(&self, t: &Task) -> Status {
+        if self.switches.read_model_lost.contains(&t.id) {
+            return Status::Running;
+        }
         match self.switches.status_lag {
             Some(_) => t.readable,
             None => t.status(),

@@ -329,6 +329,10 @@ impl State {
             t.complete(output.clone(), self.clock.system_now());
             t.run_id.clone()
         };
+        if self.switches.lose_read_model_ends > 0 {
+            self.switches.lose_read_model_ends -= 1;
+            self.switches.read_model_lost.insert(tid.to_string());
+        }
         self.emit_task_event(tid, proto::ResourceEventType::Completed, output);
         self.durable_task_finished(tid);
         if crate::faults::take_one(&self.switches.lose_completion_followups) {

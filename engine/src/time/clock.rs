@@ -73,7 +73,7 @@ impl Clock {
     }
 
     /// Runs polled within the last few seconds.
-    pub(super) fn recently_polled(&self) -> Vec<String> {
+    pub(crate) fn recently_polled(&self) -> Vec<String> {
         let now = std::time::Instant::now();
         self.polled
             .lock()
@@ -83,8 +83,8 @@ impl Clock {
             .collect()
     }
 
-    /// Moves the clock forward by `by` (invariant 2: only forward). For `skip.rs`.
-    pub(super) fn add(&self, by: Duration) {
+    /// Moves the clock forward by `by` (invariant 2: only forward). For `hub/actions/skip.rs`.
+    pub(crate) fn add(&self, by: Duration) {
         let nanos = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
         self.skew_nanos.fetch_add(nanos, Ordering::Relaxed);
     }

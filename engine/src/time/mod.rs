@@ -3,7 +3,5 @@
 
 pub(crate) mod clock;
 pub(crate) mod cron;
-pub(crate) mod fire;
 pub(crate) mod schedules;
-pub(crate) mod skip;
 pub(crate) mod timers;

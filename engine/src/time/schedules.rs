@@ -38,12 +38,12 @@ pub(crate) struct Planned {
 }
 
 /// The crons and one-off schedules (REST rows), and when they were last checked (Unix
-/// seconds, see `fire.rs`). The time room's files (`fire.rs`) read and change the fields.
+/// seconds, see `hub/actions/fire.rs`, which reads and changes the fields through the methods below).
 #[derive(Debug, Default)]
 pub(crate) struct Calendar {
-    pub(super) crons: Vec<Value>,
-    pub(super) scheduled: Vec<Value>,
-    pub(super) checked: Option<i64>,
+    pub(crate) crons: Vec<Value>,
+    pub(crate) scheduled: Vec<Value>,
+    pub(crate) checked: Option<i64>,
 }
 
 fn by_id<'a>(rows: &'a [Value], id: &str) -> Option<&'a Value> {

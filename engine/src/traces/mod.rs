@@ -14,7 +14,6 @@
 //! [`MAX_SPANS`]: the oldest traces go first.
 
 pub(crate) mod otlp;
-mod read;
 pub(crate) mod spans;
 
 use std::collections::{HashMap, HashSet, VecDeque};

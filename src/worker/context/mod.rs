@@ -139,7 +139,8 @@ pub(crate) struct TaskAbout {
 }
 
 struct Inner {
-    action: proto::AssignedAction,
+    /// The assignment, shared with the attempt that runs it (never copied per attempt).
+    action: Arc<proto::AssignedAction>,
     /// The task's declaration: names, retries, eviction.
     task: TaskAbout,
     input: Value,
@@ -171,7 +172,7 @@ impl std::fmt::Debug for Context {
 
 impl Context {
     pub(crate) fn new(
-        action: proto::AssignedAction,
+        action: Arc<proto::AssignedAction>,
         task: TaskAbout,
         cancel: CancellationToken,
         core: Arc<WorkerCore>,

@@ -92,16 +92,11 @@ async fn final_lost_before_an_outage(
     h
 }
 
-/// How long a result may take here: a few sweeps, far below the attempt's timeout.
-const SOON: Duration = Duration::from_secs(20);
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_assignment_the_engine_never_sent_is_run_once_from_the_engine_s_record() {
-    let e = engine().await;
-    let execs = counter();
+/// A DAG of `a` (returns `{"a": n}`) and `b` after it (returns `{"b": a's "a"}`, counting its
+/// executions in `execs`), with a new user's task options (no retries, the default timeout).
+fn a_then_b(name: &str, execs: &std::sync::Arc<std::sync::atomic::AtomicU32>) -> Workflow {
     let x = execs.clone();
-    // Default task options: no retries, the default timeout (minutes), as a new user has them.
-    let wf = Workflow::new("unsent")
+    Workflow::new(name)
         .task("a", |i: Value, _c: Context| async move {
             Ok::<_, TaskError>(json!({"a": i["n"]}))
         })
@@ -116,8 +111,17 @@ async fn an_assignment_the_engine_never_sent_is_run_once_from_the_engine_s_recor
                     Ok::<_, TaskError>(json!({"b": a["a"]}))
                 }
             },
-        );
-    let rt = worker(&e, vec![wf]).await;
+        )
+}
+
+/// How long a result may take here: a few sweeps, far below the attempt's timeout.
+const SOON: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assignment_the_engine_never_sent_is_run_once_from_the_engine_s_record() {
+    let e = engine().await;
+    let execs = counter();
+    let rt = worker(&e, vec![a_then_b("unsent", &execs)]).await;
     // `b`'s assignment is recorded as this worker's and never sent.
     e.lose_next_sends(1);
     let t0 = Instant::now();
@@ -134,6 +138,41 @@ async fn an_assignment_the_engine_never_sent_is_run_once_from_the_engine_s_recor
     assert_eq!(rt.task_counts().taken_back, 1);
     assert_eq!(rt.task_counts().started, 2, "a and b, once each");
     eprintln!("taken back in {:?}", t0.elapsed());
+    rt.shutdown(Duration::from_secs(2)).await;
+}
+
+/// Reclaim invariant 4: a DAG task the engine assigned and never sent, whose parent's output
+/// neither the core (it shows outputs once the run ends) nor the read model (which lost the
+/// parent's end) shows, is failed as the engine's loss on the second due pass that finds it so,
+/// and never run without its parent's output. Without the rule it stays held until its
+/// five-minute timeout (a cluster chaos run lost a run so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsent_task_whose_parent_s_output_cannot_be_read_is_failed_as_lost() {
+    let e = engine().await;
+    let execs = counter();
+    let rt = worker(&e, vec![a_then_b("unsent-unreadable", &execs)]).await;
+    // `a` ends in the core and not in the read model; `b`'s assignment is recorded and never
+    // sent (the two sends: `a`'s, taken back, and `b`'s; or `a` is sent and both losses hit
+    // `b`, the second one unused).
+    e.lose_next_read_model_ends(1);
+    e.lose_next_sends(2);
+    let err = rt
+        .run_no_wait("unsent-unreadable", &json!({"n": 7}))
+        .await
+        .expect("trigger")
+        .result_within::<Value>(SOON)
+        .await
+        .expect_err("b cannot be run from the record");
+    assert!(
+        err.to_string().contains("parents' outputs"),
+        "the error names the loss: {err}"
+    );
+    assert_eq!(
+        execs.load(Ordering::SeqCst),
+        0,
+        "b never ran without a's output"
+    );
+    assert_eq!(rt.task_counts().failed_as_lost, 1);
     rt.shutdown(Duration::from_secs(2)).await;
 }
 

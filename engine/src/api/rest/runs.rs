@@ -176,7 +176,11 @@ fn task_json(st: &View<'_>, t: &Task, run: &Run, tenant: &str, with_payloads: bo
         "type": "TASK",
         // The task's stored input (`input`, `parents`, `triggers`, ...), as the real engine's.
         "input": if with_payloads { st.task_input(&t.id) } else { json!({}) },
-        "output": if with_payloads { output_of(t) } else { json!({}) },
+        "output": if with_payloads && !st.end_lost(t) {
+            output_of(t)
+        } else {
+            json!({})
+        },
         "errorMessage": t.error.clone().unwrap_or_default(),
         "additionalMetadata": run.additional_metadata,
         "retryCount": t.retry_count,

@@ -20,10 +20,10 @@
 
 use std::time::SystemTime;
 
-use super::SpanRow;
-use super::spans::{self, AttemptEnd, AttemptFacts, RunFacts};
 use crate::hub::State;
 use crate::store::model::{PastEnd, Run, Status, Task};
+use crate::traces::SpanRow;
+use crate::traces::spans::{self, AttemptEnd, AttemptFacts, RunFacts};
 
 fn nanos(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
