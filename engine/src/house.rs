@@ -2,7 +2,7 @@
 //! in a circle. Second: the layers only look down: a room (its records and their invariants, in
 //! `store/`, `sched/`, `dag/`, `time/`, `traces/`) never imports the hub; the actions that
 //! cross rooms (`impl State` blocks) stand together in `hub/actions/`, above the rooms, save the
-//! three named in [`ACTIONS_IN_ROOMS`]. A `mod x;` declaration is not an import, and neither is a
+//! two named in [`ACTIONS_IN_ROOMS`]. A `mod x;` declaration is not an import, and neither is a
 //! test module. Third: the transports (`api/`) never reach into the state; they read through
 //! [`crate::hub::queries::View`] and change through the engine's entry points (`hub/`).
 
@@ -226,9 +226,8 @@ fn transports_read_through_views_and_change_through_the_engine_s_entry_points() 
 
 /// The actions that still stand in their room's folder, each for a reason: the durable log's
 /// operations work on the durable room's private nodes; the status pipeline drives the run
-/// fields only `store/` may change (a run's readable status, its published end); the run
-/// lifecycle builds runs and tasks, whose statuses only `store/` may set.
-const ACTIONS_IN_ROOMS: [&str; 3] = ["durable::log", "store::readable", "store::runs"];
+/// fields only `store/` may change (a run's readable status, its published end).
+const ACTIONS_IN_ROOMS: [&str; 2] = ["durable::log", "store::readable"];
 
 /// The files below the hub (not `hub/`, `api/`, the crate root or this file) that import the
 /// hub.

@@ -1,10 +1,10 @@
 //! The engine's state and its entry points (registration, triggering, worker events, results,
 //! the scheduler's pass). The changes that cross rooms are the engine's actions, in `actions/`:
-//! `assign.rs` (assignment, slots, timeouts), `subscribers.rs` (event streams), `admission.rs`
-//! (concurrency limits), `fire.rs` (crons and schedules), and the rest; three stay beside the
-//! records they drive (`house.rs` names them): `store/runs.rs` (run lifecycle),
-//! `store/readable.rs` (the status pipeline) and `durable/log.rs` (the durable log's
-//! operations; the room in `durable/mod.rs`).
+//! `runs.rs` (run lifecycle), `assign.rs` (assignment, slots, timeouts), `subscribers.rs`
+//! (event streams), `admission.rs` (concurrency limits), `fire.rs` (crons and schedules), and the
+//! rest; two stay beside the records they drive (`house.rs` names them): `store/readable.rs`
+//! (the status pipeline) and `durable/log.rs` (the durable log's operations; the room in
+//! `durable/mod.rs`).
 //!
 //! # Invariants
 //!

@@ -246,6 +246,67 @@ pub(crate) enum PastEnd {
 /// The task's life, one transition per cause: the only writers of its status (the engine's
 /// rules decide which applies; each transition sets what belongs with the status it enters).
 impl Task {
+    /// A new task of `def` in run `run_id`, starting at `status` (Queued, or Pending behind its
+    /// parents or conditions), nothing run yet: the only place a task's status starts. Where
+    /// it may run (`slot_type`, `wish`), its rate limits and its priority are its creator's to
+    /// set.
+    pub(crate) fn created(
+        def: &TaskDef,
+        id: String,
+        run_id: String,
+        status: Status,
+        now: SystemTime,
+    ) -> Task {
+        Task {
+            id,
+            run_id,
+            readable_id: def.readable_id.clone(),
+            action: def.action.clone(),
+            status,
+            readable: status,
+            retry_count: 0,
+            user_retries_used: 0,
+            retries: def.retries,
+            timeout: def.timeout,
+            timeout_text: def.timeout_text.clone(),
+            parents: def.parents.clone(),
+            output: None,
+            error: None,
+            worker_id: None,
+            slot_type: String::new(),
+            slot_held: false,
+            session: None,
+            answered: false,
+            deadline: None,
+            not_before: None,
+            is_durable: def.is_durable,
+            invocation_count: 0,
+            reoffered: false,
+            unlinked: false,
+            evicted: false,
+            created_at: now,
+            released_at: None,
+            started_at: None,
+            finished_at: None,
+            backoff_factor: def.backoff_factor,
+            backoff_max_seconds: def.backoff_max_seconds,
+            children: HashMap::new(),
+            logs: Vec::new(),
+            held: false,
+            rate_limits: Vec::new(),
+            priority: 0,
+            on_failure: def.on_failure,
+            wish: Default::default(),
+            conditions: def.conditions.clone(),
+            batch: def.batch.clone(),
+            batch_id: None,
+            matcher: None,
+            triggers: Default::default(),
+            past_attempts: Vec::new(),
+            end_message: None,
+        }
+    }
+
     /// Its status.
     pub(crate) fn status(&self) -> Status {
         self.status
@@ -478,6 +539,45 @@ pub struct Run {
 /// The run's life, one transition per cause: the only writers of its status. A run's status
 /// follows its tasks': the engine's rules decide when a transition applies.
 impl Run {
+    /// A new run of `wf` (named `name` as triggered), queued, nothing published yet: the only
+    /// place a run's status starts. Its tasks, its place among its parent's children, its
+    /// priority and what triggered it are its creator's to set.
+    pub(crate) fn queued(
+        id: String,
+        name: &str,
+        wf: &Workflow,
+        input: serde_json::Value,
+        additional_metadata: serde_json::Map<String, serde_json::Value>,
+        now: SystemTime,
+    ) -> Run {
+        Run {
+            id,
+            workflow_name: name.to_string(),
+            workflow_id: wf.id.clone(),
+            workflow_version_id: wf.version_id.clone(),
+            input,
+            additional_metadata,
+            status: Status::Queued,
+            readable: Status::Queued,
+            end_published: false,
+            in_pipeline: false,
+            replays: 0,
+            tasks: Vec::new(),
+            parent_task_id: None,
+            child_index: None,
+            child_key: None,
+            priority: 0,
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+            triggering_event: None,
+            held: false,
+            groups: Vec::new(),
+            first_failure: None,
+            filter_payload: None,
+        }
+    }
+
     /// Its status.
     pub(crate) fn status(&self) -> Status {
         self.status

@@ -13,7 +13,7 @@
 //! 4. Replay leaves running tasks alone and gives a replayed task a new attempt
 //!    (`retry_count + 1`) with its full retry budget; descendants wait for their parents again.
 //! 5. A pending `on_failure` task is never cancelled by a run cancel: it is skipped when the run
-//!    settles (see `store/runs.rs`).
+//!    settles (see `runs.rs`).
 
 use std::collections::HashSet;
 

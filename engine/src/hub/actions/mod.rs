@@ -10,6 +10,7 @@ mod conditions;
 pub(crate) mod control;
 mod fire;
 mod holds;
+mod runs;
 mod skip;
 mod subscribers;
 mod traces;
