@@ -304,6 +304,12 @@ impl Connection {
         });
     }
 
+    /// Whether the engine watch is probing (the engine could not be reached and has not
+    /// answered since): the heartbeat leaves the probing to it.
+    pub(crate) fn engine_unanswered(&self) -> bool {
+        self.watch.probing()
+    }
+
     /// The engine's returns from now on, for a stream actor to open at once on each.
     pub(crate) fn engine_returns(&self) -> tokio::sync::watch::Receiver<u64> {
         self.watch.subscribe()

@@ -99,6 +99,11 @@ impl EngineWatch {
         *self.back.borrow()
     }
 
+    /// Whether a probe loop runs (the engine could not be reached and has not answered since).
+    pub(crate) fn probing(&self) -> bool {
+        self.probing.load(Ordering::Acquire)
+    }
+
     /// Takes the one probe loop (invariant 1): `false` when one runs already.
     pub(crate) fn begin(&self) -> bool {
         !self.probing.swap(true, Ordering::AcqRel)

@@ -16,12 +16,16 @@
 //!    running.
 //! 4. A heartbeat that cannot reach the engine (UNAVAILABLE, DEADLINE_EXCEEDED) asks the engine
 //!    watch to probe it (`connection::watch`: one probe loop for the runtime, about every second
-//!    for ten failures, then every 5 s) and keeps its own interval: the runtime probes an
-//!    unreachable engine once, not twice (a heartbeat of its own each second beside the watch's
-//!    GetVersion). When the watch publishes the engine's return the next heartbeat goes at once,
-//!    so the engine hears the worker within a probe of its return (it assigns only to workers
-//!    heard from in the last 5 s), and every listener waiting out a backoff opens on the same
-//!    publication.
+//!    for ten failures, then every 5 s). While the watch probes, the heartbeat does not: the
+//!    runtime probes an unreachable engine once, not twice. When the watch publishes the
+//!    engine's return the next heartbeat goes at once, so the engine hears the worker within a
+//!    probe of its return (it assigns only to workers heard from in the last 5 s), and every
+//!    listener waiting out a backoff opens on the same publication.
+//! 5. When the engine answers the watch but not the heartbeat (its database restarting: a
+//!    heartbeat writes, GetVersion does not), the watch publishes nothing and the heartbeat
+//!    itself goes again sooner than the interval ([`next_beat_in`]): every [`RETRY_EVERY`] for
+//!    the first [`RETRIES`] such failures in a row, then at the interval, so the worker is heard
+//!    within about a second of the database's return.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +42,28 @@ pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(4);
 /// Heartbeat deadline.
 pub(crate) const HEARTBEAT_DEADLINE: Duration = Duration::from_secs(3);
 
+/// The heartbeat's cadence after a failure the watch does not cover (invariant 5).
+pub(crate) const RETRY_EVERY: Duration = Duration::from_secs(1);
+/// Unreachable failures in a row retried at [`RETRY_EVERY`] before the interval applies again.
+pub(crate) const RETRIES: u32 = 10;
+
 const PATH: &str = "/Dispatcher/Heartbeat";
+
+/// How long after a heartbeat the next one goes (pure, invariant 5): `failed` is the code of a
+/// heartbeat that failed, `None` for one accepted; `unreachable_in_a_row` counts the heartbeats,
+/// this one included, that could not reach the engine.
+pub(crate) fn next_beat_in(
+    every: Duration,
+    failed: Option<Code>,
+    unreachable_in_a_row: u32,
+) -> Duration {
+    match failed {
+        Some(code) if unreachable(code) && unreachable_in_a_row <= RETRIES => {
+            RETRY_EVERY.min(every)
+        }
+        _ => every,
+    }
+}
 
 pub(crate) use crate::connection::watch::unreachable;
 
@@ -71,12 +96,19 @@ pub(crate) fn spawn(core: Arc<WorkerCore>) {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut refusals = 0u32;
+        let mut unreachable_in_a_row = 0u32;
         let mut returns = core.conn.engine_returns();
         returns.mark_unchanged();
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = tick.tick() => {}
+                _ = tick.tick() => {
+                    if unreachable_in_a_row > 0 && core.conn.engine_unanswered() {
+                        // Invariant 4: the watch probes; its answer brings the next beat.
+                        tick.reset();
+                        continue;
+                    }
+                }
                 // Invariant 4: the watch saw the engine return; beat now, then at the interval.
                 changed = returns.changed() => {
                     if changed.is_err() {
@@ -89,12 +121,17 @@ pub(crate) fn spawn(core: Arc<WorkerCore>) {
                 r = beat(&core) => match r {
                     Ok(()) => {
                         refusals = 0;
+                        unreachable_in_a_row = 0;
                         continue;
                     }
                     Err(code) => {
-                        if unreachable(code) {
+                        unreachable_in_a_row = if unreachable(code) {
                             core.conn.suspect_engine();
-                        }
+                            unreachable_in_a_row.saturating_add(1)
+                        } else {
+                            0
+                        };
+                        tick.reset_after(next_beat_in(every, Some(code), unreachable_in_a_row));
                         code
                     }
                 },
@@ -160,6 +197,34 @@ async fn beat(core: &WorkerCore) -> Result<(), Code> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Invariant 5: a heartbeat the engine did not answer goes again within a second for the
+    /// first ten such failures, then at the interval; a refusal, an accepted beat and any other
+    /// failure keep the interval, and the retry never exceeds the interval.
+    #[test]
+    fn an_unanswered_heartbeat_goes_again_soon_then_less_often_and_a_refusal_waits_the_interval() {
+        let every = HEARTBEAT_EVERY;
+        let secs = Duration::from_secs;
+        assert_eq!(next_beat_in(every, None, 0), every);
+        for code in [Code::Unavailable, Code::DeadlineExceeded] {
+            let gaps: Vec<_> = (1..=12)
+                .map(|n| next_beat_in(every, Some(code), n))
+                .collect();
+            let mut want = vec![secs(1); 10];
+            want.extend([every, every]);
+            assert_eq!(gaps, want, "{code:?}");
+        }
+        for code in [
+            Code::FailedPrecondition,
+            Code::NotFound,
+            Code::ResourceExhausted,
+            Code::Unauthenticated,
+        ] {
+            assert_eq!(next_beat_in(every, Some(code), 1), every, "{code:?}");
+        }
+        let short = Duration::from_millis(300);
+        assert_eq!(next_beat_in(short, Some(Code::Unavailable), 1), short);
+    }
 
     #[test]
     fn refusals_reopen_first_and_register_again_when_they_continue() {

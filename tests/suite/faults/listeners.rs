@@ -519,6 +519,48 @@ async fn a_heartbeat_that_cannot_reach_the_engine_lets_the_watch_probe_and_beats
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
+/// Heartbeat invariant 5, counted at the engine: while heartbeats fail UNAVAILABLE and the
+/// engine answers the watch's GetVersion (its database restarting, say), the heartbeat goes again
+/// within a second, and once one is accepted the 4 s interval is back. Without the retry, the
+/// gaps after the failures would be the whole interval, and the engine, which assigns only to
+/// workers heard from in the last 5 s, would hear the worker up to 4 s late.
+#[tokio::test]
+async fn a_heartbeat_the_engine_does_not_answer_while_it_answers_reads_goes_again_within_a_second()
+{
+    const BEAT: &str = "/Dispatcher/Heartbeat";
+    let (e, rt) = setup().await;
+    crate::support::start_worker(&rt, 4).await;
+    let _: Value = rt.run("echo", &json!({})).await.expect("works");
+    e.faults().record_times(BEAT);
+    e.faults().inject(
+        BEAT,
+        2,
+        crate::support::fail(Code::Unavailable, "unreachable"),
+    );
+    // Two failed beats, the accepted one after them, and the next at the interval.
+    let mut times = Vec::new();
+    for _ in 0..200 {
+        times = e.faults().attempt_times(BEAT);
+        if times.len() >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(times.len() >= 4, "four heartbeats arrived: {times:?}");
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    let secs = Duration::from_secs_f64;
+    assert!(
+        gaps[0] < secs(1.6),
+        "after the first failed beat, within a second: {gaps:?}"
+    );
+    assert!(gaps[1] < secs(1.6), "after the second too: {gaps:?}");
+    assert!(
+        gaps[2] > secs(3.0),
+        "after an accepted beat the interval is back: {gaps:?}"
+    );
+    rt.shutdown(Duration::from_secs(1)).await;
+}
+
 #[tokio::test]
 async fn listen_v2_unimplemented_falls_back_to_listen_for_good() {
     let (e, rt) = setup().await;
