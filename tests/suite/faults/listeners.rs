@@ -464,6 +464,21 @@ async fn heartbeat_failed_precondition_reconnects_the_action_stream() {
     rt.shutdown(Duration::from_secs(1)).await;
 }
 
+/// When the first `n` calls of `path` reached the engine (recorded since `record_times`),
+/// waiting up to 20 s for them.
+async fn arrivals(e: &DevEngine, path: &str, n: usize) -> Vec<tokio::time::Instant> {
+    let mut times = Vec::new();
+    for _ in 0..200 {
+        times = e.faults().attempt_times(path);
+        if times.len() >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(times.len() >= n, "{n} calls of {path} arrived: {times:?}");
+    times
+}
+
 /// Heartbeat invariant 4, counted at the engine: a heartbeat that cannot reach the engine starts
 /// the engine watch and keeps its interval (the runtime probes once a second, with GetVersion,
 /// not with heartbeats too), and the next heartbeat goes the moment the watch sees the engine
@@ -483,15 +498,7 @@ async fn a_heartbeat_that_cannot_reach_the_engine_lets_the_watch_probe_and_beats
     e.faults().inject(PROBE, 2, unreachable());
     e.faults().inject(BEAT, 1, unreachable());
     // The failed beat, the one on the watch's answer, and the next at the interval.
-    let mut beats = Vec::new();
-    for _ in 0..200 {
-        beats = e.faults().attempt_times(BEAT);
-        if beats.len() >= 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(beats.len() >= 3, "three heartbeats arrived: {beats:?}");
+    let beats = arrivals(&e, BEAT, 3).await;
     let probes = e.faults().attempt_times(PROBE);
     let probes_before_second_beat: Vec<_> = probes.iter().filter(|t| **t <= beats[1]).collect();
     assert_eq!(
@@ -538,15 +545,7 @@ async fn a_heartbeat_the_engine_does_not_answer_while_it_answers_reads_goes_agai
         crate::support::fail(Code::Unavailable, "unreachable"),
     );
     // Two failed beats, the accepted one after them, and the next at the interval.
-    let mut times = Vec::new();
-    for _ in 0..200 {
-        times = e.faults().attempt_times(BEAT);
-        if times.len() >= 4 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(times.len() >= 4, "four heartbeats arrived: {times:?}");
+    let times = arrivals(&e, BEAT, 4).await;
     let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
     let secs = Duration::from_secs_f64;
     assert!(
